@@ -1,0 +1,31 @@
+# Two commands set up a fresh machine and run everything: `make demo`, `make test`.
+# Both create (once) a local virtual environment in .venv with everything installed.
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+# Without a CUDA driver the CPU build of torch is enough (the reference engine runs);
+# with one, the default torch build and the GPU kernels' packages are installed.
+HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
+TORCH  ?= $(if $(HAS_GPU),torch,torch==2.13.0)
+
+.PHONY: demo test info venv clean
+
+$(VENV)/.installed: pyproject.toml Makefile
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q -e ".[test,gpu]"
+	touch $@
+
+venv: $(VENV)/.installed
+
+demo: $(VENV)/.installed
+	$(PY) -m cudnn_ext demo
+
+test: $(VENV)/.installed
+	$(PY) -m pytest -q
+
+info: $(VENV)/.installed
+	$(PY) -m cudnn_ext info
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,23 @@
+"""cudnn_ext: Grouped GEMM + dGLU (the MoE expert-MLP backward step) on every training GPU.
+
+``import cudnn_ext`` imports torch and pydantic only: CUDA, cuda-python and the CuTe DSL are
+imported lazily by the engines that need them.
+
+Drop-in for the vendor API: ``import cudnn_ext as cudnn`` then
+``cudnn.grouped_gemm_dglu_wrapper_sm100(...)`` / ``cudnn.GroupedGemmDgluSm100(...)``.
+"""
+from .api import GroupedGemmDglu, TupleDict, grouped_gemm_dglu_wrapper
+from .errors import EngineDeclined, NoEngineError
+from .problem import ActConfig, DgluProblem
+
+__version__ = "0.1.0"
+
+#: Vendor names, kept as aliases so cuDNN frontend code runs unchanged.
+GroupedGemmDgluSm100 = GroupedGemmDglu
+grouped_gemm_dglu_wrapper_sm100 = grouped_gemm_dglu_wrapper
+
+__all__ = [
+    "GroupedGemmDglu", "GroupedGemmDgluSm100", "TupleDict", "grouped_gemm_dglu_wrapper",
+    "grouped_gemm_dglu_wrapper_sm100", "EngineDeclined", "NoEngineError", "ActConfig", "DgluProblem",
+    "__version__",
+]

@@ -1,0 +1,425 @@
+"""The BF16 contract of grouped GEMM + dGLU: every rule on user input, checked before anything
+is allocated or compiled, and the canonical form engines receive.
+
+Owns: validation of the wrapper's and class API's arguments (typed errors that name the
+argument, the value seen and the rule) and their translation into a :class:`DgluProblem` plus
+a canonical variant pack of *views* of the caller's tensors (so outputs are written in place).
+It never allocates device memory, never reads tensor *data* (offset values are a device-data
+contract, checked by engines that read them anyway), and never picks an engine.
+
+Block-scaled operands are routed to ``cudnn_ext.api.contract_blockscaled``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Dict, Optional, Tuple
+
+import torch
+
+from ..problem import ACT_FUNCS, DEFAULT_LINEAR_OFFSET, ActConfig, DgluProblem
+
+BF16 = torch.bfloat16
+CD_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+MAX_EXPERTS = 1024
+M_ALIGN = 256
+
+#: dtypes of the block-scaled family (FP8, FP4 as packed pairs).
+FP8_DTYPES = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, n))
+FP4_DTYPES = tuple(getattr(torch, n) for n in ("float4_e2m1fn_x2",) if hasattr(torch, n)) + (torch.uint8,)
+BLOCK_SCALED_DTYPES = FP8_DTYPES + FP4_DTYPES
+
+
+def _fmt_dtype(dt) -> str:
+    return str(dt).replace("torch.", "")
+
+
+def _dtypes(allowed) -> str:
+    return "{" + ", ".join(_fmt_dtype(d) for d in allowed) + "}"
+
+
+# --------------------------------------------------------------------------- small checks
+def require_tensor(name: str, t: Any) -> torch.Tensor:
+    if t is None:
+        raise ValueError(f"{name}: a tensor is required, got None")
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    return t
+
+
+def check_dtype(name: str, t: torch.Tensor, allowed) -> None:
+    if t.dtype not in allowed:
+        raise TypeError(f"{name}: dtype must be one of {_dtypes(allowed)}, got {_fmt_dtype(t.dtype)}")
+
+
+def drop_unit_dims(name: str, t: torch.Tensor, rank: int, shape_rule: str) -> torch.Tensor:
+    """View ``t`` as rank ``rank`` by removing trailing unit dims (``(M,K,1)`` -> ``(M,K)``)."""
+    while t.dim() > rank and t.shape[-1] == 1:
+        t = t[..., 0]
+    if t.dim() != rank:
+        raise ValueError(f"{name}: shape must be {shape_rule}, got {tuple(t.shape)}")
+    return t
+
+
+def check_shape(name: str, t: torch.Tensor, expected: Tuple[int, ...], rule: str) -> None:
+    if tuple(t.shape) != tuple(expected):
+        raise ValueError(f"{name}: shape must be {rule} = {tuple(expected)}, got {tuple(t.shape)}")
+
+
+def check_row_major(name: str, t: torch.Tensor) -> None:
+    """Innermost dim contiguous and rows packed: stride (cols, 1) for a 2-D view."""
+    if t.numel() == 0:
+        return
+    rows, cols = t.shape[-2], t.shape[-1]
+    if t.stride(-1) != 1 or (rows > 1 and t.stride(-2) != cols):
+        raise ValueError(f"{name}: must be row-major with stride ({cols}, 1) along its last two dims "
+                         f"(the contiguous dim last), got stride {tuple(t.stride())}")
+
+
+def check_contiguous_1d(name: str, t: torch.Tensor) -> None:
+    if t.numel() > 1 and t.stride(0) != 1:
+        raise ValueError(f"{name}: must be contiguous (stride 1), got stride {tuple(t.stride())}")
+
+
+def check_aligned(name: str, t: torch.Tensor, nbytes: int = 16) -> None:
+    if t.numel() and t.data_ptr() % nbytes:
+        raise ValueError(f"{name}: data pointer must be {nbytes}-byte aligned, got address 0x{t.data_ptr():x}")
+
+
+def check_same_device(tensors: Dict[str, Optional[torch.Tensor]]) -> torch.device:
+    ref_name, ref = None, None
+    for name, t in tensors.items():
+        if t is None:
+            continue
+        if ref is None:
+            ref_name, ref = name, t.device
+        elif t.device != ref:
+            raise ValueError(f"{name}: must be on the same device as {ref_name} ({ref}), got {t.device}")
+    return ref
+
+
+def check_finite(name: str, v, *, positive: bool = False) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise TypeError(f"{name}: expected a float, got {type(v).__name__}")
+    v = float(v)
+    if not math.isfinite(v) or (positive and v <= 0):
+        rule = "finite and > 0" if positive else "finite"
+        raise ValueError(f"{name}: must be {rule}, got {v}")
+    return v
+
+
+def check_choice(name: str, v, choices) -> None:
+    if v not in choices:
+        raise ValueError(f"{name}: must be one of {list(choices)}, got {v!r}")
+
+
+# --------------------------------------------------------------------------- scalar config
+@dataclass(frozen=True)
+class CallConfig:
+    """The scalar (non-tensor) arguments of a call, as the vendor names them."""
+
+    act_func: str = "dswiglu"
+    linear_offset: Optional[float] = None
+    geglu_alpha: float = 1.702
+    glu_clamp_max: float = 7.0
+    glu_clamp_min: float = -7.0
+    situ_beta1: float = 4.0
+    situ_beta2: float = 25.0
+    b_major: str = "k"
+    acc_dtype: Optional[torch.dtype] = None
+    cd_major: str = "n"
+    mma_tiler_mn: Tuple[int, int] = (256, 256)
+    cluster_shape_mn: Optional[Tuple[int, int]] = None
+    sf_vec_size: int = 16
+    sf_fp8_dtype_override: Optional[str] = None
+    vector_f32: bool = False
+    m_aligned: int = 256
+    discrete_col_sfd: bool = False
+    epilogue_op: Optional[str] = None
+    use_dynamic_sched: bool = False
+    use_single_group_runtime_offsets: bool = False
+    round_dgrad_to_input_dtype: bool = False
+    deterministic: bool = False
+
+
+def resolve_act(cfg: CallConfig, *, block_scaled: bool) -> ActConfig:
+    check_choice("act_func", cfg.act_func, ACT_FUNCS)
+    if cfg.act_func == "dsituglu" and not block_scaled:
+        raise ValueError("act_func: 'dsituglu' is supported by the block-scaled contract only "
+                         "(FP8/FP4 operands), got it with BF16 operands")
+    lo = DEFAULT_LINEAR_OFFSET[cfg.act_func] if cfg.linear_offset is None else check_finite("linear_offset", cfg.linear_offset)
+    alpha = check_finite("geglu_alpha", cfg.geglu_alpha, positive=True)
+    cmax = check_finite("glu_clamp_max", cfg.glu_clamp_max)
+    cmin = check_finite("glu_clamp_min", cfg.glu_clamp_min)
+    if not cmin < cmax:
+        raise ValueError(f"glu_clamp_min/glu_clamp_max: need glu_clamp_min < glu_clamp_max, got {cmin} and {cmax}")
+    b1 = check_finite("situ_beta1", cfg.situ_beta1, positive=True)
+    b2 = check_finite("situ_beta2", cfg.situ_beta2, positive=True)
+    return ActConfig(act_func=cfg.act_func, geglu_alpha=alpha, clamp_max=cmax, clamp_min=cmin,
+                     linear_offset=lo, situ_beta1=b1, situ_beta2=b2,
+                     dgeglu_applies_beta=not block_scaled)
+
+
+def check_common_config(cfg: CallConfig) -> None:
+    check_choice("b_major", cfg.b_major, ("k", "n"))
+    check_choice("cd_major", cfg.cd_major, ("n",))
+    if cfg.acc_dtype not in (None, torch.float32):
+        raise TypeError(f"acc_dtype: must be float32 (or None), got {cfg.acc_dtype}")
+    if cfg.m_aligned != M_ALIGN:
+        raise ValueError(f"m_aligned: must be {M_ALIGN}, got {cfg.m_aligned!r}")
+    tile = tuple(cfg.mma_tiler_mn) if isinstance(cfg.mma_tiler_mn, (tuple, list)) else None
+    if tile is None or len(tile) != 2 or tile[0] not in (128, 256) or tile[1] % 32 or not 32 <= tile[1] <= 256:
+        raise ValueError("mma_tiler_mn: must be (TileM, TileN) with TileM in {128, 256} and TileN a multiple "
+                         f"of 32 in [32, 256], got {cfg.mma_tiler_mn!r}")
+    if cfg.cluster_shape_mn is not None:
+        cl = tuple(cfg.cluster_shape_mn)
+        if (len(cl) != 2 or any(not isinstance(x, int) or x < 1 or x & (x - 1) for x in cl) or cl[0] * cl[1] > 16
+                or (tile[0] == 256 and cl[0] % 2)):
+            raise ValueError("cluster_shape_mn: must be two powers of two with product <= 16 (cluster M even "
+                             f"when TileM is 256), got {cfg.cluster_shape_mn!r}")
+    for flag in ("vector_f32", "discrete_col_sfd", "use_dynamic_sched", "use_single_group_runtime_offsets",
+                 "round_dgrad_to_input_dtype", "deterministic"):
+        if not isinstance(getattr(cfg, flag), bool):
+            raise TypeError(f"{flag}: expected a bool, got {type(getattr(cfg, flag)).__name__}")
+    if cfg.epilogue_op not in (None, "none", "identity", "relu", "srelu"):
+        raise ValueError(f"epilogue_op: must be None, 'identity', 'relu' or 'srelu', got {cfg.epilogue_op!r}")
+
+
+def check_bf16_config(cfg: CallConfig, scale_controls: Dict[str, Any]) -> None:
+    """Rules only the BF16 contract has: no scale controls, no block-scaled-only options."""
+    for name, value in scale_controls.items():
+        if value is not None:
+            raise ValueError(f"{name}: BF16 operands forbid block-scale control {name}, got a "
+                             f"{type(value).__name__} (pass None)")
+    if cfg.sf_vec_size != 16:
+        raise ValueError(f"sf_vec_size: BF16 operands forbid block-scale control sf_vec_size; keep 16, got {cfg.sf_vec_size!r}")
+    if cfg.sf_fp8_dtype_override is not None:
+        raise ValueError(f"sf_fp8_dtype_override: BF16 operands forbid it, got {cfg.sf_fp8_dtype_override!r}")
+    if cfg.discrete_col_sfd:
+        raise ValueError("discrete_col_sfd: BF16 operands forbid block-scale control discrete_col_sfd, got True")
+    if cfg.epilogue_op not in (None, "none", "identity"):
+        raise ValueError(f"epilogue_op: BF16 operands forbid a non-identity epilogue_op, got {cfg.epilogue_op!r}")
+    if cfg.use_single_group_runtime_offsets:
+        raise ValueError("use_single_group_runtime_offsets: supported by the block-scaled contract only, got True "
+                         "with BF16 operands")
+    if cfg.deterministic:
+        raise NotImplementedError("deterministic: deterministic dprob is a block-scaled option; the BF16 contract "
+                                  "does not offer it (got deterministic=True)")
+
+
+def operand_family(a: torch.Tensor, b_dtype: torch.dtype) -> str:
+    """'bf16' or 'block_scaled'; raises on mixed or unsupported pairs (before anything else)."""
+    ad = a.dtype
+    if (ad == BF16) != (b_dtype == BF16):
+        raise TypeError(f"a_tensor/b_tensor: mixed dtype families: a dtype {_fmt_dtype(ad)}, b dtype "
+                        f"{_fmt_dtype(b_dtype)}; both must be bfloat16 or both the same FP8/FP4 dtype")
+    if ad == BF16:
+        return "bf16"
+    fp4 = set(FP4_DTYPES)
+    if ad in BLOCK_SCALED_DTYPES and (ad == b_dtype or (ad in fp4 and b_dtype in fp4)):
+        return "block_scaled"
+    raise TypeError(f"a_tensor/b_tensor: unsupported dtype pair ({_fmt_dtype(ad)}, {_fmt_dtype(b_dtype)}); "
+                    f"supported: (bfloat16, bfloat16) or matching {_dtypes(BLOCK_SCALED_DTYPES)}")
+
+
+# --------------------------------------------------------------------------- tensors (BF16)
+@dataclass
+class Operands:
+    """The call's tensors by canonical slot name (``None`` where absent)."""
+
+    a: Any = None
+    c: Any = None
+    d_row: Any = None
+    d_col: Any = None
+    sfa: Any = None
+    padded_offsets: Any = None
+    alpha: Any = None
+    beta: Any = None
+    prob: Any = None
+    dprob: Any = None
+    b: Any = None
+    sfb: Any = None
+    dbias: Any = None
+    b_ptrs: Any = None
+    sfb_ptrs: Any = None
+    sfd_row: Any = None
+    sfd_col: Any = None
+    amax: Any = None
+    norm_const: Any = None
+    activation: Any = None
+
+
+#: User-facing argument names of each slot (the wrapper's names), for error messages.
+ARG_NAMES = {
+    "a": "a_tensor", "c": "c_tensor", "d_row": "d_row_tensor", "d_col": "d_col_tensor", "sfa": "sfa_tensor",
+    "padded_offsets": "padded_offsets", "alpha": "alpha_tensor", "beta": "beta_tensor", "prob": "prob_tensor",
+    "dprob": "dprob_tensor", "b": "b_tensor", "sfb": "sfb_tensor", "dbias": "dbias_tensor", "b_ptrs": "b_ptrs",
+    "sfb_ptrs": "sfb_ptrs", "sfd_row": "sfd_row_tensor", "sfd_col": "sfd_col_tensor", "amax": "amax_tensor",
+    "norm_const": "norm_const_tensor", "activation": "activation_tensor",
+}
+
+
+def _weight_mode(ops: Operands, n, b_dtype):
+    if ops.b is not None and ops.b_ptrs is not None:
+        raise ValueError("b_tensor/b_ptrs: provide either b_tensor (dense) or b_ptrs (discrete), not both")
+    if ops.b is None and ops.b_ptrs is None:
+        raise ValueError("b_tensor/b_ptrs: provide either b_tensor (dense weights) or b_ptrs (per-expert pointers), got neither")
+    if ops.b is not None:
+        if n is not None or b_dtype is not None:
+            raise ValueError(f"n/b_dtype: dense mode (b_tensor) forbids n and b_dtype, got n={n!r}, b_dtype={b_dtype!r}")
+        return "dense"
+    if n is None or b_dtype is None:
+        raise ValueError(f"n/b_dtype: discrete mode (b_ptrs) requires n and b_dtype, got n={n!r}, b_dtype={b_dtype!r}")
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"n: expected an int, got {type(n).__name__}")
+    if not isinstance(b_dtype, torch.dtype):
+        raise TypeError(f"b_dtype: expected a torch.dtype, got {type(b_dtype).__name__}")
+    return "discrete"
+
+
+def normalize(ops: Operands, cfg: CallConfig, *, n: Optional[int] = None, b_dtype: Optional[torch.dtype] = None,
+              d_dtype: Optional[torch.dtype] = None, generate_dbias: Optional[bool] = None):
+    """Validate a call and return ``(problem, pack)``.
+
+    ``pack`` maps slot names to canonical views of the caller's tensors. ``d_row`` (and
+    ``dbias`` when ``generate_dbias``) may be absent: the wrapper passes ``d_dtype`` and
+    allocates them after validation.
+    """
+    for slot, t in vars(ops).items():
+        if t is not None and slot != "norm_const" and not isinstance(t, torch.Tensor):
+            raise TypeError(f"{ARG_NAMES[slot]}: expected a torch.Tensor, got {type(t).__name__}")
+    a = require_tensor("a_tensor", ops.a)
+    mode = _weight_mode(ops, n, b_dtype)
+    bd = ops.b.dtype if mode == "dense" else b_dtype
+    family = operand_family(a, bd)
+    check_common_config(cfg)
+    if family == "block_scaled":
+        from .contract_blockscaled import normalize_block_scaled
+
+        return normalize_block_scaled(ops, cfg, mode=mode, n=n, b_dtype=bd, d_dtype=d_dtype,
+                                      generate_dbias=generate_dbias)
+    check_bf16_config(cfg, {"sfa_tensor": ops.sfa, "sfb_tensor": ops.sfb, "sfb_ptrs": ops.sfb_ptrs,
+                            "d_col_tensor": ops.d_col, "sfd_row_tensor": ops.sfd_row, "sfd_col_tensor": ops.sfd_col,
+                            "amax_tensor": ops.amax, "norm_const_tensor": ops.norm_const})
+    act = resolve_act(cfg, block_scaled=False)
+
+    # A: (M, K) or (M, K, 1), K-major, bf16
+    a2 = drop_unit_dims("a_tensor", a, 2, "(M, K) or (M, K, 1)")
+    m, k = a2.shape
+    check_row_major("a_tensor", a2)
+    if m % M_ALIGN:
+        raise ValueError(f"a_tensor: M (rows) must be a multiple of {M_ALIGN}, got M = {m}")
+    if k <= 0 or k % 8:
+        raise ValueError(f"a_tensor: K must be a positive multiple of 8 (16-byte rows of bf16), got K = {k}")
+
+    # B: dense (N, K, L) K- or N-major, or discrete pointers
+    if mode == "dense":
+        b = require_tensor("b_tensor", ops.b)
+        check_dtype("b_tensor", b, (BF16,))
+        if b.dim() != 3:
+            raise ValueError(f"b_tensor: shape must be (N, K, L), got {tuple(b.shape)}")
+        n_, kb, num_experts = b.shape
+        if kb != k:
+            raise ValueError(f"b_tensor: K must equal a_tensor's K = {k}, got shape {tuple(b.shape)}")
+        if b.numel() and b.stride(1) == 1 and (n_ == 1 or b.stride(0) == kb) and (num_experts == 1 or b.stride(2) == n_ * kb):
+            b_major = "k"
+        elif b.numel() and b.stride(0) == 1 and (kb == 1 or b.stride(1) == n_) and (num_experts == 1 or b.stride(2) == n_ * kb):
+            b_major = "n"
+        else:
+            raise ValueError(f"b_tensor: stride must be K-major ({kb}, 1, {n_ * kb}) or N-major (1, {n_}, {n_ * kb}) "
+                             f"for shape {tuple(b.shape)}, got {tuple(b.stride())}")
+        n = n_
+    else:
+        bp = require_tensor("b_ptrs", ops.b_ptrs)
+        check_dtype("b_ptrs", bp, (torch.int64,))
+        if bp.dim() != 1:
+            raise ValueError(f"b_ptrs: shape must be (L,), got {tuple(bp.shape)}")
+        check_contiguous_1d("b_ptrs", bp)
+        check_aligned("b_ptrs", bp, 8)
+        if b_dtype != BF16:
+            raise TypeError(f"b_dtype: must be bfloat16 with bfloat16 a_tensor, got {_fmt_dtype(b_dtype)}")
+        num_experts = bp.shape[0]
+        b_major = cfg.b_major
+    if n <= 0 or n % 32:
+        raise ValueError(f"n: N must be a positive multiple of 32 (32-column gate/up blocks), got N = {n}")
+    if not 1 <= num_experts <= MAX_EXPERTS:
+        raise ValueError(f"num_experts: expert count L must be in [1, {MAX_EXPERTS}], got {num_experts}")
+    two_n = 2 * n
+
+    c = drop_unit_dims("c_tensor", require_tensor("c_tensor", ops.c), 2, "(M, 2N) or (M, 2N, 1)")
+    check_dtype("c_tensor", c, CD_DTYPES)
+    check_shape("c_tensor", c, (m, two_n), "(M, 2N)")
+    check_row_major("c_tensor", c)
+
+    pack: Dict[str, Any] = {"a": a2, "c": c}
+    if ops.d_row is not None:
+        d = drop_unit_dims("d_row_tensor", ops.d_row, 2, "(M, 2N) or (M, 2N, 1)")
+        check_dtype("d_row_tensor", d, CD_DTYPES)
+        check_shape("d_row_tensor", d, (m, two_n), "(M, 2N)")
+        check_row_major("d_row_tensor", d)
+        pack["d_row"] = d
+        d_dtype = d.dtype
+    else:
+        d_dtype = BF16 if d_dtype is None else d_dtype
+        if d_dtype not in CD_DTYPES:
+            raise TypeError(f"d_dtype: must be one of {_dtypes(CD_DTYPES)}, got {_fmt_dtype(d_dtype) if isinstance(d_dtype, torch.dtype) else d_dtype!r}")
+
+    offs = require_tensor("padded_offsets", ops.padded_offsets)
+    check_dtype("padded_offsets", offs, (torch.int32,))
+    check_shape("padded_offsets", offs, (num_experts,), "(L,)")
+    for slot in ("alpha", "beta"):
+        t = require_tensor(ARG_NAMES[slot], getattr(ops, slot))
+        check_dtype(ARG_NAMES[slot], t, (torch.float32,))
+        check_shape(ARG_NAMES[slot], t, (num_experts,), "(L,)")
+        pack[slot] = t
+    pack["padded_offsets"] = offs
+
+    for slot in ("prob", "dprob"):
+        t = require_tensor(ARG_NAMES[slot], getattr(ops, slot))  # BF16 requires both
+        check_dtype(ARG_NAMES[slot], t, (torch.float32,))
+        v = drop_unit_dims(ARG_NAMES[slot], t, 1, "(M,) or (M, 1, 1)")
+        check_shape(ARG_NAMES[slot], v, (m,), "(M,)")
+        if slot == "dprob":
+            check_contiguous_1d("dprob_tensor", v)
+        pack[slot] = v
+
+    if ops.dbias is not None:
+        if generate_dbias is False:
+            raise ValueError("dbias_tensor: must be omitted when dbias is not generated "
+                             "(the plan was built without sample_dbias / generate_dbias=False)")
+        db = drop_unit_dims("dbias_tensor", ops.dbias, 2, "(L, 2N) or (L, 2N, 1)")
+        check_dtype("dbias_tensor", db, (BF16,))
+        check_shape("dbias_tensor", db, (num_experts, two_n), "(L, 2N)")
+        check_row_major("dbias_tensor", db)
+        pack["dbias"] = db
+        generate_dbias = True
+    elif generate_dbias is None:
+        generate_dbias = False
+
+    if ops.activation is not None:
+        if act.act_func != "dgeglu" or c.dtype != BF16 or d_dtype != BF16:
+            raise ValueError("activation_tensor: supported only with act_func='dgeglu' and bfloat16 C and D, got "
+                             f"act_func={act.act_func!r}, C {_fmt_dtype(c.dtype)}, D {_fmt_dtype(d_dtype)}")
+        av = drop_unit_dims("activation_tensor", ops.activation, 2, "(M, N) or (M, N, 1)")
+        check_dtype("activation_tensor", av, (BF16,))
+        check_shape("activation_tensor", av, (m, n), "(M, N)")
+        check_row_major("activation_tensor", av)
+        pack["activation"] = av
+
+    device = check_same_device({ARG_NAMES[s]: pack.get(s) for s in pack} | {"b_tensor": ops.b, "b_ptrs": ops.b_ptrs})
+    for slot, t in pack.items():
+        check_aligned(ARG_NAMES[slot], t)
+    if mode == "dense":
+        check_aligned("b_tensor", ops.b)
+        pack["b"] = ops.b
+    else:
+        pack["b_ptrs"] = ops.b_ptrs
+
+    problem = DgluProblem(
+        n=n, k=k, num_experts=num_experts, m=m, weight_mode=mode, b_major=b_major,
+        ab_dtype=BF16, c_dtype=c.dtype, d_dtype=d_dtype, act=act, generate_dbias=bool(generate_dbias),
+        has_prob=True, has_dprob=True, generate_activation="activation" in pack,
+        round_dgrad_to_input_dtype=cfg.round_dgrad_to_input_dtype, use_dynamic_sched=cfg.use_dynamic_sched,
+        device_type=device.type, device_index=device.index,
+    )
+    return problem, pack

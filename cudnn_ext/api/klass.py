@@ -1,0 +1,172 @@
+"""``GroupedGemmDglu``: the class API (check_support -> compile -> execute), vendor-compatible.
+
+Owns the sample-based lifecycle: samples describe the problem family (M may change per
+call), ``check_support`` ranks engines, ``compile`` builds the plan and owns a workspace
+unless the caller passes one to ``execute``. Runtime tensors are checked against the compiled
+family; the plan itself is shared with the wrapper and the graph (one path).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Tuple
+
+import torch
+
+from ..errors import NoEngineError
+from ..plan import ExecutionPlan, plan_for
+from ..problem import DgluProblem
+from . import contract
+from .streams import as_torch_stream, on_stream
+
+
+class GroupedGemmDglu:
+    """Grouped GEMM + dGLU backward as a reusable, compiled object (see docs/api.md)."""
+
+    def __init__(
+        self, sample_a, sample_c, sample_d_row, sample_d_col, sample_sfa, sample_padded_offsets, sample_alpha,
+        sample_beta, sample_prob, sample_dprob, sample_b=None, sample_sfb=None, sample_dbias=None,
+        num_experts: Optional[int] = None, b_shape: Optional[Tuple[int, ...]] = None,
+        b_dtype: Optional[torch.dtype] = None, sample_sfd_row=None, sample_sfd_col=None, sample_amax=None,
+        sample_norm_const=None, acc_dtype: Optional[torch.dtype] = None, mma_tiler_mn: Tuple[int, int] = (256, 256),
+        cluster_shape_mn: Optional[Tuple[int, int]] = None, sf_vec_size: int = 16,
+        sf_fp8_dtype_override: Optional[str] = None, vector_f32: bool = False, m_aligned: int = 256,
+        discrete_col_sfd: bool = False, act_func: str = "dswiglu", b_major: str = "k", epilogue_op=None,
+        use_dynamic_sched: bool = False, use_single_group_runtime_offsets: bool = False,
+        linear_offset: Optional[float] = None, geglu_alpha: float = 1.702, glu_clamp_max: float = 7.0,
+        glu_clamp_min: float = -7.0, situ_beta1: float = 4.0, situ_beta2: float = 25.0,
+        round_dgrad_to_input_dtype: bool = False, sample_activation=None, _deterministic: bool = False,
+        *, engine: Optional[str] = None,
+    ):
+        self._cfg = contract.CallConfig(
+            act_func=act_func, linear_offset=linear_offset, geglu_alpha=geglu_alpha, glu_clamp_max=glu_clamp_max,
+            glu_clamp_min=glu_clamp_min, situ_beta1=situ_beta1, situ_beta2=situ_beta2, b_major=b_major,
+            acc_dtype=acc_dtype, mma_tiler_mn=mma_tiler_mn, cluster_shape_mn=cluster_shape_mn,
+            sf_vec_size=sf_vec_size, sf_fp8_dtype_override=sf_fp8_dtype_override, vector_f32=vector_f32,
+            m_aligned=m_aligned, discrete_col_sfd=discrete_col_sfd, epilogue_op=epilogue_op,
+            use_dynamic_sched=use_dynamic_sched, use_single_group_runtime_offsets=use_single_group_runtime_offsets,
+            round_dgrad_to_input_dtype=round_dgrad_to_input_dtype, deterministic=_deterministic,
+        )
+        self._samples = contract.Operands(
+            a=sample_a, c=sample_c, d_row=sample_d_row, d_col=sample_d_col, sfa=sample_sfa,
+            padded_offsets=sample_padded_offsets, alpha=sample_alpha, beta=sample_beta, prob=sample_prob,
+            dprob=sample_dprob, b=sample_b, sfb=sample_sfb, dbias=sample_dbias, sfd_row=sample_sfd_row,
+            sfd_col=sample_sfd_col, amax=sample_amax, norm_const=sample_norm_const, activation=sample_activation,
+        )
+        self._discrete = dict(num_experts=num_experts, b_shape=b_shape, b_dtype=b_dtype)
+        self._engine = engine
+        self._problem: Optional[DgluProblem] = None
+        self._plan: Optional[ExecutionPlan] = None
+        self._workspace: Optional[torch.Tensor] = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def _describe(self) -> DgluProblem:
+        if self._problem is not None:
+            return self._problem
+        ops = dataclasses.replace(self._samples)
+        n = b_dtype = None
+        if ops.b is None:
+            ne, shape, b_dtype = self._discrete["num_experts"], self._discrete["b_shape"], self._discrete["b_dtype"]
+            if ne is None or shape is None or b_dtype is None:
+                raise ValueError("num_experts/b_shape/b_dtype: discrete mode (no sample_b) requires all three, got "
+                                 f"num_experts={ne!r}, b_shape={shape!r}, b_dtype={b_dtype!r}")
+            shape = tuple(shape)
+            if len(shape) not in (2, 3) or (len(shape) == 3 and shape[2] != 1):
+                raise ValueError(f"b_shape: must be (N, K) or (N, K, 1), got {shape}")
+            if isinstance(ne, bool) or not isinstance(ne, int):
+                raise TypeError(f"num_experts: expected an int, got {type(ne).__name__}")
+            if not 1 <= ne <= contract.MAX_EXPERTS:
+                raise ValueError(f"num_experts: must be in [1, {contract.MAX_EXPERTS}], got {ne}")
+            n = shape[0]
+            a_k = contract.drop_unit_dims("sample_a", contract.require_tensor("sample_a", ops.a), 2, "(M, K)").shape[1]
+            if shape[1] != a_k:
+                raise ValueError(f"b_shape: K must equal sample_a's K = {a_k}, got {shape}")
+            # a stand-in pointer table so the contract sees a discrete call of the right length
+            ops.b_ptrs = torch.zeros(ne, dtype=torch.int64, device=ops.a.device)
+        elif any(v is not None for v in self._discrete.values()):
+            raise ValueError("num_experts/b_shape/b_dtype: dense mode (sample_b) forbids them, got "
+                             f"{ {k: v for k, v in self._discrete.items() if v is not None} }")
+        gen_dbias = self._samples.dbias is not None
+        self._problem, _ = contract.normalize(ops, self._cfg, n=n, b_dtype=b_dtype, generate_dbias=gen_dbias)
+        return self._problem
+
+    def check_support(self) -> bool:
+        """True if some engine can run the sampled problem; raises otherwise (typed errors,
+        listing every engine's reason when none can)."""
+        problem = self._describe()
+        from ..engines.registry import ENGINES, engine_by_name, rank
+
+        engines = [engine_by_name(self._engine)] if self._engine else ENGINES
+        rank(problem, engines=engines)
+        return True
+
+    def compile(self) -> None:
+        self.check_support()
+        if self._plan is None:
+            self._plan = plan_for(self._problem, engine=self._engine)
+
+    @property
+    def engine_name(self) -> str:
+        self.compile()
+        return self._plan.engine_name
+
+    def get_workspace_size(self) -> int:
+        self.compile()
+        return self._plan.workspace_size
+
+    scratch_workspace_bytes = get_workspace_size
+
+    def execute(
+        self, a_tensor, c_tensor, d_row_tensor, d_col_tensor, sfa_tensor, padded_offsets, alpha_tensor,
+        beta_tensor, prob_tensor, dprob_tensor, b_tensor=None, sfb_tensor=None, dbias_tensor=None, b_ptrs=None,
+        sfb_ptrs=None, sfd_row_tensor=None, sfd_col_tensor=None, amax_tensor=None, norm_const_tensor=None,
+        current_stream=None, activation_tensor=None, *, workspace: Optional[torch.Tensor] = None,
+    ) -> None:
+        """Run on the given tensors; outputs are written in place (dprob/dbias accumulate)."""
+        self.compile()
+        problem = self._problem
+        if problem.weight_mode == "dense" and b_ptrs is not None:
+            raise ValueError("b_ptrs: the object was compiled for dense weights (sample_b); pass b_tensor")
+        if problem.weight_mode == "discrete" and b_tensor is not None:
+            raise ValueError("b_tensor: the object was compiled for discrete weights (b_shape); pass b_ptrs")
+        if problem.generate_dbias and dbias_tensor is None:
+            raise ValueError("dbias_tensor: required because the object was compiled with sample_dbias")
+        if problem.generate_activation != (activation_tensor is not None):
+            raise ValueError("activation_tensor: must be given exactly when sample_activation was given "
+                             f"(compiled with{'out' if not problem.generate_activation else ''} it)")
+        ops = contract.Operands(
+            a=a_tensor, c=c_tensor, d_row=d_row_tensor, d_col=d_col_tensor, sfa=sfa_tensor,
+            padded_offsets=padded_offsets, alpha=alpha_tensor, beta=beta_tensor, prob=prob_tensor,
+            dprob=dprob_tensor, b=b_tensor, sfb=sfb_tensor, dbias=dbias_tensor, b_ptrs=b_ptrs, sfb_ptrs=sfb_ptrs,
+            sfd_row=sfd_row_tensor, sfd_col=sfd_col_tensor, amax=amax_tensor, norm_const=norm_const_tensor,
+            activation=activation_tensor,
+        )
+        n = b_dtype = None
+        if problem.weight_mode == "discrete":
+            n, b_dtype = problem.n, self._discrete["b_dtype"]
+        got, pack = contract.normalize(ops, self._cfg, n=n, b_dtype=b_dtype, generate_dbias=problem.generate_dbias)
+        if got.with_m(0) != problem.with_m(0):
+            diffs = [f.name for f in dataclasses.fields(problem)
+                     if f.name != "m" and getattr(got, f.name) != getattr(problem, f.name)]
+            raise ValueError("execute: tensors do not match the compiled problem (only M may change); differing: "
+                             + ", ".join(f"{d}: compiled {getattr(problem, d)!r}, got {getattr(got, d)!r}" for d in diffs))
+        need = self._plan.workspace_size
+        device = pack["c"].device
+        if workspace is None and need:
+            if self._workspace is None or self._workspace.numel() < need or self._workspace.device != device:
+                self._workspace = torch.empty(need, dtype=torch.uint8, device=device)
+            workspace = self._workspace
+        elif workspace is not None:
+            contract.check_dtype("workspace", workspace, (torch.uint8,))
+            if workspace.numel() < need:
+                raise ValueError(f"workspace: needs at least {need} bytes, got {workspace.numel()}")
+            if workspace.device != device:
+                raise ValueError(f"workspace: must be on {device}, got {workspace.device}")
+        stream = as_torch_stream(current_stream, device)
+        with on_stream(stream):
+            self._plan.execute(pack, workspace, stream)
+
+    def __call__(self, *args, **kwargs):
+        return self.execute(*args, **kwargs)
+
+
+__all__ = ["GroupedGemmDglu", "NoEngineError"]

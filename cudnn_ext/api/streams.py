@@ -1,0 +1,24 @@
+"""Stream normalization: whatever the caller passed as ``current_stream`` -> a torch stream."""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+
+def as_torch_stream(current_stream, device: torch.device):
+    """``None`` -> the device's current stream; a torch stream as is; a raw handle (int,
+    ``cuda.CUstream``) -> ``torch.cuda.ExternalStream``. CPU devices have no stream (None)."""
+    if device.type != "cuda":
+        return None
+    if current_stream is None:
+        return torch.cuda.current_stream(device)
+    if isinstance(current_stream, torch.cuda.Stream):
+        return current_stream
+    handle = current_stream if isinstance(current_stream, int) else int(current_stream)
+    return torch.cuda.ExternalStream(handle, device=device)
+
+
+def on_stream(stream):
+    """Context under which allocations and fills are ordered on ``stream``."""
+    return torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()

@@ -1,0 +1,82 @@
+"""``grouped_gemm_dglu_wrapper``: the one-call entry point, vendor keyword-compatible.
+
+Owns output/workspace allocation for the one-call form and the ``TupleDict`` return. It
+validates through ``contract`` (before allocating), gets a cached plan and executes it: the
+same path as the class API and the graph.
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+
+from ..plan import plan_for
+from . import contract
+from .streams import as_torch_stream, on_stream
+from .tupledict import TupleDict
+
+RESULT_KEYS = ("d_row_tensor", "d_col_tensor", "dprob_tensor", "dbias_tensor", "amax_tensor",
+               "sfd_row_tensor", "sfd_col_tensor")
+
+
+def grouped_gemm_dglu_wrapper(
+    a_tensor, c_tensor, sfa_tensor, padded_offsets, alpha_tensor, beta_tensor, prob_tensor, dprob_tensor,
+    b_tensor=None, sfb_tensor=None, generate_dbias: bool = False, b_ptrs=None, sfb_ptrs=None,
+    n: Optional[int] = None, b_dtype: Optional[torch.dtype] = None, b_major: str = "k", norm_const_tensor=None,
+    acc_dtype: Optional[torch.dtype] = None, d_dtype: Optional[torch.dtype] = None, cd_major: str = "n",
+    mma_tiler_mn: Tuple[int, int] = (256, 256), cluster_shape_mn: Optional[Tuple[int, int]] = None,
+    sf_vec_size: int = 16, sf_fp8_dtype_override: Optional[str] = None, vector_f32: bool = False,
+    m_aligned: int = 256, discrete_col_sfd: bool = False, act_func: str = "dswiglu",
+    linear_offset: Optional[float] = None, geglu_alpha: float = 1.702, glu_clamp_max: float = 7.0,
+    glu_clamp_min: float = -7.0, situ_beta1: float = 4.0, situ_beta2: float = 25.0, epilogue_op=None,
+    use_dynamic_sched: bool = False, use_single_group_runtime_offsets: bool = False, current_stream=None,
+    round_dgrad_to_input_dtype: bool = False, activation_tensor=None, deterministic: bool = False,
+    *, engine: Optional[str] = None,
+) -> TupleDict:
+    """Grouped GEMM + dGLU backward in one call (see docs/api.md).
+
+    Allocates D (``torch.empty``: rows past ``padded_offsets[-1]`` are unspecified), dbias
+    (zeros) when ``generate_dbias``, and the workspace; accumulates into the caller's
+    ``dprob_tensor`` (zero it first) and returns it as is. ``engine`` pins an engine by name.
+    """
+    if not isinstance(generate_dbias, bool):
+        raise TypeError(f"generate_dbias: expected a bool, got {type(generate_dbias).__name__}")
+    cfg = contract.CallConfig(
+        act_func=act_func, linear_offset=linear_offset, geglu_alpha=geglu_alpha, glu_clamp_max=glu_clamp_max,
+        glu_clamp_min=glu_clamp_min, situ_beta1=situ_beta1, situ_beta2=situ_beta2, b_major=b_major,
+        acc_dtype=acc_dtype, cd_major=cd_major, mma_tiler_mn=mma_tiler_mn, cluster_shape_mn=cluster_shape_mn,
+        sf_vec_size=sf_vec_size, sf_fp8_dtype_override=sf_fp8_dtype_override, vector_f32=vector_f32,
+        m_aligned=m_aligned, discrete_col_sfd=discrete_col_sfd, epilogue_op=epilogue_op,
+        use_dynamic_sched=use_dynamic_sched, use_single_group_runtime_offsets=use_single_group_runtime_offsets,
+        round_dgrad_to_input_dtype=round_dgrad_to_input_dtype, deterministic=deterministic,
+    )
+    ops = contract.Operands(
+        a=a_tensor, c=c_tensor, sfa=sfa_tensor, padded_offsets=padded_offsets, alpha=alpha_tensor,
+        beta=beta_tensor, prob=prob_tensor, dprob=dprob_tensor, b=b_tensor, sfb=sfb_tensor, b_ptrs=b_ptrs,
+        sfb_ptrs=sfb_ptrs, norm_const=norm_const_tensor, activation=activation_tensor,
+    )
+    problem, pack = contract.normalize(ops, cfg, n=n, b_dtype=b_dtype, d_dtype=d_dtype,
+                                       generate_dbias=generate_dbias)
+    plan = plan_for(problem, engine=engine)  # decline reasons surface before any allocation
+    device = pack["c"].device
+    stream = as_torch_stream(current_stream, device)
+    m, two_n = pack["c"].shape
+    with on_stream(stream):
+        result = {k: None for k in RESULT_KEYS}
+        d_row = torch.empty((m, two_n, 1), dtype=problem.d_dtype, device=device)
+        pack["d_row"] = d_row[..., 0]
+        result["d_row_tensor"] = d_row
+        if problem.generate_dbias:
+            dbias = torch.zeros((problem.num_experts, two_n, 1), dtype=torch.bfloat16, device=device)
+            pack["dbias"] = dbias[..., 0]
+            result["dbias_tensor"] = dbias
+        if problem.is_block_scaled:
+            from .contract_blockscaled import allocate_block_scaled_outputs
+
+            allocate_block_scaled_outputs(problem, pack, result)
+        ws = torch.empty(plan.workspace_size, dtype=torch.uint8, device=device) if plan.workspace_size else None
+        plan.execute(pack, ws, stream)
+    result["dprob_tensor"] = dprob_tensor
+    if activation_tensor is not None:
+        result["activation_tensor"] = activation_tensor
+    return TupleDict(result)

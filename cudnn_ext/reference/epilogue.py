@@ -1,0 +1,78 @@
+"""dGLU epilogue math, written once as small pure functions.
+
+Owns the *local* derivatives of each gated activation with respect to its gate and up inputs,
+plus the activation value whose accumulator-weighted row sum is the dprob term. The GEMM
+result, ``prob`` and the scalars are applied by the caller (``grouped_dglu``), exactly as the
+kernels do (vendor_facts 1.5, 1.6, 2.4):
+
+    dgate = g0 * p * dgate_local      dup = g0 * p * dup_local      dprob_term = g0 * act
+
+with ``g0 = alpha**2 * (A @ B^T)`` and ``gate``/``up`` the (beta-scaled) C values. The kernel
+epilogues mirror these functions one to one; tests check them against autograd of the forward
+activations, never against these formulas again.
+
+Every function works elementwise on tensors of any floating dtype and returns
+``(dgate_local, dup_local, act)``.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def dswiglu(gate: torch.Tensor, up: torch.Tensor):
+    """SwiGLU ``out = silu(gate) * up``: d/dgate = up*s*(1 + gate*(1-s)), d/dup = silu(gate)."""
+    s = torch.sigmoid(gate)
+    silu = gate * s
+    return up * s * (1 + gate * (1 - s)), silu, silu * up
+
+
+def dgeglu(gate, up, *, alpha: float, clamp_max: float, clamp_min: float, linear_offset: float):
+    """Clamped GeGLU ``out = y1*sigmoid(alpha*y1) * (y2 + linear_offset)``.
+
+    ``y1 = min(gate, clamp_max)`` (gate clamped above only), ``y2 = clamp(up, clamp_min,
+    clamp_max)``. The clamp masks are taken on the unclamped values and are inclusive at the
+    bounds (a gradient flows at equality), as in the vendor kernel.
+    """
+    y1 = torch.clamp(gate, max=clamp_max)
+    y2 = torch.clamp(up, min=clamp_min, max=clamp_max)
+    s = torch.sigmoid(alpha * y1)
+    lin = y2 + linear_offset
+    zero = torch.zeros((), dtype=gate.dtype, device=gate.device)
+    dgate = torch.where(gate <= clamp_max, s * (1 + alpha * y1 * (1 - s)) * lin, zero)
+    dup = torch.where((up >= clamp_min) & (up <= clamp_max), y1 * s, zero)
+    return dgate, dup, y1 * s * lin
+
+
+def dsituglu(gate, up, *, beta1: float, beta2: float):
+    """SiTU-GLU ``out = T_g * T_u`` with ``T_g = beta1*tanh(gate/beta1)*sigmoid(gate)`` and
+    ``T_u = beta2*tanh(up/beta2)`` (block-scaled contract only)."""
+    t = torch.tanh(gate / beta1)
+    u = torch.tanh(up / beta2)
+    s = torch.sigmoid(gate)
+    tg = beta1 * t * s
+    tu = beta2 * u
+    dtg = (1 - t * t) * s + beta1 * t * s * (1 - s)
+    return tu * dtg, tg * (1 - u * u), tg * tu
+
+
+def local_derivatives(act, gate, up):
+    """Dispatch on a :class:`cudnn_ext.problem.ActConfig`."""
+    if act.act_func == "dswiglu":
+        return dswiglu(gate, up)
+    if act.act_func == "dgeglu":
+        return dgeglu(gate, up, alpha=act.geglu_alpha, clamp_max=act.clamp_max,
+                      clamp_min=act.clamp_min, linear_offset=act.linear_offset)
+    if act.act_func == "dsituglu":
+        return dsituglu(gate, up, beta1=act.situ_beta1, beta2=act.situ_beta2)
+    raise ValueError(f"act_func: unknown activation {act.act_func!r}")
+
+
+def gate_up_columns(n: int, device=None):
+    """Column indices into C/D (width 2N) of the gate and up halves of accumulator column n.
+
+    Within every 64-column pair the first 32 columns are gate and the next 32 are up
+    (vendor_facts 1.3): gate(n) = 64*(n//32) + n%32, up(n) = gate(n) + 32.
+    """
+    idx = torch.arange(n, device=device)
+    gate = 64 * (idx // 32) + idx % 32
+    return gate, gate + 32

@@ -1,0 +1,132 @@
+"""The reference engine's math: grouped GEMM + dGLU backward, exact to the vendor contract.
+
+Owns the semantics (vendor_facts 1.11), computed with PyTorch on any device in float32 (the
+kernels' accumulation precision) or float64 (the oracle precision used by tests). It reads a
+canonical variant pack (``cudnn_ext.problem.SLOTS``) and writes only output slots:
+
+* ``d_row`` rows of each expert's padded range are written; rows past ``padded_offsets[-1]``
+  are left untouched;
+* ``dprob`` and ``dbias`` are *accumulated* into (as the vendor kernels do with atomics):
+  ``dprob += row sums`` in fp32, ``dbias = round_bf16(fp32(dbias) + column sums)`` once per call;
+* ``activation`` (optional, dGeGLU) receives ``prob * act``.
+
+It does not validate the call (``cudnn_ext.api.contract`` does) except the *values* of
+``padded_offsets``, which it has to read anyway.
+"""
+from __future__ import annotations
+
+from typing import Mapping, Optional
+
+import torch
+
+from ..problem import DgluProblem
+from .epilogue import gate_up_columns, local_derivatives
+from .memory import tensor_at
+
+
+def expert_ranges(offsets: torch.Tensor, m: int):
+    """Host list of (expert, row_start, row_end); checks the offsets' values on the way."""
+    ends = [int(v) for v in offsets.to("cpu", torch.int64).tolist()]
+    ranges, start = [], 0
+    for e, end in enumerate(ends):
+        if end < start:
+            raise ValueError(f"padded_offsets: values must be non-decreasing, got {end} after {start} at index {e}")
+        if end % 256:
+            raise ValueError(f"padded_offsets[{e}] must be a multiple of 256, got {end}")
+        if end > m:
+            raise ValueError(f"padded_offsets[{e}] = {end} exceeds the number of rows M = {m}")
+        ranges.append((e, start, end))
+        start = end
+    return ranges
+
+
+def expert_weight(problem: DgluProblem, pack: Mapping, e: int) -> torch.Tensor:
+    """The (N, K) weight of expert ``e`` in its stored dtype (dense slice or b_ptrs view)."""
+    n, k = problem.n, problem.k
+    if problem.weight_mode == "dense":
+        return pack["b"][:, :, e]
+    ptrs = pack["b_ptrs"]
+    ptr = int(ptrs[e].item())
+    flat = tensor_at(ptr, n * k, problem.ab_dtype, ptrs.device)
+    return flat.view(n, k) if problem.b_major == "k" else flat.view(k, n).t()
+
+
+def expert_gemm(problem: DgluProblem, pack: Mapping, e: int, r0: int, r1: int, dtype) -> torch.Tensor:
+    """acc = A[r0:r1] @ B_e^T in ``dtype`` (the GEMM before alpha**2)."""
+    if problem.is_block_scaled:
+        from .blockscaled import expert_operands  # block-scaled dequantization lives there
+
+        a, b = expert_operands(problem, pack, e, r0, r1, dtype)
+    else:
+        a = pack["a"][r0:r1].to(dtype)
+        b = expert_weight(problem, pack, e).to(dtype)
+    return a @ b.t()
+
+
+def grouped_dglu_reference(problem: DgluProblem, pack: Mapping, *, compute_dtype=torch.float32) -> None:
+    """Run the operation on ``pack`` in ``compute_dtype``; writes/accumulates the output slots."""
+    act = problem.act
+    m = pack["c"].shape[0]
+    dev = pack["c"].device
+    gate_cols, up_cols = gate_up_columns(problem.n, dev)
+    alpha = pack["alpha"].to(compute_dtype)
+    beta = pack["beta"].to(compute_dtype)
+    prob = pack.get("prob")
+    dprob, dbias, activation = pack.get("dprob"), pack.get("dbias"), pack.get("activation")
+    d_row = pack["d_row"]
+    dbias_acc = None
+    if dbias is not None:
+        dbias_acc = dbias.to(compute_dtype)
+    outs = []
+    for e, r0, r1 in expert_ranges(pack["padded_offsets"], m):
+        if r1 == r0:
+            continue  # an empty group produces nothing
+        g0 = alpha[e] ** 2 * expert_gemm(problem, pack, e, r0, r1, compute_dtype)
+        if problem.round_dgrad_to_input_dtype:
+            g0 = g0.to(torch.bfloat16).to(compute_dtype)
+        c = pack["c"][r0:r1].to(compute_dtype)
+        gate, up = c[:, gate_cols], c[:, up_cols]
+        if act.act_func != "dgeglu" or act.dgeglu_applies_beta:
+            gate, up = beta[e] * gate, beta[e] * up
+        dgate_l, dup_l, act_val = local_derivatives(act, gate, up)
+        p = prob[r0:r1].to(compute_dtype)[:, None] if prob is not None else 1.0
+        dgate, dup = g0 * p * dgate_l, g0 * p * dup_l
+        outs.append((e, r0, r1, dgate, dup))
+        if dprob is not None:
+            dprob[r0:r1] += (g0 * act_val).sum(1).to(dprob.dtype)
+        if dbias_acc is not None:
+            dbias_acc[e, gate_cols] += dgate.sum(0)
+            dbias_acc[e, up_cols] += dup.sum(0)
+        if activation is not None:
+            activation[r0:r1] = (p * act_val).to(activation.dtype)
+        if not problem.is_block_scaled or not problem.block_scale.generate_sfd:
+            d_row[r0:r1, gate_cols] = dgate.to(d_row.dtype)
+            d_row[r0:r1, up_cols] = dup.to(d_row.dtype)
+    if dbias_acc is not None:
+        dbias.copy_(dbias_acc.to(dbias.dtype))
+    if problem.is_block_scaled:
+        from .blockscaled import finish_outputs  # amax, quantized D_row/D_col with SFD
+
+        finish_outputs(problem, pack, outs, gate_cols, up_cols)
+
+
+def reference_outputs(problem: DgluProblem, pack: Mapping, *, compute_dtype=torch.float64,
+                      dprob_init: Optional[torch.Tensor] = None) -> dict:
+    """Fresh outputs of the operation (float64 by default), without touching ``pack``'s outputs.
+
+    Returns ``d_row`` in ``compute_dtype`` (rows past the last offset are NaN), ``dprob``
+    (zero-initialised unless ``dprob_init``), ``dbias`` (compute dtype, zero-initialised) and
+    ``activation`` when the problem generates one. This is the oracle form used by tests.
+    """
+    m, two_n = pack["c"].shape
+    dev = pack["c"].device
+    fresh = dict(pack)
+    fresh["d_row"] = torch.full((m, two_n), float("nan"), dtype=compute_dtype, device=dev)
+    fresh["dprob"] = (dprob_init.to(compute_dtype).clone() if dprob_init is not None
+                      else torch.zeros(m, dtype=compute_dtype, device=dev))
+    fresh["dbias"] = (torch.zeros(problem.num_experts, two_n, dtype=compute_dtype, device=dev)
+                      if problem.generate_dbias else None)
+    fresh["activation"] = (torch.zeros(m, problem.n, dtype=compute_dtype, device=dev)
+                           if problem.generate_activation else None)
+    grouped_dglu_reference(problem, fresh, compute_dtype=compute_dtype)
+    return {k: fresh[k] for k in ("d_row", "dprob", "dbias", "activation")}
