@@ -1,0 +1,285 @@
+"""Benchmark: grouped GEMM + dGLU backward on one GPU, cudnn_ext against its peers.
+
+Peers, side by side in one process on the same inputs:
+  cudnn_ext               the fused SM90 engine (GEMM + dSwiGLU + dprob + dbias, one kernel)
+  torch_grouped_mm        torch._grouped_mm alone (the GEMM only, bf16 out): the bar to beat
+  torch_unfused_compiled  torch._grouped_mm + a torch.compile'd epilogue (what users write)
+  quack                   quack.gemm_interface.gemm_dgated with cu_seqlens_m (tuned=False;
+                          its own gate/up layout, no dbias), if quack-kernels is importable
+
+Prints ms (median of --reps timed runs after warm-up, CUDA events), TFLOP/s (2*rows*N*K) and
+ratios; writes JSON rows {"shape", "impl", "ms", "tflops", ...} plus the command, device and
+date to benchmarks/results/<device>-<date>.json (or --out). Not imported by the library.
+
+  python benchmarks/bench_dglu.py [--shapes dsv3,qwen3,mixtral,skew] [--reps 50]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import statistics
+import sys
+import time
+import traceback
+
+import torch
+
+SHAPES = {
+    # name: (L, rows per expert (mean), K, N)
+    "dsv3": (8, 4096, 7168, 2048),
+    "qwen3": (32, 512, 2048, 768),
+    "mixtral": (8, 2048, 4096, 14336),
+    "skew": (64, 512, 4096, 1024),
+}
+
+
+def group_sizes(name, L, rows, seed=0):
+    if name != "skew":
+        return [rows] * L
+    # Pareto(alpha=1.5) sizes with mean `rows`, every 8th expert empty, 256-aligned
+    g = torch.Generator().manual_seed(seed)
+    alpha = 1.5
+    xm = rows * (alpha - 1) / alpha
+    sizes = []
+    for i in range(L):
+        if i % 8 == 7:
+            sizes.append(0)
+            continue
+        u = float(torch.rand(1, generator=g))
+        x = xm / (1 - u) ** (1 / alpha)
+        sizes.append(int(math.ceil(min(x, 16 * rows) / 256)) * 256)
+    return sizes
+
+
+def bench(fn, warmup, reps):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        torch.cuda.synchronize()
+        times.append(s.elapsed_time(e))
+    return statistics.median(times)
+
+
+def make_inputs(sizes, K, N, dev="cuda"):
+    L = len(sizes)
+    M = sum(sizes)
+    offs = torch.tensor(list(_cumsum(sizes)), dtype=torch.int32, device=dev)
+    a = torch.randn(M, K, device=dev, dtype=torch.bfloat16)
+    b = (torch.randn(L, N, K, device=dev, dtype=torch.bfloat16) / math.sqrt(K)).permute(1, 2, 0)
+    c = torch.randn(M, 2 * N, device=dev, dtype=torch.bfloat16)
+    pack = dict(
+        a=a, b=b, c=c, d_row=torch.empty(M, 2 * N, device=dev, dtype=torch.bfloat16),
+        padded_offsets=offs, alpha=torch.rand(L, device=dev) + 0.5,
+        beta=torch.rand(L, device=dev) + 0.5, prob=torch.rand(M, device=dev),
+        dprob=torch.zeros(M, device=dev), dbias=torch.zeros(L, 2 * N, device=dev, dtype=torch.bfloat16),
+    )
+    return pack
+
+
+def _cumsum(xs):
+    s = 0
+    for x in xs:
+        s += x
+        yield s
+
+
+def run_cudnn_ext(pack, K, N, knobs=None):
+    from cudnn_ext.engines.base import Knobs
+    from cudnn_ext.engines.sm90 import Sm90DgluEngine, compile_seconds
+    from cudnn_ext.problem import ActConfig, DgluProblem
+
+    L = pack["alpha"].shape[0]
+    M = pack["a"].shape[0]
+    eng = Sm90DgluEngine()
+    problem = DgluProblem(n=N, k=K, num_experts=L, m=M, weight_mode="dense", b_major="k",
+                          ab_dtype=torch.bfloat16, c_dtype=torch.bfloat16,
+                          d_dtype=torch.bfloat16, act=ActConfig("dswiglu"),
+                          generate_dbias=True, device_type="cuda", device_index=0)
+    if knobs is None:
+        knobs = min(eng.knob_space(problem), key=lambda k: eng.cost(problem, k))
+    t0 = time.perf_counter()
+    plan = eng.build(problem, knobs)
+    build_s = time.perf_counter() - t0
+    ws = torch.empty(max(plan.workspace_size, 1), dtype=torch.uint8, device="cuda")
+    stream = torch.cuda.current_stream()
+    return (lambda: plan.execute(pack, ws, stream)), dict(
+        knobs=dict(knobs.values), first_compile_s=compile_seconds(plan.key) or build_s)
+
+
+def run_grouped_mm(pack):
+    a, offs = pack["a"], pack["padded_offsets"]
+    bt = pack["b"].permute(2, 1, 0)  # (L, K, N), K contiguous
+    return lambda: torch._grouped_mm(a, bt, offs=offs)
+
+
+def make_unfused(pack, N):
+    a, offs, c = pack["a"], pack["padded_offsets"], pack["c"]
+    bt = pack["b"].permute(2, 1, 0)
+    L = offs.shape[0]
+    M = a.shape[0]
+    eid = torch.searchsorted(offs, torch.arange(M, device="cuda", dtype=torch.int32), right=True)
+    eid = eid.clamp_(max=L - 1)
+
+    @torch.compile(dynamic=False)
+    def epilogue(acc, c, alpha, beta, prob, eid):
+        g0 = acc.float() * (alpha[eid] ** 2)[:, None]
+        cv = c.float().view(M, N // 32, 2, 32) * beta[eid][:, None, None, None]
+        gate, up = cv[:, :, 0, :].reshape(M, N), cv[:, :, 1, :].reshape(M, N)
+        s = torch.sigmoid(gate)
+        p = prob[:, None]
+        dgate = g0 * p * up * s * (1 + gate * (1 - s))
+        dup = g0 * p * gate * s
+        dprob_term = (g0 * up * gate * s).sum(1)
+        d = torch.stack([dgate.view(M, N // 32, 32), dup.view(M, N // 32, 32)], 2).view(M, 2 * N)
+        dbias = torch.zeros(L, 2 * N, device=acc.device).index_add_(0, eid, d)
+        return d.to(torch.bfloat16), dprob_term, dbias
+
+    def fn():
+        acc = torch._grouped_mm(a, bt, offs=offs)
+        d, dp, db = epilogue(acc, c, pack["alpha"], pack["beta"], pack["prob"], eid)
+        pack["dprob"].add_(dp)
+        return d, db
+
+    return fn
+
+
+def make_quack(pack, N):
+    import quack.gemm_runtime.identity as ident
+
+    orig = ident.semantic_value_key
+    if not getattr(orig, "_cudnn_ext_shim", False):
+        def shim(value, seen):  # quack 0.6.5 vs DSL 4.8.1: opaque key for unkeyable objects
+            try:
+                return orig(value, seen)
+            except TypeError:
+                return ("opaque-shim",)
+        shim._cudnn_ext_shim = True
+        ident.semantic_value_key = shim
+        try:
+            import quack.operand_transform.frontend as fe
+            fe._semantic_value_key = shim
+        except Exception:
+            pass
+    from quack.gemm_interface import gemm_dgated
+
+    a, offs, c = pack["a"], pack["padded_offsets"], pack["c"]
+    bt = pack["b"].permute(2, 1, 0)  # (L, K, N)
+    cu = torch.cat([torch.zeros(1, dtype=torch.int32, device="cuda"), offs])
+    dx = torch.empty_like(c)
+    post = torch.empty(c.shape[0], N, dtype=c.dtype, device="cuda")
+    prob = pack["prob"]
+
+    def fn():
+        return gemm_dgated(a, bt, c, activation="swiglu", dx_out=dx, postact_out=post,
+                           colvec_scale=prob, colvec_reduce=True, cu_seqlens_m=cu,
+                           tuned=False)
+
+    return fn
+
+
+def host_overhead_us(n_calls=2000):
+    """Wall time per call of back-to-back executes on a tiny problem (launch-bound)."""
+    pack = make_inputs([256], 64, 32)
+    fn, _ = run_cudnn_ext(pack, 64, 32)
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n_calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / n_calls * 1e6
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--impls", default="cudnn_ext,torch_grouped_mm,torch_unfused_compiled,quack")
+    ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--tile-n", type=int, default=0, help="pin the cudnn_ext tile_n knob")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+
+    dev_name = torch.cuda.get_device_name()
+    rows = []
+    impls = args.impls.split(",")
+    for name in args.shapes.split(","):
+        L, per, K, N = SHAPES[name]
+        sizes = group_sizes(name, L, per)
+        total = sum(sizes)
+        flops = 2.0 * total * N * K
+        torch.manual_seed(0)
+        pack = make_inputs(sizes, K, N)
+        for impl in impls:
+            row = dict(shape=name, impl=impl, L=L, M=total, K=K, N=N)
+            try:
+                extra = {}
+                if impl == "cudnn_ext":
+                    knobs = None
+                    if args.tile_n:
+                        from cudnn_ext.engines.base import Knobs
+                        knobs = Knobs.of(tile_n=args.tile_n, stages=0, raster_group_m=8,
+                                         scheduler="grid")
+                    fn, extra = run_cudnn_ext(pack, K, N, knobs)
+                elif impl == "torch_grouped_mm":
+                    fn = run_grouped_mm(pack)
+                elif impl == "torch_unfused_compiled":
+                    fn = make_unfused(pack, N)
+                elif impl == "quack":
+                    fn = make_quack(pack, N)
+                else:
+                    raise ValueError(impl)
+                t0 = time.perf_counter()
+                fn()
+                torch.cuda.synchronize()
+                extra["first_call_s"] = round(time.perf_counter() - t0, 3)
+                ms = bench(fn, args.warmup, args.reps)
+                row.update(ms=ms, tflops=flops / ms / 1e9, **extra)
+            except Exception as exc:  # a peer that cannot run is recorded, not fatal
+                row.update(ms=None, tflops=None, error=f"{type(exc).__name__}: {exc}"[:500])
+                traceback.print_exc(limit=3)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        del pack
+        torch.cuda.empty_cache()
+
+    overhead = None
+    if "cudnn_ext" in impls:
+        try:
+            overhead = host_overhead_us()
+        except Exception as exc:
+            print("host overhead failed:", exc)
+
+    print(f"\n{'shape':9s} {'impl':24s} {'ms':>9s} {'TFLOP/s':>8s} {'vs mm':>6s}")
+    for r in rows:
+        base = next((x for x in rows if x["shape"] == r["shape"] and x["impl"] == "torch_grouped_mm"), None)
+        ratio = (base["ms"] / r["ms"]) if base and base.get("ms") and r.get("ms") else float("nan")
+        ms = f"{r['ms']:.3f}" if r.get("ms") else "ERR"
+        tf = f"{r['tflops']:.0f}" if r.get("tflops") else "-"
+        print(f"{r['shape']:9s} {r['impl']:24s} {ms:>9s} {tf:>8s} {ratio:6.2f}")
+    if overhead is not None:
+        print(f"host overhead per execute (tiny problem, back-to-back): {overhead:.1f} us")
+
+    date = datetime.date.today().isoformat()
+    out = args.out or os.path.join(os.path.dirname(__file__), "results",
+                                   f"{dev_name.replace(' ', '_')}-{date}.json")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w") as f:
+        json.dump(dict(command=" ".join([os.path.basename(sys.argv[0])] + (argv or sys.argv[1:])),
+                       device=dev_name, date=date, torch=torch.__version__,
+                       host_overhead_us=overhead, rows=rows), f, indent=1)
+    print("wrote", out)
+
+
+if __name__ == "__main__":
+    main()

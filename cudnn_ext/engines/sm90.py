@@ -1,0 +1,222 @@
+"""The Hopper engine: the CuTe DSL sm_90a kernel (``cudnn_ext.kernels.sm90``) as an Engine.
+
+Owns the host policy for that kernel: whether it can run a problem here (decline reasons),
+which configurations it offers (knobs), a rough cost model to rank them, the typed compile
+key and the in-process compile cache, and turning a canonical variant pack of torch tensors
+into a launch. It never imports the CuTe DSL at module import (``import cudnn_ext`` must stay
+light): the kernel package is imported inside :meth:`Sm90DgluEngine.build`.
+
+Execute does no validation (the contract layer did), no allocation and no host sync: it
+zeroes the dbias workspace, launches the kernel, and folds the fp32 dbias partial sums into
+the caller's bf16 dbias with one rounding (two small torch ops on the same stream).
+"""
+from __future__ import annotations
+
+import importlib.util
+import threading
+import time
+from dataclasses import asdict, dataclass
+from typing import Dict, Optional
+
+import torch
+
+from ..problem import DgluProblem
+from .base import CompiledPlan, Engine, Knobs
+
+_DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+_AB_DTYPES = (torch.bfloat16, torch.float16)
+_CD_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+TILE_NS = (128, 256)
+_INT32_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class Sm90CompileKey:
+    """What one compiled SM90 kernel is specialized on. Never M, L, pointers or the runtime
+    activation constants (geglu alpha, clamps, linear_offset are kernel arguments)."""
+
+    arch: str
+    n: int
+    k: int
+    ab_dtype: str
+    c_dtype: str
+    d_dtype: str
+    act_func: str
+    generate_dbias: bool
+    tile_n: int
+    ab_stages: int
+    raster_group_m: int
+
+    @classmethod
+    def of(cls, problem: DgluProblem, knobs: Knobs) -> "Sm90CompileKey":
+        return cls(
+            arch="sm_90a", n=problem.n, k=problem.k,
+            ab_dtype=_DTYPE_NAMES[problem.ab_dtype], c_dtype=_DTYPE_NAMES[problem.c_dtype],
+            d_dtype=_DTYPE_NAMES[problem.d_dtype], act_func=problem.act.act_func,
+            generate_dbias=bool(problem.generate_dbias),
+            tile_n=int(knobs.get("tile_n", 128)), ab_stages=int(knobs.get("stages", 0)),
+            raster_group_m=int(knobs.get("raster_group_m", 8)),
+        )
+
+    def kernel_config(self):
+        import cutlass
+
+        from ..kernels.sm90.dglu_kernel import Sm90KernelConfig
+
+        dt = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16, "fp32": cutlass.Float32}
+        return Sm90KernelConfig(
+            n=self.n, k=self.k, ab_dtype=dt[self.ab_dtype], c_dtype=dt[self.c_dtype],
+            d_dtype=dt[self.d_dtype], act_func=self.act_func,
+            generate_dbias=self.generate_dbias, tile_n=self.tile_n, ab_stages=self.ab_stages,
+            raster_group_m=self.raster_group_m)
+
+
+_compiled: Dict[Sm90CompileKey, object] = {}
+_compile_seconds: Dict[Sm90CompileKey, float] = {}
+_compile_lock = threading.Lock()
+
+
+def compile_cached(key: Sm90CompileKey):
+    """The compiled kernel for ``key``, compiling it once per process (thread-safe)."""
+    fn = _compiled.get(key)
+    if fn is not None:
+        return fn
+    with _compile_lock:
+        fn = _compiled.get(key)
+        if fn is None:
+            from ..kernels.sm90.launch import compile_kernel
+
+            t0 = time.perf_counter()
+            fn = compile_kernel(key.kernel_config())
+            _compile_seconds[key] = time.perf_counter() - t0
+            _compiled[key] = fn
+    return fn
+
+
+def compile_seconds(key: Sm90CompileKey) -> Optional[float]:
+    """Wall time of the first compile of ``key`` in this process (None if not compiled)."""
+    return _compile_seconds.get(key)
+
+
+class Sm90Plan(CompiledPlan):
+    def __init__(self, problem: DgluProblem, knobs: Knobs, key: Sm90CompileKey, compiled):
+        self.engine_name = Sm90DgluEngine.name
+        self.problem = problem
+        self.knobs = knobs
+        self.key = key
+        self._compiled = compiled
+        self._cfg = key.kernel_config()
+        act = problem.act
+        self._consts = (float(act.geglu_alpha), float(act.clamp_max), float(act.clamp_min),
+                        float(act.linear_offset))
+        self._dbias_ws_elems = problem.num_experts * 2 * problem.n if problem.generate_dbias else 0
+
+    @property
+    def workspace_size(self) -> int:
+        return 4 * self._dbias_ws_elems  # fp32 dbias partial sums
+
+    def execute(self, pack, workspace=None, stream=None) -> None:
+        from ..kernels.sm90.launch import launch
+
+        a, c = pack["a"], pack["c"]
+        m = int(c.shape[0])
+        num_experts = int(pack["padded_offsets"].shape[0])
+        if stream is None:
+            stream = torch.cuda.current_stream(c.device)
+        ws = None
+        dbias = pack.get("dbias") if self.problem.generate_dbias else None
+        if dbias is not None:
+            if workspace is None:
+                raise ValueError(f"workspace: this plan needs {self.workspace_size} bytes, got None")
+            ws = workspace[: self.workspace_size].view(torch.float32)
+            with torch.cuda.stream(stream):
+                ws.zero_()
+        if m == 0 or num_experts == 0:
+            return
+        addrs = (
+            a.data_ptr(), pack["b"].data_ptr(), c.data_ptr(), pack["d_row"].data_ptr(),
+            pack["padded_offsets"].data_ptr(), pack["alpha"].data_ptr(),
+            pack["beta"].data_ptr(), pack["prob"].data_ptr(), pack["dprob"].data_ptr(),
+            ws.data_ptr() if ws is not None else pack["dprob"].data_ptr(),
+        )
+        launch(self._compiled, self._cfg, addrs, m, num_experts, *self._consts,
+               stream.cuda_stream)
+        if dbias is not None:
+            # one rounding: bf16(fp32(dbias) + fp32 partial sums of every row tile)
+            with torch.cuda.stream(stream):
+                dbias.copy_(dbias.float().add_(ws.view(dbias.shape)))
+
+
+class Sm90DgluEngine(Engine):
+    name = "sm90_cutedsl"
+    engine_id = 20100
+    numerical_notes = (
+        "fp32 WGMMA accumulation; sigmoid via ex2.approx/rcp.approx (~1e-6 rel); dprob and "
+        "dbias via fp32 atomics (order-nondeterministic); dbias summed in fp32 and rounded to "
+        "bf16 once.")
+
+    def available(self) -> Optional[str]:
+        if importlib.util.find_spec("cutlass") is None:
+            return "the CuTe DSL (nvidia-cutlass-dsl) is not installed"
+        if not torch.cuda.is_available():
+            return "no CUDA GPU in this process"
+        cap = torch.cuda.get_device_capability()
+        if cap != (9, 0):
+            return f"needs an sm_90 (Hopper) GPU, found sm_{cap[0]}{cap[1]}"
+        return None
+
+    def check_support(self, problem: DgluProblem) -> list:
+        why = []
+        if problem.is_block_scaled:
+            why.append("block-scaled (FP8/FP4) inputs are not implemented on sm90")
+        if problem.act.act_func not in ("dswiglu", "dgeglu"):
+            why.append(f"act_func {problem.act.act_func!r} is not implemented on sm90")
+        if problem.act.act_func == "dgeglu" and not problem.act.dgeglu_applies_beta:
+            why.append("dgeglu without beta (block-scaled semantics) is not implemented")
+        if problem.ab_dtype not in _AB_DTYPES:
+            why.append(f"A/B dtype {problem.ab_dtype} is not supported (bf16, fp16)")
+        if problem.c_dtype not in _CD_DTYPES:
+            why.append(f"C dtype {problem.c_dtype} is not supported (bf16, fp16, fp32)")
+        if problem.d_dtype not in _CD_DTYPES:
+            why.append(f"D dtype {problem.d_dtype} is not supported (bf16, fp16, fp32)")
+        if problem.weight_mode != "dense":
+            why.append("discrete weights (b_ptrs) are not implemented on sm90 yet")
+        if problem.b_major != "k":
+            why.append("only K-major B is implemented on sm90")
+        if problem.n % 32 or problem.k % 8:
+            why.append(f"needs N % 32 == 0 and K % 8 == 0, got N={problem.n}, K={problem.k}")
+        if problem.generate_activation:
+            why.append("the activation output is not implemented on sm90")
+        if problem.round_dgrad_to_input_dtype:
+            why.append("round_dgrad_to_input_dtype is not implemented on sm90")
+        if not (problem.has_prob and problem.has_dprob):
+            why.append("the BF16 contract needs prob and dprob")
+        if problem.device_type != "cuda":
+            why.append(f"tensors are on {problem.device_type!r}, not cuda")
+        if max(problem.m, 1) * max(2 * problem.n, problem.k) > _INT32_MAX:
+            why.append("M x max(2N, K) must stay below 2^31 (32-bit epilogue indexing)")
+        return why
+
+    def knob_space(self, problem: DgluProblem):
+        return [Knobs.of(tile_n=t, stages=0, raster_group_m=8, scheduler="grid")
+                for t in TILE_NS]
+
+    def cost(self, problem: DgluProblem, knobs: Knobs) -> float:
+        """Microseconds: WGMMA time at ~600 TFLOP/s with N padded to the tile, plus C/D
+        traffic at ~3.5 TB/s, plus a per-tile epilogue term that favours wider tiles."""
+        tile_n = int(knobs.get("tile_n", 128))
+        m = max(problem.m, 256)
+        n_pad = -(-problem.n // tile_n) * tile_n
+        gemm_us = 2.0 * m * n_pad * problem.k / 600e6
+        cd_bytes = m * 2 * problem.n * (torch.empty((), dtype=problem.c_dtype).element_size()
+                                         + torch.empty((), dtype=problem.d_dtype).element_size())
+        tiles = (m // 128) * (n_pad // tile_n)
+        return gemm_us + cd_bytes / 3.5e6 + tiles * 0.02 * (128 / tile_n)
+
+    def build(self, problem: DgluProblem, knobs: Knobs) -> CompiledPlan:
+        key = Sm90CompileKey.of(problem, knobs)
+        return Sm90Plan(problem, knobs, key, compile_cached(key))
+
+
+def describe_key(key: Sm90CompileKey) -> dict:
+    return asdict(key)

@@ -1,0 +1,51 @@
+"""Compile and launch helpers for the SM90 kernel, in terms of raw addresses.
+
+Owns the jit argument convention of :class:`GroupedDgluSm90` (pointer placeholders for
+compilation, pointer/scalar packing for a launch). Importing this module imports the CuTe
+DSL; the engine imports it lazily. No torch, no policy.
+"""
+from __future__ import annotations
+
+import os
+
+# The DSL reads its target once at import; on a machine without a GPU it would otherwise
+# default to sm_100a (../shared/gpu/COMPILE_ON_CPU.md). This kernel is sm_90a only.
+os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+
+import cuda.bindings.driver as cuda  # noqa: E402
+
+import cutlass  # noqa: E402
+import cutlass.cute as cute  # noqa: E402
+from cutlass import Float32, Int32  # noqa: E402
+from cutlass.cute.runtime import make_fake_stream, make_ptr  # noqa: E402
+
+from .dglu_kernel import GroupedDgluSm90, Sm90KernelConfig  # noqa: E402
+
+_GMEM = cute.AddressSpace.gmem
+
+#: Pointer element types in argument order, with their assumed alignment in bytes. A, B, C, D
+#: rows are 16-byte aligned (K % 8 == 0, 2N % 32 == 0); the small vectors only 4-byte.
+def _ptr_specs(cfg: Sm90KernelConfig):
+    return (
+        (cfg.ab_dtype, 16), (cfg.ab_dtype, 16), (cfg.c_dtype, 16), (cfg.d_dtype, 16),
+        (Int32, 4), (Float32, 4), (Float32, 4), (Float32, 4), (Float32, 4), (Float32, 4),
+    )
+
+
+def compile_kernel(cfg: Sm90KernelConfig):
+    """Compile for sm_90a without touching a GPU (fake addresses, fake stream)."""
+    kernel = GroupedDgluSm90(cfg)
+    ptrs = [make_ptr(dt, 0, _GMEM, assumed_align=al) for dt, al in _ptr_specs(cfg)]
+    scalars = [Int32(256), Int32(1), Float32(1.702), Float32(7.0), Float32(-7.0), Float32(0.0)]
+    return cute.compile(kernel, *ptrs, *scalars, make_fake_stream(),
+                        options="--gpu-arch sm_90a")
+
+
+def launch(compiled, cfg: Sm90KernelConfig, addrs, m: int, num_experts: int,
+           geglu_alpha: float, clamp_max: float, clamp_min: float, linear_offset: float,
+           stream_handle: int) -> None:
+    """Launch ``compiled`` on the 10 device addresses ``addrs`` (order of ``_ptr_specs``)."""
+    ptrs = [make_ptr(dt, a, _GMEM, assumed_align=al)
+            for (dt, al), a in zip(_ptr_specs(cfg), addrs)]
+    compiled(*ptrs, Int32(m), Int32(num_experts), Float32(geglu_alpha), Float32(clamp_max),
+             Float32(clamp_min), Float32(linear_offset), cuda.CUstream(stream_handle))

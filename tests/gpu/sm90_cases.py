@@ -1,0 +1,137 @@
+"""Problem builders shared by the SM90 GPU tests and the device check script.
+
+Builds a canonical variant pack on the GPU with fresh random data (hard inputs: values that
+reach the dGeGLU clamps, alpha/beta != 1, prob in [0, 1], skewed and empty groups, rows past
+the last offset), runs the SM90 engine and compares with the float64 reference.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import torch
+
+from cudnn_ext.problem import ActConfig, DEFAULT_LINEAR_OFFSET, DgluProblem
+from cudnn_ext.reference import reference_outputs
+
+
+@dataclass(frozen=True)
+class Case:
+    groups: Sequence[int]  # rows per expert (multiples of 256, zeros allowed)
+    n: int
+    k: int
+    act: str = "dswiglu"
+    c_dtype: torch.dtype = torch.bfloat16
+    d_dtype: torch.dtype = torch.bfloat16
+    dbias: bool = True
+    tile_n: int = 128
+    extra_rows: int = 256  # rows past offs[-1] that must stay untouched
+
+    def label(self) -> str:
+        dt = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+        return (f"L{len(self.groups)}-M{sum(self.groups)}-N{self.n}-K{self.k}-{self.act}-"
+                f"C{dt[self.c_dtype]}-D{dt[self.d_dtype]}-dbias{int(self.dbias)}-t{self.tile_n}")
+
+
+def make_pack(case: Case, device="cuda"):
+    L, n, k = len(case.groups), case.n, case.k
+    offs = torch.tensor(list(_cumsum(case.groups)), dtype=torch.int32, device=device)
+    m = sum(case.groups) + case.extra_rows
+    a = torch.randn(m, k, device=device).to(torch.bfloat16)
+    b = (torch.randn(L, n, k, device=device) / math.sqrt(k)).to(torch.bfloat16).permute(1, 2, 0)
+    c = (3.0 * torch.randn(m, 2 * n, device=device)).to(case.c_dtype)
+    pack = {
+        "a": a, "b": b, "c": c,
+        "d_row": torch.full((m, 2 * n), float("nan"), dtype=case.d_dtype, device=device),
+        "padded_offsets": offs,
+        "alpha": (0.5 + torch.rand(L, device=device)).float(),
+        "beta": (0.5 + torch.rand(L, device=device)).float(),
+        "prob": torch.rand(m, device=device).float(),
+        "dprob": torch.randn(m, device=device).float(),  # accumulated into, not overwritten
+        "dbias": (torch.randn(L, 2 * n, device=device).to(torch.bfloat16) if case.dbias else None),
+    }
+    act = ActConfig(act_func=case.act, linear_offset=DEFAULT_LINEAR_OFFSET[case.act],
+                    geglu_alpha=1.702, clamp_max=7.0, clamp_min=-7.0)
+    problem = DgluProblem(n=n, k=k, num_experts=L, m=m, weight_mode="dense", b_major="k",
+                          ab_dtype=torch.bfloat16, c_dtype=case.c_dtype, d_dtype=case.d_dtype,
+                          act=act, generate_dbias=case.dbias, device_type="cuda",
+                          device_index=torch.device(device).index)
+    return problem, pack
+
+
+def _cumsum(xs):
+    s = 0
+    for x in xs:
+        s += x
+        yield s
+
+
+def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
+    x, ref = x.double(), ref.double()
+    den = ref.norm().item()
+    return (x - ref).norm().item() / (den if den > 0 else 1.0)
+
+
+#: Named tolerance policy per output (relative Frobenius error vs the float64 oracle).
+TOL = {"d_bf16": 1.5e-2, "d_fp16": 4e-3, "d_fp32": 2e-3, "dprob": 2e-3, "dbias": 1.5e-2}
+
+
+def run_and_check(case: Case, engine=None, knobs=None) -> dict:
+    """Run one case on the SM90 engine; returns the errors; raises AssertionError on failure."""
+    from cudnn_ext.engines.base import Knobs
+    from cudnn_ext.engines.sm90 import Sm90DgluEngine
+
+    engine = engine or Sm90DgluEngine()
+    problem, pack = make_pack(case)
+    dprob0 = pack["dprob"].clone()
+    dbias0 = pack["dbias"].clone() if case.dbias else None
+    ref = reference_outputs(problem, pack, compute_dtype=torch.float64, dprob_init=dprob0)
+    plan = engine.build(problem, knobs or Knobs.of(tile_n=case.tile_n))
+    ws = torch.empty(max(plan.workspace_size, 1), dtype=torch.uint8, device="cuda")
+    plan.execute(pack, ws, torch.cuda.current_stream())
+    torch.cuda.synchronize()
+    rows = int(pack["padded_offsets"][-1].item()) if len(case.groups) else 0
+    d = pack["d_row"]
+    out = {}
+    assert not torch.isnan(d[:rows]).any(), f"{case.label()}: unwritten (NaN) elements in D"
+    assert torch.isnan(d[rows:]).all(), f"{case.label()}: rows past offs[-1] were written"
+    dkey = {torch.bfloat16: "d_bf16", torch.float16: "d_fp16", torch.float32: "d_fp32"}[case.d_dtype]
+    out["d"] = rel_err(d[:rows], ref["d_row"][:rows])
+    assert out["d"] < TOL[dkey], f"{case.label()}: D rel err {out['d']:.3e}"
+    out["dprob"] = rel_err(pack["dprob"], ref["dprob"])
+    assert out["dprob"] < TOL["dprob"], f"{case.label()}: dprob rel err {out['dprob']:.3e}"
+    if case.dbias:
+        want = (dbias0.double() + ref["dbias"])
+        out["dbias"] = rel_err(pack["dbias"], want)
+        assert out["dbias"] < TOL["dbias"], f"{case.label()}: dbias rel err {out['dbias']:.3e}"
+    return out
+
+
+def standard_cases() -> list:
+    """The issue's correctness matrix, sized to run in seconds."""
+    g = torch.Generator().manual_seed(0)
+
+    def pareto_groups(L, mean):
+        sizes = []
+        for i in range(L):
+            if i % 8 == 3:
+                sizes.append(0)
+                continue
+            x = float(torch.empty(1).exponential_(generator=g)) * mean
+            sizes.append(max(256, int(round(x / 256)) * 256))
+        return sizes
+
+    cases = [
+        Case([512], 256, 512),  # single expert
+        Case([256, 0, 768, 256], 96, 200, "dswiglu"),  # N < tile, K % 64 != 0, empty group
+        Case([256, 0, 768, 256], 96, 200, "dgeglu"),
+        Case([0, 512, 256], 320, 264, "dgeglu", tile_n=256),  # N % tile != 0
+        Case([512, 256], 160, 128, "dswiglu", torch.float16, torch.float32),
+        Case([512, 256], 160, 128, "dgeglu", torch.float32, torch.float16, dbias=False),
+        Case([256, 512], 128, 96, "dswiglu", torch.float32, torch.bfloat16, tile_n=256),
+        Case([256] * 128, 64, 64, "dswiglu"),  # L = 128
+        Case(pareto_groups(32, 512), 256, 384, "dgeglu", tile_n=256),  # skewed
+        Case([1024, 0, 0, 2048], 768, 1024, "dswiglu", dbias=False, tile_n=256),
+    ]
+    return cases
