@@ -292,6 +292,13 @@ def test_mxfp8_edge_blocks():
     # tiny: SF code 0 (2^-127, subnormal) -> rcp_ftz = inf -> multiplier clamped to FLT_MAX;
     # 2^-140 * FLT_MAX ~ 2^-12 < half the smallest e4m3 subnormal (2^-10) -> 0
     assert y[0, 128].item() == 0.0
+    # a block of 2^-120: s = 2^-120/448 < 2^-127 -> code 0, multiplier FLT_MAX ~ 2^128 instead
+    # of 2^127: 2^-120 * FLT_MAX rounds to 256 -> dequantized 256 * 2^-127 = 2^-119, doubled
+    t = torch.zeros(1, 32)
+    t[0, 0] = 2.0 ** -120
+    qt, st = quantize_mxfp8(t)
+    assert qt[0, 0].float().item() == 256.0
+    assert dequantize(qt, st, 32)[0, 0].item() == 2.0 ** -119
 
 
 def test_nvfp4_hand_computed_and_saturation():

@@ -26,8 +26,10 @@ scale (e8m0 ``2**-127``, e4m3 0) and zero values; a block holding NaN gets a NaN
 dequantizes to NaN everywhere (FP4 has no NaN code: its values are stored as 0); a block
 holding +-inf gets the largest e8m0 scale ``2**127``, whose flushed reciprocal is 0, so the
 infinity becomes NaN and the block's finite values 0 (with e4m3 scales: scale 448, the infinity
-saturates to +-6). A block whose scale is ``2**-127`` or 0 gets the multiplier ``FLT_MAX``, so
-values below about ``2**-136`` (e4m3 elements) vanish.
+saturates to +-6). A block whose scale is ``2**-127`` (e8m0 code 0, an fp32 subnormal that the
+kernel's ``rcp.approx.ftz`` flushes) or 0 gets the multiplier ``FLT_MAX`` (about ``2**128``)
+instead of ``2**127``: its values (all below about ``448 * 2**-127``) come back doubled, or
+saturated; an all-zero block stays zero.
 """
 from __future__ import annotations
 
