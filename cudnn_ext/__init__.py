@@ -8,6 +8,9 @@ Drop-in for the vendor API: ``import cudnn_ext as cudnn`` then
 """
 from .api import GroupedGemmDglu, TupleDict, grouped_gemm_dglu_wrapper
 from .errors import EngineDeclined, NoEngineError
+from .graph import (BuildPlanPolicy, DataType, Graph, HeurMode, TensorDesc, build_plan_policy, data_type,
+                    heur_mode)
+from .plan.serialize import PlanFormatError, deserialize_plan
 from .problem import ActConfig, DgluProblem
 
 __version__ = "0.1.0"
@@ -19,5 +22,6 @@ grouped_gemm_dglu_wrapper_sm100 = grouped_gemm_dglu_wrapper
 __all__ = [
     "GroupedGemmDglu", "GroupedGemmDgluSm100", "TupleDict", "grouped_gemm_dglu_wrapper",
     "grouped_gemm_dglu_wrapper_sm100", "EngineDeclined", "NoEngineError", "ActConfig", "DgluProblem",
-    "__version__",
+    "Graph", "TensorDesc", "DataType", "HeurMode", "BuildPlanPolicy", "heur_mode", "build_plan_policy",
+    "data_type", "deserialize_plan", "PlanFormatError", "__version__",
 ]

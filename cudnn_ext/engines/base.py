@@ -9,7 +9,9 @@ Owns the protocol only (no engine, no heuristics). An engine
 * ``cost(problem, knobs)`` estimates the runtime in microseconds (used to rank plans);
 * ``build(problem, knobs)`` returns a :class:`CompiledPlan`, compiling what it must.
 
-A :class:`CompiledPlan` owns its compiled kernel and declares its workspace. ``execute`` takes
+A :class:`CompiledPlan` owns its compiled kernel and declares its workspace, either as one
+size (``workspace_size``) or as named regions (``workspace_requests()``: the plan's layout,
+carved by ``cudnn_ext.plan.workspace``; see docs/graph.md). ``execute`` takes
 the canonical variant pack (``cudnn_ext.problem.SLOTS``), a workspace buffer of at least
 ``workspace_size`` bytes (or ``None`` when that is 0) and a stream; it allocates nothing the
 caller would see and must not synchronize with the host on a GPU engine.
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, NamedTuple, Optional, Sequence
 
 from ..problem import DgluProblem
 
@@ -40,6 +42,21 @@ class Knobs:
         return self.as_dict().get(name, default)
 
 
+class WorkspaceRequest(NamedTuple):
+    """One named region of a plan's workspace: ``nbytes`` at an ``align``-byte boundary.
+
+    Sizes depend on the problem family only, never on the token count M (a plan's workspace
+    is sized once, at build time). Standard names: ``sched_counter`` (int32 tile counter of
+    the dynamic scheduler), ``b_descriptors`` (one TMA descriptor per expert for discrete
+    weights), ``dbias_partials`` (fp32 L x 2N sums rounded once into the bf16 dbias),
+    ``dprob_partials`` (fp32 per-slot dprob sums of a deterministic reduction).
+    """
+
+    name: str
+    nbytes: int
+    align: int = 128
+
+
 class CompiledPlan(abc.ABC):
     """An executable, compiled configuration for one problem family (M is runtime)."""
 
@@ -50,6 +67,14 @@ class CompiledPlan(abc.ABC):
     @property
     def workspace_size(self) -> int:
         return 0
+
+    def workspace_requests(self) -> Sequence[WorkspaceRequest]:
+        """The regions this plan needs, in layout order. The default is one ``scratch``
+        region of ``workspace_size`` bytes at offset 0 (what a plan that only overrides
+        ``workspace_size`` expects); a plan that overrides this reads its regions' offsets
+        from ``cudnn_ext.plan.workspace.WorkspaceLayout.of(self.workspace_requests())``."""
+        size = int(self.workspace_size)
+        return [WorkspaceRequest("scratch", size)] if size else []
 
     @abc.abstractmethod
     def execute(self, pack: Mapping[str, Any], workspace=None, stream=None) -> None:

@@ -1,16 +1,15 @@
 """The engine registry and plan ranking.
 
 Owns which engines exist (a static, ordered table; engines import their heavy dependencies
-lazily) and the ranking of (engine, knobs) candidates for a problem: heuristic mode ``"A"``
-orders every supported candidate by its engine's cost model; ``"FALLBACK"`` is the reference
-engine alone. It knows nothing of graphs or of the user-facing API.
+lazily; ``register_engine`` adds one at run time, e.g. a test's fake engine) and their lookup
+by name or id. Ranking lives in ``cudnn_ext.engines.heuristics`` (``rank`` here delegates).
+It knows nothing of graphs or of the user-facing API.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Iterable, List, Sequence
 
-from ..errors import NoEngineError
 from ..problem import DgluProblem
 from .base import Engine, Knobs
 from .reference import ReferenceEngine
@@ -31,6 +30,28 @@ def _all_engines() -> List[Engine]:
 ENGINES: List[Engine] = _all_engines()
 
 
+def register_engine(engine: Engine, *, first: bool = False) -> Engine:
+    """Add ``engine`` to the registry (tests, out-of-tree engines); names and ids must be new."""
+    for eng in ENGINES:
+        if eng.name == engine.name or eng.engine_id == engine.engine_id:
+            raise ValueError(f"engine: {engine.name!r} (id {engine.engine_id}) clashes with registered "
+                             f"{eng.name!r} (id {eng.engine_id})")
+    ENGINES.insert(0 if first else len(ENGINES), engine)
+    return engine
+
+
+def unregister_engine(name: str) -> None:
+    ENGINES[:] = [e for e in ENGINES if e.name != name]
+
+
+def engine_by_id(engine_id: int) -> Engine:
+    for eng in ENGINES:
+        if eng.engine_id == engine_id:
+            return eng
+    raise ValueError(f"engine: unknown engine id {engine_id}; known: "
+                     f"{ {e.engine_id: e.name for e in ENGINES} }")
+
+
 def engine_by_name(name: str) -> Engine:
     for eng in ENGINES:
         if eng.name == name:
@@ -48,37 +69,15 @@ class Candidate:
 
 def decline_reasons(problem: DgluProblem, engines: Iterable[Engine] = None) -> dict:
     """{engine name: [reasons]} for every engine that cannot run ``problem`` here."""
-    out = {}
-    for eng in engines if engines is not None else ENGINES:
-        why = eng.available()
-        reasons = [why] if why else list(eng.check_support(problem))
-        if reasons:
-            out[eng.name] = reasons
-    return out
+    from .heuristics import decline_reasons as _decline
+
+    return _decline(problem, engines if engines is not None else ENGINES)
 
 
 def rank(problem: DgluProblem, modes: Sequence[str] = ("A", "FALLBACK"),
          engines: Iterable[Engine] = None) -> List[Candidate]:
-    """Candidates in preference order; raises :class:`NoEngineError` if there are none."""
-    engines = list(engines if engines is not None else ENGINES)
-    declined = decline_reasons(problem, engines)
-    ok = [e for e in engines if e.name not in declined]
-    out: List[Candidate] = []
-    seen = set()
-    for mode in modes:
-        if mode == "A":
-            block = [Candidate(e, k, e.cost(problem, k), mode) for e in ok for k in e.knob_space(problem)]
-            block.sort(key=lambda c: c.cost_us)
-        elif mode == "FALLBACK":
-            block = [Candidate(e, Knobs.of(compute="float32"), e.cost(problem, Knobs.of(compute="float32")), mode)
-                     for e in ok if isinstance(e, ReferenceEngine)]
-        else:
-            raise ValueError(f"heuristics mode: expected 'A' or 'FALLBACK', got {mode!r}")
-        for c in block:
-            key = (c.engine.name, c.knobs)
-            if key not in seen:
-                seen.add(key)
-                out.append(c)
-    if not out:
-        raise NoEngineError(declined or {"(none)": ["no engine accepted the problem"]})
-    return out
+    """Candidates in preference order (see ``cudnn_ext.engines.heuristics``); raises
+    :class:`NoEngineError` if there are none."""
+    from .heuristics import rank as _rank
+
+    return _rank(problem, modes, engines if engines is not None else ENGINES)

@@ -1,8 +1,11 @@
 """Execution plans: a ranked candidate built into a compiled plan, plus a process-wide cache.
 
 Owns the walk over ranked candidates (build the first that succeeds; a decline, a missing
-package or an unsupported configuration advances to the next) and the in-process cache of
-built plans keyed by the problem *without* its token count (a new M never rebuilds).
+package or an unsupported configuration advances to the next), the in-process cache of
+built plans keyed by the problem *without* its token count (a new M never rebuilds), and
+:class:`PlanSet`: the ranked list of one graph with its selection, filters and built plans
+(what ``Graph.create_execution_plans``/``build_plans``/``autotune`` drive). A plan's workspace
+layout is ``cudnn_ext.plan.workspace``'s.
 """
 from __future__ import annotations
 
@@ -10,10 +13,11 @@ import dataclasses
 import threading
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..engines.base import CompiledPlan, Knobs
+from ..engines.base import CompiledPlan, Engine, Knobs
 from ..engines.registry import Candidate, rank
 from ..errors import EngineDeclined, NoEngineError
 from ..problem import DgluProblem
+from .workspace import WorkspaceLayout
 
 
 @dataclasses.dataclass
@@ -33,14 +37,29 @@ class ExecutionPlan:
         return self.candidate.knobs
 
     @property
+    def engine_id(self) -> int:
+        return self.candidate.engine.engine_id
+
+    @property
+    def layout(self) -> WorkspaceLayout:
+        """Named regions of this plan's workspace (engine-reported sizes, 128-B aligned)."""
+        lay = self.__dict__.get("_layout")
+        if lay is None:
+            lay = self.__dict__["_layout"] = WorkspaceLayout.of(self.compiled.workspace_requests())
+        return lay
+
+    @property
     def workspace_size(self) -> int:
-        return int(self.compiled.workspace_size)
+        return self.layout.size
 
     def execute(self, pack, workspace=None, stream=None) -> None:
         self.compiled.execute(pack, workspace, stream)
 
     def describe(self) -> str:
         return f"{self.engine_name}{dict(self.knobs.values)}"
+
+    def __repr__(self) -> str:
+        return f"ExecutionPlan({self.describe()}, workspace {self.layout.describe()})"
 
 
 _BUILD_ERRORS = (EngineDeclined, NotImplementedError, ImportError)
@@ -88,3 +107,121 @@ def plan_for(problem: DgluProblem, *, modes: Sequence[str] = ("A", "FALLBACK"), 
 def clear_cache() -> None:
     with _lock:
         _cache.clear()
+
+
+def candidate_name(cand: Candidate) -> str:
+    knobs = ",".join(f"{k}={v}" for k, v in cand.knobs.values)
+    return f"{cand.engine.name}[{knobs}]"
+
+
+class PlanSet:
+    """The ranked candidates of one problem, which one is selected, and the built plans.
+
+    ``build(all_=False)`` walks from the selected index and keeps the first that builds (a
+    decline advances the walk; any other exception is a bug and propagates); ``select(i)`` pins
+    an index strictly (its decline raises); ``deselect(names)`` bars engines by name substring.
+    """
+
+    def __init__(self, problem: DgluProblem, candidates: Sequence[Candidate]):
+        self.problem = problem
+        self.candidates: List[Candidate] = list(candidates)
+        self.index = 0
+        self.pinned = False
+        self.barred_names: List[str] = []
+        self.built: Dict[int, ExecutionPlan] = {}
+        self.failures: Dict[int, str] = {}
+
+    @classmethod
+    def ranked(cls, problem: DgluProblem, modes: Sequence, engines: Optional[Sequence[Engine]] = None) -> "PlanSet":
+        return cls(problem, rank(problem, modes, engines))
+
+    @classmethod
+    def pinned_to(cls, problem: DgluProblem, engine: Engine, knobs: Knobs) -> "PlanSet":
+        """One candidate, no heuristics: what a deserialized plan rebuilds."""
+        why = engine.available()
+        reasons = [why] if why else list(engine.check_support(problem))
+        if reasons:
+            raise EngineDeclined(engine.name, reasons)
+        ps = cls(problem, [Candidate(engine, knobs, engine.cost(problem, knobs), "PINNED")])
+        ps.pinned = True
+        return ps
+
+    def __len__(self) -> int:
+        return len(self.candidates)
+
+    def name_at(self, i: int) -> str:
+        return candidate_name(self.candidates[i])
+
+    def _check_index(self, i: int) -> int:
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(self.candidates):
+            raise IndexError(f"plan index: must be in [0, {len(self.candidates)}), got {i!r}")
+        return i
+
+    def select(self, i: int) -> None:
+        self.index = self._check_index(i)
+        self.pinned = True
+
+    def deselect(self, names: Sequence[str]) -> None:
+        self.barred_names.extend(names)
+
+    def barred(self, i: int) -> bool:
+        return any(n in self.candidates[i].engine.name for n in self.barred_names)
+
+    def check_support(self) -> None:
+        """The selected candidate's engine re-affirms support (raises :class:`EngineDeclined`)."""
+        eng = self.candidates[self.index].engine
+        why = eng.available()
+        reasons = [why] if why else list(eng.check_support(self.problem))
+        if reasons:
+            raise EngineDeclined(eng.name, reasons)
+
+    def _build_at(self, i: int) -> ExecutionPlan:
+        plan = self.built.get(i)
+        if plan is None:
+            cand = self.candidates[i]
+            plan = self.built[i] = ExecutionPlan(self.problem, cand, cand.engine.build(self.problem, cand.knobs))
+        return plan
+
+    def build(self, all_: bool = False, limit: Optional[int] = None) -> ExecutionPlan:
+        """Build the selected plan, walking on declines unless pinned; with ``all_`` build every
+        entry (the first ``limit``) and keep the selection if it built. Returns the selected plan."""
+        if self.pinned and self.barred(self.index):
+            raise ValueError(f"plan {self.index} ({self.name_at(self.index)}) is pinned by select_plan() but "
+                             f"excluded by deselect_engines({self.barred_names}); drop one of the two")
+        stop = len(self.candidates) if limit is None else min(len(self.candidates), max(limit, self.index + 1))
+        if all_:
+            order = range(stop)
+        elif self.pinned:
+            order = [self.index]
+        else:
+            order = range(self.index, len(self.candidates))
+        chosen = None
+        for i in order:
+            if self.barred(i):
+                continue
+            try:
+                self._build_at(i)
+            except _BUILD_ERRORS as exc:
+                self.failures[i] = f"{type(exc).__name__}: {exc}"
+                if self.pinned and i == self.index:
+                    raise
+                continue
+            if not all_:
+                chosen = i
+                break
+        if all_:
+            ok = [i for i in self.built if not self.barred(i)]
+            chosen = self.index if self.index in ok else (min((i for i in ok if i > self.index), default=None)
+                                                          if not self.pinned else None)
+        if chosen is None:
+            lines: Dict[str, List[str]] = {}
+            for i, c in enumerate(self.candidates):
+                why = self.failures.get(i) or ("deselected" if self.barred(i) else "not tried")
+                lines.setdefault(c.engine.name, []).append(f"{dict(c.knobs.values)}: {why}")
+            raise NoEngineError(lines)
+        self.index = chosen
+        return self.built[chosen]
+
+    @property
+    def selected(self) -> Optional[ExecutionPlan]:
+        return self.built.get(self.index)

@@ -1,0 +1,103 @@
+"""Nodes of the graph: the ``grouped_matmul_dglu`` node, its attributes and its ports.
+
+Owns the node's pydantic attribute model, which ports it has (inputs and outputs, named by
+the canonical slot names of ``cudnn_ext.problem.SLOTS``) and the inference of its outputs'
+descriptors. The *rules* an attribute value or a tensor must satisfy are not here: they live
+once, in ``cudnn_ext.api.contract``, and ``cudnn_ext.graph.translate`` runs them on the node.
+"""
+from __future__ import annotations
+
+from typing import Dict, Optional, Tuple
+
+from pydantic import BaseModel, ConfigDict, StrictBool, StrictFloat, StrictInt, field_validator
+
+from .types import DataType, TensorDesc, row_major_strides
+
+OP_NAME = "grouped_matmul_dglu"
+
+#: Input ports, in the order the contract reads them. ``b`` and ``b_ptrs`` are exclusive.
+INPUT_PORTS = ("a", "b", "b_ptrs", "c", "padded_offsets", "alpha", "beta", "prob")
+#: Output ports. ``dprob`` (and ``dbias``) are accumulated into: bind zeroed buffers.
+OUTPUT_PORTS = ("d_row", "dprob", "dbias", "activation")
+#: Ports whose leading dim is the token count M (a runtime size when the graph allows it).
+M_PORTS = ("a", "c", "d_row", "prob", "dprob", "activation")
+
+Number = StrictFloat | StrictInt
+
+
+class GroupedMatmulDgluAttrs(BaseModel):
+    """Scalar attributes of a ``grouped_matmul_dglu`` node (the vendor's keyword names).
+
+    Types are checked here; value rules (finite, positive, ordered clamps, known act_func,
+    required/forbidden ``n`` ...) are the contract's and run at ``Graph.validate()``.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    act_func: str = "dswiglu"
+    generate_dbias: StrictBool = False
+    generate_activation: StrictBool = False
+    geglu_alpha: Number = 1.702
+    glu_clamp_max: Number = 7.0
+    glu_clamp_min: Number = -7.0
+    linear_offset: Optional[Number] = None
+    situ_beta1: Number = 4.0
+    situ_beta2: Number = 25.0
+    #: Discrete weights (``b_ptrs``) only: N and the weights' dtype (default: ``a``'s dtype).
+    n: Optional[StrictInt] = None
+    b_dtype: Optional[DataType] = None
+    b_major: str = "k"
+    #: D's dtype when the node creates ``d_row`` (default: the graph's io type, else bf16).
+    d_dtype: Optional[DataType] = None
+    use_dynamic_sched: StrictBool = False
+    round_dgrad_to_input_dtype: StrictBool = False
+
+    @field_validator("b_dtype", "d_dtype", mode="before")
+    @classmethod
+    def _dtype(cls, v):
+        return None if v is None else DataType.of(v)
+
+
+class Node(BaseModel):
+    """One operation: ``inputs``/``outputs`` map port names to tensor uids."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    op: str = OP_NAME
+    inputs: Dict[str, int]
+    outputs: Dict[str, int]
+    attrs: GroupedMatmulDgluAttrs
+
+    def ports(self) -> Dict[str, int]:
+        return {**self.inputs, **self.outputs}
+
+
+def _dim(desc: Optional[TensorDesc], i: int, default: int = 0) -> int:
+    return desc.dim[i] if desc is not None and len(desc.dim) > i else default
+
+
+def infer_outputs(inputs: Dict[str, TensorDesc], attrs: GroupedMatmulDgluAttrs,
+                  d_dtype: DataType) -> Dict[str, Tuple[Tuple[int, ...], DataType]]:
+    """Shapes and dtypes of the outputs the node creates, from its inputs.
+
+    Outputs keep the rank of their model input (``d_row`` like ``c``, ``dprob`` like
+    ``prob``; a rank-3 ``c`` gives the vendor's ``(L, 2N, 1)`` dbias). Inference is lenient on
+    malformed inputs: ``validate()`` then reports the input, not a derived output.
+    """
+    c, prob, offs = inputs.get("c"), inputs.get("prob"), inputs.get("padded_offsets")
+    m, two_n = _dim(c, 0), _dim(c, 1)
+    unit = (1,) if c is not None and len(c.dim) == 3 else ()
+    out = {
+        "d_row": ((m, two_n) + unit, d_dtype),
+        "dprob": (prob.dim if prob is not None else (m,), DataType.FLOAT),
+    }
+    if attrs.generate_dbias:
+        out["dbias"] = ((_dim(offs, 0), two_n) + unit, DataType.BFLOAT16)
+    if attrs.generate_activation:
+        out["activation"] = ((m, two_n // 2) + unit, DataType.BFLOAT16)
+    return {k: (dim, dt) for k, (dim, dt) in out.items()}
+
+
+__all__ = ["GroupedMatmulDgluAttrs", "Node", "INPUT_PORTS", "OUTPUT_PORTS", "M_PORTS", "OP_NAME",
+           "infer_outputs", "row_major_strides"]
