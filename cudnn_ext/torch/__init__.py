@@ -1,0 +1,9 @@
+"""PyTorch bindings: custom ops (``torch.ops.cudnn_ext.*``) and the autograd MoE expert MLP.
+
+Owns nothing but re-exports; see ``ops`` (functional custom ops) and ``mlp``
+(``GroupedGluMLP``). Importing it registers the ops with ``torch.library``. It never imports
+jax, cutlass or cuda-python.
+"""
+from .ops import expert_pointers, grouped_gemm_dglu
+
+__all__ = ["grouped_gemm_dglu", "expert_pointers"]

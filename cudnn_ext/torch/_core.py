@@ -1,0 +1,129 @@
+"""Functional execution of grouped GEMM + dGLU with memoized validation and a built plan.
+
+Owns the one helper every framework binding runs (the torch custom op and the JAX callback):
+validate a call's *metadata* once through ``cudnn_ext.api.contract.normalize``, get its plan
+from ``cudnn_ext.plan.plan_for``, then, on every later call with the same metadata, allocate
+fresh zero-initialized outputs and execute the plan. It owns no math, no engine choice and no
+user-facing argument names (those belong to ``api`` and to the bindings).
+
+Hot path with a built plan (``run``): one dict lookup keyed on dtypes, shapes and strides, a
+16-byte alignment check on data pointers, three ``torch.zeros`` and ``plan.execute``. It never
+reads tensor *data*, so it never synchronizes with the host; whether the *engine* does is the
+engine's property (the reference engine reads ``padded_offsets`` on the host; a GPU engine
+must not).
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Dict, Optional, Tuple
+
+import torch
+
+from ..api import contract
+from ..plan import ExecutionPlan, plan_for
+from ..problem import DgluProblem
+
+#: Bound on the memo (one entry per distinct operand metadata, including M).
+_MEMO_MAX = 1024
+
+
+@dataclass(frozen=True)
+class ActArgs:
+    """The activation configuration of a call, as the vendor wrapper names it."""
+
+    act_func: str = "dswiglu"
+    linear_offset: Optional[float] = None
+    geglu_alpha: float = 1.702
+    glu_clamp_max: float = 7.0
+    glu_clamp_min: float = -7.0
+
+
+@dataclass
+class _Entry:
+    problem: DgluProblem
+    plan: ExecutionPlan
+    b_major: str
+
+
+_memo: Dict[Tuple, _Entry] = {}
+_lock = threading.Lock()
+
+
+def _meta(t: Optional[torch.Tensor]):
+    if t is None:
+        return None
+    return (t.dtype, tuple(t.shape), tuple(t.stride()), t.device)
+
+
+def _entry(key, a, c, b, b_ptrs, n, b_major, offsets, alpha, beta, prob, act: ActArgs,
+           generate_dbias: bool, d_dtype, engine) -> _Entry:
+    e = _memo.get(key)
+    if e is not None:
+        return e
+    cfg = contract.CallConfig(act_func=act.act_func, linear_offset=act.linear_offset, geglu_alpha=act.geglu_alpha,
+                              glu_clamp_max=act.glu_clamp_max, glu_clamp_min=act.glu_clamp_min, b_major=b_major)
+    m = c.shape[0]
+    # a stand-in zeroed dprob of the contract's shape: only its metadata is validated
+    ops = contract.Operands(a=a, c=c, padded_offsets=offsets, alpha=alpha, beta=beta, prob=prob,
+                            dprob=torch.empty(m, dtype=torch.float32, device=c.device), b=b, b_ptrs=b_ptrs)
+    discrete = b_ptrs is not None
+    problem, _ = contract.normalize(ops, cfg, n=n if discrete else None,
+                                    b_dtype=torch.bfloat16 if discrete else None, d_dtype=d_dtype,
+                                    generate_dbias=generate_dbias)
+    e = _Entry(problem, plan_for(problem, engine=engine), problem.b_major)
+    with _lock:
+        if len(_memo) >= _MEMO_MAX:
+            _memo.clear()
+        _memo[key] = e
+    return e
+
+
+def run(a: torch.Tensor, c: torch.Tensor, offsets: torch.Tensor, alpha: torch.Tensor, beta: torch.Tensor,
+        prob: torch.Tensor, *, b: Optional[torch.Tensor] = None, b_ptrs: Optional[torch.Tensor] = None,
+        n: Optional[int] = None, b_major: str = "k", act: ActArgs = ActArgs(), generate_dbias: bool = False,
+        d_dtype: torch.dtype = torch.bfloat16, engine: Optional[str] = None, stream=None):
+    """Run the operation functionally; returns ``(d_row (M, 2N), dprob (M,), dbias (L, 2N) | None)``.
+
+    ``b`` is the vendor's dense ``(N, K, L)`` tensor (K- or N-major) or ``b_ptrs`` the discrete
+    pointer table with ``n``/``b_major``. All outputs are freshly zero-initialized: ``d_row``
+    rows at or past ``padded_offsets[-1]`` are zero, ``dprob``/``dbias`` hold exactly this
+    call's accumulation. ``a``, ``c``, ``prob`` may carry the vendor's trailing unit dims.
+    """
+    key = (_meta(a), _meta(c), _meta(b), _meta(b_ptrs), n, b_major, _meta(offsets), _meta(alpha), _meta(beta),
+           _meta(prob), act, generate_dbias, d_dtype, engine)
+    e = _memo.get(key) or _entry(key, a, c, b, b_ptrs, n, b_major, offsets, alpha, beta, prob, act,
+                                 generate_dbias, d_dtype, engine)
+    # data pointers are not in the key: the contract's 16-byte rule is re-checked here (cheap)
+    for name, t in (("a_tensor", a), ("c_tensor", c), ("prob_tensor", prob), ("alpha_tensor", alpha),
+                    ("beta_tensor", beta), ("padded_offsets", offsets)):
+        if t.data_ptr() & 15 and t.numel():
+            contract.check_aligned(name, t)
+    problem = e.problem
+    m, two_n = c.shape[0], c.shape[1]
+    dev = c.device
+    d_row = torch.zeros((m, two_n), dtype=problem.d_dtype, device=dev)
+    dprob = torch.zeros((m,), dtype=torch.float32, device=dev)
+    dbias = torch.zeros((problem.num_experts, two_n), dtype=torch.bfloat16, device=dev) if generate_dbias else None
+    pack = {
+        "a": a.view(a.shape[0], a.shape[1]) if a.dim() == 3 else a,
+        "c": c.view(m, two_n) if c.dim() == 3 else c,
+        "padded_offsets": offsets, "alpha": alpha, "beta": beta,
+        "prob": prob.view(m) if prob.dim() != 1 else prob,
+        "dprob": dprob, "d_row": d_row, "dbias": dbias,
+    }
+    if b is not None:
+        pack["b"] = b
+    else:
+        pack["b_ptrs"] = b_ptrs
+    plan = e.plan
+    ws = torch.empty(plan.workspace_size, dtype=torch.uint8, device=dev) if plan.workspace_size else None
+    if dev.type == "cuda" and stream is None:
+        stream = torch.cuda.current_stream(dev)
+    plan.execute(pack, ws, stream)
+    return d_row, dprob, dbias
+
+
+def clear_memo() -> None:
+    with _lock:
+        _memo.clear()

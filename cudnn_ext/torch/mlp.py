@@ -1,0 +1,199 @@
+"""``GroupedGluMLP``: an autograd MoE expert MLP whose backward runs the fused grouped GEMM + dGLU.
+
+Owns the layer (parameters, forward, the autograd Function) and its row layout. It computes the
+dGLU backward only through ``torch.ops.cudnn_ext.grouped_gemm_dglu`` (never re-deriving it), and
+the plain grouped GEMMs through ``torch._grouped_mm`` (device offsets, no host sync) where this
+torch has it, else a per-expert loop that reads the offsets on the host.
+
+Layout (rows are tokens already permuted into expert order, as in every MoE dispatch):
+
+* ``x`` (M, H) bf16, ``prob`` (M,) fp32 routing probability per row, ``padded_offsets`` (L,)
+  int32 cumulative 256-aligned ends: expert ``e`` owns rows ``[offs[e-1], offs[e])``; rows at
+  or past ``offs[-1]`` belong to no expert (output 0, gradients 0). Padding rows inside a range
+  are ordinary rows; give them ``prob = 0`` (and ``x = 0``) and they contribute nothing to
+  ``y``, ``dx`` or the weight gradients.
+* ``w1`` (L, 2N, H): up projection; output columns are gate/up interleaved in 32-column blocks
+  (in every 64 columns the first 32 are gate, the next 32 are up). ``b1`` (L, 2N) optional.
+* ``w2`` (L, H, N): down projection.
+
+Forward per expert: ``C = x @ w1ᵀ (+ b1)`` (stored bf16, saved), ``h = prob * glu(gate, up)``,
+``y = h @ w2ᵀ``. Backward: ``(dC, dprob, db1) = grouped_gemm_dglu(a=dy, b=w2ᵀ, c=C, alpha=1,
+beta=1, prob)``; ``dw2 = dyᵀ h`` (h recomputed from C), ``dx = dC @ w1``, ``dw1 = dCᵀ x``.
+
+The activation is differentiated at the *stored bf16* C, exactly like the fused kernel, so the
+layer's own forward computes glu from the same bf16 C in fp32.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..reference.epilogue import gate_up_columns  # the one statement of the gate/up column map
+
+_HAS_GROUPED_MM = hasattr(torch, "_grouped_mm")
+
+
+# --------------------------------------------------------------------------- grouped GEMMs
+def _grouped_mm_usable(t: Tensor) -> bool:
+    if not _HAS_GROUPED_MM or t.dtype != torch.bfloat16:
+        return False
+    if t.device.type == "cuda":
+        return torch.cuda.get_device_capability(t.device)[0] >= 9
+    return t.device.type == "cpu"
+
+
+def _ranges(offsets: Tensor):
+    """Host (start, end) per expert: a device->host read (reference-style fallback only)."""
+    ends = offsets.tolist()
+    return list(zip([0] + ends[:-1], ends))
+
+
+def grouped_mm(x: Tensor, w: Tensor, offsets: Tensor, row_valid: Tensor) -> Tensor:
+    """``out[r] = x[r] @ w[e(r)]ᵀ`` with w (L, N, K); rows of no expert are 0."""
+    if _grouped_mm_usable(x):
+        out = torch._grouped_mm(x, w.transpose(-2, -1), offs=offsets)
+    else:
+        out = x.new_zeros((x.shape[0], w.shape[1]))
+        for e, (r0, r1) in enumerate(_ranges(offsets)):
+            if r1 > r0:
+                out[r0:r1] = x[r0:r1] @ w[e].t()
+    # rows past offs[-1] are not written by _grouped_mm (may hold NaN): select, never multiply
+    return torch.where(row_valid[:, None], out, out.new_zeros(()))
+
+
+def grouped_wgrad(a: Tensor, b: Tensor, offsets: Tensor) -> Tensor:
+    """``out[e] = a_eᵀ @ b_e`` over each expert's rows: (L, P, Q) from a (M, P), b (M, Q)."""
+    if _grouped_mm_usable(a):
+        return torch._grouped_mm(a.t(), b, offs=offsets)
+    out = a.new_zeros((offsets.shape[0], a.shape[1], b.shape[1]))
+    for e, (r0, r1) in enumerate(_ranges(offsets)):
+        if r1 > r0:
+            out[e] = a[r0:r1].t() @ b[r0:r1]
+    return out
+
+
+def row_experts(offsets: Tensor, m: int) -> Tensor:
+    """Expert index of every row, on the device (L for rows past ``offsets[-1]``)."""
+    rows = torch.arange(m, device=offsets.device, dtype=offsets.dtype)
+    return torch.searchsorted(offsets, rows, right=True)
+
+
+# --------------------------------------------------------------------------- activations
+def glu_forward(c: Tensor, act_func: str, *, geglu_alpha: float, clamp_max: float, clamp_min: float,
+                linear_offset: float) -> Tensor:
+    """(M, N) activation of the interleaved (M, 2N) pre-activation, in fp32.
+
+    The forward of exactly what the fused backward differentiates (docs/spec: dSwiGLU, clamped
+    dGeGLU with linear offset); beta = 1.
+    """
+    n = c.shape[1] // 2
+    gcols, ucols = gate_up_columns(n, c.device)
+    cf = c.float()
+    gate, up = cf[:, gcols], cf[:, ucols]
+    if act_func == "dswiglu":
+        return F.silu(gate) * up
+    y1 = torch.clamp(gate, max=clamp_max)
+    return y1 * torch.sigmoid(geglu_alpha * y1) * (torch.clamp(up, min=clamp_min, max=clamp_max) + linear_offset)
+
+
+class _GroupedGluMLPFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, prob, w1, b1, w2, offsets, cfg):
+        m = x.shape[0]
+        row_e = row_experts(offsets, m)
+        valid = row_e < offsets.shape[0]
+        c = grouped_mm(x, w1, offsets, valid)
+        if b1 is not None:
+            # the bias joins in fp32 and C is rounded once, as a fused GEMM epilogue would
+            c = c.float() + b1[row_e.clamp(max=offsets.shape[0] - 1)].float() * valid[:, None].float()
+        c = c.to(torch.bfloat16)
+        p = prob * valid.to(prob.dtype)  # rows of no expert carry no probability
+        h = (p[:, None] * glu_forward(c, **cfg)).to(x.dtype)
+        y = grouped_mm(h, w2, offsets, valid)
+        ctx.save_for_backward(x, p, w1, w2, offsets, c, valid)
+        ctx.cfg = cfg
+        ctx.has_bias = b1 is not None
+        ctx.b1_dtype = b1.dtype if b1 is not None else None
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, p, w1, w2, offsets, c, valid = ctx.saved_tensors
+        cfg = ctx.cfg
+        L = offsets.shape[0]
+        dy = dy.to(torch.bfloat16).contiguous()
+        ones = torch.ones(L, dtype=torch.float32, device=dy.device)
+        # the fused step: dC (interleaved), dprob and db1 in one op; B_e = w2_eᵀ is (N, H), N-major
+        dc, dprob, db1 = torch.ops.cudnn_ext.grouped_gemm_dglu(
+            dy, w2.transpose(1, 2), c, offsets, ones, ones, p.contiguous(),
+            act_func=cfg["act_func"], linear_offset=cfg["linear_offset"], geglu_alpha=cfg["geglu_alpha"],
+            glu_clamp_max=cfg["clamp_max"], glu_clamp_min=cfg["clamp_min"], generate_dbias=ctx.has_bias,
+            d_dtype=torch.bfloat16)
+        h = (p[:, None] * glu_forward(c, **cfg)).to(x.dtype)
+        dw2 = grouped_wgrad(dy, h, offsets).to(w2.dtype)
+        dx = grouped_mm(dc, w1.transpose(1, 2), offsets, valid).to(x.dtype)
+        dw1 = grouped_wgrad(dc, x.to(dc.dtype), offsets).to(w1.dtype)
+        db1 = db1.to(ctx.b1_dtype) if ctx.has_bias else None
+        return dx, dprob, dw1, db1, dw2, None, None
+
+
+_ACT_NAMES = {"swiglu": "dswiglu", "geglu": "dgeglu", "dswiglu": "dswiglu", "dgeglu": "dgeglu"}
+
+
+class GroupedGluMLP(nn.Module):
+    """MoE expert MLP (L experts, hidden H, intermediate N) with a fused dGLU backward.
+
+    ``forward(x, prob, padded_offsets) -> y`` with x (M, H), prob (M,) fp32 and padded_offsets
+    (L,) int32 (see the module docstring for the row layout). Parameters are cast to bf16 for
+    compute (the fused op's operand contract); keep them in bf16 or fp32 master copies.
+
+    ``activation``: ``"swiglu"`` or ``"geglu"`` (clamped GeGLU: ``geglu_alpha``, ``clamp_max``,
+    ``clamp_min``, ``linear_offset``; for DeepSeek-V4 clamped SwiGLU use geglu with alpha 1,
+    offset 0 and clamps ±limit).
+    """
+
+    def __init__(self, num_experts: int, hidden: int, intermediate: int, *, activation: str = "swiglu",
+                 bias: bool = False, geglu_alpha: float = 1.702, clamp_max: float = 7.0, clamp_min: float = -7.0,
+                 linear_offset: Optional[float] = None, device=None, dtype=torch.bfloat16):
+        super().__init__()
+        if activation not in _ACT_NAMES:
+            raise ValueError(f"activation: must be 'swiglu' or 'geglu', got {activation!r}")
+        if intermediate <= 0 or intermediate % 32:
+            raise ValueError(f"intermediate: must be a positive multiple of 32 (gate/up blocks), got {intermediate}")
+        act = _ACT_NAMES[activation]
+        if linear_offset is None:
+            linear_offset = 1.0 if act == "dgeglu" else 0.0
+        elif act == "dswiglu" and linear_offset != 0.0:
+            raise ValueError(f"linear_offset: swiglu has none, got {linear_offset}")
+        self.num_experts, self.hidden, self.intermediate = num_experts, hidden, intermediate
+        self.cfg = dict(act_func=act, geglu_alpha=float(geglu_alpha), clamp_max=float(clamp_max),
+                        clamp_min=float(clamp_min), linear_offset=float(linear_offset))
+        kw = dict(device=device, dtype=dtype)
+        self.w1 = nn.Parameter(torch.empty(num_experts, 2 * intermediate, hidden, **kw))
+        self.w2 = nn.Parameter(torch.empty(num_experts, hidden, intermediate, **kw))
+        self.b1 = nn.Parameter(torch.zeros(num_experts, 2 * intermediate, **kw)) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        with torch.no_grad():
+            self.w1.normal_(0.0, 1.0 / math.sqrt(self.hidden))
+            self.w2.normal_(0.0, 1.0 / math.sqrt(self.intermediate))
+            if self.b1 is not None:
+                self.b1.zero_()
+
+    def forward(self, x: Tensor, prob: Tensor, padded_offsets: Tensor) -> Tensor:
+        bf = torch.bfloat16
+        b1 = self.b1.to(bf) if self.b1 is not None else None
+        return _GroupedGluMLPFn.apply(x.to(bf), prob.float(), self.w1.to(bf), b1, self.w2.to(bf),
+                                      padded_offsets, self.cfg)
+
+    def extra_repr(self) -> str:
+        return (f"experts={self.num_experts}, hidden={self.hidden}, intermediate={self.intermediate}, "
+                f"act={self.cfg['act_func'][1:]}, bias={self.b1 is not None}")
+
+
+__all__ = ["GroupedGluMLP", "glu_forward", "grouped_mm", "grouped_wgrad", "row_experts"]

@@ -1,0 +1,146 @@
+"""PyTorch operators: ``torch.ops.cudnn_ext.*`` custom ops and their Python entry points.
+
+Owns the op schemas, their fake (meta) implementations and the thin Python functions users
+call. The computation is ``cudnn_ext.torch._core.run`` (contract-validated once, then a built
+plan); nothing here knows about engines.
+
+Design: the ops are *functional*. They take no output buffers and mutate nothing; ``d_row``,
+``dprob`` and ``dbias`` come back as fresh zero-initialized-then-accumulated tensors. The
+vendor's "caller-zeroed dprob, accumulated into" contract is an in-place mutation; a custom op
+that mutates forces torch.compile to functionalize it (auto_functionalized + copy-backs and
+clones of the mutated inputs), while a functional op is one opaque node with no aliasing to
+track. Callers who want accumulation into an existing gradient add the result (``g += dprob``),
+which the compiler fuses with neighbours.
+
+Ops:
+
+* ``cudnn_ext::grouped_gemm_dglu`` (dense weights): ``b`` is ``(L, N, K)`` per expert, rows of
+  K contiguous (K-major, like ``nn.Linear.weight`` stacked) or its transpose-view of an
+  ``(L, K, N)`` tensor (N-major). Internally it is the vendor's ``(N, K, L)`` view.
+* ``cudnn_ext::grouped_gemm_dglu_discrete`` (per-expert pointers): ``b_ptrs`` int64 ``(L,)``
+  with ``n`` and ``b_major``. The pointed-to weights are *not* op inputs: the compiler cannot
+  see the dependency, so they must stay alive and unchanged while the op can run.
+
+Both return ``(d_row (M, 2N), dprob (M,) fp32, dbias)`` where ``dbias`` is ``(L, 2N)`` bf16 when
+``generate_dbias`` and an empty ``(0, 2N)`` tensor otherwise (schemas cannot return None; the
+Python functions below map it to None).
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from ._core import ActArgs, run
+
+_LIB = "cudnn_ext"
+
+
+def _act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min) -> ActArgs:
+    return ActArgs(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min)
+
+
+def _empty_dbias(two_n, device):
+    return torch.empty((0, two_n), dtype=torch.bfloat16, device=device)
+
+
+# --------------------------------------------------------------------------- dense
+@torch.library.custom_op(f"{_LIB}::grouped_gemm_dglu", mutates_args=())
+def _grouped_gemm_dglu_op(
+    a: Tensor, b: Tensor, c: Tensor, padded_offsets: Tensor, alpha: Tensor, beta: Tensor, prob: Tensor,
+    act_func: str = "dswiglu", linear_offset: Optional[float] = None, geglu_alpha: float = 1.702,
+    glu_clamp_max: float = 7.0, glu_clamp_min: float = -7.0, generate_dbias: bool = False,
+    d_dtype: Optional[torch.dtype] = None,
+) -> Tuple[Tensor, Tensor, Tensor]:
+    if b.dim() != 3:
+        raise ValueError(f"b: shape must be (L, N, K), got {tuple(b.shape)}")
+    d_row, dprob, dbias = run(a, c, padded_offsets, alpha, beta, prob, b=b.permute(1, 2, 0),
+                              act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min),
+                              generate_dbias=generate_dbias, d_dtype=d_dtype or torch.bfloat16)
+    return d_row, dprob, (dbias if dbias is not None else _empty_dbias(c.shape[1], c.device))
+
+
+@_grouped_gemm_dglu_op.register_fake
+def _(a, b, c, padded_offsets, alpha, beta, prob, act_func="dswiglu", linear_offset=None, geglu_alpha=1.702,
+      glu_clamp_max=7.0, glu_clamp_min=-7.0, generate_dbias=False, d_dtype=None):
+    return _fake_outputs(c, b.shape[0], generate_dbias, d_dtype)
+
+
+# --------------------------------------------------------------------------- discrete
+@torch.library.custom_op(f"{_LIB}::grouped_gemm_dglu_discrete", mutates_args=())
+def _grouped_gemm_dglu_discrete_op(
+    a: Tensor, b_ptrs: Tensor, n: int, c: Tensor, padded_offsets: Tensor, alpha: Tensor, beta: Tensor,
+    prob: Tensor, b_major: str = "k", act_func: str = "dswiglu", linear_offset: Optional[float] = None,
+    geglu_alpha: float = 1.702, glu_clamp_max: float = 7.0, glu_clamp_min: float = -7.0,
+    generate_dbias: bool = False, d_dtype: Optional[torch.dtype] = None,
+) -> Tuple[Tensor, Tensor, Tensor]:
+    d_row, dprob, dbias = run(a, c, padded_offsets, alpha, beta, prob, b_ptrs=b_ptrs, n=n, b_major=b_major,
+                              act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min),
+                              generate_dbias=generate_dbias, d_dtype=d_dtype or torch.bfloat16)
+    return d_row, dprob, (dbias if dbias is not None else _empty_dbias(c.shape[1], c.device))
+
+
+@_grouped_gemm_dglu_discrete_op.register_fake
+def _(a, b_ptrs, n, c, padded_offsets, alpha, beta, prob, b_major="k", act_func="dswiglu", linear_offset=None,
+      geglu_alpha=1.702, glu_clamp_max=7.0, glu_clamp_min=-7.0, generate_dbias=False, d_dtype=None):
+    return _fake_outputs(c, b_ptrs.shape[0], generate_dbias, d_dtype)
+
+
+def _fake_outputs(c, num_experts, generate_dbias, d_dtype):
+    m, two_n = c.shape[0], c.shape[1]
+    d_row = c.new_empty((m, two_n), dtype=d_dtype or torch.bfloat16)
+    dprob = c.new_empty((m,), dtype=torch.float32)
+    dbias = c.new_empty((num_experts if generate_dbias else 0, two_n), dtype=torch.bfloat16)
+    return d_row, dprob, dbias
+
+
+# --------------------------------------------------------------------------- Python API
+def grouped_gemm_dglu(
+    a: Tensor, c: Tensor, padded_offsets: Tensor, alpha: Tensor, beta: Tensor, prob: Tensor, *,
+    b: Optional[Tensor] = None, b_ptrs: Optional[Tensor] = None, n: Optional[int] = None, b_major: str = "k",
+    act_func: str = "dswiglu", linear_offset: Optional[float] = None, geglu_alpha: float = 1.702,
+    glu_clamp_max: float = 7.0, glu_clamp_min: float = -7.0, generate_dbias: bool = False,
+    d_dtype: Optional[torch.dtype] = None,
+) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
+    """Grouped GEMM + dGLU backward as a functional, ``torch.compile``-able op.
+
+    ``a`` (M, K) bf16 (the upstream gradient), ``c`` (M, 2N) the saved forward pre-activation
+    (gate/up interleaved in 32-column blocks), ``padded_offsets`` (L,) int32 cumulative
+    256-aligned ends, ``alpha``/``beta`` (L,) fp32, ``prob`` (M,) fp32. Weights: dense
+    ``b`` (L, N, K) bf16, or discrete ``b_ptrs`` (L,) int64 with ``n`` (and ``b_major``).
+
+    Returns ``(d_row (M, 2N), dprob (M,), dbias (L, 2N) bf16 or None)``, all freshly
+    zero-initialized (rows at/past ``padded_offsets[-1]`` are zero).
+    """
+    common = dict(act_func=act_func, linear_offset=linear_offset, geglu_alpha=geglu_alpha,
+                  glu_clamp_max=glu_clamp_max, glu_clamp_min=glu_clamp_min, generate_dbias=generate_dbias,
+                  d_dtype=d_dtype)
+    if (b is None) == (b_ptrs is None):
+        raise ValueError("b/b_ptrs: provide exactly one of b (dense (L, N, K) weights) or b_ptrs (per-expert pointers)")
+    if b is not None:
+        if n is not None:
+            raise ValueError(f"n: dense weights (b) forbid n, got n={n!r}")
+        d_row, dprob, dbias = torch.ops.cudnn_ext.grouped_gemm_dglu(a, b, c, padded_offsets, alpha, beta, prob,
+                                                                    **common)
+    else:
+        if n is None:
+            raise ValueError("n: discrete weights (b_ptrs) require n, got None")
+        d_row, dprob, dbias = torch.ops.cudnn_ext.grouped_gemm_dglu_discrete(
+            a, b_ptrs, n, c, padded_offsets, alpha, beta, prob, b_major=b_major, **common)
+    return d_row, dprob, (dbias if generate_dbias else None)
+
+
+def expert_pointers(weights) -> Tensor:
+    """The int64 pointer table of a list of per-expert (N, K) tensors (same device as them).
+
+    The table does not keep the weights alive: the caller must.
+    """
+    weights = list(weights)
+    if not weights:
+        raise ValueError("weights: need at least one expert weight, got an empty list")
+    ptrs = torch.tensor([w.data_ptr() for w in weights], dtype=torch.int64)
+    return ptrs.to(weights[0].device, non_blocking=True)
+
+
+__all__ = ["grouped_gemm_dglu", "expert_pointers"]

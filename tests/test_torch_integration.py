@@ -1,0 +1,287 @@
+"""PyTorch integration: the custom ops (opcheck, torch.compile, hot path) and GroupedGluMLP.
+
+CPU tests run the reference engine; ``gpu`` tests run whatever engine the plan picks on CUDA.
+Reproduce a failure with the seed printed by pytest (``torch.manual_seed(<seed>)``).
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import cudnn_ext.torch as ct
+from cudnn_ext.api import contract
+from cudnn_ext.reference import gate_up_columns, reference_outputs
+from cudnn_ext.torch import _core
+from cudnn_ext.torch.mlp import GroupedGluMLP
+
+BF = torch.bfloat16
+#: tolerance policy: bf16 outputs vs a float64 oracle, relative to the output's max magnitude
+BF16_REL = 2e-2
+
+
+def rel_err(got, ref) -> float:
+    got, ref = got.detach().double(), ref.detach().double()
+    scale = ref.abs().max().clamp_min(1e-30)
+    return float((got - ref).abs().max() / scale)
+
+
+def make_problem(L=3, n=64, k=32, m=1024, offsets=(256, 256, 768), device="cpu"):
+    """Inputs with an empty expert (1) and rows past the last offset (768..1023)."""
+    g = dict(device=device)
+    return dict(
+        a=torch.randn(m, k, **g).to(BF), b=torch.randn(L, n, k, **g).to(BF),
+        c=(2 * torch.randn(m, 2 * n, **g)).to(BF), offs=torch.tensor(offsets, dtype=torch.int32, **g),
+        alpha=torch.rand(L, **g) + 0.5, beta=torch.rand(L, **g) + 0.5, prob=torch.rand(m, **g),
+    )
+
+
+def oracle(p, generate_dbias, act_func="dswiglu", **act):
+    """float64 reference outputs of the same call, through the public contract."""
+    cfg = contract.CallConfig(act_func=act_func, **act)
+    ops = contract.Operands(a=p["a"], c=p["c"], padded_offsets=p["offs"], alpha=p["alpha"], beta=p["beta"],
+                            prob=p["prob"], dprob=torch.zeros_like(p["prob"]), b=p["b"].permute(1, 2, 0))
+    problem, pack = contract.normalize(ops, cfg, generate_dbias=generate_dbias)
+    return reference_outputs(problem, pack)
+
+
+def call(p, **kw):
+    return ct.grouped_gemm_dglu(p["a"], p["c"], p["offs"], p["alpha"], p["beta"], p["prob"], b=p["b"], **kw)
+
+
+# --------------------------------------------------------------------------- the op
+@pytest.mark.parametrize("act_func,act", [("dswiglu", {}), ("dgeglu", {}),
+                                          ("dgeglu", dict(geglu_alpha=1.0, linear_offset=0.0,
+                                                          glu_clamp_max=2.0, glu_clamp_min=-2.0))])
+def test_op_matches_reference(act_func, act):
+    p = make_problem()
+    d_row, dprob, dbias = call(p, act_func=act_func, generate_dbias=True, **act)
+    ref = oracle(p, True, act_func, **act)
+    end = int(p["offs"][-1])
+    assert d_row.shape == (1024, 128) and d_row.dtype == BF
+    assert rel_err(d_row[:end], ref["d_row"][:end]) < BF16_REL
+    assert rel_err(dprob, ref["dprob"]) < 1e-5
+    assert rel_err(dbias, ref["dbias"]) < BF16_REL
+    # functional outputs: rows past the last offset are zero, dprob/dbias only this call's sums
+    assert not d_row[end:].any() and not dprob[end:].any()
+    assert not dbias[1].any()  # the empty expert
+
+
+def test_op_without_dbias_and_d_dtype():
+    p = make_problem()
+    d_row, dprob, dbias = call(p, d_dtype=torch.float32)
+    assert dbias is None and d_row.dtype == torch.float32
+    ref = oracle(p, False)
+    assert rel_err(d_row[:768], ref["d_row"][:768]) < 1e-5
+
+
+@pytest.mark.parametrize("b_major", ["k", "n"])
+def test_discrete_matches_dense(b_major):
+    p = make_problem()
+    if b_major == "k":
+        weights = [p["b"][e].contiguous() for e in range(3)]
+    else:  # each expert stored (K, N) row-major: an N-major (N, K) matrix
+        weights = [p["b"][e].t().contiguous() for e in range(3)]
+    ptrs = ct.expert_pointers(weights)
+    got = ct.grouped_gemm_dglu(p["a"], p["c"], p["offs"], p["alpha"], p["beta"], p["prob"], b_ptrs=ptrs, n=64,
+                               b_major=b_major, generate_dbias=True)
+    want = call(p, generate_dbias=True)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=0, atol=0)
+
+
+def test_op_rejects_bad_input_with_named_errors():
+    p = make_problem()
+    with pytest.raises(ValueError, match="a_tensor: M"):
+        ct.grouped_gemm_dglu(p["a"][:1000], p["c"][:1000], p["offs"], p["alpha"], p["beta"], p["prob"][:1000],
+                             b=p["b"])
+    with pytest.raises(TypeError, match="c_tensor: dtype"):
+        ct.grouped_gemm_dglu(p["a"], p["c"].to(torch.int32), p["offs"], p["alpha"], p["beta"], p["prob"], b=p["b"])
+    with pytest.raises(ValueError, match="b/b_ptrs"):
+        ct.grouped_gemm_dglu(p["a"], p["c"], p["offs"], p["alpha"], p["beta"], p["prob"])
+    with pytest.raises(ValueError, match="n: discrete"):
+        ct.grouped_gemm_dglu(p["a"], p["c"], p["offs"], p["alpha"], p["beta"], p["prob"],
+                             b_ptrs=torch.zeros(3, dtype=torch.int64))
+    misaligned = torch.empty(1024 * 32 + 1, dtype=BF)[1:].view(1024, 32)
+    misaligned.copy_(p["a"])
+    call(p)  # warm the memo for this metadata: alignment is still checked on the hot path
+    with pytest.raises(ValueError, match="a_tensor: data pointer"):
+        ct.grouped_gemm_dglu(misaligned, p["c"], p["offs"], p["alpha"], p["beta"], p["prob"], b=p["b"])
+
+
+def test_hot_path_does_not_revalidate(monkeypatch):
+    p = make_problem()
+    call(p, generate_dbias=True)  # builds the memo entry and the plan
+
+    def boom(*a, **k):
+        raise AssertionError("contract.normalize ran on the hot path")
+
+    monkeypatch.setattr(contract, "normalize", boom)
+    monkeypatch.setattr(_core, "plan_for", boom)
+    p2 = make_problem()  # same metadata, new data
+    call(p2, generate_dbias=True)
+
+
+@pytest.mark.parametrize("generate_dbias", [False, True])
+def test_opcheck_dense(generate_dbias):
+    p = make_problem(L=2, n=32, k=16, m=512, offsets=(256, 512))
+    torch.library.opcheck(torch.ops.cudnn_ext.grouped_gemm_dglu.default,
+                          (p["a"], p["b"], p["c"], p["offs"], p["alpha"], p["beta"], p["prob"]),
+                          dict(generate_dbias=generate_dbias, act_func="dgeglu"))
+
+
+def test_opcheck_discrete():
+    p = make_problem(L=2, n=32, k=16, m=512, offsets=(0, 512))
+    weights = [p["b"][e].contiguous() for e in range(2)]
+    ptrs = ct.expert_pointers(weights)
+    torch.library.opcheck(torch.ops.cudnn_ext.grouped_gemm_dglu_discrete.default,
+                          (p["a"], ptrs, 32, p["c"], p["offs"], p["alpha"], p["beta"], p["prob"]),
+                          dict(generate_dbias=True))
+
+
+def test_compile_fullgraph_one_graph():
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    torch._dynamo.reset()
+    p = make_problem()
+
+    def step(a, b, c, offs, alpha, beta, prob, grad_prob):
+        d_row, dprob, dbias = ct.grouped_gemm_dglu(a, c, offs, alpha, beta, prob, b=b, generate_dbias=True)
+        return d_row.float() * 2, grad_prob + dprob, dbias.float().sum(0)
+
+    counter = CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(step, fullgraph=True, backend=counter)
+    args = (p["a"], p["b"], p["c"], p["offs"], p["alpha"], p["beta"], p["prob"], torch.ones(1024))
+    for got, want in zip(compiled(*args), step(*args)):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert counter.frame_count == 1
+    op = torch.ops.cudnn_ext.grouped_gemm_dglu
+    assert any(n.target in (op, op.default) for n in counter.graphs[0].graph.nodes)
+
+
+# --------------------------------------------------------------------------- GroupedGluMLP
+OFFS = (256, 256, 768)  # expert 1 empty; rows 768.. belong to no expert
+REAL = (200, 0, 400)  # real tokens per expert; the rest of each range is padding
+
+
+def mlp_inputs(hidden, m=1024):
+    x = torch.randn(m, hidden).to(BF)
+    prob = torch.rand(m)
+    starts = (0,) + OFFS[:-1]
+    for s, e, r in zip(starts, OFFS, REAL):
+        x[s + r:e] = 0
+        prob[s + r:e] = 0
+    x[OFFS[-1]:] = 0
+    return x, prob, torch.tensor(OFFS, dtype=torch.int32)
+
+
+def plain_autograd_layer(x, prob, w1, b1, w2, offs, act_func, cfg):
+    """The same layer in plain float64 PyTorch: per-expert matmuls, explicit GLU."""
+    n = w2.shape[2]
+    gcols, ucols = gate_up_columns(n)
+    ys, start = [], 0
+    for e, end in enumerate(offs):
+        c = x[start:end] @ w1[e].t() + (b1[e] if b1 is not None else 0)
+        gate, up = c[:, gcols], c[:, ucols]
+        if act_func == "swiglu":
+            act = F.silu(gate) * up
+        else:
+            y1 = torch.clamp(gate, max=cfg["clamp_max"])
+            act = (y1 * torch.sigmoid(cfg["geglu_alpha"] * y1)
+                   * (torch.clamp(up, min=cfg["clamp_min"], max=cfg["clamp_max"]) + cfg["linear_offset"]))
+        ys.append((prob[start:end, None] * act) @ w2[e].t())
+        start = end
+    ys.append(x.new_zeros(x.shape[0] - start, w2.shape[1]))
+    return torch.cat(ys)
+
+
+@pytest.mark.parametrize("activation,bias", [("swiglu", True), ("geglu", False), ("geglu", True)])
+def test_mlp_gradients_match_plain_autograd(activation, bias):
+    L, H, N = 3, 64, 64
+    mlp = GroupedGluMLP(L, H, N, activation=activation, bias=bias)
+    if bias:
+        with torch.no_grad():
+            mlp.b1.normal_(0.0, 0.5)
+    x, prob, offs = mlp_inputs(H)
+    x.requires_grad_()
+    prob.requires_grad_()
+    y = mlp(x, prob, offs)
+    dy = torch.randn_like(y)
+    y.backward(dy)
+
+    leaves = [t.detach().double().requires_grad_() for t in (x, prob, mlp.w1, mlp.w2)]
+    xr, pr, w1r, w2r = leaves
+    b1r = mlp.b1.detach().double().requires_grad_() if bias else None
+    yr = plain_autograd_layer(xr, pr, w1r, b1r, w2r, OFFS, activation, mlp.cfg)
+    yr.backward(dy.double())
+
+    assert rel_err(y, yr) < BF16_REL
+    for name, got, want in [("dx", x.grad, xr.grad), ("dprob", prob.grad, pr.grad), ("dw1", mlp.w1.grad, w1r.grad),
+                            ("dw2", mlp.w2.grad, w2r.grad)] + ([("db1", mlp.b1.grad, b1r.grad)] if bias else []):
+        assert got.shape == want.shape, name
+        assert rel_err(got, want) < BF16_REL, f"{name}: rel err {rel_err(got, want):.3g}"
+    # rows of no expert and the empty expert get exactly zero gradient
+    assert not x.grad[768:].any() and not prob.grad[768:].any()
+    assert not mlp.w1.grad[1].any() and not mlp.w2.grad[1].any()
+    # padding rows (prob = 0) get no input gradient: dC = R * prob * ... is 0 there, bias or not
+    assert not x.grad[200:256].any() and not x.grad[656:768].any()
+
+
+def test_mlp_under_compile_matches_eager():
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    torch._dynamo.reset()
+    mlp = GroupedGluMLP(3, 32, 64, bias=True)
+    x, prob, offs = mlp_inputs(32)
+
+    def loss(x, prob):
+        return mlp(x, prob, offs).float().square().sum()
+
+    grads = []
+    for fn in (loss, torch.compile(loss, fullgraph=True, backend=CompileCounterWithBackend("aot_eager"))):
+        xi, pi = x.clone().requires_grad_(), prob.clone().requires_grad_()
+        mlp.zero_grad()
+        fn(xi, pi).backward()
+        grads.append([xi.grad, pi.grad, mlp.w1.grad.clone(), mlp.b1.grad.clone(), mlp.w2.grad.clone()])
+    for got, want in zip(*grads):
+        torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2)
+
+
+# --------------------------------------------------------------------------- GPU
+@pytest.mark.gpu
+def test_gpu_op_matches_cpu_and_captures_in_cuda_graph():
+    p = make_problem()
+    pc = {k: v.cuda() for k, v in p.items()}
+    got = call(pc, generate_dbias=True)
+    ref = oracle(p, True)
+    assert rel_err(got[0][:768].cpu(), ref["d_row"][:768]) < BF16_REL
+    assert rel_err(got[1].cpu(), ref["dprob"]) < 1e-3
+    from cudnn_ext.plan import plan_for
+
+    entry = next(iter(e for e in _core._memo.values() if e.problem.device_type == "cuda"))
+    if entry.plan.engine_name == "reference":
+        pytest.skip("the plan on this GPU is the reference engine, which reads offsets on the host")
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = call(pc, generate_dbias=True)
+    g.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out[0], got[0], rtol=0, atol=0)
+    assert plan_for  # imported for the skip message's claim: the plan is the cached one
+
+
+@pytest.mark.gpu
+def test_gpu_mlp_gradients_match_cpu():
+    torch.manual_seed(0)
+    mlp = GroupedGluMLP(3, 64, 64, bias=True)
+    x, prob, offs = mlp_inputs(64)
+    dy = torch.randn(1024, 64).to(BF)
+    res = []
+    for dev in ("cpu", "cuda"):
+        m = GroupedGluMLP(3, 64, 64, bias=True, device=dev)
+        m.load_state_dict(mlp.state_dict())
+        xi, pi = x.to(dev).requires_grad_(), prob.to(dev).requires_grad_()
+        m(xi, pi, offs.to(dev)).backward(dy.to(dev))
+        res.append([t.cpu() for t in (xi.grad, pi.grad, m.w1.grad, m.b1.grad, m.w2.grad)])
+    for got, want in zip(res[1], res[0]):
+        assert rel_err(got, want) < BF16_REL
