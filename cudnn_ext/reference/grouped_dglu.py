@@ -54,7 +54,7 @@ def expert_weight(problem: DgluProblem, pack: Mapping, e: int) -> torch.Tensor:
 def expert_gemm(problem: DgluProblem, pack: Mapping, e: int, r0: int, r1: int, dtype) -> torch.Tensor:
     """acc = A[r0:r1] @ B_e^T in ``dtype`` (the GEMM before alpha**2)."""
     if problem.is_block_scaled:
-        from .blockscaled import expert_operands  # block-scaled dequantization lives there
+        from .blockscaled_run import expert_operands  # block-scaled dequantization lives there
 
         a, b = expert_operands(problem, pack, e, r0, r1, dtype)
     else:
@@ -78,7 +78,11 @@ def grouped_dglu_reference(problem: DgluProblem, pack: Mapping, *, compute_dtype
     if dbias is not None:
         dbias_acc = dbias.to(compute_dtype)
     outs = []
-    for e, r0, r1 in expert_ranges(pack["padded_offsets"], m):
+    if problem.is_block_scaled and problem.block_scale.single_group_runtime_offsets:
+        ranges = [(0, 0, m)]  # the kernel takes the single group's end from A's row count
+    else:
+        ranges = expert_ranges(pack["padded_offsets"], m)
+    for e, r0, r1 in ranges:
         if r1 == r0:
             continue  # an empty group produces nothing
         g0 = alpha[e] ** 2 * expert_gemm(problem, pack, e, r0, r1, compute_dtype)
@@ -105,7 +109,7 @@ def grouped_dglu_reference(problem: DgluProblem, pack: Mapping, *, compute_dtype
     if dbias_acc is not None:
         dbias.copy_(dbias_acc.to(dbias.dtype))
     if problem.is_block_scaled:
-        from .blockscaled import finish_outputs  # amax, quantized D_row/D_col with SFD
+        from .blockscaled_run import finish_outputs  # amax, quantized D_row/D_col with SFD
 
         finish_outputs(problem, pack, outs, gate_cols, up_cols)
 

@@ -1,0 +1,249 @@
+"""The block-scaled (MXFP8 / NVFP4) contract: the rules of the page's dtype table and its
+"Additional Type Constraints", vendor_facts 2 and 3.5, checked before anything is allocated.
+
+Owns validation of block-scaled calls and the wrapper's allocation of block-scaled outputs
+(D_row, D_col, SFD_row/SFD_col, amax). Shares the small checks of ``contract``.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+import torch
+
+from ..problem import BlockScaleConfig, DgluProblem
+from ..quant.sf_layout import as_sf_6d, empty_sf, sf_k_blocks
+from . import contract as C
+
+E8M0 = getattr(torch, "float8_e8m0fnu", None)
+E4M3 = torch.float8_e4m3fn
+E5M2 = torch.float8_e5m2
+SF_DTYPES = tuple(d for d in (E8M0, E4M3) if d is not None)
+FP8 = (E4M3, E5M2)
+C_DTYPES = (torch.float32, torch.float16, torch.bfloat16, E4M3, E5M2)
+
+
+def _check_sf(name: str, t, mn: int, k: int, sf_vec: int, groups: int, sf_dtype) -> torch.Tensor:
+    """Dtype rule here; shape rule (6-D view or flat packed buffer) in ``quant.sf_layout``."""
+    t = C.require_tensor(name, t)
+    if t.dtype != sf_dtype:
+        raise TypeError(f"{name}: scale factors must all share one dtype ({C._fmt_dtype(sf_dtype)}, the dtype of "
+                        f"sfa_tensor), got {C._fmt_dtype(t.dtype)}")
+    return as_sf_6d(t, mn=mn, k_blocks=sf_k_blocks(k, sf_vec), groups=groups, name=name)
+
+
+def normalize_block_scaled(ops, cfg, *, mode: str, n, b_dtype, d_dtype, generate_dbias):
+    a = ops.a
+    fp4 = a.dtype in C.FP4_DTYPES
+    act = C.resolve_act(cfg, block_scaled=True)
+    if cfg.epilogue_op in ("relu", "srelu"):
+        raise NotImplementedError(f"epilogue_op: {cfg.epilogue_op!r} is not applied by any dGLU kernel (the vendor's "
+                                  "accept it and silently ignore it); cudnn_ext refuses it rather than ignore it")
+    if ops.activation is not None:
+        raise ValueError("activation_tensor: supported only by the BF16 contract, got it with block-scaled operands")
+    if cfg.round_dgrad_to_input_dtype:
+        raise ValueError("round_dgrad_to_input_dtype: supported only by the BF16 contract, got True with "
+                         "block-scaled operands")
+    if cfg.sf_fp8_dtype_override is not None:
+        raise NotImplementedError(f"sf_fp8_dtype_override: {cfg.sf_fp8_dtype_override!r} exists only on Rubin "
+                                  "(sm_107), which no engine here targets")
+    if cfg.sf_vec_size not in (16, 32):
+        raise ValueError(f"sf_vec_size: must be 16 or 32, got {cfg.sf_vec_size!r}")
+    sfa = C.require_tensor("sfa_tensor", ops.sfa)
+    sf_dtype = sfa.dtype
+    if sf_dtype not in SF_DTYPES:
+        raise TypeError(f"sfa_tensor: scale-factor dtype must be one of {C._dtypes(SF_DTYPES)}, got "
+                        f"{C._fmt_dtype(sf_dtype)}")
+    if sf_dtype == E4M3 and cfg.sf_vec_size != 16:
+        raise ValueError(f"sf_vec_size: float8_e4m3fn scale factors require sf_vec_size=16, got {cfg.sf_vec_size}")
+    if not fp4 and cfg.sf_vec_size != 32:
+        raise ValueError(f"sf_vec_size: FP8 operands require sf_vec_size=32 (MXFP8), got {cfg.sf_vec_size}")
+
+    a2 = C.drop_unit_dims("a_tensor", a, 2, "(M, K) or (M, K, 1)")
+    C.check_row_major("a_tensor", a2)
+    m, k_phys = a2.shape
+    k = 2 * k_phys if fp4 else k_phys
+    if m % C.M_ALIGN:
+        raise ValueError(f"a_tensor: M (rows) must be a multiple of {C.M_ALIGN}, got M = {m}")
+    if k <= 0 or k % 32:
+        raise ValueError(f"a_tensor: logical K must be a positive multiple of 32 (16-byte rows), got K = {k}")
+
+    pack: Dict[str, Any] = {"a": a2}
+    if mode == "dense":
+        b = ops.b
+        if b.dim() != 3:
+            raise ValueError(f"b_tensor: shape must be (N, K, L), got {tuple(b.shape)}")
+        n, kb, num_experts = b.shape
+        if kb != k_phys:
+            raise ValueError(f"b_tensor: K must equal a_tensor's K ({k_phys} stored elements), got shape {tuple(b.shape)}")
+        if b.stride(1) == 1 and (n == 1 or b.stride(0) == kb):
+            b_major = "k"
+        elif not fp4 and b.stride(0) == 1 and (kb == 1 or b.stride(1) == n):
+            b_major = "n"
+        else:
+            rule = "K-major (FP4 must be K-major)" if fp4 else "K-major or N-major"
+            raise ValueError(f"b_tensor: must be {rule}, got stride {tuple(b.stride())} for shape {tuple(b.shape)}")
+        pack["b"] = b
+        sfb = C.require_tensor("sfb_tensor", ops.sfb)
+        if ops.sfb_ptrs is not None:
+            raise ValueError("sfb_ptrs: dense mode (b_tensor) takes sfb_tensor, not sfb_ptrs")
+        pack["sfb"] = _check_sf("sfb_tensor", sfb, n, k, cfg.sf_vec_size, num_experts, sf_dtype)
+    else:
+        bp = C.require_tensor("b_ptrs", ops.b_ptrs)
+        C.check_dtype("b_ptrs", bp, (torch.int64,))
+        if bp.dim() != 1:
+            raise ValueError(f"b_ptrs: shape must be (L,), got {tuple(bp.shape)}")
+        num_experts = bp.shape[0]
+        if b_dtype != a.dtype and not (fp4 and b_dtype in C.FP4_DTYPES):
+            raise TypeError(f"b_dtype: must match a_tensor's dtype {C._fmt_dtype(a.dtype)}, got {C._fmt_dtype(b_dtype)}")
+        if fp4 and cfg.b_major != "k":
+            raise ValueError(f"b_major: FP4 weights must be K-major ('k'), got {cfg.b_major!r}")
+        b_major = cfg.b_major
+        sp = C.require_tensor("sfb_ptrs", ops.sfb_ptrs)
+        C.check_dtype("sfb_ptrs", sp, (torch.int64,))
+        if tuple(sp.shape) != (num_experts,):
+            raise ValueError(f"sfb_ptrs: shape must be (L,) = ({num_experts},), got {tuple(sp.shape)}")
+        if ops.sfb is not None:
+            raise ValueError("sfb_tensor: discrete mode (b_ptrs) takes sfb_ptrs, not sfb_tensor")
+        pack["b_ptrs"], pack["sfb_ptrs"] = bp, sp
+    if n <= 0 or n % 32:
+        raise ValueError(f"n: N must be a positive multiple of 32 (32-column gate/up blocks), got N = {n}")
+    if not 1 <= num_experts <= C.MAX_EXPERTS:
+        raise ValueError(f"num_experts: expert count L must be in [1, {C.MAX_EXPERTS}], got {num_experts}")
+    if cfg.use_single_group_runtime_offsets and num_experts != 1:
+        raise ValueError(f"use_single_group_runtime_offsets: requires exactly one expert, got L = {num_experts}")
+    two_n = 2 * n
+    pack["sfa"] = _check_sf("sfa_tensor", sfa, m, k, cfg.sf_vec_size, 1, sf_dtype)
+
+    c = C.drop_unit_dims("c_tensor", C.require_tensor("c_tensor", ops.c), 2, "(M, 2N) or (M, 2N, 1)")
+    C.check_dtype("c_tensor", c, C_DTYPES)
+    C.check_shape("c_tensor", c, (m, two_n), "(M, 2N)")
+    C.check_row_major("c_tensor", c)
+    if c.dtype in FP8 and cfg.vector_f32:
+        raise ValueError("vector_f32: FP8 c_tensor is not supported with vector_f32=True")
+    pack["c"] = c
+
+    d_allowed = (torch.bfloat16, torch.float16, torch.float32) if fp4 else FP8
+    if ops.d_row is not None:
+        d = C.drop_unit_dims("d_row_tensor", ops.d_row, 2, "(M, 2N) or (M, 2N, 1)")
+        C.check_shape("d_row_tensor", d, (m, two_n), "(M, 2N)")
+        C.check_row_major("d_row_tensor", d)
+        d_dtype = d.dtype
+        pack["d_row"] = d
+    elif d_dtype is None:
+        d_dtype = torch.bfloat16 if fp4 else E4M3
+    if d_dtype not in d_allowed:
+        raise TypeError(f"d_dtype: {'FP4' if fp4 else 'FP8'} operands require D in {C._dtypes(d_allowed)}, got "
+                        f"{C._fmt_dtype(d_dtype)}")
+
+    # quantized outputs: generated iff FP8 operands, e8m0 scales and FP8 D (vendor_facts 2.6)
+    sfd_given = [ops.sfd_row is not None, ops.sfd_col is not None, ops.norm_const is not None]
+    wrapper_call = ops.d_row is None
+    can_sfd = (not fp4) and sf_dtype == E8M0 and d_dtype in FP8
+    if wrapper_call:
+        generate_sfd = can_sfd
+        if generate_sfd and ops.norm_const is None:
+            raise ValueError("norm_const_tensor: required for FP8 operands with e8m0 scales (it scales the quantized "
+                             "D_row/D_col outputs), got None")
+    else:
+        if any(sfd_given) and not all(sfd_given):
+            raise ValueError("sfd_row_tensor/sfd_col_tensor/norm_const_tensor: must be all None or all given")
+        generate_sfd = all(sfd_given)
+        if generate_sfd and not can_sfd:
+            raise ValueError("sfd_row_tensor: quantized outputs need FP8 operands, e8m0 scale factors and FP8 D, got "
+                             f"{C._fmt_dtype(a.dtype)} operands, {C._fmt_dtype(sf_dtype)} scales, D {C._fmt_dtype(d_dtype)}")
+    if generate_sfd and d_dtype == E5M2:
+        raise NotImplementedError("d_dtype: float8_e5m2 D with scale-factor generation is not supported (the vendor "
+                                  "kernel packs e4m3 only); use float8_e4m3fn")
+    if cfg.discrete_col_sfd and not generate_sfd:
+        raise ValueError("discrete_col_sfd: needs quantized outputs (FP8 operands, e8m0 scales, FP8 D with SFD), "
+                         "which this call does not generate")
+    if ops.norm_const is not None:
+        nc = C.require_tensor("norm_const_tensor", ops.norm_const)
+        C.check_dtype("norm_const_tensor", nc, (torch.float32,))
+        C.check_shape("norm_const_tensor", nc.reshape(-1) if nc.dim() == 0 else nc, (1,), "(1,)")
+        pack["norm_const"] = nc.reshape(1)
+    if not wrapper_call and generate_sfd:
+        dcol = C.drop_unit_dims("d_col_tensor", C.require_tensor("d_col_tensor", ops.d_col), 2, "(M, 2N)")
+        if dcol.dtype != d_dtype:
+            raise TypeError(f"d_col_tensor: must have D_row's dtype {C._fmt_dtype(d_dtype)}, got {C._fmt_dtype(dcol.dtype)}")
+        C.check_shape("d_col_tensor", dcol, (m, two_n), "(M, 2N)")
+        C.check_row_major("d_col_tensor", dcol)
+        pack["d_col"] = dcol
+        pack["sfd_row"] = _check_sf("sfd_row_tensor", ops.sfd_row, m, two_n, 32, 1, E8M0)
+        pack["sfd_col"] = _check_sf("sfd_col_tensor", ops.sfd_col, two_n, m, 32, 1, E8M0)
+
+    # amax: wrapper generates it for bf16/fp16 D; class API iff a sample is given
+    generate_amax = (d_dtype in (torch.bfloat16, torch.float16)) if wrapper_call else ops.amax is not None
+    if ops.amax is not None:
+        am = C.drop_unit_dims("amax_tensor", ops.amax, 2, "(L, 2) or (L, 2, 1)")
+        C.check_dtype("amax_tensor", am, (torch.float32,))
+        C.check_shape("amax_tensor", am, (num_experts, 2), "(L, 2)")
+        pack["amax"] = am
+
+    offs = C.require_tensor("padded_offsets", ops.padded_offsets)
+    C.check_dtype("padded_offsets", offs, (torch.int32,))
+    C.check_shape("padded_offsets", offs, (num_experts,), "(L,)")
+    pack["padded_offsets"] = offs
+    for slot in ("alpha", "beta"):
+        t = C.require_tensor(C.ARG_NAMES[slot], getattr(ops, slot))
+        C.check_dtype(C.ARG_NAMES[slot], t, (torch.float32,))
+        C.check_shape(C.ARG_NAMES[slot], t, (num_experts,), "(L,)")
+        pack[slot] = t
+    for slot in ("prob", "dprob"):  # optional on the block-scaled contract (p = 1, no dprob)
+        t = getattr(ops, slot)
+        if t is None:
+            continue
+        C.check_dtype(C.ARG_NAMES[slot], t, (torch.float32,))
+        v = C.drop_unit_dims(C.ARG_NAMES[slot], t, 1, "(M,) or (M, 1, 1)")
+        C.check_shape(C.ARG_NAMES[slot], v, (m,), "(M,)")
+        if slot == "dprob":
+            C.check_contiguous_1d("dprob_tensor", v)
+        pack[slot] = v
+
+    if ops.dbias is not None:
+        if generate_dbias is False:
+            raise ValueError("dbias_tensor: must be omitted when dbias is not generated "
+                             "(the plan was built without sample_dbias / generate_dbias=False)")
+        db = C.drop_unit_dims("dbias_tensor", ops.dbias, 2, "(L, 2N) or (L, 2N, 1)")
+        C.check_dtype("dbias_tensor", db, (torch.bfloat16,))
+        C.check_shape("dbias_tensor", db, (num_experts, two_n), "(L, 2N)")
+        pack["dbias"] = db
+        generate_dbias = True
+    generate_dbias = bool(generate_dbias)
+    if cfg.deterministic and generate_dbias:
+        raise NotImplementedError("deterministic: deterministic dprob is not offered together with dbias")
+    if fp4 and cfg.sf_vec_size == 16 and d_dtype == torch.float32 and not generate_dbias:
+        raise NotImplementedError("d_dtype: FP4 operands with sf_vec_size=16 and float32 D are supported only with "
+                                  "dbias generation (vendor kernel restriction)")
+
+    device = C.check_same_device({C.ARG_NAMES[s]: t for s, t in pack.items()})
+    for slot in ("a", "c", "d_row", "d_col", "b"):
+        if slot in pack:
+            C.check_aligned(C.ARG_NAMES[slot], pack[slot])
+    problem = DgluProblem(
+        n=n, k=k, num_experts=num_experts, m=m, weight_mode=mode, b_major=b_major, ab_dtype=a.dtype,
+        c_dtype=c.dtype, d_dtype=d_dtype, act=act, generate_dbias=generate_dbias,
+        has_prob="prob" in pack, has_dprob="dprob" in pack, use_dynamic_sched=cfg.use_dynamic_sched,
+        block_scale=BlockScaleConfig(sf_dtype=sf_dtype, sf_vec_size=cfg.sf_vec_size, generate_sfd=generate_sfd,
+                                     discrete_col_sfd=cfg.discrete_col_sfd, generate_amax=generate_amax,
+                                     single_group_runtime_offsets=cfg.use_single_group_runtime_offsets),
+        device_type=device.type, device_index=device.index,
+    )
+    return problem, pack
+
+
+def allocate_block_scaled_outputs(problem: DgluProblem, pack: Dict[str, Any], result: Dict[str, Any]) -> None:
+    """The wrapper's outputs beyond D_row/dbias: D_col + SFD (quantized), amax (-inf)."""
+    m, two_n = pack["c"].shape
+    dev = pack["c"].device
+    bs = problem.block_scale
+    if bs.generate_sfd:
+        d_col = torch.empty((m, two_n, 1), dtype=problem.d_dtype, device=dev)
+        sfd_row = empty_sf(m, sf_k_blocks(two_n, 32), dtype=E8M0, device=dev, fill=None)
+        sfd_col = empty_sf(two_n, sf_k_blocks(m, 32), dtype=E8M0, device=dev, fill=None)
+        pack.update(d_col=d_col[..., 0], sfd_row=sfd_row, sfd_col=sfd_col)
+        result.update(d_col_tensor=d_col, sfd_row_tensor=sfd_row, sfd_col_tensor=sfd_col)
+    if bs.generate_amax:
+        amax = torch.full((problem.num_experts, 2, 1), float("-inf"), dtype=torch.float32, device=dev)
+        pack["amax"] = amax[..., 0]
+        result["amax_tensor"] = amax
