@@ -299,3 +299,47 @@ def test_graph_device_defaults_and_problem_device():
     assert g.problem.device_type == "cpu"
     g2 = cudnn.Graph("meta-only", io_data_type=torch.bfloat16, device="cpu")
     assert g2.device == torch.device("cpu")
+
+
+# ----------------------------------------------------------------------------- one path
+def test_wrapper_and_class_api_run_through_a_graph(monkeypatch):
+    from cudnn_ext.graph import from_call
+
+    seen = []
+    real = cudnn.Graph.execute
+
+    def spy(self, variant_pack, workspace=None, stream=None):
+        seen.append(self)
+        return real(self, variant_pack, workspace, stream)
+
+    monkeypatch.setattr(cudnn.Graph, "execute", spy)
+    from_call.clear_memo()
+    t = make_case()
+    wrapper_result(t)
+    run = make_case(m=768, offsets=[256, 512, 768])
+    run.update(b=t["b"], alpha=t["alpha"], beta=t["beta"])
+    wrapper_result(run)
+    assert len(seen) == 2 and seen[0] is seen[1], "a new M must reuse the memoized graph"
+    assert seen[0].problem.m == M and seen[0].engine_name == "reference"
+
+    d_row, dprob = torch.empty(M, 2 * N, dtype=torch.bfloat16), torch.zeros(M)
+    op = cudnn.GroupedGemmDglu(t["a"], t["c"], d_row, None, None, t["padded_offsets"], t["alpha"], t["beta"],
+                               t["prob"], dprob, sample_b=t["b"])
+    op.execute(t["a"], t["c"], d_row, None, None, t["padded_offsets"], t["alpha"], t["beta"], t["prob"], dprob,
+               b_tensor=t["b"])
+    assert len(seen) == 3 and seen[2] is op._graph and op._plan is op._graph.execution_plan
+    assert torch.equal(d_row, wrapper_result(t)["d_row_tensor"][..., 0])
+
+
+def test_call_graph_declares_the_same_problem():
+    from cudnn_ext.api import contract
+    from cudnn_ext.graph.from_call import declare_call_graph
+
+    t = make_case()
+    problem, pack = contract.normalize(
+        contract.Operands(a=t["a"], c=t["c"], padded_offsets=t["padded_offsets"], alpha=t["alpha"], beta=t["beta"],
+                          prob=t["prob"], dprob=torch.zeros(M), b=t["b"]),
+        contract.CallConfig(act_func="dgeglu", linear_offset=0.25), generate_dbias=True)
+    g = declare_call_graph(problem, pack)
+    assert g.problem == problem
+    assert {d.name for d in g.tensors} >= {"a", "b", "c", "d_row", "dprob", "dbias"}

@@ -1,9 +1,11 @@
 """``GroupedGemmDglu``: the class API (check_support -> compile -> execute), vendor-compatible.
 
 Owns the sample-based lifecycle: samples describe the problem family (M may change per
-call), ``check_support`` ranks engines, ``compile`` builds the plan and owns a workspace
-unless the caller passes one to ``execute``. Runtime tensors are checked against the compiled
-family; the plan itself is shared with the wrapper and the graph (one path).
+call); ``check_support`` declares the samples as a ``Graph`` (``cudnn_ext.graph.from_call``)
+and plans it, ``compile`` builds its plan and owns a workspace unless the caller passes one to
+``execute``. Runtime tensors are checked against the compiled family (the contract's messages),
+then bound and executed by the graph (one path). Each object owns its graph. Block-scaled
+samples run their cached plan directly until the graph declares scale-factor ports.
 """
 from __future__ import annotations
 
@@ -55,8 +57,25 @@ class GroupedGemmDglu:
         self._discrete = dict(num_experts=num_experts, b_shape=b_shape, b_dtype=b_dtype)
         self._engine = engine
         self._problem: Optional[DgluProblem] = None
-        self._plan: Optional[ExecutionPlan] = None
+        self._sample_pack = None
+        self._graph = None  # cudnn_ext.Graph of the samples (BF16)
+        self._direct_plan: Optional[ExecutionPlan] = None  # block-scaled: no graph yet
         self._workspace: Optional[torch.Tensor] = None
+
+    @property
+    def _plan(self) -> Optional[ExecutionPlan]:
+        """The compiled plan (the graph's selected plan), None before ``compile``."""
+        if self._graph is not None:
+            ps = self._graph._plans
+            return ps.selected if ps is not None else None
+        return self._direct_plan
+
+    @_plan.setter
+    def _plan(self, plan: ExecutionPlan) -> None:  # tests substitute a plan: it lands in this object's graph
+        if self._graph is not None and self._graph._plans is not None:
+            self._graph._plans.built[self._graph._plans.index] = plan
+        else:
+            self._direct_plan = plan
 
     # ------------------------------------------------------------------ lifecycle
     def _describe(self) -> DgluProblem:
@@ -86,23 +105,34 @@ class GroupedGemmDglu:
             raise ValueError("num_experts/b_shape/b_dtype: dense mode (sample_b) forbids them, got "
                              f"{ {k: v for k, v in self._discrete.items() if v is not None} }")
         gen_dbias = self._samples.dbias is not None
-        self._problem, _ = contract.normalize(ops, self._cfg, n=n, b_dtype=b_dtype, generate_dbias=gen_dbias)
+        self._problem, self._sample_pack = contract.normalize(ops, self._cfg, n=n, b_dtype=b_dtype,
+                                                              generate_dbias=gen_dbias)
         return self._problem
 
     def check_support(self) -> bool:
         """True if some engine can run the sampled problem; raises otherwise (typed errors,
         listing every engine's reason when none can)."""
         problem = self._describe()
-        from ..engines.registry import ENGINES, engine_by_name, rank
+        if problem.is_block_scaled:
+            from ..engines.registry import ENGINES, engine_by_name, rank
 
-        engines = [engine_by_name(self._engine)] if self._engine else ENGINES
-        rank(problem, engines=engines)
-        return True
+            rank(problem, engines=[engine_by_name(self._engine)] if self._engine else ENGINES)
+            return True
+        if self._graph is None:
+            from ..graph.from_call import declare_call_graph
+
+            graph = declare_call_graph(problem, self._sample_pack, name="GroupedGemmDglu")
+            graph.create_execution_plans(engines=[self._engine] if self._engine else None)
+            self._graph = graph
+        return self._graph.check_support()
 
     def compile(self) -> None:
         self.check_support()
         if self._plan is None:
-            self._plan = plan_for(self._problem, engine=self._engine)
+            if self._graph is not None:
+                self._graph.build_plans()
+            else:
+                self._direct_plan = plan_for(self._problem, engine=self._engine)
 
     @property
     def engine_name(self) -> str:
@@ -162,8 +192,11 @@ class GroupedGemmDglu:
             if workspace.device != device:
                 raise ValueError(f"workspace: must be on {device}, got {workspace.device}")
         stream = as_torch_stream(current_stream, device)
-        with on_stream(stream):
-            self._plan.execute(pack, workspace, stream)
+        if self._graph is not None:
+            self._graph.execute(pack, workspace, stream)
+        else:
+            with on_stream(stream):
+                self._plan.execute(pack, workspace, stream)
 
     def __call__(self, *args, **kwargs):
         return self.execute(*args, **kwargs)

@@ -1,0 +1,99 @@
+"""The graph of one validated call: how the wrapper and the class API run through ``Graph``.
+
+Owns the declaration of a graph from a call the contract has already normalized (a
+:class:`DgluProblem` plus its canonical pack of views): one tensor per slot, named by the slot,
+with the pack's geometry (outputs not yet allocated are declared from the problem), and the
+node's attributes read back from the problem. ``graph_for_call`` memoizes built graphs by the
+problem family and the operands' layout with M left out, so a wrapper call with a new token
+count reuses the built plan. BF16 problems only; block-scaled calls do not go through a graph
+yet (their scale-factor tensors carry M inside a 6-D layout the binder does not model).
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Mapping, Optional
+
+import torch
+
+from ..problem import DgluProblem
+from .graph import Graph
+from .nodes import INPUT_PORTS, M_PORTS, OUTPUT_PORTS
+
+_MEMO_MAX = 256
+_memo: "OrderedDict[tuple, Graph]" = OrderedDict()
+_lock = threading.Lock()
+
+
+def _signature(pack: Mapping[str, torch.Tensor]) -> tuple:
+    """Layout of the pack as the binder will judge it: M wildcarded, strides of unit dims ignored."""
+    sig = []
+    for slot in sorted(pack):
+        t = pack[slot]
+        shape = tuple(t.shape)
+        if slot in M_PORTS:
+            shape = (None,) + shape[1:]
+        strides = tuple(st if size > 1 else None for size, st in zip(t.shape, t.stride()))
+        sig.append((slot, t.dtype, shape, strides))
+    return tuple(sig)
+
+
+def declare_call_graph(problem: DgluProblem, pack: Mapping[str, torch.Tensor], *, name: str = "call") -> Graph:
+    """A graph equivalent to the call (problem, pack); validated, not planned."""
+    if problem.is_block_scaled:
+        raise NotImplementedError("graph: block-scaled (FP8/FP4) problems are not declared as graphs yet")
+    device = pack["c"].device
+    g = Graph(name, device=device)
+    ins = {p: g.tensor_like(pack[p], name=p) for p in INPUT_PORTS if pack.get(p) is not None}
+    m, two_n = pack["c"].shape
+    outs = {}
+    for port in OUTPUT_PORTS:
+        t = pack.get(port)
+        if t is not None:
+            outs[port] = g.tensor_like(t, name=port)
+    if "d_row" not in outs:
+        outs["d_row"] = g.tensor(name="d_row", dim=(m, two_n), data_type=problem.d_dtype)
+    if "dbias" not in outs and problem.generate_dbias:
+        outs["dbias"] = g.tensor(name="dbias", dim=(problem.num_experts, two_n), data_type=torch.bfloat16)
+    act = problem.act
+    discrete = problem.weight_mode == "discrete"
+    g.grouped_matmul_dglu(
+        **ins, **outs, act_func=act.act_func, generate_dbias=problem.generate_dbias,
+        generate_activation=problem.generate_activation, geglu_alpha=act.geglu_alpha,
+        glu_clamp_max=act.clamp_max, glu_clamp_min=act.clamp_min, linear_offset=act.linear_offset,
+        situ_beta1=act.situ_beta1, situ_beta2=act.situ_beta2, n=problem.n if discrete else None,
+        b_dtype=problem.ab_dtype if discrete else None, b_major=problem.b_major if discrete else "k",
+        d_dtype=problem.d_dtype, use_dynamic_sched=problem.use_dynamic_sched,
+        round_dgrad_to_input_dtype=problem.round_dgrad_to_input_dtype, name="dglu",
+    )
+    for d in outs.values():
+        d.set_output(True)
+    got = g.problem
+    if got.with_m(0) != problem.with_m(0):  # the translation must be lossless
+        raise AssertionError(f"graph: declared problem {got} differs from the call's {problem}")
+    return g
+
+
+def graph_for_call(problem: DgluProblem, pack: Mapping[str, torch.Tensor], *, engine: Optional[str] = None) -> Graph:
+    """The built graph for a call's family (memoized; any M). ``engine`` pins an engine by name.
+    Raises ``NoEngineError`` (every engine's reasons) when nothing can run it."""
+    key = (problem.with_m(0), engine, _signature(pack))
+    with _lock:
+        g = _memo.get(key)
+        if g is not None:
+            _memo.move_to_end(key)
+            return g
+    g = declare_call_graph(problem, pack)
+    g.create_execution_plans(engines=[engine] if engine is not None else None)
+    g.check_support()
+    g.build_plans()
+    with _lock:
+        _memo[key] = g
+        while len(_memo) > _MEMO_MAX:
+            _memo.popitem(last=False)
+    return g
+
+
+def clear_memo() -> None:
+    with _lock:
+        _memo.clear()
