@@ -1,0 +1,264 @@
+"""Block-scaled (MXFP8 / NVFP4) calls through the public API vs an independent composition:
+dequantize with the public helpers -> float64 BF16-path oracle (autograd of the forward) ->
+quantize D with the public rule. Plus one bad-input test per block-scaled rule."""
+import pytest
+import torch
+
+import cudnn_ext as cudnn
+from cudnn_ext.quant import dequantize, quantize_mxfp8, quantize_nvfp4
+from cudnn_ext.quant.sf_layout import unswizzle_sf
+from cudnn_ext.reference.blockscaled import quantize_d_row
+
+from oracle import oracle
+
+E4M3, E8M0 = torch.float8_e4m3fn, torch.float8_e8m0fnu
+TOL = {"d": 2e-2, "dprob": 1e-4, "dbias": 1e-2, "amax": 1e-4}  # relative to max |ref|
+
+
+def _rel(got, ref):
+    ok = torch.isfinite(ref)
+    return ((got.double()[ok] - ref[ok]).abs().max() / ref[ok].abs().max().clamp_min(1e-30)).item()
+
+
+def _problem(L=3, N=64, K=128, counts=(256, 0, 512), seed=None):
+    offs = torch.tensor(counts, dtype=torch.int32).cumsum(0).to(torch.int32)
+    m = int(offs[-1]) + 256  # one block of rows past the last expert: must stay untouched
+    return dict(
+        L=L, N=N, K=K, M=m, offs=offs,
+        a=torch.randn(m, K), b=torch.randn(L, N, K) * 0.2,
+        c=(torch.randn(m, 2 * N) * 2).to(torch.bfloat16),
+        alpha=torch.rand(L) + 0.5, beta=torch.rand(L) + 0.5, prob=torch.rand(m),
+    )
+
+
+def _dense_b(q3):  # (N, K, L) k-major per group, as the helpers return it
+    assert q3.stride(1) == 1
+    return q3
+
+
+def test_mxfp8_dense_dswiglu_matches_composition():
+    p = _problem()
+    a_q, sfa = quantize_mxfp8(p["a"])
+    b_q, sfb = quantize_mxfp8(p["b"].permute(1, 2, 0))
+    nc = torch.tensor([2.0])
+    dprob = torch.zeros(p["M"], 1, 1)
+    out = cudnn.grouped_gemm_dglu_wrapper(
+        a_tensor=a_q, c_tensor=p["c"], sfa_tensor=sfa, padded_offsets=p["offs"], alpha_tensor=p["alpha"],
+        beta_tensor=p["beta"], prob_tensor=p["prob"].view(-1, 1, 1), dprob_tensor=dprob, b_tensor=_dense_b(b_q),
+        sfb_tensor=sfb, sf_vec_size=32, norm_const_tensor=nc, generate_dbias=True)
+    a_r = dequantize(a_q, sfa, 32, out_dtype=torch.float64)
+    b_r = dequantize(b_q, sfb, 32, out_dtype=torch.float64)
+    ref = oracle(a_r, [b_r[:, :, g] for g in range(p["L"])], p["c"], p["offs"], p["alpha"], p["beta"], p["prob"])
+    last = int(p["offs"][-1])
+    d_row = out["d_row_tensor"][..., 0]
+    sfd_row = unswizzle_sf(out["sfd_row_tensor"], p["M"], 2 * p["N"] // 32)[..., 0]
+    # dequantize D_row with its own scales: d ~= D * SFD / norm_const
+    deq = d_row[:last].double() * sfd_row[:last].double().repeat_interleave(32, 1) / 2.0
+    assert _rel(deq, ref["d"][:last]) < TOL["d"] * 4  # fp8 has 3 mantissa bits
+    # the scales are the public rule applied to the oracle's D (a few may round across 2^k)
+    _, sf_ref = quantize_d_row(ref["d"][:last].float(), nc)
+    same = (unswizzle_sf(sf_ref, last, 2 * p["N"] // 32)[..., 0].view(torch.uint8)
+            == sfd_row[:last].view(torch.uint8)).float().mean()
+    assert same > 0.98, f"only {same:.3f} of SFD_row codes match the composition"
+    assert _rel(out["dprob_tensor"].view(-1)[:last], ref["dprob"][:last]) < TOL["dprob"]
+    assert _rel(out["dbias_tensor"][..., 0], ref["dbias"]) < TOL["dbias"]
+    # D_col: same values, column-block scales
+    sfd_col = unswizzle_sf(out["sfd_col_tensor"], 2 * p["N"], p["M"] // 32)[..., 0]  # (2N, M/32)
+    d_col = out["d_col_tensor"][..., 0][:last].double()
+    deq_c = d_col * sfd_col[:, : last // 32].double().t().repeat_interleave(32, 0) / 2.0
+    assert _rel(deq_c, ref["d"][:last]) < TOL["d"] * 4
+    assert dprob.view(-1)[last:].eq(0).all()  # rows past the last offset untouched
+
+
+@pytest.mark.parametrize("sf", ["nvfp4", "mxfp4"])
+def test_fp4_dense_dgeglu_ignores_beta_and_reports_amax(sf):
+    p = _problem(N=32, K=64)
+    if sf == "nvfp4":
+        a_q, sfa = quantize_nvfp4(p["a"])
+        b_q, sfb = quantize_nvfp4(p["b"].permute(1, 2, 0))
+        vec = 16
+    else:
+        a_q, sfa = quantize_nvfp4(p["a"], sf_vec_size=32, sf_dtype=E8M0)
+        b_q, sfb = quantize_nvfp4(p["b"].permute(1, 2, 0), sf_vec_size=32, sf_dtype=E8M0)
+        vec = 32
+    dprob = torch.zeros(p["M"])
+    out = cudnn.grouped_gemm_dglu_wrapper(
+        a_tensor=a_q, c_tensor=p["c"], sfa_tensor=sfa, padded_offsets=p["offs"], alpha_tensor=p["alpha"],
+        beta_tensor=p["beta"], prob_tensor=p["prob"], dprob_tensor=dprob, b_tensor=b_q, sfb_tensor=sfb,
+        sf_vec_size=vec, act_func="dgeglu", geglu_alpha=1.0, glu_clamp_max=3.0, glu_clamp_min=-3.0,
+        linear_offset=0.5, d_dtype=torch.float32, generate_dbias=True)
+    a_r = dequantize(a_q, sfa, vec, out_dtype=torch.float64)
+    b_r = dequantize(b_q, sfb, vec, out_dtype=torch.float64)
+    ones = torch.ones(p["L"])  # block-scaled dGeGLU reads C without beta
+    ref = oracle(a_r, [b_r[:, :, g] for g in range(p["L"])], p["c"], p["offs"], p["alpha"], ones, p["prob"],
+                 act_func="dgeglu", geglu_alpha=1.0, glu_clamp_max=3.0, glu_clamp_min=-3.0, linear_offset=0.5)
+    last = int(p["offs"][-1])
+    assert _rel(out["d_row_tensor"][..., 0][:last], ref["d"][:last]) < 1e-5
+    assert _rel(dprob[:last], ref["dprob"][:last]) < TOL["dprob"]
+    assert out["amax_tensor"] is None  # fp32 D: no amax (the wrapper makes one for bf16/fp16 D only)
+
+
+def test_nvfp4_amax_per_expert_and_optional_prob():
+    p = _problem(N=32, K=64)
+    a_q, sfa = quantize_nvfp4(p["a"])
+    b_q, sfb = quantize_nvfp4(p["b"].permute(1, 2, 0))
+    out = cudnn.grouped_gemm_dglu_wrapper(
+        a_tensor=a_q, c_tensor=p["c"], sfa_tensor=sfa, padded_offsets=p["offs"], alpha_tensor=p["alpha"],
+        beta_tensor=p["beta"], prob_tensor=None, dprob_tensor=None, b_tensor=b_q, sfb_tensor=sfb)
+    a_r = dequantize(a_q, sfa, 16, out_dtype=torch.float64)
+    b_r = dequantize(b_q, sfb, 16, out_dtype=torch.float64)
+    ref = oracle(a_r, [b_r[:, :, g] for g in range(p["L"])], p["c"], p["offs"], p["alpha"], p["beta"],
+                 torch.ones(p["M"]))  # no prob: p = 1
+    amax = out["amax_tensor"][..., 0]
+    start = 0
+    for g, end in enumerate(p["offs"].tolist()):
+        if end == start:
+            assert torch.isinf(amax[g]).all() and (amax[g] < 0).all()  # an empty expert keeps -inf
+        else:
+            d = ref["d"][start:end].view(end - start, -1, 2, 32)
+            want = torch.stack([d[:, :, 0].abs().max(), d[:, :, 1].abs().max()])
+            assert torch.allclose(amax[g].double(), want, rtol=1e-5), (g, amax[g], want)
+        start = end
+    assert out["dprob_tensor"] is None
+
+
+def test_mxfp8_discrete_n_major_weights():
+    p = _problem(N=64, K=128)
+    a_q, sfa = quantize_mxfp8(p["a"])
+    experts = [quantize_mxfp8(p["b"][g]) for g in range(p["L"])]  # (N, K) k-major each
+    # N-major storage: a (K, N) row-major buffer holding B^T
+    n_major = [q.t().contiguous() for q, _ in experts]
+    sfbs = [sf.contiguous() if sf.is_contiguous() else sf.permute(5, 2, 4, 0, 1, 3).contiguous() for _, sf in experts]
+    b_ptrs = torch.tensor([t.data_ptr() for t in n_major], dtype=torch.int64)
+    sfb_ptrs = torch.tensor([t.data_ptr() for t in sfbs], dtype=torch.int64)
+    nc = torch.tensor([1.0])
+    dprob = torch.zeros(p["M"])
+    out = cudnn.grouped_gemm_dglu_wrapper(
+        a_tensor=a_q, c_tensor=p["c"], sfa_tensor=sfa, padded_offsets=p["offs"], alpha_tensor=p["alpha"],
+        beta_tensor=p["beta"], prob_tensor=p["prob"], dprob_tensor=dprob, b_ptrs=b_ptrs, sfb_ptrs=sfb_ptrs,
+        n=p["N"], b_dtype=E4M3, b_major="n", sf_vec_size=32, norm_const_tensor=nc)
+    a_r = dequantize(a_q, sfa, 32, out_dtype=torch.float64)
+    ws = [dequantize(q, sf, 32, out_dtype=torch.float64) for q, sf in experts]
+    ref = oracle(a_r, ws, p["c"], p["offs"], p["alpha"], p["beta"], p["prob"])
+    last = int(p["offs"][-1])
+    assert _rel(dprob[:last], ref["dprob"][:last]) < TOL["dprob"]
+    sfd = unswizzle_sf(out["sfd_row_tensor"], p["M"], 2 * p["N"] // 32)[..., 0]
+    deq = out["d_row_tensor"][..., 0][:last].double() * sfd[:last].double().repeat_interleave(32, 1)
+    assert _rel(deq, ref["d"][:last]) < TOL["d"] * 4
+
+
+def test_dsituglu_against_autograd_of_forward():
+    p = _problem(N=32, K=64)
+    a_q, sfa = quantize_mxfp8(p["a"])
+    b_q, sfb = quantize_mxfp8(p["b"].permute(1, 2, 0))
+    b1, b2 = 3.0, 20.0
+    d_row = torch.full((p["M"], 2 * p["N"], 1), float("nan")).to(E4M3)
+    d_col = torch.empty_like(d_row)
+    from cudnn_ext.quant.sf_layout import empty_sf
+    sfd_row = empty_sf(p["M"], 2 * p["N"] // 32, dtype=E8M0)
+    sfd_col = empty_sf(2 * p["N"], p["M"] // 32, dtype=E8M0)
+    dprob = torch.zeros(p["M"], 1, 1)
+    op = cudnn.GroupedGemmDglu(
+        sample_a=a_q, sample_c=p["c"], sample_d_row=d_row, sample_d_col=d_col, sample_sfa=sfa,
+        sample_padded_offsets=p["offs"], sample_alpha=p["alpha"], sample_beta=p["beta"],
+        sample_prob=p["prob"].view(-1, 1, 1), sample_dprob=dprob, sample_b=b_q, sample_sfb=sfb,
+        sample_sfd_row=sfd_row, sample_sfd_col=sfd_col, sample_norm_const=torch.tensor([1.0]),
+        act_func="dsituglu", situ_beta1=b1, situ_beta2=b2, sf_vec_size=32)
+    assert op.check_support()
+    op.execute(a_tensor=a_q, c_tensor=p["c"], d_row_tensor=d_row, d_col_tensor=d_col, sfa_tensor=sfa,
+               padded_offsets=p["offs"], alpha_tensor=p["alpha"], beta_tensor=p["beta"],
+               prob_tensor=p["prob"].view(-1, 1, 1), dprob_tensor=dprob, b_tensor=b_q, sfb_tensor=sfb,
+               sfd_row_tensor=sfd_row, sfd_col_tensor=sfd_col, norm_const_tensor=torch.tensor([1.0]))
+    # independent: autograd of out = prob * T_g(gate) * T_u(up) with X = beta * C
+    a_r = dequantize(a_q, sfa, 32, out_dtype=torch.float64)
+    b_r = dequantize(b_q, sfb, 32, out_dtype=torch.float64)
+    last = int(p["offs"][-1])
+    ref_dprob = torch.zeros(p["M"], dtype=torch.float64)
+    start = 0
+    for g, end in enumerate(p["offs"].tolist()):
+        if end > start:
+            r = float(p["alpha"][g]) ** 2 * a_r[start:end] @ b_r[:, :, g].t()
+            x = (float(p["beta"][g]) * p["c"][start:end].double()).requires_grad_(True)
+            pr = p["prob"][start:end].double().requires_grad_(True)
+            blocks = x.view(end - start, -1, 2, 32)
+            gate, up = blocks[:, :, 0].reshape(end - start, -1), blocks[:, :, 1].reshape(end - start, -1)
+            fwd = pr[:, None] * (b1 * torch.tanh(gate / b1) * torch.sigmoid(gate)) * (b2 * torch.tanh(up / b2))
+            _, dp = torch.autograd.grad(fwd, (x, pr), grad_outputs=r)
+            ref_dprob[start:end] = dp
+        start = end
+    assert _rel(dprob.view(-1)[:last], ref_dprob[:last]) < TOL["dprob"]
+
+
+# ------------------------------------------------------------------ bad input, one per rule
+def _ok_mxfp8():
+    p = _problem(L=2, N=32, K=64, counts=(256, 256))
+    a_q, sfa = quantize_mxfp8(p["a"])
+    b_q, sfb = quantize_mxfp8(p["b"].permute(1, 2, 0))
+    return dict(a_tensor=a_q, c_tensor=p["c"], sfa_tensor=sfa, padded_offsets=p["offs"], alpha_tensor=p["alpha"],
+                beta_tensor=p["beta"], prob_tensor=p["prob"], dprob_tensor=torch.zeros(p["M"]), b_tensor=b_q,
+                sfb_tensor=sfb, sf_vec_size=32, norm_const_tensor=torch.tensor([1.0]))
+
+
+def _ok_nvfp4():
+    p = _problem(L=2, N=32, K=64, counts=(256, 256))
+    a_q, sfa = quantize_nvfp4(p["a"])
+    b_q, sfb = quantize_nvfp4(p["b"].permute(1, 2, 0))
+    return dict(a_tensor=a_q, c_tensor=p["c"], sfa_tensor=sfa, padded_offsets=p["offs"], alpha_tensor=p["alpha"],
+                beta_tensor=p["beta"], prob_tensor=p["prob"], dprob_tensor=torch.zeros(p["M"]), b_tensor=b_q,
+                sfb_tensor=sfb, sf_vec_size=16)
+
+
+BAD = [
+    ("fp8 needs sf_vec 32", _ok_mxfp8, dict(sf_vec_size=16), ValueError, "sf_vec_size"),
+    ("e4m3 SF needs vec 16", _ok_nvfp4, dict(sf_vec_size=32), ValueError, "sf_vec_size"),
+    ("sf_vec 8", _ok_nvfp4, dict(sf_vec_size=8), ValueError, "sf_vec_size"),
+    ("missing sfa", _ok_mxfp8, dict(sfa_tensor=None), ValueError, "sfa_tensor"),
+    ("sfb dtype differs", _ok_mxfp8, "sfb_e4m3", TypeError, "sfb_tensor"),
+    ("sfa wrong shape", _ok_mxfp8, "sfa_short", ValueError, "sfa"),
+    ("fp8 D required for fp8", _ok_mxfp8, dict(d_dtype=torch.bfloat16), TypeError, "d_dtype"),
+    ("fp4 D not fp8", _ok_nvfp4, dict(d_dtype=E4M3), TypeError, "d_dtype"),
+    ("e5m2 D with SFD", _ok_mxfp8, dict(d_dtype=torch.float8_e5m2), NotImplementedError, "d_dtype"),
+    ("norm_const required", _ok_mxfp8, dict(norm_const_tensor=None), ValueError, "norm_const_tensor"),
+    ("relu epilogue", _ok_mxfp8, dict(epilogue_op="relu"), NotImplementedError, "epilogue_op"),
+    ("unknown epilogue", _ok_mxfp8, dict(epilogue_op="gelu"), ValueError, "epilogue_op"),
+    ("fp8 C with vector_f32", _ok_mxfp8, "c_fp8_vec", ValueError, "vector_f32"),
+    ("round_dgrad is bf16 only", _ok_mxfp8, dict(round_dgrad_to_input_dtype=True), ValueError, "round_dgrad"),
+    ("single group needs L=1", _ok_mxfp8, dict(use_single_group_runtime_offsets=True), ValueError,
+     "use_single_group_runtime_offsets"),
+    ("discrete_col_sfd without SFD", _ok_nvfp4, dict(discrete_col_sfd=True), ValueError, "discrete_col_sfd"),
+    ("rubin override", _ok_nvfp4, dict(sf_fp8_dtype_override="e5m3"), NotImplementedError, "sf_fp8_dtype_override"),
+    ("fp4 vec16 fp32 D w/o dbias", _ok_nvfp4, dict(d_dtype=torch.float32), NotImplementedError, "d_dtype"),
+    ("deterministic with dbias", _ok_mxfp8, dict(deterministic=True, generate_dbias=True), NotImplementedError,
+     "deterministic"),
+    ("mixed families", _ok_mxfp8, "b_bf16", TypeError, "mixed dtype families"),
+    ("unsupported pair", _ok_mxfp8, "b_e5m2", TypeError, "unsupported dtype pair"),
+    ("fp4 dense must be K-major", _ok_nvfp4, "b_nmajor", ValueError, "b_tensor"),
+    ("dsituglu constants", _ok_mxfp8, dict(act_func="dsituglu", situ_beta1=0.0), ValueError, "situ_beta1"),
+]
+
+
+@pytest.mark.parametrize("name,base,change,exc,needle", BAD, ids=[b[0] for b in BAD])
+def test_block_scaled_rules(name, base, change, exc, needle):
+    kw = base()
+    if change == "sfb_e4m3":
+        kw["sfb_tensor"] = kw["sfb_tensor"].view(torch.uint8).view(E4M3)
+    elif change == "sfa_short":
+        kw["sfa_tensor"] = torch.zeros(100, dtype=E8M0)
+    elif change == "c_fp8_vec":
+        kw["c_tensor"] = kw["c_tensor"].to(E4M3)
+        kw["vector_f32"] = True
+    elif change == "b_bf16":
+        kw["b_tensor"] = kw["b_tensor"].to(torch.bfloat16)
+    elif change == "b_e5m2":
+        kw["b_tensor"] = kw["b_tensor"].view(torch.uint8).view(torch.float8_e5m2)
+    elif change == "b_nmajor":
+        b = kw["b_tensor"]
+        kw["b_tensor"] = b.permute(2, 1, 0).contiguous().permute(2, 1, 0)  # (N,K,L) with N innermost
+    else:
+        kw.update(change)
+    dprob_before = kw["dprob_tensor"].clone() if kw.get("dprob_tensor") is not None else None
+    with pytest.raises(exc) as err:
+        cudnn.grouped_gemm_dglu_wrapper(**kw)
+    assert needle in str(err.value), str(err.value)
+    if dprob_before is not None:
+        assert torch.equal(kw["dprob_tensor"], dprob_before)
