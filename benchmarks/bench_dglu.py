@@ -92,7 +92,7 @@ def _cumsum(xs):
         yield s
 
 
-def run_cudnn_ext(pack, K, N, knobs=None):
+def run_cudnn_ext(pack, K, N, knobs=None, dbias=True):
     from cudnn_ext.engines.base import Knobs
     from cudnn_ext.engines.sm90 import Sm90DgluEngine, compile_seconds
     from cudnn_ext.problem import ActConfig, DgluProblem
@@ -103,7 +103,7 @@ def run_cudnn_ext(pack, K, N, knobs=None):
     problem = DgluProblem(n=N, k=K, num_experts=L, m=M, weight_mode="dense", b_major="k",
                           ab_dtype=torch.bfloat16, c_dtype=torch.bfloat16,
                           d_dtype=torch.bfloat16, act=ActConfig("dswiglu"),
-                          generate_dbias=True, device_type="cuda", device_index=0)
+                          generate_dbias=dbias, device_type="cuda", device_index=0)
     if knobs is None:
         knobs = min(eng.knob_space(problem), key=lambda k: eng.cost(problem, k))
     t0 = time.perf_counter()
@@ -186,10 +186,12 @@ def make_quack(pack, N):
     return fn
 
 
-def host_overhead_us(n_calls=2000):
+def host_overhead_us(n_calls=2000, dbias=True):
     """Wall time per call of back-to-back executes on a tiny problem (launch-bound)."""
     pack = make_inputs([256], 64, 32)
-    fn, _ = run_cudnn_ext(pack, 64, 32)
+    if not dbias:
+        pack["dbias"] = None
+    fn, _ = run_cudnn_ext(pack, 64, 32, dbias=dbias)
     for _ in range(50):
         fn()
     torch.cuda.synchronize()
@@ -229,7 +231,7 @@ def main(argv=None):
                     if args.tile_n:
                         from cudnn_ext.engines.base import Knobs
                         knobs = Knobs.of(tile_n=args.tile_n, stages=0, raster_group_m=8,
-                                         scheduler="grid")
+                                         scheduler="static_persistent")
                     fn, extra = run_cudnn_ext(pack, K, N, knobs)
                 elif impl == "torch_grouped_mm":
                     fn = run_grouped_mm(pack)
@@ -257,6 +259,7 @@ def main(argv=None):
     if "cudnn_ext" in impls:
         try:
             overhead = host_overhead_us()
+            print(f"host overhead without dbias: {host_overhead_us(dbias=False):.1f} us")
         except Exception as exc:
             print("host overhead failed:", exc)
 
@@ -274,6 +277,9 @@ def main(argv=None):
     out = args.out or os.path.join(os.path.dirname(__file__), "results",
                                    f"{dev_name.replace(' ', '_')}-{date}.json")
     os.makedirs(os.path.dirname(out), exist_ok=True)
+    command = " ".join([os.path.basename(sys.argv[0])] + (argv or sys.argv[1:]))
+    for r in rows:
+        r.update(device=dev_name, date=date, command=command)
     with open(out, "w") as f:
         json.dump(dict(command=" ".join([os.path.basename(sys.argv[0])] + (argv or sys.argv[1:])),
                        device=dev_name, date=date, torch=torch.__version__,

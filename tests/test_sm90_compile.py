@@ -28,7 +28,7 @@ def _problem(act="dswiglu", c=torch.bfloat16, d=torch.bfloat16, dbias=True, n=96
 def test_compile_key_fields_are_pinned():
     names = [f.name for f in dataclasses.fields(Sm90CompileKey)]
     assert names == ["arch", "n", "k", "ab_dtype", "c_dtype", "d_dtype", "act_func",
-                     "generate_dbias", "tile_n", "ab_stages", "raster_group_m"]
+                     "generate_dbias", "tile_n", "ab_stages", "raster_group_m", "tvm_ffi"]
 
 
 def test_compile_key_ignores_runtime_sizes_and_constants():
@@ -68,7 +68,7 @@ def test_every_variant_compiles_for_sm90a(tile_n, act, dbias, c, d):
     from cudnn_ext.engines.sm90 import compile_cached
 
     p = _problem(act=act, c=c, d=d, dbias=dbias)
-    assert Knobs.of(tile_n=tile_n, stages=0, raster_group_m=8, scheduler="grid") in \
+    assert Knobs.of(tile_n=tile_n, stages=0, raster_group_m=8, scheduler="static_persistent") in \
         Sm90DgluEngine().knob_space(p)
     compiled = compile_cached(Sm90CompileKey.of(p, Knobs.of(tile_n=tile_n)))
     assert compiled is not None

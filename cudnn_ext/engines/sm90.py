@@ -26,7 +26,7 @@ from .base import CompiledPlan, Engine, Knobs
 _DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 _AB_DTYPES = (torch.bfloat16, torch.float16)
 _CD_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-TILE_NS = (128, 256)
+TILE_NS = (64, 128)
 _INT32_MAX = 2**31 - 1
 
 
@@ -46,6 +46,8 @@ class Sm90CompileKey:
     tile_n: int
     ab_stages: int
     raster_group_m: int
+    #: host calling convention (TVM-FFI when apache-tvm-ffi is installed); not device code
+    tvm_ffi: bool = False
 
     @classmethod
     def of(cls, problem: DgluProblem, knobs: Knobs) -> "Sm90CompileKey":
@@ -56,6 +58,7 @@ class Sm90CompileKey:
             generate_dbias=bool(problem.generate_dbias),
             tile_n=int(knobs.get("tile_n", 128)), ab_stages=int(knobs.get("stages", 0)),
             raster_group_m=int(knobs.get("raster_group_m", 8)),
+            tvm_ffi=importlib.util.find_spec("tvm_ffi") is not None,
         )
 
     def kernel_config(self):
@@ -87,7 +90,7 @@ def compile_cached(key: Sm90CompileKey):
             from ..kernels.sm90.launch import compile_kernel
 
             t0 = time.perf_counter()
-            fn = compile_kernel(key.kernel_config())
+            fn = compile_kernel(key.kernel_config(), tvm_ffi=key.tvm_ffi)
             _compile_seconds[key] = time.perf_counter() - t0
             _compiled[key] = fn
     return fn
@@ -113,10 +116,19 @@ class Sm90Plan(CompiledPlan):
 
     @property
     def workspace_size(self) -> int:
-        return 4 * self._dbias_ws_elems  # fp32 dbias partial sums
+        return 4 * self._dbias_ws_elems
+
+    _sm_counts: Dict[int, int] = {}
+
+    def _sm_count(self, device) -> int:
+        idx = device.index if device.index is not None else torch.cuda.current_device()
+        n = self._sm_counts.get(idx)
+        if n is None:
+            n = self._sm_counts[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
+        return n  # fp32 dbias partial sums
 
     def execute(self, pack, workspace=None, stream=None) -> None:
-        from ..kernels.sm90.launch import launch
+        from ..kernels.sm90.launch import launch, launch_tvm_ffi
 
         a, c = pack["a"], pack["c"]
         m = int(c.shape[0])
@@ -139,12 +151,18 @@ class Sm90Plan(CompiledPlan):
             pack["beta"].data_ptr(), pack["prob"].data_ptr(), pack["dprob"].data_ptr(),
             ws.data_ptr() if ws is not None else pack["dprob"].data_ptr(),
         )
-        launch(self._compiled, self._cfg, addrs, m, num_experts, *self._consts,
-               stream.cuda_stream)
+        if self.key.tvm_ffi:
+            launch_tvm_ffi(self._compiled, addrs, m, num_experts, self._sm_count(c.device),
+                           *self._consts, stream.cuda_stream)
+        else:
+            launch(self._compiled, self._cfg, addrs, m, num_experts, self._sm_count(c.device),
+                   *self._consts, stream.cuda_stream)
         if dbias is not None:
             # one rounding: bf16(fp32(dbias) + fp32 partial sums of every row tile)
             with torch.cuda.stream(stream):
-                dbias.copy_(dbias.float().add_(ws.view(dbias.shape)))
+                acc = ws.view(dbias.shape)
+                acc.add_(dbias)  # fp32 += caller's bf16 dbias
+                dbias.copy_(acc)  # the one rounding to bf16
 
 
 class Sm90DgluEngine(Engine):
@@ -198,7 +216,7 @@ class Sm90DgluEngine(Engine):
         return why
 
     def knob_space(self, problem: DgluProblem):
-        return [Knobs.of(tile_n=t, stages=0, raster_group_m=8, scheduler="grid")
+        return [Knobs.of(tile_n=t, stages=0, raster_group_m=8, scheduler="static_persistent")
                 for t in TILE_NS]
 
     def cost(self, problem: DgluProblem, knobs: Knobs) -> float:

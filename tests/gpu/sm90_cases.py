@@ -126,12 +126,14 @@ def standard_cases() -> list:
         Case([512], 256, 512),  # single expert
         Case([256, 0, 768, 256], 96, 200, "dswiglu"),  # N < tile, K % 64 != 0, empty group
         Case([256, 0, 768, 256], 96, 200, "dgeglu"),
-        Case([0, 512, 256], 320, 264, "dgeglu", tile_n=256),  # N % tile != 0
+        Case([0, 512, 256], 320, 264, "dgeglu", tile_n=128),  # N % tile != 0
         Case([512, 256], 160, 128, "dswiglu", torch.float16, torch.float32),
         Case([512, 256], 160, 128, "dgeglu", torch.float32, torch.float16, dbias=False),
-        Case([256, 512], 128, 96, "dswiglu", torch.float32, torch.bfloat16, tile_n=256),
+        Case([256, 512], 128, 96, "dswiglu", torch.float32, torch.bfloat16, tile_n=64),
         Case([256] * 128, 64, 64, "dswiglu"),  # L = 128
-        Case(pareto_groups(32, 512), 256, 384, "dgeglu", tile_n=256),  # skewed
-        Case([1024, 0, 0, 2048], 768, 1024, "dswiglu", dbias=False, tile_n=256),
+        Case(pareto_groups(32, 512), 256, 384, "dgeglu", tile_n=128),  # skewed
+        Case([1024, 0, 0, 2048], 768, 1024, "dswiglu", dbias=False, tile_n=64),
+        # many tiles per CTA (persistent walk, ping-pong order) with K >> stages * 64
+        Case([2048, 256, 0, 4096, 1024, 512, 256, 2048], 512, 1416, "dgeglu", tile_n=128),
     ]
     return cases

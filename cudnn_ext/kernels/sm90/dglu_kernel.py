@@ -1,27 +1,35 @@
 """Hopper (sm_90a) grouped GEMM + dGLU backward kernel, CuTe DSL.
 
 Owns the device code and its launch: TMA + WGMMA mainloop, fused dSwiGLU/dGeGLU epilogue,
-dprob and dbias partial reductions. It knows nothing about engines, knobs policy or torch;
-``cudnn_ext.engines.sm90`` decides the configuration and passes raw device pointers.
+dprob and dbias partial reductions. It knows nothing about engines, knob policy or torch;
+``cudnn_ext.engines.sm90`` picks the configuration and passes raw device pointers.
 
-Anatomy (one CTA = one 128 x TILE_N accumulator tile of one expert; 3 warpgroups):
+Anatomy: a persistent, warp-specialized "ping-pong" kernel, 3 warpgroups per CTA, one CTA
+per SM. The CTA walks the tiles t = blockIdx, blockIdx + gridDim, ... of the
+(offs[L-1]/128) x ceil(N/TILE_N) tile grid (``tile_walk``); a tile is 128 rows x TILE_N
+accumulator columns of one expert.
 
-* warpgroup 0, warp 0: TMA producer. Streams (128 x 64) A and (TILE_N x 64) B k-tiles into an
-  ``ab_stages``-deep shared-memory ring (``PipelineTmaAsync``: full barriers carry the TMA
-  transaction bytes, empty barriers are released by the consumers).
-* warpgroups 1 and 2: consumers. Each issues WGMMA 64 x TILE_N x 16 for its 64-row half of the
-  tile (one wgmma group in flight behind the current one), then runs the epilogue straight
-  from the accumulator registers:
-  coordinates of every accumulator element come from the identity tensor partitioned like the
-  accumulator; C gate/up are read from global memory at C column 64*(n//32) + n%32 (+32 for
-  up), the activation derivative is computed in fp32 (``epilogue_math``), D is written in its
-  dtype, dprob gets one fp32 atomic per (row, N-tile) after a quad shuffle, and dbias gets
-  per-warp column sums (8-row-group shuffle) added with fp32 atomics into a workspace that the
-  host rounds once to bf16.
+* warpgroup 0, warp 0: TMA producer. For every tile of the CTA, in order, streams the
+  (128 x 64) A and (TILE_N x 64) B k-tiles into an ``ab_stages``-deep shared-memory ring
+  (``PipelineTmaAsync``: full barriers count the TMA bytes, empty barriers are released by
+  the consuming warpgroup's 4 warps).
+* warpgroups 1 and 2: math. Warpgroup w takes the CTA's tiles i = w, w+2, ...: WGMMA
+  64 x TILE_N x 16 over two 64-row halves for the whole K, then the epilogue straight from
+  the accumulator registers. Because the ring hands out k-tiles in tile order, one
+  warpgroup's epilogue runs while the other's mainloop keeps the tensor cores busy (the
+  epilogue is hidden as long as it is shorter than a tile's mainloop).
 
-Runtime sizes (M, L, the offsets) are kernel arguments; N, K, dtypes, tile and activation are
-compile-time. Tiles at or past ``padded_offsets[L-1]`` exit at once. TMA zero-fills the K and
-N tails, so K need not be a multiple of 64 nor N of TILE_N (stores are guarded by n < N).
+Epilogue (per warpgroup, per 32-column block of the tile, both 64-row halves): C gate/up
+pairs are loaded 2 columns at a time (each thread owns adjacent column pairs of the WGMMA
+fragment) one block ahead of the math, the activation derivative is computed in fp32
+(``epilogue_math``), D is written 2 columns at a time; dprob gets one fp32 atomic per
+(row, tile) after a quad shuffle; dbias gets per-warp column sums (8-row-group shuffle) added
+with fp32 atomics into a workspace that the host rounds once to bf16.
+
+Runtime sizes (M, L, the offsets, the SM count) are kernel arguments; N, K, dtypes, tile and
+activation are compile-time. TMA zero-fills the K and N tails, so K need not be a multiple
+of 64 nor N of TILE_N; since N % 32 == 0 a 32-column block is entirely in or out, and the
+stores and dbias of blocks past N are skipped.
 """
 from __future__ import annotations
 
@@ -40,10 +48,11 @@ from cutlass import Float32, Int32
 from .epilogue_math import dgeglu_local, dswiglu_local
 from .tile_walk import expert_of_row, grouped_raster
 
-TILE_M = 128  # two consumer warpgroups x 64 rows; 256-aligned offsets => never straddles experts
-TILE_K = 64  # 4 x WGMMA K (16) per k-tile: 128-byte rows => 128B swizzle for bf16
+TILE_M = 128  # one math warpgroup x two 64-row WGMMA halves; 256-aligned offsets => one expert
+TILE_K = 64  # 4 x WGMMA K (16) per k-tile: 128-byte rows => 128B swizzle for 16-bit types
 SMEM_CAPACITY = 232448  # sm_90 max dynamic shared memory per block (227 KB)
-NUM_THREADS = 384  # 1 producer + 2 consumer warpgroups
+NUM_THREADS = 384  # 1 producer + 2 math warpgroups
+MATH_WARPGROUPS = 2
 
 
 @dataclass(frozen=True)
@@ -63,7 +72,7 @@ class Sm90KernelConfig:
 
     def stages(self) -> int:
         per_stage = (TILE_M + self.tile_n) * TILE_K * (self.ab_dtype.width // 8)
-        fit = (SMEM_CAPACITY - 2048) // per_stage
+        fit = (SMEM_CAPACITY - 4096) // per_stage
         return min(fit, 8) if self.ab_stages == 0 else self.ab_stages
 
     def num_n_tiles(self) -> int:
@@ -74,8 +83,8 @@ class GroupedDgluSm90:
     """Grouped GEMM + dGLU for one :class:`Sm90KernelConfig`. ``__call__`` is the jit entry."""
 
     def __init__(self, cfg: Sm90KernelConfig):
-        if cfg.tile_n % 32 != 0 or not 32 <= cfg.tile_n <= 256:
-            raise ValueError(f"tile_n must be a multiple of 32 in [32, 256], got {cfg.tile_n}")
+        if cfg.tile_n % 32 != 0 or not 32 <= cfg.tile_n <= 128:
+            raise ValueError(f"tile_n must be a multiple of 32 in [32, 128], got {cfg.tile_n}")
         if cfg.act_func not in ("dswiglu", "dgeglu"):
             raise ValueError(f"act_func {cfg.act_func!r} is not supported by the SM90 kernel")
         self.cfg = cfg
@@ -84,9 +93,9 @@ class GroupedDgluSm90:
         self.tile_shape_mnk = (TILE_M, cfg.tile_n, TILE_K)
         self.num_n_tiles = cfg.num_n_tiles()
         self.k_tile_cnt = (cfg.k + TILE_K - 1) // TILE_K
+        # 128*40 + 256*232 = 64512 <= 65536 registers per SM (one CTA per SM)
         self.producer_regs = 40
-        self.consumer_regs = 232
-        self.num_consumer_warps = 8
+        self.math_regs = 232
 
     # ------------------------------------------------------------------ host side (jit)
     @cute.jit
@@ -104,6 +113,7 @@ class GroupedDgluSm90:
         dbias_ws_ptr: cute.Pointer,
         m: Int32,
         num_experts: Int32,
+        sm_count: Int32,
         geglu_alpha: Float32,
         clamp_max: Float32,
         clamp_min: Float32,
@@ -130,7 +140,7 @@ class GroupedDgluSm90:
         tiled_mma = sm90_utils.make_trivial_tiled_mma(
             cfg.ab_dtype, cfg.ab_dtype,
             a_layout.sm90_mma_major_mode(), b_layout.sm90_mma_major_mode(),
-            Float32, (2, 1, 1), tiler_mn=(64, self.tile_n))
+            Float32, (1, 1, 1), tiler_mn=(64, self.tile_n))
         a_smem_staged = sm90_utils.make_smem_layout_a(
             a_layout, self.tile_shape_mnk, cfg.ab_dtype, self.ab_stages)
         b_smem_staged = sm90_utils.make_smem_layout_b(
@@ -153,11 +163,13 @@ class GroupedDgluSm90:
 
         self.shared_storage = SharedStorage
 
-        num_m_tiles = m // TILE_M
-        grid = (num_m_tiles * self.num_n_tiles, 1, 1)
+        # Upper bound of the tile count from M alone (the true count needs offs[L-1], which
+        # only the device reads); surplus CTAs find no tile and exit.
+        max_tiles = (m // TILE_M) * self.num_n_tiles
+        grid = (cutlass.min(max_tiles, sm_count), 1, 1)
         self.kernel(
             tma_atom_a, tma_a, tma_atom_b, tma_b, mC, mD, mOffs, mAlpha, mBeta, mProb,
-            mDprob, mDbias, num_m_tiles, num_experts, geglu_alpha, clamp_max, clamp_min,
+            mDprob, mDbias, num_experts, geglu_alpha, clamp_max, clamp_min,
             linear_offset, tiled_mma, a_smem_staged, b_smem_staged,
         ).launch(grid=grid, block=[NUM_THREADS, 1, 1], min_blocks_per_mp=1, stream=stream)
 
@@ -177,7 +189,6 @@ class GroupedDgluSm90:
         mProb: cute.Tensor,
         mDprob: cute.Tensor,
         mDbias: cute.Tensor,
-        num_m_tiles: Int32,
         num_experts: Int32,
         geglu_alpha: Float32,
         clamp_max: Float32,
@@ -189,28 +200,17 @@ class GroupedDgluSm90:
     ):
         tidx, _, _ = cute.arch.thread_idx()
         bid, _, _ = cute.arch.block_idx()
+        nblocks, _, _ = cute.arch.grid_dim()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        warp_group = cute.arch.make_warp_uniform(tidx // 128)
 
-        m_tile, n_tile = grouped_raster(bid, num_m_tiles, self.num_n_tiles,
-                                        self.cfg.raster_group_m)
-        row0 = m_tile * TILE_M
-        total_rows = mOffs[num_experts - 1]
-        # Whole CTA takes the same branch: tiles past the last expert do nothing.
-        if row0 < total_rows:
-            expert = expert_of_row(mOffs, num_experts, row0)
-            self.tile_body(
-                tma_atom_a, mA, tma_atom_b, mB, mC, mD, mAlpha, mBeta, mProb, mDprob,
-                mDbias, geglu_alpha, clamp_max, clamp_min, linear_offset, tiled_mma,
-                a_smem_staged, b_smem_staged, tidx, warp_idx, m_tile, n_tile, expert)
-
-    @cute.jit
-    def tile_body(self, tma_atom_a, mA, tma_atom_b, mB, mC, mD, mAlpha, mBeta, mProb,
-                  mDprob, mDbias, geglu_alpha, clamp_max, clamp_min, linear_offset,
-                  tiled_mma, a_smem_staged, b_smem_staged, tidx, warp_idx, m_tile, n_tile,
-                  expert):
         if warp_idx == 0:
             cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_a)
             cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_b)
+
+        # Only M-tiles that hold rows are scheduled (offs[L-1] is a multiple of 256).
+        valid_m_tiles = mOffs[num_experts - 1] // TILE_M
+        num_tiles = valid_m_tiles * self.num_n_tiles
 
         smem = cutlass.utils.SmemAllocator()
         storage = smem.allocate(self.shared_storage)
@@ -225,16 +225,15 @@ class GroupedDgluSm90:
             barrier_storage=storage.ab_mbar.data_ptr(),
             num_stages=self.ab_stages,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
-            # one release per consumer warp (no cluster => one signalling lane per warp)
-            consumer_group=pipeline.CooperativeGroup(
-                pipeline.Agent.Thread, self.num_consumer_warps),
+            # each stage is consumed by one math warpgroup: one release per warp (no cluster)
+            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 4),
             tx_count=tx_bytes,
             cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)),
         )
 
-        # (bM, bK, RestK) and (bN, bK, RestK) global views of this tile
-        gA = cute.local_tile(mA, (TILE_M, TILE_K), (m_tile, None))
-        gB = cute.local_tile(mB[(None, None, expert)], (self.tile_n, TILE_K), (n_tile, None))
+        # (bM, bK, RestM, RestK) and (bN, bK, RestN, RestK, L) tiled global views
+        gA = cute.local_tile(mA, (TILE_M, TILE_K), (None, None))
+        gB = cute.local_tile(mB, (self.tile_n, TILE_K), (None, None, None))
         tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(
             tma_atom_a, 0, cute.make_layout(1), cute.group_modes(sA, 0, 2),
             cute.group_modes(gA, 0, 2))
@@ -242,57 +241,88 @@ class GroupedDgluSm90:
             tma_atom_b, 0, cute.make_layout(1), cute.group_modes(sB, 0, 2),
             cute.group_modes(gB, 0, 2))
 
-        warp_group = cute.arch.make_warp_uniform(tidx // 128)
         if warp_group == 0:
             cute.arch.setmaxregister_decrease(self.producer_regs)
             if warp_idx == 0:
-                self.producer(ab_pipe, tma_atom_a, tAgA, tAsA, tma_atom_b, tBgB, tBsB)
+                self.producer(ab_pipe, tma_atom_a, tAgA, tAsA, tma_atom_b, tBgB, tBsB, mOffs,
+                              num_experts, valid_m_tiles, num_tiles, bid, nblocks)
         else:
-            cute.arch.setmaxregister_increase(self.consumer_regs)
-            thr_mma = tiled_mma.get_slice(tidx - 128)
+            cute.arch.setmaxregister_increase(self.math_regs)
+            wg = warp_group - 1
+            thr_mma = tiled_mma.get_slice(tidx % 128)
             tCsA = thr_mma.partition_A(sA)
             tCsB = thr_mma.partition_B(sB)
             tCrA = tiled_mma.make_fragment_A(tCsA)
             tCrB = tiled_mma.make_fragment_B(tCsB)
-            cC = cute.make_identity_tensor((TILE_M, self.tile_n))
-            tCcC = thr_mma.partition_C(cC)
+            tCcC = thr_mma.partition_C(cute.make_identity_tensor((TILE_M, self.tile_n)))
             acc = cute.make_rmem_tensor(tCcC.shape, Float32)
-            self.mma_mainloop(ab_pipe, tiled_mma, tCrA, tCrB, acc)
-            self.epilogue(acc, tCcC, mC, mD, mAlpha, mBeta, mProb, mDprob, mDbias,
-                          geglu_alpha, clamp_max, clamp_min, linear_offset, m_tile, n_tile,
-                          expert, tidx)
+            tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
+
+            # Ping-pong order: warpgroup w may start the mainloop of its tile t only after
+            # the other warpgroup finished the mainloop of tile t - gridDim. Besides keeping
+            # the tensor cores to one warpgroup at a time, this is what makes the mbarrier
+            # parity waits sound: when we first wait on ring position p, every position < p
+            # has been consumed, so p's stage is at most one phase ahead of its barrier.
+            mine_done = pipeline.NamedBarrier(barrier_id=2 + wg, num_threads=256)
+            other_done = pipeline.NamedBarrier(barrier_id=3 - wg, num_threads=256)
+            tile = bid + wg * nblocks
+            pos = wg * self.k_tile_cnt  # ring position of this warpgroup's first k-tile
+            while tile < num_tiles:
+                m_tile, n_tile = grouped_raster(tile, valid_m_tiles, self.num_n_tiles,
+                                                self.cfg.raster_group_m)
+                expert = expert_of_row(mOffs, num_experts, m_tile * TILE_M)
+                if tile >= nblocks:  # a previous tile (the other warpgroup's) exists
+                    other_done.arrive_and_wait()
+                self.mma_mainloop(ab_pipe, tiled_mma, tCrA, tCrB, acc, pos)
+                if tile + nblocks < num_tiles:  # the other warpgroup has a next tile
+                    mine_done.arrive()
+                self.epilogue(acc, tCcC, mC, mD, mAlpha, mBeta, mProb, mDprob, mDbias,
+                              geglu_alpha, clamp_max, clamp_min, linear_offset, m_tile,
+                              n_tile, expert, tidx)
+                tile += MATH_WARPGROUPS * nblocks
+                pos += MATH_WARPGROUPS * self.k_tile_cnt
 
     @cute.jit
-    def producer(self, ab_pipe, tma_atom_a, tAgA, tAsA, tma_atom_b, tBgB, tBsB):
+    def producer(self, ab_pipe, tma_atom_a, tAgA, tAsA, tma_atom_b, tBgB, tBsB, mOffs,
+                 num_experts, valid_m_tiles, num_tiles, bid, nblocks):
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer,
                                              self.ab_stages)
-        for kt in range(self.k_tile_cnt):
-            ab_pipe.producer_acquire(state)
-            bar = ab_pipe.producer_get_barrier(state)
-            cute.copy(tma_atom_a, tAgA[(None, kt)], tAsA[(None, state.index)], tma_bar_ptr=bar)
-            cute.copy(tma_atom_b, tBgB[(None, kt)], tBsB[(None, state.index)], tma_bar_ptr=bar)
-            ab_pipe.producer_commit(state)
-            state.advance()
-        # do not exit while the consumers may still arrive on our empty barriers
+        tile = bid
+        while tile < num_tiles:
+            m_tile, n_tile = grouped_raster(tile, valid_m_tiles, self.num_n_tiles,
+                                            self.cfg.raster_group_m)
+            expert = expert_of_row(mOffs, num_experts, m_tile * TILE_M)
+            for kt in range(self.k_tile_cnt):
+                ab_pipe.producer_acquire(state)
+                bar = ab_pipe.producer_get_barrier(state)
+                cute.copy(tma_atom_a, tAgA[(None, m_tile, kt)], tAsA[(None, state.index)],
+                          tma_bar_ptr=bar)
+                cute.copy(tma_atom_b, tBgB[(None, n_tile, kt, expert)],
+                          tBsB[(None, state.index)], tma_bar_ptr=bar)
+                ab_pipe.producer_commit(state)
+                state.advance()
+            tile += nblocks
+        # do not exit while the math warpgroups may still arrive on our empty barriers
         ab_pipe.producer_tail(state)
 
     @cute.jit
-    def mma_mainloop(self, ab_pipe, tiled_mma, tCrA, tCrB, acc):
-        read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stages)
-        release = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer,
-                                               self.ab_stages)
+    def mma_mainloop(self, ab_pipe, tiled_mma, tCrA, tCrB, acc, pos: Int32):
+        """All K of one tile into ``acc``; consumes ring positions [pos, pos + k_tiles)."""
+        stages = self.ab_stages
+        read = pipeline.PipelineState(stages, pos, pos % stages, (pos // stages) % 2)
+        release = read.clone()
         num_k_blocks = cute.size(tCrA, mode=[2])
-        # first k-tile overwrites the accumulator (no zero fill needed)
-        tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, False)
-        cute.nvgpu.warpgroup.fence()
+        # ACCUMULATE stays True (set once outside the tile loop: the MMA object must not be
+        # rebound inside staged control flow), so the accumulator is zeroed per tile.
+        acc.fill(0.0)
         ab_pipe.consumer_wait(read)
+        cute.nvgpu.warpgroup.fence()
         for kb in cutlass.range_constexpr(num_k_blocks):
             coord = (None, None, kb, read.index)
             cute.gemm(tiled_mma, acc, tCrA[coord], tCrB[coord], acc)
-            tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
         cute.nvgpu.warpgroup.commit_group()
         read.advance()
-        # steady state: keep one wgmma group in flight, release the stage it finished with
+        # steady state: one wgmma group in flight; release the stage the previous one used
         for kt in range(1, self.k_tile_cnt):
             ab_pipe.consumer_wait(read)
             cute.nvgpu.warpgroup.fence()
@@ -307,18 +337,69 @@ class GroupedDgluSm90:
         cute.nvgpu.warpgroup.wait_group(0)
         ab_pipe.consumer_release(release)
 
+    # ------------------------------------------------------------------ epilogue
+    # Plain-Python helpers: they run while tracing (their loops unroll), building lists of
+    # SSA values for the jit epilogue.
+    def _zeros(self, count):
+        return [Float32(0.0) for _ in range(count)]
+
+    def _thread_rows(self, tCcC, row0):
+        half = self.tile_n // 2
+        return [row0 + tCcC[h * half + 2 * r][0] for h in range(2) for r in range(2)]
+
+    def _gather(self, mT, idx):
+        return [mT[i] for i in idx]
+
+    def _chunks(self):
+        return [(j, h) for j in range(self.tile_n // 32) for h in range(2)]
+
+    def _pair_values(self, j, h):
+        half = self.tile_n // 2
+        return [h * half + 4 * g + 2 * r for g in range(4 * j, 4 * j + 4) for r in range(2)]
+
+    def _issue_loads(self, mC, tCcC, row0, n0, j, h):
+        """Start the C loads of chunk (j, h): (flat index, D/C offset, gate pair, up pair).
+
+        Column pair of value v in block j: C column 2*n0 + 64*j + nl%32 (gate), +32 (up).
+        A block past N reads the last valid block instead (results never stored)."""
+        two_n = 2 * self.cfg.n
+        block_start = cutlass.min(2 * n0 + 64 * j, two_n - 64)
+        loads = []
+        for v in self._pair_values(j, h):
+            coord = tCcC[v]
+            off = (row0 + coord[0]) * two_n + block_start + coord[1] % 32
+            loads.append((v, off, self._load_pair(mC, off), self._load_pair(mC, off + 32)))
+        return loads
+
+    @cute.jit
+    def _load_pair(self, mT: cute.Tensor, offset: Int32):
+        # two adjacent columns; offset is even (2N and the fragment's column pairs are even)
+        view = cute.make_tensor(mT.iterator + cute.assume(offset, divby=2), cute.make_layout(2))
+        return view.load().to(Float32)
+
+    @cute.jit
+    def _store_pair(self, mT: cute.Tensor, offset: Int32, x0: Float32, x1: Float32):
+        frag = cute.make_rmem_tensor((2,), Float32)
+        frag[0] = x0
+        frag[1] = x1
+        view = cute.make_tensor(mT.iterator + cute.assume(offset, divby=2), cute.make_layout(2))
+        view.store(frag.load().to(self.cfg.d_dtype))
+
     @cute.jit
     def epilogue(self, acc, tCcC, mC, mD, mAlpha, mBeta, mProb, mDprob, mDbias, geglu_alpha,
                  clamp_max, clamp_min, linear_offset, m_tile, n_tile, expert, tidx):
-        """Fused dGLU epilogue from the WGMMA accumulator registers.
+        """Fused dGLU epilogue from one warpgroup's 128 x TILE_N accumulator registers.
 
-        WGMMA 64xN f32 fragment per thread: value v -> column pair bit v%2, row +8 when
-        (v//2)%2 == 1, 8-column group v//4 (rows lane//4 and lane//4 + 8 of its warp's 16,
-        columns 2*(lane%4) + {0,1} of each 8-column group). So each thread owns exactly two
-        rows (slot 0/1, static per v) and TILE_N/4 columns (static per v).
+        WGMMA 64xN fp32 fragment (per 64-row half ``h``): value v -> column bit v%2, row +8
+        when (v//2)%2 == 1, 8-column group v//4; a thread holds rows lane//4 (+8) of its
+        warp's 16 and columns 2*(lane%4) + {0,1} of every 8-column group. Flat index over the
+        two halves: v + h*(TILE_N/2). So a thread owns 4 rows (static slot 2h + row bit) and,
+        per 32-column block j, the 4 groups 4j..4j+3 (8 columns) in each half.
         """
         cfg = self.cfg
-        n_total = cfg.n
+        two_n = 2 * cfg.n
+        half = self.tile_n // 2  # fragment values per 64-row half
+        nblk = self.tile_n // 32
         row0 = m_tile * TILE_M
         n0 = n_tile * self.tile_n
         alpha = mAlpha[expert]
@@ -326,78 +407,80 @@ class GroupedDgluSm90:
         beta = mBeta[expert]
         lane = tidx % 32
 
-        nvals = cute.size(acc)
-        ncols = nvals // 2
-        r_local0 = tCcC[0][0]
-        r_local1 = tCcC[2][0]
-        p0 = mProb[row0 + r_local0]
-        p1 = mProb[row0 + r_local1]
-        dprob0 = Float32(0.0)
-        dprob1 = Float32(0.0)
-        col_gate = cute.make_rmem_tensor((ncols,), Float32)
-        col_up = cute.make_rmem_tensor((ncols,), Float32)
-        col_gate.fill(0.0)
-        col_up.fill(0.0)
+        rows = self._thread_rows(tCcC, row0)
+        probs = self._gather(mProb, rows)
+        dprob = self._zeros(4)
+        # chunk = (block j, half h): 4 groups x 2 rows x one column pair = 8 (gate, up) pairs
+        chunks = self._chunks()
 
-        for v in cutlass.range_constexpr(nvals):
-            slot = (v // 2) % 2
-            col = (v // 4) * 2 + v % 2
-            coord = tCcC[v]
-            row = row0 + coord[0]
-            nl = coord[1]
-            valid = (n0 + nl) < n_total
-            gc = 2 * n0 + nl + 32 * (nl // 32)
-            gate = Float32(0.0)
-            up = Float32(0.0)
-            if valid:
-                gate = mC[row, gc].to(Float32) * beta
-                up = mC[row, gc + 32].to(Float32) * beta
-            p = p0 if slot == 0 else p1
-            g0 = acc[v] * g_scale
-            if cutlass.const_expr(cfg.act_func == "dswiglu"):
-                dg_l, du_l, act = dswiglu_local(gate, up)
-            else:
-                dg_l, du_l, act = dgeglu_local(gate, up, geglu_alpha, clamp_max, clamp_min,
-                                               linear_offset)
-            gp = g0 * p
-            dgate = gp * dg_l
-            dup = gp * du_l
-            if cutlass.const_expr(slot == 0):
-                dprob0 = dprob0 + g0 * act
-            else:
-                dprob1 = dprob1 + g0 * act
-            if cutlass.const_expr(cfg.generate_dbias):
-                col_gate[col] = col_gate[col] + dgate
-                col_up[col] = col_up[col] + dup
-            if valid:
-                mD[row, gc] = dgate.to(cfg.d_dtype)
-                mD[row, gc + 32] = dup.to(cfg.d_dtype)
+        pending = self._issue_loads(mC, tCcC, row0, n0, *chunks[0])
+        col_gate = self._zeros(8)
+        col_up = self._zeros(8)
+        for ci in cutlass.range_constexpr(len(chunks)):
+            j, h = chunks[ci]
+            current = pending
+            if cutlass.const_expr(ci + 1 < len(chunks)):
+                pending = self._issue_loads(mC, tCcC, row0, n0, *chunks[ci + 1])  # next block's C in flight during math
+            valid = (n0 + 32 * j) < cfg.n
+            if cutlass.const_expr(h == 0):
+                col_gate = self._zeros(8)
+                col_up = self._zeros(8)
+            for pi in cutlass.range_constexpr(len(current)):
+                v, off, cg, cu = current[pi]
+                slot = 2 * h + (v // 2) % 2
+                p = probs[slot]
+                outs = []
+                for c in cutlass.range_constexpr(2):
+                    gate = cg[c] * beta
+                    up = cu[c] * beta
+                    g0 = acc[v + c] * g_scale
+                    if cutlass.const_expr(cfg.act_func == "dswiglu"):
+                        dg_l, du_l, act = dswiglu_local(gate, up)
+                    else:
+                        dg_l, du_l, act = dgeglu_local(gate, up, geglu_alpha, clamp_max,
+                                                       clamp_min, linear_offset)
+                    gp = g0 * p
+                    outs.append((gp * dg_l, gp * du_l))
+                    dprob[slot] = dprob[slot] + g0 * act
+                    if cutlass.const_expr(cfg.generate_dbias):
+                        col = ((pi // 2) * 2) + c  # group-in-block * 2 + column bit
+                        col_gate[col] = col_gate[col] + outs[c][0]
+                        col_up[col] = col_up[col] + outs[c][1]
+                if valid:
+                    self._store_pair(mD, off, outs[0][0], outs[1][0])
+                    self._store_pair(mD, off + 32, outs[0][1], outs[1][1])
+            if cutlass.const_expr(cfg.generate_dbias and h == 1):
+                self._dbias_block(col_gate, col_up, tCcC, mDbias, expert, n0, j, lane, valid)
 
-        # dprob: the 4 lanes of a quad hold the same two rows -> butterfly over lane bits 0-1
-        for off in cutlass.range_constexpr(2):
-            dprob0 = dprob0 + cute.arch.shuffle_sync_bfly(dprob0, offset=1 << off)
-            dprob1 = dprob1 + cute.arch.shuffle_sync_bfly(dprob1, offset=1 << off)
+        # dprob: the 4 lanes of a quad hold the same rows -> butterfly over lane bits 0-1
+        for s in cutlass.range_constexpr(4):
+            x = dprob[s]
+            x = x + cute.arch.shuffle_sync_bfly(x, offset=1)
+            x = x + cute.arch.shuffle_sync_bfly(x, offset=2)
+            dprob[s] = x
         if lane % 4 == 0:
-            cute.arch.atomic_add((mDprob.iterator + (row0 + r_local0)).llvm_ptr, dprob0)
-            cute.arch.atomic_add((mDprob.iterator + (row0 + r_local1)).llvm_ptr, dprob1)
+            for s in cutlass.range_constexpr(4):
+                cute.arch.atomic_add((mDprob.iterator + rows[s]).llvm_ptr, dprob[s])
 
-        if cutlass.const_expr(cfg.generate_dbias):
-            # columns are shared by the 8 quads of a warp -> butterfly over lane bits 2-4
-            for c in cutlass.range_constexpr(ncols):
-                g = col_gate[c]
-                u = col_up[c]
-                for off in cutlass.range_constexpr(3):
-                    g = g + cute.arch.shuffle_sync_bfly(g, offset=4 << off)
-                    u = u + cute.arch.shuffle_sync_bfly(u, offset=4 << off)
-                col_gate[c] = g
-                col_up[c] = u
-            if lane < 4:
-                for c in cutlass.range_constexpr(ncols):
-                    v = (c // 2) * 4 + c % 2
-                    nl = tCcC[v][1]
-                    if n0 + nl < n_total:
-                        gc = 2 * n0 + nl + 32 * (nl // 32)
-                        base = expert * (2 * n_total) + gc
-                        cute.arch.atomic_add((mDbias.iterator + base).llvm_ptr, col_gate[c])
-                        cute.arch.atomic_add((mDbias.iterator + (base + 32)).llvm_ptr,
-                                             col_up[c])
+    @cute.jit
+    def _dbias_block(self, col_gate, col_up, tCcC, mDbias, expert, n0, j, lane, valid):
+        """Column sums of one 32-column block over this warp's 16 rows of both halves.
+
+        The 8 quads of a warp hold the same columns -> butterfly over lane bits 2-4, then
+        lanes 0-3 add their 8 columns (gate and up) to the fp32 workspace with atomics."""
+        two_n = 2 * self.cfg.n
+        for c in cutlass.range_constexpr(8):
+            g = col_gate[c]
+            u = col_up[c]
+            for b in cutlass.range_constexpr(3):
+                g = g + cute.arch.shuffle_sync_bfly(g, offset=4 << b)
+                u = u + cute.arch.shuffle_sync_bfly(u, offset=4 << b)
+            col_gate[c] = g
+            col_up[c] = u
+        if valid & (lane < 4):
+            for c in cutlass.range_constexpr(8):
+                v = 4 * (4 * j + c // 2) + c % 2  # flat index of that column in half 0
+                nl = tCcC[v][1]
+                base = expert * two_n + 2 * n0 + nl + 32 * (nl // 32)
+                cute.arch.atomic_add((mDbias.iterator + base).llvm_ptr, col_gate[c])
+                cute.arch.atomic_add((mDbias.iterator + (base + 32)).llvm_ptr, col_up[c])
