@@ -108,6 +108,60 @@ def check_finite(name: str, v, *, positive: bool = False) -> float:
     return v
 
 
+def check_expert_count(name: str, num_experts: int) -> None:
+    if not 1 <= num_experts <= MAX_EXPERTS:
+        raise ValueError(f"{name}: expert count L must be in [1, {MAX_EXPERTS}], got L = {num_experts}")
+
+
+def check_n(name: str, n: int) -> None:
+    if n <= 0 or n % 32:
+        raise ValueError(f"{name}: N must be a positive multiple of 32 (32-column gate/up blocks), got N = {n}")
+
+
+def per_expert_vectors(ops, num_experts: int) -> Dict[str, torch.Tensor]:
+    """padded_offsets (int32) and alpha/beta (fp32): (L,), packed (stride 1): kernels index them."""
+    out = {}
+    for slot, dtype in (("padded_offsets", torch.int32), ("alpha", torch.float32), ("beta", torch.float32)):
+        name = ARG_NAMES[slot]
+        t = require_tensor(name, getattr(ops, slot))
+        check_dtype(name, t, (dtype,))
+        check_shape(name, t, (num_experts,), "(L,)")
+        check_contiguous_1d(name, t)
+        out[slot] = t
+    return out
+
+
+def _byte_span(t: torch.Tensor):
+    if t.numel() == 0:
+        return None
+    extent = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride())) + 1
+    return t.data_ptr(), t.data_ptr() + extent * t.element_size()
+
+
+def check_workspace(ws, need: int, device: torch.device, pack: Dict[str, Any]) -> None:
+    """A caller's workspace: 1-D contiguous uint8 on the operands' device, >= ``need`` bytes,
+    128-byte aligned, overlapping no operand (vendor_facts 3.4)."""
+    if not isinstance(ws, torch.Tensor):
+        raise TypeError(f"workspace: expected a torch.Tensor, got {type(ws).__name__}")
+    check_dtype("workspace", ws, (torch.uint8,))
+    if ws.dim() != 1 or not ws.is_contiguous():
+        raise ValueError(f"workspace: must be a 1-D contiguous uint8 buffer, got shape {tuple(ws.shape)} "
+                         f"stride {tuple(ws.stride())}")
+    if ws.numel() < need:
+        raise ValueError(f"workspace: needs at least {need} bytes, got {ws.numel()}")
+    if ws.device != device:
+        raise ValueError(f"workspace: must be on {device}, got {ws.device}")
+    if need == 0:
+        return
+    check_aligned("workspace", ws, 128)
+    lo, hi = ws.data_ptr(), ws.data_ptr() + need
+    for slot, t in pack.items():
+        span = _byte_span(t) if isinstance(t, torch.Tensor) else None
+        if span and span[0] < hi and lo < span[1]:
+            raise ValueError(f"workspace: must not overlap {ARG_NAMES.get(slot, slot)} (bytes [0x{span[0]:x}, "
+                             f"0x{span[1]:x}) vs workspace [0x{lo:x}, 0x{hi:x}))")
+
+
 def check_choice(name: str, v, choices) -> None:
     if v not in choices:
         raise ValueError(f"{name}: must be one of {list(choices)}, got {v!r}")
@@ -207,18 +261,21 @@ def check_bf16_config(cfg: CallConfig, scale_controls: Dict[str, Any]) -> None:
                                   "does not offer it (got deterministic=True)")
 
 
-def operand_family(a: torch.Tensor, b_dtype: torch.dtype) -> str:
-    """'bf16' or 'block_scaled'; raises on mixed or unsupported pairs (before anything else)."""
+def operand_family(a: torch.Tensor, b_dtype: torch.dtype, b_name: str = "b_tensor") -> str:
+    """'bf16' or 'block_scaled'; raises on mixed or unsupported pairs (before anything else).
+
+    ``b_name`` is the argument that carried B's dtype: ``b_tensor`` (dense) or ``b_dtype``
+    (discrete)."""
     ad = a.dtype
     if (ad == BF16) != (b_dtype == BF16):
-        raise TypeError(f"a_tensor/b_tensor: mixed dtype families: a dtype {_fmt_dtype(ad)}, b dtype "
+        raise TypeError(f"a_tensor/{b_name}: mixed dtype families: a dtype {_fmt_dtype(ad)}, b dtype "
                         f"{_fmt_dtype(b_dtype)}; both must be bfloat16 or both the same FP8/FP4 dtype")
     if ad == BF16:
         return "bf16"
     fp4 = set(FP4_DTYPES)
     if ad in BLOCK_SCALED_DTYPES and (ad == b_dtype or (ad in fp4 and b_dtype in fp4)):
         return "block_scaled"
-    raise TypeError(f"a_tensor/b_tensor: unsupported dtype pair ({_fmt_dtype(ad)}, {_fmt_dtype(b_dtype)}); "
+    raise TypeError(f"a_tensor/{b_name}: unsupported dtype pair ({_fmt_dtype(ad)}, {_fmt_dtype(b_dtype)}); "
                     f"supported: (bfloat16, bfloat16) or matching {_dtypes(BLOCK_SCALED_DTYPES)}")
 
 
@@ -291,7 +348,7 @@ def normalize(ops: Operands, cfg: CallConfig, *, n: Optional[int] = None, b_dtyp
     a = require_tensor("a_tensor", ops.a)
     mode = _weight_mode(ops, n, b_dtype)
     bd = ops.b.dtype if mode == "dense" else b_dtype
-    family = operand_family(a, bd)
+    family = operand_family(a, bd, "b_tensor" if mode == "dense" else "b_dtype")
     check_common_config(cfg)
     if family == "block_scaled":
         from .contract_blockscaled import normalize_block_scaled
@@ -319,6 +376,7 @@ def normalize(ops: Operands, cfg: CallConfig, *, n: Optional[int] = None, b_dtyp
         if b.dim() != 3:
             raise ValueError(f"b_tensor: shape must be (N, K, L), got {tuple(b.shape)}")
         n_, kb, num_experts = b.shape
+        check_expert_count("b_tensor", num_experts)
         if kb != k:
             raise ValueError(f"b_tensor: K must equal a_tensor's K = {k}, got shape {tuple(b.shape)}")
         if b.numel() and b.stride(1) == 1 and (n_ == 1 or b.stride(0) == kb) and (num_experts == 1 or b.stride(2) == n_ * kb):
@@ -339,11 +397,9 @@ def normalize(ops: Operands, cfg: CallConfig, *, n: Optional[int] = None, b_dtyp
         if b_dtype != BF16:
             raise TypeError(f"b_dtype: must be bfloat16 with bfloat16 a_tensor, got {_fmt_dtype(b_dtype)}")
         num_experts = bp.shape[0]
+        check_expert_count("b_ptrs", num_experts)
         b_major = cfg.b_major
-    if n <= 0 or n % 32:
-        raise ValueError(f"n: N must be a positive multiple of 32 (32-column gate/up blocks), got N = {n}")
-    if not 1 <= num_experts <= MAX_EXPERTS:
-        raise ValueError(f"num_experts: expert count L must be in [1, {MAX_EXPERTS}], got {num_experts}")
+    check_n("b_tensor" if mode == "dense" else "n", n)
     two_n = 2 * n
 
     c = drop_unit_dims("c_tensor", require_tensor("c_tensor", ops.c), 2, "(M, 2N) or (M, 2N, 1)")
@@ -364,15 +420,7 @@ def normalize(ops: Operands, cfg: CallConfig, *, n: Optional[int] = None, b_dtyp
         if d_dtype not in CD_DTYPES:
             raise TypeError(f"d_dtype: must be one of {_dtypes(CD_DTYPES)}, got {_fmt_dtype(d_dtype) if isinstance(d_dtype, torch.dtype) else d_dtype!r}")
 
-    offs = require_tensor("padded_offsets", ops.padded_offsets)
-    check_dtype("padded_offsets", offs, (torch.int32,))
-    check_shape("padded_offsets", offs, (num_experts,), "(L,)")
-    for slot in ("alpha", "beta"):
-        t = require_tensor(ARG_NAMES[slot], getattr(ops, slot))
-        check_dtype(ARG_NAMES[slot], t, (torch.float32,))
-        check_shape(ARG_NAMES[slot], t, (num_experts,), "(L,)")
-        pack[slot] = t
-    pack["padded_offsets"] = offs
+    pack.update(per_expert_vectors(ops, num_experts))
 
     for slot in ("prob", "dprob"):
         t = require_tensor(ARG_NAMES[slot], getattr(ops, slot))  # BF16 requires both

@@ -105,10 +105,8 @@ def normalize_block_scaled(ops, cfg, *, mode: str, n, b_dtype, d_dtype, generate
         if ops.sfb is not None:
             raise ValueError("sfb_tensor: discrete mode (b_ptrs) takes sfb_ptrs, not sfb_tensor")
         pack["b_ptrs"], pack["sfb_ptrs"] = bp, sp
-    if n <= 0 or n % 32:
-        raise ValueError(f"n: N must be a positive multiple of 32 (32-column gate/up blocks), got N = {n}")
-    if not 1 <= num_experts <= C.MAX_EXPERTS:
-        raise ValueError(f"num_experts: expert count L must be in [1, {C.MAX_EXPERTS}], got {num_experts}")
+    C.check_n("b_tensor" if mode == "dense" else "n", n)
+    C.check_expert_count("b_tensor" if mode == "dense" else "b_ptrs", num_experts)
     if cfg.use_single_group_runtime_offsets and num_experts != 1:
         raise ValueError(f"use_single_group_runtime_offsets: requires exactly one expert, got L = {num_experts}")
     two_n = 2 * n
@@ -180,15 +178,7 @@ def normalize_block_scaled(ops, cfg, *, mode: str, n, b_dtype, d_dtype, generate
         C.check_shape("amax_tensor", am, (num_experts, 2), "(L, 2)")
         pack["amax"] = am
 
-    offs = C.require_tensor("padded_offsets", ops.padded_offsets)
-    C.check_dtype("padded_offsets", offs, (torch.int32,))
-    C.check_shape("padded_offsets", offs, (num_experts,), "(L,)")
-    pack["padded_offsets"] = offs
-    for slot in ("alpha", "beta"):
-        t = C.require_tensor(C.ARG_NAMES[slot], getattr(ops, slot))
-        C.check_dtype(C.ARG_NAMES[slot], t, (torch.float32,))
-        C.check_shape(C.ARG_NAMES[slot], t, (num_experts,), "(L,)")
-        pack[slot] = t
+    pack.update(C.per_expert_vectors(ops, num_experts))
     for slot in ("prob", "dprob"):  # optional on the block-scaled contract (p = 1, no dprob)
         t = getattr(ops, slot)
         if t is None:

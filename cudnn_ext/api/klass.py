@@ -82,6 +82,7 @@ class GroupedGemmDglu:
         if self._problem is not None:
             return self._problem
         ops = dataclasses.replace(self._samples)
+        contract.require_tensor("sample_d_row", ops.d_row)  # the class API never allocates D
         n = b_dtype = None
         if ops.b is None:
             ne, shape, b_dtype = self._discrete["num_experts"], self._discrete["b_shape"], self._discrete["b_dtype"]
@@ -154,6 +155,7 @@ class GroupedGemmDglu:
         """Run on the given tensors; outputs are written in place (dprob/dbias accumulate)."""
         self.compile()
         problem = self._problem
+        contract.require_tensor("d_row_tensor", d_row_tensor)
         if problem.weight_mode == "dense" and b_ptrs is not None:
             raise ValueError("b_ptrs: the object was compiled for dense weights (sample_b); pass b_tensor")
         if problem.weight_mode == "discrete" and b_tensor is not None:
@@ -186,11 +188,7 @@ class GroupedGemmDglu:
                 self._workspace = torch.empty(need, dtype=torch.uint8, device=device)
             workspace = self._workspace
         elif workspace is not None:
-            contract.check_dtype("workspace", workspace, (torch.uint8,))
-            if workspace.numel() < need:
-                raise ValueError(f"workspace: needs at least {need} bytes, got {workspace.numel()}")
-            if workspace.device != device:
-                raise ValueError(f"workspace: must be on {device}, got {workspace.device}")
+            contract.check_workspace(workspace, need, device, pack)
         stream = as_torch_stream(current_stream, device)
         if self._graph is not None:
             self._graph.execute(pack, workspace, stream)
