@@ -13,7 +13,7 @@ $(VENV)/.installed: pyproject.toml Makefile
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH)"
-	$(PY) -m pip install -q -e ".[test,gpu]"
+	$(PY) -m pip install -q -e ".[test,gpu,jax]"
 	touch $@
 
 venv: $(VENV)/.installed

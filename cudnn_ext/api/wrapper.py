@@ -42,6 +42,11 @@ def grouped_gemm_dglu_wrapper(
     (zeros) when ``generate_dbias``, and the workspace; accumulates into the caller's
     ``dprob_tensor`` (zero it first) and returns it as is. ``engine`` pins an engine by name.
     """
+    if type(a_tensor).__module__.split(".")[0] in ("jax", "jaxlib"):  # JAX arrays: DLPack views (issue 6)
+        call = dict(locals())
+        from ..jax.eager import wrapper_from_jax
+
+        return wrapper_from_jax(grouped_gemm_dglu_wrapper, call)
     if not isinstance(generate_dbias, bool):
         raise TypeError(f"generate_dbias: expected a bool, got {type(generate_dbias).__name__}")
     cfg = contract.CallConfig(

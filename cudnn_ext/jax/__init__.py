@@ -1,0 +1,18 @@
+"""JAX bindings: the wrapper on JAX arrays (eager, via DLPack) and a ``jax.jit`` entry point.
+
+Owns the JAX side only: ``eager`` converts JAX arrays to torch views (zero-copy DLPack) and
+back around the vendor-compatible wrapper; ``jit`` exposes ``grouped_gemm_dglu_jax`` (alias
+``grouped_gemm_dglu_jax_sm100``) for traced programs. Importing ``cudnn_ext`` never imports
+this package (nor jax); importing this package imports jax.
+
+What runs where (see docs/jax.md): the eager wrapper runs whatever engine the plan picks for
+the arrays' device (the GPU kernel on a GPU); the jitted entry point is a ``jax.pure_callback``
+that runs the reference engine on the host (CPU arrays; on a GPU backend the inputs round-trip
+through host memory). The XLA FFI custom call that launches the GPU kernel on XLA's stream
+is not built yet.
+"""
+from .eager import expert_pointers, to_torch, wrapper_from_jax
+from .jit import grouped_gemm_dglu_jax, grouped_gemm_dglu_jax_sm100
+
+__all__ = ["grouped_gemm_dglu_jax", "grouped_gemm_dglu_jax_sm100", "expert_pointers", "to_torch",
+           "wrapper_from_jax"]

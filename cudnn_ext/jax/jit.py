@@ -1,0 +1,164 @@
+"""``grouped_gemm_dglu_jax`` (alias ``grouped_gemm_dglu_jax_sm100``): the ``jax.jit`` entry point.
+
+Owns the traced-call contract: static validation of shapes and dtypes at trace time (values of
+``padded_offsets`` cannot be checked then), the output signature, and the host callback that
+runs the operation. The computation is ``cudnn_ext.torch._core.run`` (contract + built plan),
+the same functional path as the torch custom op, on host copies of the operands.
+
+Today this is a ``jax.pure_callback``: XLA calls back into Python with host numpy arrays, the
+reference engine (CPU) computes, and the results come back as fresh XLA buffers. That makes it
+correct and jit/vmap-safe on the CPU backend; on a GPU backend it works for dense weights but
+pays device->host->device copies and runs on the host. Discrete ``b_ptrs`` are read on the
+host, so under a GPU backend they would be device addresses: refused there. The XLA FFI custom
+call (launch the GPU engine on XLA's stream with output buffers zero-initialized by aliasing
+``jnp.zeros`` inputs, as the vendor does) is not built yet; see docs/jax.md.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional, Tuple
+
+import numpy as np
+import torch
+
+from .eager import as_torch_dtype
+
+_F32 = np.float32
+
+
+def _np_dtype(td: torch.dtype):
+    import jax.numpy as jnp
+
+    return {torch.bfloat16: jnp.bfloat16, torch.float16: jnp.float16, torch.float32: jnp.float32}[td]
+
+
+def _host_tensor(x: np.ndarray) -> torch.Tensor:
+    """torch CPU tensor of a numpy array (bf16 via its 16-bit pattern; callback inputs are read-only)."""
+    x = np.ascontiguousarray(x)
+    if x.dtype.name == "bfloat16":
+        return torch.from_numpy(x.view(np.int16).copy()).view(torch.bfloat16)
+    return torch.from_numpy(x.copy())
+
+
+def _host_array(t: torch.Tensor, np_dtype) -> np.ndarray:
+    t = t.contiguous()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(np_dtype)
+    return t.numpy()
+
+
+def _check(name: str, x, shape: Tuple[int, ...], dtypes) -> None:
+    if tuple(x.shape) != tuple(shape):
+        raise ValueError(f"{name}: shape must be {tuple(shape)}, got {tuple(x.shape)}")
+    if np.dtype(x.dtype).name not in dtypes:
+        raise TypeError(f"{name}: dtype must be one of {sorted(dtypes)}, got {np.dtype(x.dtype).name}")
+
+
+def grouped_gemm_dglu_jax(
+    a_tensor: Any, c_tensor: Any, padded_offsets: Any, alpha_tensor: Any, beta_tensor: Any, b_ptrs: Any = None,
+    n: Optional[int] = None, prob_tensor: Any = None, d_dtype: Any = "bfloat16", acc_dtype: Any = "float32",
+    mma_tiler_mn: Tuple[int, int] = (256, 256), cluster_shape_mn: Optional[Tuple[int, int]] = None,
+    vector_f32: bool = False, act_func: str = "dswiglu", linear_offset: Optional[float] = None,
+    generate_dbias: bool = False, use_dynamic_sched: bool = False, *, b_tensor: Any = None,
+    b_major: str = "k", geglu_alpha: float = 1.702, glu_clamp_max: float = 7.0, glu_clamp_min: float = -7.0,
+):
+    """Grouped GEMM + dGLU backward for traced JAX programs (works eagerly too).
+
+    Operands (BF16 contract): ``a_tensor`` (M, K[, 1]) bf16, ``c_tensor`` (M, 2N[, 1])
+    bf16/fp16/fp32, ``padded_offsets`` (L,) int32, ``alpha_tensor``/``beta_tensor`` (L,) fp32,
+    ``prob_tensor`` (M[, 1, 1]) fp32; weights either ``b_ptrs`` (L,) int64 or (8L,) packed uint8
+    per-expert addresses of (N, K) bf16 matrices with ``n`` (discrete, as the vendor's), or
+    ``b_tensor`` (L, N, K) bf16 (dense). Kernel-shape knobs (tiler, cluster, vector_f32,
+    dynamic scheduling) are accepted for vendor compatibility; the host engine ignores them.
+
+    Returns ``(d_row (M, 2N, 1), dprob (M, 1, 1) fp32, dbias (L, 2N, 1) bf16 or None)``: new
+    arrays, zero-initialized then accumulated (rows at/past ``padded_offsets[-1]`` are zero).
+    Under tracing the offsets' *values* are not validated at trace time (the host engine
+    rejects bad values when it runs), and the weights behind ``b_ptrs`` must stay alive and
+    unmoved across every execution of the traced computation.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    if (b_ptrs is None) == (b_tensor is None):
+        raise ValueError("b_ptrs/b_tensor: provide exactly one: b_ptrs (discrete, with n) or b_tensor (dense (L, N, K))")
+    if prob_tensor is None:
+        raise ValueError("prob_tensor: required for the BF16 contract, got None")
+    if as_torch_dtype(acc_dtype) != torch.float32:
+        raise TypeError(f"acc_dtype: must be float32, got {acc_dtype!r}")
+    d_td = as_torch_dtype(d_dtype)
+    if d_td not in (torch.bfloat16, torch.float16, torch.float32):
+        raise TypeError(f"d_dtype: must be bfloat16, float16 or float32, got {d_dtype!r}")
+    if act_func not in ("dswiglu", "dgeglu"):
+        raise ValueError(f"act_func: must be 'dswiglu' or 'dgeglu' (BF16), got {act_func!r}")
+
+    a_shape = tuple(a_tensor.shape)
+    if len(a_shape) == 3 and a_shape[2] == 1:
+        a_shape = a_shape[:2]
+    if len(a_shape) != 2:
+        raise ValueError(f"a_tensor: shape must be (M, K) or (M, K, 1), got {tuple(a_tensor.shape)}")
+    m, k = a_shape
+    _check("a_tensor", a_tensor, tuple(a_tensor.shape), {"bfloat16"})
+    if b_tensor is not None:
+        if n is not None:
+            raise ValueError(f"n: dense weights (b_tensor) forbid n, got {n!r}")
+        if len(b_tensor.shape) != 3 or b_tensor.shape[2] != k:
+            raise ValueError(f"b_tensor: shape must be (L, N, K) with K = {k}, got {tuple(b_tensor.shape)}")
+        num_experts, n = int(b_tensor.shape[0]), int(b_tensor.shape[1])
+        _check("b_tensor", b_tensor, tuple(b_tensor.shape), {"bfloat16"})
+    else:
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise ValueError(f"n: discrete weights (b_ptrs) require an int n, got {n!r}")
+        if jax.default_backend() != "cpu":
+            raise NotImplementedError(
+                "b_ptrs under grouped_gemm_dglu_jax: the host callback would read device addresses; the XLA FFI "
+                "custom call that runs the GPU kernel is not built yet (docs/jax.md). Use b_tensor, or the eager "
+                "wrapper with JAX arrays.")
+        name = np.dtype(b_ptrs.dtype).name
+        if name == "uint8" and len(b_ptrs.shape) == 1 and b_ptrs.shape[0] % 8 == 0:
+            num_experts = b_ptrs.shape[0] // 8
+        elif name == "int64" and len(b_ptrs.shape) == 1:
+            num_experts = b_ptrs.shape[0]
+        else:
+            raise TypeError(f"b_ptrs: must be (L,) int64 or (8L,) uint8, got {tuple(b_ptrs.shape)} {name}")
+    two_n = 2 * n
+    if tuple(c_tensor.shape) not in ((m, two_n), (m, two_n, 1)):
+        raise ValueError(f"c_tensor: shape must be ({m}, {two_n}) or ({m}, {two_n}, 1), got {tuple(c_tensor.shape)}")
+    _check("c_tensor", c_tensor, tuple(c_tensor.shape), {"bfloat16", "float16", "float32"})
+    _check("padded_offsets", padded_offsets, (num_experts,), {"int32"})
+    _check("alpha_tensor", alpha_tensor, (num_experts,), {"float32"})
+    _check("beta_tensor", beta_tensor, (num_experts,), {"float32"})
+    if tuple(prob_tensor.shape) not in ((m,), (m, 1, 1)):
+        raise ValueError(f"prob_tensor: shape must be ({m},) or ({m}, 1, 1), got {tuple(prob_tensor.shape)}")
+    _check("prob_tensor", prob_tensor, tuple(prob_tensor.shape), {"float32"})
+
+    from ..torch._core import ActArgs, run  # the shared functional path (imports torch only)
+
+    act = ActArgs(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min)
+    d_np = _np_dtype(d_td)
+    out_shapes = [jax.ShapeDtypeStruct((m, two_n, 1), d_np), jax.ShapeDtypeStruct((m, 1, 1), jnp.float32)]
+    if generate_dbias:
+        out_shapes.append(jax.ShapeDtypeStruct((num_experts, two_n, 1), jnp.bfloat16))
+    dense = b_tensor is not None
+
+    def host(a, c, b, offs, alpha, beta, prob):
+        a_t, c_t = _host_tensor(a).view(m, k), _host_tensor(c).view(m, two_n)
+        b_t = _host_tensor(b)
+        kw = dict(b=b_t.permute(1, 2, 0)) if dense else dict(
+            b_ptrs=b_t.view(torch.int64) if b_t.dtype == torch.uint8 else b_t, n=n, b_major=b_major)
+        d_row, dprob, dbias = run(a_t, c_t, _host_tensor(offs), _host_tensor(alpha), _host_tensor(beta),
+                                  _host_tensor(prob).view(m), act=act, generate_dbias=generate_dbias,
+                                  d_dtype=d_td, **kw)
+        outs = [_host_array(d_row.view(m, two_n, 1), d_np), dprob.view(m, 1, 1).numpy()]
+        if generate_dbias:
+            outs.append(_host_array(dbias.view(num_experts, two_n, 1), jnp.bfloat16))
+        return tuple(outs)
+
+    weights = b_tensor if dense else b_ptrs
+    # vmap_method="sequential": a batched call runs the operation once per batch element
+    res = jax.pure_callback(host, tuple(out_shapes), a_tensor, c_tensor, weights, padded_offsets, alpha_tensor,
+                            beta_tensor, prob_tensor, vmap_method="sequential")
+    return res[0], res[1], (res[2] if generate_dbias else None)
+
+
+#: The vendor's name.
+grouped_gemm_dglu_jax_sm100 = grouped_gemm_dglu_jax

@@ -1,0 +1,139 @@
+"""JAX: the wrapper on JAX arrays (eager, DLPack) and the jit entry point (pure_callback, CPU).
+
+Each JAX result is checked against the torch path on the same bytes (the torch path is checked
+against the float64 oracle in test_torch_integration.py). Seeded: numpy default_rng(seed).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+jax = pytest.importorskip("jax")
+jnp = pytest.importorskip("jax.numpy")
+
+import cudnn_ext as cudnn  # noqa: E402
+import cudnn_ext.torch as ct  # noqa: E402
+from cudnn_ext.jax import expert_pointers, grouped_gemm_dglu_jax, grouped_gemm_dglu_jax_sm100, to_torch  # noqa: E402
+
+L, N, K, M = 3, 64, 32, 1024
+OFFS = (256, 256, 768)  # an empty expert; rows 768.. belong to no expert
+
+
+def inputs(seed=0):
+    rng = np.random.default_rng(seed)
+    return dict(
+        a=jnp.asarray(rng.standard_normal((M, K, 1)), jnp.bfloat16),
+        c=jnp.asarray(2 * rng.standard_normal((M, 2 * N, 1)), jnp.bfloat16),
+        ws=[jnp.asarray(rng.standard_normal((N, K)), jnp.bfloat16) for _ in range(L)],
+        offs=jnp.array(OFFS, jnp.int32),
+        alpha=jnp.asarray(rng.random(L) + 0.5, jnp.float32),
+        beta=jnp.asarray(rng.random(L) + 0.5, jnp.float32),
+        prob=jnp.asarray(rng.random((M, 1, 1)), jnp.float32),
+    )
+
+
+def torch_expected(p, act_func, generate_dbias):
+    """The torch op on the same bytes (zero-copy views)."""
+    b = torch.stack([to_torch(w) for w in p["ws"]])
+    return ct.grouped_gemm_dglu(to_torch(p["a"])[..., 0], to_torch(p["c"])[..., 0], to_torch(p["offs"]),
+                                to_torch(p["alpha"]), to_torch(p["beta"]), to_torch(p["prob"]).view(M), b=b,
+                                act_func=act_func, generate_dbias=generate_dbias)
+
+
+def same(jx, t, rows=None):
+    got = torch.from_numpy(np.array(jx, dtype=np.float32)).reshape(t.shape)
+    want = t.float()
+    if rows is not None:
+        got, want = got[:rows], want[:rows]
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("act_func", ["dswiglu", "dgeglu"])
+def test_eager_wrapper_discrete(act_func):
+    p = inputs()
+    dprob = jnp.zeros((M, 1, 1), jnp.float32)
+    out = cudnn.grouped_gemm_dglu_wrapper_sm100(
+        a_tensor=p["a"], c_tensor=p["c"], sfa_tensor=None, padded_offsets=p["offs"], alpha_tensor=p["alpha"],
+        beta_tensor=p["beta"], prob_tensor=p["prob"], dprob_tensor=dprob, b_ptrs=expert_pointers(p["ws"]), n=N,
+        b_dtype=jnp.bfloat16, act_func=act_func, generate_dbias=True)
+    d_row, d_col, dprob_out, dbias, amax, sfd_row, sfd_col = out
+    assert isinstance(d_row, jax.Array) and d_row.shape == (M, 2 * N, 1) and d_row.dtype == jnp.bfloat16
+    assert dprob_out is dprob  # accumulated in place, returned as the caller's object
+    assert d_col is None and amax is None and sfd_row is None and sfd_col is None
+    want = torch_expected(p, act_func, True)
+    same(d_row, want[0], rows=768)
+    same(dprob, want[1])
+    same(dbias, want[2])
+
+
+def test_eager_wrapper_dense_takes_L_N_K():
+    p = inputs(1)
+    dprob = jnp.zeros((M, 1, 1), jnp.float32)
+    out = cudnn.grouped_gemm_dglu_wrapper(
+        p["a"], p["c"], None, p["offs"], p["alpha"], p["beta"], p["prob"], dprob, b_tensor=jnp.stack(p["ws"]))
+    want = torch_expected(p, "dswiglu", False)
+    same(out["d_row_tensor"], want[0], rows=768)
+    same(dprob, want[1])
+    assert out["dbias_tensor"] is None
+
+
+def test_eager_wrapper_errors():
+    p = inputs()
+    args = (p["a"], p["c"], None, p["offs"], p["alpha"], p["beta"], p["prob"], jnp.zeros((M, 1, 1), jnp.float32))
+    with pytest.raises(ValueError, match="block-scaled"):
+        cudnn.grouped_gemm_dglu_wrapper(*args, b_tensor=jnp.stack(p["ws"]), norm_const_tensor=jnp.ones(1))
+    with pytest.raises(ValueError, match=r"\(L, N, K\)"):
+        cudnn.grouped_gemm_dglu_wrapper(*args, b_tensor=p["ws"][0])
+
+    @jax.jit
+    def traced(a):
+        return cudnn.grouped_gemm_dglu_wrapper(a, *args[1:], b_tensor=jnp.stack(p["ws"]))[0]
+
+    with pytest.raises(TypeError, match="grouped_gemm_dglu_jax"):
+        traced(p["a"])
+
+
+@pytest.mark.parametrize("weights", ["discrete", "dense"])
+@pytest.mark.parametrize("act_func,generate_dbias", [("dswiglu", True), ("dgeglu", False)])
+def test_jit_entry_point(weights, act_func, generate_dbias):
+    p = inputs(2)
+    ptrs = expert_pointers(p["ws"])
+    bd = jnp.stack(p["ws"])
+
+    @jax.jit
+    def step(a, c, offs, alpha, beta, prob, w):
+        kw = dict(b_ptrs=w, n=N) if weights == "discrete" else dict(b_tensor=w)
+        d_row, dprob, dbias = grouped_gemm_dglu_jax(a, c, offs, alpha, beta, prob_tensor=prob, act_func=act_func,
+                                                    generate_dbias=generate_dbias, **kw)
+        return d_row, dprob * 1.0, dbias  # dprob composes with traced code
+
+    w = ptrs if weights == "discrete" else bd
+    d_row, dprob, dbias = step(p["a"], p["c"], p["offs"], p["alpha"], p["beta"], p["prob"], w)
+    assert d_row.shape == (M, 2 * N, 1) and dprob.shape == (M, 1, 1)
+    want = torch_expected(p, act_func, generate_dbias)
+    same(d_row, want[0])  # rows past the last offset come back zero, like the torch op's
+    same(dprob, want[1])
+    if generate_dbias:
+        assert dbias.shape == (L, 2 * N, 1) and dbias.dtype == jnp.bfloat16
+        same(dbias, want[2])
+    else:
+        assert dbias is None
+    # a second call with new values reuses the trace and stays correct
+    p2 = inputs(3)
+    p2["ws"] = p["ws"]
+    d2, dp2, _ = step(p2["a"], p2["c"], p2["offs"], p2["alpha"], p2["beta"], p2["prob"], w)
+    same(dp2, torch_expected(p2, act_func, generate_dbias)[1])
+
+
+def test_jit_validates_at_trace_time_and_alias():
+    p = inputs()
+    assert grouped_gemm_dglu_jax_sm100 is grouped_gemm_dglu_jax
+    with pytest.raises(ValueError, match="c_tensor: shape"):
+        jax.jit(lambda a, c: grouped_gemm_dglu_jax(a, c, p["offs"], p["alpha"], p["beta"], prob_tensor=p["prob"],
+                                                   b_tensor=jnp.stack(p["ws"])))(p["a"], p["c"][:, :64])
+    with pytest.raises(TypeError, match="padded_offsets: dtype"):
+        grouped_gemm_dglu_jax(p["a"], p["c"], p["offs"].astype(jnp.float32), p["alpha"], p["beta"],
+                              prob_tensor=p["prob"], b_tensor=jnp.stack(p["ws"]))
+    with pytest.raises(ValueError, match="b_ptrs/b_tensor"):
+        grouped_gemm_dglu_jax(p["a"], p["c"], p["offs"], p["alpha"], p["beta"], prob_tensor=p["prob"])
