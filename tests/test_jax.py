@@ -137,3 +137,13 @@ def test_jit_validates_at_trace_time_and_alias():
                               prob_tensor=p["prob"], b_tensor=jnp.stack(p["ws"]))
     with pytest.raises(ValueError, match="b_ptrs/b_tensor"):
         grouped_gemm_dglu_jax(p["a"], p["c"], p["offs"], p["alpha"], p["beta"], prob_tensor=p["prob"])
+
+
+def test_docs_jax_examples_run():
+    import pathlib
+    import re
+
+    text = (pathlib.Path(__file__).parents[1] / "docs" / "jax.md").read_text()
+    scope = {}
+    for block in re.findall(r"```python\n(.*?)```", text, re.S):
+        exec(compile(block, "docs/jax.md", "exec"), scope)  # later blocks use earlier names

@@ -285,3 +285,12 @@ def test_gpu_mlp_gradients_match_cpu():
         res.append([t.cpu() for t in (xi.grad, pi.grad, m.w1.grad, m.b1.grad, m.w2.grad)])
     for got, want in zip(res[1], res[0]):
         assert rel_err(got, want) < BF16_REL
+
+
+def test_docs_torch_examples_run():
+    import pathlib
+    import re
+
+    text = (pathlib.Path(__file__).parents[1] / "docs" / "torch.md").read_text()
+    for block in re.findall(r"```python\n(.*?)```", text, re.S):
+        exec(compile(block, "docs/torch.md", "exec"), {})
