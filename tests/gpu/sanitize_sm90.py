@@ -1,0 +1,15 @@
+"""One small SM90 case, for compute-sanitizer (memcheck / racecheck) runs on the device:
+
+    compute-sanitizer --tool memcheck python3 tests/gpu/sanitize_sm90.py
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from sm90_cases import Case, run_and_check  # noqa: E402
+
+if __name__ == "__main__":
+    # 2 experts + an empty one, N not a multiple of the tile, K not of 64, dbias on, and more
+    # tiles than one CTA's first pass (grid is capped at 4 SMs below to force the walk)
+    print(run_and_check(Case([512, 0, 768], 160, 200, "dgeglu", tile_n=128)))
