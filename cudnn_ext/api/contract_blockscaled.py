@@ -11,7 +11,7 @@ from typing import Any, Dict, Optional
 import torch
 
 from ..problem import BlockScaleConfig, DgluProblem
-from ..quant.sf_layout import as_sf_6d, empty_sf, sf_k_blocks
+from ..quant.sf_layout import SfGeometry
 from . import contract as C
 
 E8M0 = getattr(torch, "float8_e8m0fnu", None)
@@ -22,13 +22,35 @@ FP8 = (E4M3, E5M2)
 C_DTYPES = (torch.float32, torch.float16, torch.bfloat16, E4M3, E5M2)
 
 
-def _check_sf(name: str, t, mn: int, k: int, sf_vec: int, groups: int, sf_dtype) -> torch.Tensor:
+#: The scale-factor slots, and the one table of which matrix each holds (vendor_facts 2.2, 2.6):
+#: SFA covers A's M rows x K (one group), SFB each expert's N rows x K, SFD_row D's M rows x
+#: 2N columns in 32-column blocks, SFD_col D's 2N columns x M rows in 32-row blocks.
+SF_SLOTS = ("sfa", "sfb", "sfd_row", "sfd_col")
+
+
+def sf_geometry(slot: str, *, n: int, k: int, num_experts: int, sf_vec_size: int) -> SfGeometry:
+    """The geometry of scale-factor slot ``slot`` (M left symbolic: ``None``)."""
+    return {
+        "sfa": SfGeometry(mn=None, k=k, sf_vec_size=sf_vec_size),
+        "sfb": SfGeometry(mn=n, k=k, sf_vec_size=sf_vec_size, groups=num_experts),
+        "sfd_row": SfGeometry(mn=None, k=2 * n, sf_vec_size=32),
+        "sfd_col": SfGeometry(mn=2 * n, k=None, sf_vec_size=32),
+    }[slot]
+
+
+def problem_sf_geometry(problem: DgluProblem, slot: str) -> SfGeometry:
+    return sf_geometry(slot, n=problem.n, k=problem.k, num_experts=problem.num_experts,
+                       sf_vec_size=problem.block_scale.sf_vec_size)
+
+
+def _check_sf(slot: str, t, geometry: SfGeometry, m: int, sf_dtype) -> torch.Tensor:
     """Dtype rule here; shape rule (6-D view or flat packed buffer) in ``quant.sf_layout``."""
+    name = C.ARG_NAMES[slot]
     t = C.require_tensor(name, t)
     if t.dtype != sf_dtype:
         raise TypeError(f"{name}: scale factors must all share one dtype ({C._fmt_dtype(sf_dtype)}, the dtype of "
                         f"sfa_tensor), got {C._fmt_dtype(t.dtype)}")
-    return as_sf_6d(t, mn=mn, k_blocks=sf_k_blocks(k, sf_vec), groups=groups, name=name)
+    return geometry.view(t, m, name)
 
 
 def normalize_block_scaled(ops, cfg, *, mode: str, n, b_dtype, d_dtype, generate_dbias):
@@ -62,6 +84,10 @@ def normalize_block_scaled(ops, cfg, *, mode: str, n, b_dtype, d_dtype, generate
     C.check_row_major("a_tensor", a2)
     m, k_phys = a2.shape
     k = 2 * k_phys if fp4 else k_phys
+
+    def geometry(slot):
+        return sf_geometry(slot, n=n, k=k, num_experts=num_experts, sf_vec_size=cfg.sf_vec_size)
+
     if m % C.M_ALIGN:
         raise ValueError(f"a_tensor: M (rows) must be a multiple of {C.M_ALIGN}, got M = {m}")
     if k <= 0 or k % 32:
@@ -86,7 +112,7 @@ def normalize_block_scaled(ops, cfg, *, mode: str, n, b_dtype, d_dtype, generate
         sfb = C.require_tensor("sfb_tensor", ops.sfb)
         if ops.sfb_ptrs is not None:
             raise ValueError("sfb_ptrs: dense mode (b_tensor) takes sfb_tensor, not sfb_ptrs")
-        pack["sfb"] = _check_sf("sfb_tensor", sfb, n, k, cfg.sf_vec_size, num_experts, sf_dtype)
+        pack["sfb"] = _check_sf("sfb", sfb, geometry("sfb"), m, sf_dtype)
     else:
         bp = C.require_tensor("b_ptrs", ops.b_ptrs)
         C.check_dtype("b_ptrs", bp, (torch.int64,))
@@ -110,7 +136,7 @@ def normalize_block_scaled(ops, cfg, *, mode: str, n, b_dtype, d_dtype, generate
     if cfg.use_single_group_runtime_offsets and num_experts != 1:
         raise ValueError(f"use_single_group_runtime_offsets: requires exactly one expert, got L = {num_experts}")
     two_n = 2 * n
-    pack["sfa"] = _check_sf("sfa_tensor", sfa, m, k, cfg.sf_vec_size, 1, sf_dtype)
+    pack["sfa"] = _check_sf("sfa", sfa, geometry("sfa"), m, sf_dtype)
 
     c = C.drop_unit_dims("c_tensor", C.require_tensor("c_tensor", ops.c), 2, "(M, 2N) or (M, 2N, 1)")
     C.check_dtype("c_tensor", c, C_DTYPES)
@@ -159,7 +185,8 @@ def normalize_block_scaled(ops, cfg, *, mode: str, n, b_dtype, d_dtype, generate
         nc = C.require_tensor("norm_const_tensor", ops.norm_const)
         C.check_dtype("norm_const_tensor", nc, (torch.float32,))
         C.check_shape("norm_const_tensor", nc.reshape(-1) if nc.dim() == 0 else nc, (1,), "(1,)")
-        pack["norm_const"] = nc.reshape(1)
+        if generate_sfd:  # otherwise nothing reads it (vendor: ignored), so no slot binds it
+            pack["norm_const"] = nc.reshape(1)
     if not wrapper_call and generate_sfd:
         dcol = C.drop_unit_dims("d_col_tensor", C.require_tensor("d_col_tensor", ops.d_col), 2, "(M, 2N)")
         if dcol.dtype != d_dtype:
@@ -167,8 +194,8 @@ def normalize_block_scaled(ops, cfg, *, mode: str, n, b_dtype, d_dtype, generate
         C.check_shape("d_col_tensor", dcol, (m, two_n), "(M, 2N)")
         C.check_row_major("d_col_tensor", dcol)
         pack["d_col"] = dcol
-        pack["sfd_row"] = _check_sf("sfd_row_tensor", ops.sfd_row, m, two_n, 32, 1, E8M0)
-        pack["sfd_col"] = _check_sf("sfd_col_tensor", ops.sfd_col, two_n, m, 32, 1, E8M0)
+        pack["sfd_row"] = _check_sf("sfd_row", ops.sfd_row, geometry("sfd_row"), m, E8M0)
+        pack["sfd_col"] = _check_sf("sfd_col", ops.sfd_col, geometry("sfd_col"), m, E8M0)
 
     # amax: wrapper generates it for bf16/fp16 D; class API iff a sample is given
     generate_amax = (d_dtype in (torch.bfloat16, torch.float16)) if wrapper_call else ops.amax is not None
@@ -229,8 +256,8 @@ def allocate_block_scaled_outputs(problem: DgluProblem, pack: Dict[str, Any], re
     bs = problem.block_scale
     if bs.generate_sfd:
         d_col = torch.empty((m, two_n, 1), dtype=problem.d_dtype, device=dev)
-        sfd_row = empty_sf(m, sf_k_blocks(two_n, 32), dtype=E8M0, device=dev, fill=None)
-        sfd_col = empty_sf(two_n, sf_k_blocks(m, 32), dtype=E8M0, device=dev, fill=None)
+        sfd_row = problem_sf_geometry(problem, "sfd_row").empty(m, dtype=E8M0, device=dev, fill=None)
+        sfd_col = problem_sf_geometry(problem, "sfd_col").empty(m, dtype=E8M0, device=dev, fill=None)
         pack.update(d_col=d_col[..., 0], sfd_row=sfd_row, sfd_col=sfd_col)
         result.update(d_col_tensor=d_col, sfd_row_tensor=sfd_row, sfd_col_tensor=sfd_col)
     if bs.generate_amax:

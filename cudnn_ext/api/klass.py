@@ -4,8 +4,8 @@ Owns the sample-based lifecycle: samples describe the problem family (M may chan
 call); ``check_support`` declares the samples as a ``Graph`` (``cudnn_ext.graph.from_call``)
 and plans it, ``compile`` builds its plan and owns a workspace unless the caller passes one to
 ``execute``. Runtime tensors are checked against the compiled family (the contract's messages),
-then bound and executed by the graph (one path). Each object owns its graph. Block-scaled
-samples run their cached plan directly until the graph declares scale-factor ports.
+then bound and executed by the graph (one path, BF16 and block-scaled alike). Each object
+owns its graph.
 """
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from typing import Optional, Tuple
 import torch
 
 from ..errors import NoEngineError
-from ..plan import ExecutionPlan, plan_for
+from ..plan import ExecutionPlan
 from ..problem import DgluProblem
 from . import contract
-from .streams import as_torch_stream, on_stream
+from .streams import as_torch_stream
 
 
 class GroupedGemmDglu:
@@ -58,8 +58,7 @@ class GroupedGemmDglu:
         self._engine = engine
         self._problem: Optional[DgluProblem] = None
         self._sample_pack = None
-        self._graph = None  # cudnn_ext.Graph of the samples (BF16)
-        self._direct_plan: Optional[ExecutionPlan] = None  # block-scaled: no graph yet
+        self._graph = None  # cudnn_ext.Graph of the samples
         self._workspace: Optional[torch.Tensor] = None
 
     @property
@@ -68,14 +67,12 @@ class GroupedGemmDglu:
         if self._graph is not None:
             ps = self._graph._plans
             return ps.selected if ps is not None else None
-        return self._direct_plan
+        return None
 
     @_plan.setter
     def _plan(self, plan: ExecutionPlan) -> None:  # tests substitute a plan: it lands in this object's graph
-        if self._graph is not None and self._graph._plans is not None:
-            self._graph._plans.built[self._graph._plans.index] = plan
-        else:
-            self._direct_plan = plan
+        self.check_support()
+        self._graph._plans.built[self._graph._plans.index] = plan
 
     # ------------------------------------------------------------------ lifecycle
     def _describe(self) -> DgluProblem:
@@ -114,11 +111,6 @@ class GroupedGemmDglu:
         """True if some engine can run the sampled problem; raises otherwise (typed errors,
         listing every engine's reason when none can)."""
         problem = self._describe()
-        if problem.is_block_scaled:
-            from ..engines.registry import ENGINES, engine_by_name, rank
-
-            rank(problem, engines=[engine_by_name(self._engine)] if self._engine else ENGINES)
-            return True
         if self._graph is None:
             from ..graph.from_call import declare_call_graph
 
@@ -130,10 +122,7 @@ class GroupedGemmDglu:
     def compile(self) -> None:
         self.check_support()
         if self._plan is None:
-            if self._graph is not None:
-                self._graph.build_plans()
-            else:
-                self._direct_plan = plan_for(self._problem, engine=self._engine)
+            self._graph.build_plans()
 
     @property
     def engine_name(self) -> str:
@@ -190,11 +179,7 @@ class GroupedGemmDglu:
         elif workspace is not None:
             contract.check_workspace(workspace, need, device, pack)
         stream = as_torch_stream(current_stream, device)
-        if self._graph is not None:
-            self._graph.execute(pack, workspace, stream)
-        else:
-            with on_stream(stream):
-                self._plan.execute(pack, workspace, stream)
+        self._graph.execute(pack, workspace, stream)
 
     def __call__(self, *args, **kwargs):
         return self.execute(*args, **kwargs)

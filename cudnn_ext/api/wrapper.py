@@ -3,8 +3,8 @@
 Owns output/workspace allocation for the one-call form and the ``TupleDict`` return. It
 validates through ``contract`` (before allocating), then runs the call as a ``Graph``: the
 memoized graph of the call's family (``cudnn_ext.graph.from_call``; a new M reuses its built
-plan) binds the canonical views by slot name and executes its plan. Block-scaled calls run
-their cached plan directly until the graph declares scale-factor ports.
+plan) binds the canonical views by slot name and executes its plan. BF16 and block-scaled
+(FP8/FP4) calls take this one path.
 """
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from typing import Optional, Tuple
 import torch
 
 from ..graph.from_call import graph_for_call
-from ..plan import plan_for
 from . import contract
 from .streams import as_torch_stream, on_stream
 from .tupledict import TupleDict
@@ -65,11 +64,8 @@ def grouped_gemm_dglu_wrapper(
     )
     problem, pack = contract.normalize(ops, cfg, n=n, b_dtype=b_dtype, d_dtype=d_dtype,
                                        generate_dbias=generate_dbias)
-    if problem.is_block_scaled:
-        graph, plan = None, plan_for(problem, engine=engine)
-    else:
-        graph = graph_for_call(problem, pack, engine=engine)  # decline reasons surface before any allocation
-        plan = graph.execution_plan
+    graph = graph_for_call(problem, pack, engine=engine)  # decline reasons surface before any allocation
+    plan = graph.execution_plan
     device = pack["c"].device
     stream = as_torch_stream(current_stream, device)
     m, two_n = pack["c"].shape
@@ -87,10 +83,7 @@ def grouped_gemm_dglu_wrapper(
 
             allocate_block_scaled_outputs(problem, pack, result)
         ws = torch.empty(plan.workspace_size, dtype=torch.uint8, device=device) if plan.workspace_size else None
-        if graph is not None:
-            graph.execute(pack, ws, stream)
-        else:
-            plan.execute(pack, ws, stream)
+        graph.execute(pack, ws, stream)
     result["dprob_tensor"] = dprob_tensor
     if activation_tensor is not None:
         result["activation_tensor"] = activation_tensor

@@ -5,8 +5,9 @@ Owns the declaration of a graph from a call the contract has already normalized 
 with the pack's geometry (outputs not yet allocated are declared from the problem), and the
 node's attributes read back from the problem. ``graph_for_call`` memoizes built graphs by the
 problem family and the operands' layout with M left out, so a wrapper call with a new token
-count reuses the built plan. BF16 problems only; block-scaled calls do not go through a graph
-yet (their scale-factor tensors carry M inside a 6-D layout the binder does not model).
+count reuses the built plan. BF16 and block-scaled (FP8/FP4) calls alike: scale-factor slots
+are declared like any other, and their layout (which carries M inside the 6-D form) is left
+out of the memo key because the binder re-derives it at the bound M.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import torch
 
 from ..problem import DgluProblem
 from .graph import Graph
-from .nodes import INPUT_PORTS, M_PORTS, OUTPUT_PORTS
+from .nodes import INPUT_PORTS, M_PORTS, OUTPUT_PORTS, SF_PORTS
 
 _MEMO_MAX = 256
 _memo: "OrderedDict[tuple, Graph]" = OrderedDict()
@@ -30,6 +31,9 @@ def _signature(pack: Mapping[str, torch.Tensor]) -> tuple:
     sig = []
     for slot in sorted(pack):
         t = pack[slot]
+        if slot in SF_PORTS:  # geometry follows from the problem and M; 6-D and flat forms both bind
+            sig.append((slot, t.dtype))
+            continue
         shape = tuple(t.shape)
         if slot in M_PORTS:
             shape = (None,) + shape[1:]
@@ -39,9 +43,11 @@ def _signature(pack: Mapping[str, torch.Tensor]) -> tuple:
 
 
 def declare_call_graph(problem: DgluProblem, pack: Mapping[str, torch.Tensor], *, name: str = "call") -> Graph:
-    """A graph equivalent to the call (problem, pack); validated, not planned."""
-    if problem.is_block_scaled:
-        raise NotImplementedError("graph: block-scaled (FP8/FP4) problems are not declared as graphs yet")
+    """A graph equivalent to the call (problem, pack); validated, not planned.
+
+    Outputs the wrapper allocates after planning (``d_row``, ``dbias``; block-scaled
+    ``d_col``/``sfd_row``/``sfd_col``/``amax``) are declared from the problem, with the
+    geometry the wrapper gives them."""
     device = pack["c"].device
     g = Graph(name, device=device)
     ins = {p: g.tensor_like(pack[p], name=p) for p in INPUT_PORTS if pack.get(p) is not None}
@@ -55,16 +61,34 @@ def declare_call_graph(problem: DgluProblem, pack: Mapping[str, torch.Tensor], *
         outs["d_row"] = g.tensor(name="d_row", dim=(m, two_n), data_type=problem.d_dtype)
     if "dbias" not in outs and problem.generate_dbias:
         outs["dbias"] = g.tensor(name="dbias", dim=(problem.num_experts, two_n), data_type=torch.bfloat16)
+    bs = problem.block_scale
+    block = {}
+    if bs is not None:
+        from .translate import sf_geometry
+
+        if bs.generate_sfd:
+            if "d_col" not in outs:
+                outs["d_col"] = g.tensor(name="d_col", dim=(m, two_n), data_type=problem.d_dtype)
+            for port in ("sfd_row", "sfd_col"):
+                if port not in outs:
+                    meta = sf_geometry(problem, port).empty(m, dtype=torch.float8_e8m0fnu, device="meta")
+                    outs[port] = g.tensor_like(meta, name=port)
+        if bs.generate_amax and "amax" not in outs:
+            outs["amax"] = g.tensor(name="amax", dim=(problem.num_experts, 2), data_type=torch.float32)
+        block = dict(generate_amax=bs.generate_amax, sf_vec_size=bs.sf_vec_size,
+                     discrete_col_sfd=bs.discrete_col_sfd,
+                     use_single_group_runtime_offsets=bs.single_group_runtime_offsets)
     act = problem.act
     discrete = problem.weight_mode == "discrete"
     g.grouped_matmul_dglu(
         **ins, **outs, act_func=act.act_func, generate_dbias=problem.generate_dbias,
-        generate_activation=problem.generate_activation, geglu_alpha=act.geglu_alpha,
+        generate_activation=problem.generate_activation, generate_dprob=problem.has_dprob,
+        geglu_alpha=act.geglu_alpha,
         glu_clamp_max=act.clamp_max, glu_clamp_min=act.clamp_min, linear_offset=act.linear_offset,
         situ_beta1=act.situ_beta1, situ_beta2=act.situ_beta2, n=problem.n if discrete else None,
         b_dtype=problem.ab_dtype if discrete else None, b_major=problem.b_major if discrete else "k",
         d_dtype=problem.d_dtype, use_dynamic_sched=problem.use_dynamic_sched,
-        round_dgrad_to_input_dtype=problem.round_dgrad_to_input_dtype, name="dglu",
+        round_dgrad_to_input_dtype=problem.round_dgrad_to_input_dtype, name="dglu", **block,
     )
     for d in outs.values():
         d.set_output(True)

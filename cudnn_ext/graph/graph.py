@@ -16,7 +16,8 @@ from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence
 import torch
 from pydantic import BaseModel, ConfigDict
 
-from .nodes import INPUT_PORTS, M_PORTS, OUTPUT_PORTS, GroupedMatmulDgluAttrs, Node, infer_outputs
+from .nodes import (INPUT_PORTS, M_PORTS, OUTPUT_PORTS, PORT_ALIGN, SF_PORTS, GroupedMatmulDgluAttrs, Node,
+                    infer_outputs)
 from .types import BuildPlanPolicy, DataType, TensorDesc, data_type_or_none, row_major_strides
 
 
@@ -35,12 +36,19 @@ class GraphSpec(BaseModel):
 
 
 class DgluOutputs(NamedTuple):
-    """Output descriptors of a ``grouped_matmul_dglu`` node (None where not generated)."""
+    """Output descriptors of a ``grouped_matmul_dglu`` node (None where not generated).
+
+    The BF16 outputs come first (``d_row, dprob, dbias, activation = outs[:4]``); the
+    block-scaled ones follow."""
 
     d_row: TensorDesc
-    dprob: TensorDesc
+    dprob: Optional[TensorDesc]
     dbias: Optional[TensorDesc]
     activation: Optional[TensorDesc]
+    d_col: Optional[TensorDesc] = None
+    amax: Optional[TensorDesc] = None
+    sfd_row: Optional[TensorDesc] = None
+    sfd_col: Optional[TensorDesc] = None
 
 
 _graph_ids = itertools.count()
@@ -149,19 +157,26 @@ class Graph:
         return self._tensors[desc.uid]
 
     def grouped_matmul_dglu(
-        self, a, c, padded_offsets, alpha, beta, prob, b=None, b_ptrs=None, *, act_func: str = "dswiglu",
-        generate_dbias: bool = False, geglu_alpha: float = 1.702, glu_clamp_max: float = 7.0,
-        glu_clamp_min: float = -7.0, linear_offset: Optional[float] = None, situ_beta1: float = 4.0,
-        situ_beta2: float = 25.0, n: Optional[int] = None, b_dtype=None, b_major: str = "k", d_dtype=None,
-        use_dynamic_sched: bool = False, round_dgrad_to_input_dtype: bool = False,
-        generate_activation: bool = False, d_row=None, dprob=None, dbias=None, activation=None,
+        self, a, c, padded_offsets, alpha, beta, prob=None, b=None, b_ptrs=None, *, sfa=None, sfb=None,
+        sfb_ptrs=None, norm_const=None, act_func: str = "dswiglu", generate_dbias: bool = False,
+        geglu_alpha: float = 1.702, glu_clamp_max: float = 7.0, glu_clamp_min: float = -7.0,
+        linear_offset: Optional[float] = None, situ_beta1: float = 4.0, situ_beta2: float = 25.0,
+        n: Optional[int] = None, b_dtype=None, b_major: str = "k", d_dtype=None, use_dynamic_sched: bool = False,
+        round_dgrad_to_input_dtype: bool = False, generate_activation: bool = False, generate_dprob: bool = True,
+        generate_amax: bool = False, sf_vec_size: int = 16, discrete_col_sfd: bool = False,
+        use_single_group_runtime_offsets: bool = False, epilogue_op: Optional[str] = None,
+        d_row=None, dprob=None, dbias=None, activation=None, d_col=None, amax=None, sfd_row=None, sfd_col=None,
         name: Optional[str] = None,
     ) -> DgluOutputs:
         """Add the grouped GEMM + dGLU backward node; returns its output descriptors (virtual
         until marked with ``set_output(True)``). ``b`` (dense ``(N, K, L)``) or ``b_ptrs``
-        (per-expert pointers, with ``n``) gives the weights. Pre-declared outputs may be passed
-        (``d_row=``, ``dprob=`` ...). ``dprob`` and ``dbias`` are accumulated into: bind zeros.
-        Input rules are checked by ``validate()``."""
+        (per-expert pointers, with ``n``) gives the weights. Block-scaled (FP8/FP4) operands
+        add ``sfa`` and ``sfb`` (dense) or ``sfb_ptrs`` (discrete) scale factors; ``norm_const``
+        asks for a quantized D (outputs ``d_col``, ``sfd_row``, ``sfd_col``) and
+        ``generate_amax`` for per-expert ``amax``. Pre-declared outputs may be passed
+        (``d_row=``, ``dprob=`` ...). ``dprob`` and ``dbias`` are accumulated into (bind
+        zeros), ``amax`` max-accumulated (bind ``-inf``). Input rules are checked by
+        ``validate()``."""
         self._ensure_mutable("grouped_matmul_dglu")
         if self._nodes:
             raise NotImplementedError("grouped_matmul_dglu: a graph holds one grouped_matmul_dglu node")
@@ -170,30 +185,37 @@ class Graph:
             geglu_alpha=geglu_alpha, glu_clamp_max=glu_clamp_max, glu_clamp_min=glu_clamp_min,
             linear_offset=linear_offset, situ_beta1=situ_beta1, situ_beta2=situ_beta2, n=n, b_dtype=b_dtype,
             b_major=b_major, d_dtype=d_dtype, use_dynamic_sched=use_dynamic_sched,
-            round_dgrad_to_input_dtype=round_dgrad_to_input_dtype,
+            round_dgrad_to_input_dtype=round_dgrad_to_input_dtype, generate_dprob=generate_dprob,
+            generate_amax=generate_amax, sf_vec_size=sf_vec_size, discrete_col_sfd=discrete_col_sfd,
+            use_single_group_runtime_offsets=use_single_group_runtime_offsets, epilogue_op=epilogue_op,
         )
-        given = dict(a=a, b=b, b_ptrs=b_ptrs, c=c, padded_offsets=padded_offsets, alpha=alpha, beta=beta, prob=prob)
+        given = dict(a=a, b=b, b_ptrs=b_ptrs, sfa=sfa, sfb=sfb, sfb_ptrs=sfb_ptrs, c=c, padded_offsets=padded_offsets,
+                     alpha=alpha, beta=beta, prob=prob, norm_const=norm_const)
         inputs = {p: self._own(p, given[p]) for p in INPUT_PORTS if given[p] is not None}
         node_name = name or f"grouped_matmul_dglu.{len(self._nodes)}"
         d_dt = attrs.d_dtype or self.io_data_type or DataType.BFLOAT16
         inferred = infer_outputs(inputs, attrs, d_dt)
-        user_out = dict(d_row=d_row, dprob=dprob, dbias=dbias, activation=activation)
+        user_out = dict(d_row=d_row, dprob=dprob, dbias=dbias, activation=activation, d_col=d_col, amax=amax,
+                        sfd_row=sfd_row, sfd_col=sfd_col)
         outputs: Dict[str, TensorDesc] = {}
         for port in OUTPUT_PORTS:
             mine = self._own(port, user_out[port])
             if port not in inferred:
                 if mine is not None:
-                    flag = "generate_dbias" if port == "dbias" else "generate_activation"
-                    raise ValueError(f"{port}: an output tensor was given but {flag}=False")
+                    why = {"dbias": "generate_dbias=False", "activation": "generate_activation=False",
+                           "dprob": "generate_dprob=False", "amax": "generate_amax=False"}.get(
+                        port, "no norm_const was given (a quantized D needs it)")
+                    raise ValueError(f"{port}: an output tensor was given but {why}")
                 continue
             if mine is None:
-                dim, dt = inferred[port]
-                mine = self.tensor(name=f"{node_name}::{port}", dim=dim, data_type=dt, is_virtual=True)
+                dim, dt, stride = inferred[port]
+                mine = self.tensor(name=f"{node_name}::{port}", dim=dim, stride=stride, data_type=dt,
+                                   is_virtual=True)
             outputs[port] = mine
         self._nodes.append(Node(name=node_name, inputs={p: d.uid for p, d in inputs.items()},
                                 outputs={p: d.uid for p, d in outputs.items()}, attrs=attrs))
         self._invalidate()
-        return DgluOutputs(outputs["d_row"], outputs["dprob"], outputs.get("dbias"), outputs.get("activation"))
+        return DgluOutputs(**{p: outputs.get(p) for p in DgluOutputs._fields})
 
     # ================================================================== queries
     @property
@@ -253,12 +275,15 @@ class Graph:
         if self._binder is None:
             from ..plan.variant_pack import SlotSpec, VariantPackBinder
 
+            from .translate import sf_geometry
+
             node = self._nodes[0]
             specs = []
             for port, desc in self._node_ports(node).items():
                 specs.append(SlotSpec(slot=port, uid=desc.uid, name=desc.name, dtype=desc.dtype, dim=desc.dim,
                                       stride=desc.stride, m_leading=port in M_PORTS,
-                                      align=8 if port == "b_ptrs" else 16))
+                                      align=PORT_ALIGN.get(port, 16),
+                                      sf=sf_geometry(self._problem, port) if port in SF_PORTS else None))
             specs.sort(key=lambda s: (not s.m_leading, s.uid))
             self._binder = VariantPackBinder(specs, self.device, dynamic_m=self.dynamic_m, owner=self)
         return self
@@ -378,7 +403,7 @@ class Graph:
                  stream=None) -> List[tuple]:
         """Time the top ``top_k`` plans on the device with the given tensors, select the fastest
         and return ``[(plan name, milliseconds)]`` in plan order. GPU only: on CPU it raises
-        ``RuntimeError`` and the heuristic choice stays. Accumulated outputs (dprob, dbias) are
+        ``RuntimeError`` and the heuristic choice stays. Accumulated outputs (dprob, dbias, amax) are
         restored afterwards; d_row holds the last timed plan's result."""
         from ..api.streams import as_torch_stream
         from ..engines.heuristics import autotune_times
@@ -392,7 +417,7 @@ class Graph:
         ps.build(all_=True, limit=top_k)
         built = sorted(i for i in ps.built if i < max(top_k, 1) and not ps.barred(i))
         stream = as_torch_stream(stream, device)
-        saved = {k: pack[k].clone() for k in ("dprob", "dbias") if k in pack}
+        saved = {k: pack[k].clone() for k in ("dprob", "dbias", "amax") if k in pack}
         workspaces = {i: torch.empty(ps.built[i].workspace_size, dtype=torch.uint8, device=device)
                       if ps.built[i].workspace_size else None for i in built}
         runners = [lambda i=i: ps.built[i].execute(pack, workspaces[i], stream) for i in built]

@@ -11,16 +11,27 @@ from typing import Dict, Optional, Tuple
 
 from pydantic import BaseModel, ConfigDict, StrictBool, StrictFloat, StrictInt, field_validator
 
+from ..quant.sf_layout import empty_sf, sf_k_blocks
 from .types import DataType, TensorDesc, row_major_strides
 
 OP_NAME = "grouped_matmul_dglu"
 
 #: Input ports, in the order the contract reads them. ``b`` and ``b_ptrs`` are exclusive.
-INPUT_PORTS = ("a", "b", "b_ptrs", "c", "padded_offsets", "alpha", "beta", "prob")
-#: Output ports. ``dprob`` (and ``dbias``) are accumulated into: bind zeroed buffers.
-OUTPUT_PORTS = ("d_row", "dprob", "dbias", "activation")
+#: Block-scaled (FP8/FP4) graphs add ``sfa`` and ``sfb`` (dense) or ``sfb_ptrs`` (discrete),
+#: and ``norm_const`` when D is quantized; ``prob`` is optional there.
+INPUT_PORTS = ("a", "b", "b_ptrs", "sfa", "sfb", "sfb_ptrs", "c", "padded_offsets", "alpha", "beta", "prob",
+               "norm_const")
+#: Output ports. ``dprob`` (and ``dbias``) are accumulated into: bind zeroed buffers; ``amax``
+#: is max-accumulated: bind ``-inf``. ``d_col``, ``sfd_row``, ``sfd_col`` exist when
+#: ``norm_const`` is given (quantized D), ``amax`` with ``generate_amax``.
+OUTPUT_PORTS = ("d_row", "dprob", "dbias", "activation", "d_col", "amax", "sfd_row", "sfd_col")
 #: Ports whose leading dim is the token count M (a runtime size when the graph allows it).
-M_PORTS = ("a", "c", "d_row", "prob", "dprob", "activation")
+M_PORTS = ("a", "c", "d_row", "d_col", "prob", "dprob", "activation")
+#: Scale-factor ports: 6-D layout (or its flat packed form); M, where it matters, lives inside
+#: the layout (``sfa``/``sfd_row`` rows, ``sfd_col`` k-blocks), never in a leading dim.
+SF_PORTS = ("sfa", "sfb", "sfd_row", "sfd_col")
+#: Pointer alignment the binder requires per port (bytes); 16 for every other port.
+PORT_ALIGN = {"b_ptrs": 8, "sfb_ptrs": 8, "norm_const": 4, "amax": 4}
 
 Number = StrictFloat | StrictInt
 
@@ -51,6 +62,16 @@ class GroupedMatmulDgluAttrs(BaseModel):
     d_dtype: Optional[DataType] = None
     use_dynamic_sched: StrictBool = False
     round_dgrad_to_input_dtype: StrictBool = False
+    #: False: no ``dprob`` output (block-scaled only; the BF16 contract requires dprob).
+    generate_dprob: StrictBool = True
+    #: Block-scaled: per-expert ``amax`` (L, 2) of D's gate/up values (vendor: for bf16/fp16 D).
+    generate_amax: StrictBool = False
+    #: Block-scaled: elements per scale factor (16 or 32; MXFP8 needs 32, e4m3 scales 16).
+    sf_vec_size: StrictInt = 16
+    discrete_col_sfd: StrictBool = False
+    use_single_group_runtime_offsets: StrictBool = False
+    #: None/"identity"; "relu"/"srelu" are refused by the contract (no dGLU kernel applies them).
+    epilogue_op: Optional[str] = None
 
     @field_validator("b_dtype", "d_dtype", mode="before")
     @classmethod
@@ -78,26 +99,36 @@ def _dim(desc: Optional[TensorDesc], i: int, default: int = 0) -> int:
 
 
 def infer_outputs(inputs: Dict[str, TensorDesc], attrs: GroupedMatmulDgluAttrs,
-                  d_dtype: DataType) -> Dict[str, Tuple[Tuple[int, ...], DataType]]:
+                  d_dtype: DataType) -> Dict[str, Tuple[Tuple[int, ...], DataType, Tuple[int, ...]]]:
     """Shapes and dtypes of the outputs the node creates, from its inputs.
 
     Outputs keep the rank of their model input (``d_row`` like ``c``, ``dprob`` like
-    ``prob``; a rank-3 ``c`` gives the vendor's ``(L, 2N, 1)`` dbias). Inference is lenient on
-    malformed inputs: ``validate()`` then reports the input, not a derived output.
+    ``prob``; a rank-3 ``c`` gives the vendor's ``(L, 2N, 1)`` dbias and ``(L, 2, 1)`` amax).
+    Scale factors of a quantized D are declared in the 6-D layout at the declared M
+    (``(dim, dtype, stride)`` entries). Inference is lenient on malformed inputs:
+    ``validate()`` then reports the input, not a derived output.
     """
     c, prob, offs = inputs.get("c"), inputs.get("prob"), inputs.get("padded_offsets")
     m, two_n = _dim(c, 0), _dim(c, 1)
     unit = (1,) if c is not None and len(c.dim) == 3 else ()
-    out = {
-        "d_row": ((m, two_n) + unit, d_dtype),
-        "dprob": (prob.dim if prob is not None else (m,), DataType.FLOAT),
-    }
+    out = {"d_row": ((m, two_n) + unit, d_dtype)}
+    if attrs.generate_dprob:
+        out["dprob"] = (prob.dim if prob is not None else (m,), DataType.FLOAT)
     if attrs.generate_dbias:
         out["dbias"] = ((_dim(offs, 0), two_n) + unit, DataType.BFLOAT16)
     if attrs.generate_activation:
         out["activation"] = ((m, two_n // 2) + unit, DataType.BFLOAT16)
-    return {k: (dim, dt) for k, (dim, dt) in out.items()}
+    if attrs.generate_amax:
+        out["amax"] = ((_dim(offs, 0), 2) + unit, DataType.FLOAT)
+    if "norm_const" in inputs:  # quantized D: column-scaled copy and both scale-factor tensors
+        out["d_col"] = ((m, two_n) + unit, d_dtype)
+        # the 32-element blocks of D (rows for SFD_row, columns for SFD_col) -- shapes only;
+        # the binder re-derives them from the bound M with the contract's geometry
+        for port, mn, k in (("sfd_row", m, two_n), ("sfd_col", two_n, m)):
+            sf = empty_sf(max(mn, 1), sf_k_blocks(max(k, 1), 32), dtype=DataType.FP8_E8M0.torch, device="meta")
+            out[port] = (tuple(sf.shape), DataType.FP8_E8M0, tuple(sf.stride()))
+    return {k: v[:2] + (v[2] if len(v) > 2 else row_major_strides(v[0]),) for k, v in out.items()}
 
 
-__all__ = ["GroupedMatmulDgluAttrs", "Node", "INPUT_PORTS", "OUTPUT_PORTS", "M_PORTS", "OP_NAME",
+__all__ = ["GroupedMatmulDgluAttrs", "Node", "INPUT_PORTS", "OUTPUT_PORTS", "M_PORTS", "SF_PORTS", "PORT_ALIGN", "OP_NAME",
            "infer_outputs", "row_major_strides"]

@@ -5,7 +5,10 @@ Owns the translation of a node (its attribute model and its ports' descriptors) 
 by the same rules with the same messages. Descriptors become storage-less ``meta`` tensors
 with the declared geometry: the contract reads only metadata (shape, stride, dtype, device,
 pointer alignment, which is 0 on ``meta``), so every rule applies unchanged and no rule text is
-repeated here. The problem's device is then set to the graph's target device.
+repeated here; scale-factor ports (6-D layout or flat packed form) go through the block-scaled
+contract the same way. A graph always declares ``d_row``, so it is judged like the class API
+(quantized D iff ``sfd_row``/``sfd_col``/``norm_const`` are all present, amax iff declared).
+The problem's device is then set to the graph's target device.
 """
 from __future__ import annotations
 
@@ -15,6 +18,8 @@ from typing import Dict, Optional
 import torch
 
 from ..api import contract
+from ..api.contract_blockscaled import problem_sf_geometry
+from ..quant.sf_layout import SfGeometry
 from ..problem import DgluProblem
 from .nodes import GroupedMatmulDgluAttrs, Node
 from .types import TensorDesc
@@ -26,7 +31,15 @@ def call_config(attrs: GroupedMatmulDgluAttrs, acc_dtype: Optional[torch.dtype])
         glu_clamp_max=attrs.glu_clamp_max, glu_clamp_min=attrs.glu_clamp_min, situ_beta1=attrs.situ_beta1,
         situ_beta2=attrs.situ_beta2, b_major=attrs.b_major, acc_dtype=acc_dtype,
         use_dynamic_sched=attrs.use_dynamic_sched, round_dgrad_to_input_dtype=attrs.round_dgrad_to_input_dtype,
+        sf_vec_size=attrs.sf_vec_size, discrete_col_sfd=attrs.discrete_col_sfd, epilogue_op=attrs.epilogue_op,
+        use_single_group_runtime_offsets=attrs.use_single_group_runtime_offsets,
     )
+
+
+def sf_geometry(problem: DgluProblem, port: str) -> SfGeometry:
+    """The scale-factor geometry of ``port`` for a validated block-scaled ``problem`` (the
+    contract's table), which the binder re-derives at the bound M."""
+    return problem_sf_geometry(problem, port)
 
 
 def _context(node: Node, ports: Dict[str, TensorDesc], message: str) -> str:

@@ -27,6 +27,7 @@ class DataType(str, enum.Enum):
     UINT8 = "uint8"
     FP8_E4M3 = "float8_e4m3fn"
     FP8_E5M2 = "float8_e5m2"
+    FP8_E8M0 = "float8_e8m0fnu"  # MX scale factors
     FP4_E2M1 = "float4_e2m1fn_x2"
 
     @property

@@ -7,6 +7,13 @@ token count M may differ from the declared one when the plan allows it, and must
 same on every M-carrying slot and a multiple of 256), and producing the canonical pack engines
 read (``cudnn_ext.problem.SLOTS`` names, trailing unit dims dropped). Metadata only: it never
 allocates device memory and never reads tensor data.
+
+Scale-factor slots (``sfa``, ``sfb``, ``sfd_row``, ``sfd_col``) carry their geometry
+(:class:`cudnn_ext.quant.sf_layout.SfGeometry`, the contract's table) instead of a fixed
+shape: once M is known from the M-carrying slots, the expected 6-D layout is re-derived at
+that M and the tensor is judged by the contract's own rule (``as_sf_6d``: the 6-D view, or a
+contiguous buffer of exactly the packed size), so a flat packed buffer binds too. The
+canonical pack holds their 6-D view.
 """
 from __future__ import annotations
 
@@ -15,9 +22,12 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import torch
 
+from ..quant.sf_layout import SfGeometry
+
 #: Rank each slot has in the canonical pack engines receive (``cudnn_ext.problem.SLOTS``).
 CANONICAL_RANK = {"a": 2, "b": 3, "b_ptrs": 1, "c": 2, "d_row": 2, "padded_offsets": 1, "alpha": 1,
-                  "beta": 1, "prob": 1, "dprob": 1, "dbias": 2, "activation": 2}
+                  "beta": 1, "prob": 1, "dprob": 1, "dbias": 2, "activation": 2, "d_col": 2, "amax": 2,
+                  "sfb_ptrs": 1, "norm_const": 1}
 M_ALIGN = 256
 
 
@@ -37,6 +47,8 @@ class SlotSpec:
     stride: Tuple[int, ...]
     m_leading: bool  # dim 0 is the token count M
     align: int = 16
+    #: scale-factor slots: the layout's geometry with M symbolic (shape judged at the bound M)
+    sf: Optional[SfGeometry] = None
 
     def label(self) -> str:
         return f"tensor {self.name!r} (uid {self.uid}, port {self.slot})"
@@ -102,6 +114,9 @@ class VariantPackBinder:
         pack: Dict[str, torch.Tensor] = {}
         for uid in self._m_order + [u for u in self.specs if u not in self._m_order]:
             spec, t = self.specs[uid], by_uid[uid]
+            if spec.sf is not None:
+                pack[spec.slot] = self._check_sf(spec, t, m)  # M-carrying slots bind first
+                continue
             self._check(spec, t)
             if spec.m_leading:
                 if m is None:
@@ -114,6 +129,24 @@ class VariantPackBinder:
                 t = t.squeeze(-1)
             pack[spec.slot] = t
         return pack
+
+    def _check_sf(self, spec: SlotSpec, t, m: int) -> torch.Tensor:
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"variant pack: {spec.label()}: expected a torch.Tensor, got {type(t).__name__}")
+        if t.dtype != spec.dtype:
+            raise TypeError(f"variant pack: {spec.label()}: dtype must be {_fmt(spec.dtype)} as declared, "
+                            f"got {_fmt(t.dtype)}")
+        view = spec.sf.view(t, m, name=f"variant pack: {spec.label()}")
+        self._check_place(spec, t)
+        return view
+
+    def _check_place(self, spec: SlotSpec, t: torch.Tensor) -> None:
+        dev = self.device
+        if t.device.type != dev.type or (dev.index is not None and t.device.index != dev.index):
+            raise ValueError(f"variant pack: {spec.label()}: must be on {dev} (the plan's device), got {t.device}")
+        if t.numel() and t.data_ptr() % spec.align:
+            raise ValueError(f"variant pack: {spec.label()}: data pointer must be {spec.align}-byte aligned, "
+                             f"got address 0x{t.data_ptr():x}")
 
     def _check_m(self, spec: SlotSpec, m: int) -> None:
         if not self.dynamic_m and m != spec.dim[0]:
@@ -140,9 +173,4 @@ class VariantPackBinder:
             if size > 1 and st != spec.stride[i]:
                 raise ValueError(f"variant pack: {spec.label()}: stride must be {spec.stride} as declared "
                                  f"(dims of extent > 1 must match), got {tuple(t.stride())}")
-        dev = self.device
-        if t.device.type != dev.type or (dev.index is not None and t.device.index != dev.index):
-            raise ValueError(f"variant pack: {spec.label()}: must be on {dev} (the plan's device), got {t.device}")
-        if t.numel() and t.data_ptr() % spec.align:
-            raise ValueError(f"variant pack: {spec.label()}: data pointer must be {spec.align}-byte aligned, "
-                             f"got address 0x{t.data_ptr():x}")
+        self._check_place(spec, t)

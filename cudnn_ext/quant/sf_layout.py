@@ -36,6 +36,7 @@ zero-filled operand padding, so they must not be NaN. :func:`swizzle_sf` writes 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Optional, Tuple
 
 import torch
@@ -184,6 +185,44 @@ def unswizzle_sf(sf: torch.Tensor, rows: Optional[int] = None,
 def storage_of(sf6: torch.Tensor) -> torch.Tensor:
     """The ``(L, RMN, RK, 32, 4, 4)`` storage-order view of a 6-D logical scale-factor view."""
     return sf6.permute(_TO_STORAGE)
+
+
+@dataclass(frozen=True)
+class SfGeometry:
+    """Which scale-factor matrix a tensor holds, with the token count M left symbolic.
+
+    ``mn`` (rows of the scale matrix) and ``k`` (the extent its k-blocks cover, blocks of
+    ``sf_vec_size``) are ints, or ``None`` where that extent is M: SFA and SFD_row have
+    ``mn = M``, SFD_col has ``k = M`` (its k-blocks are 32-row blocks of D). Which slot has
+    which geometry is the contract's table (``cudnn_ext.api.contract_blockscaled.sf_geometry``);
+    this object only re-derives the layout for a given M, so a plan built at one M judges a
+    scale-factor tensor bound at another M by the same rule (:func:`as_sf_6d`).
+    """
+
+    mn: Optional[int]
+    k: Optional[int]
+    sf_vec_size: int
+    groups: int = 1
+
+    def dims(self, m: int) -> Tuple[int, int, int]:
+        """``(mn, k_blocks, groups)`` at token count ``m``."""
+        mn = m if self.mn is None else self.mn
+        k = m if self.k is None else self.k
+        return mn, sf_k_blocks(k, self.sf_vec_size), self.groups
+
+    def shape(self, m: int) -> Tuple[int, int, int, int, int, int]:
+        """The 6-D logical shape at token count ``m``."""
+        return sf_shape(*self.dims(m))
+
+    def view(self, sf, m: int, name: str = "sf") -> torch.Tensor:
+        """``sf`` judged at token count ``m`` (6-D view or flat packed form): its 6-D view."""
+        mn, k_blocks, groups = self.dims(m)
+        return as_sf_6d(sf, mn=mn, k_blocks=k_blocks, groups=groups, name=name)
+
+    def empty(self, m: int, *, dtype: torch.dtype, device=None, fill: Optional[int] = 0) -> torch.Tensor:
+        """A tensor in the kernel layout at token count ``m`` (see :func:`empty_sf`)."""
+        mn, k_blocks, groups = self.dims(m)
+        return empty_sf(mn, k_blocks, groups, dtype=dtype, device=device, fill=fill)
 
 
 def as_sf_6d(sf, *, mn: int, k_blocks: int, groups: int = 1, name: str = "sf") -> torch.Tensor:
