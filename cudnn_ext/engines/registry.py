@@ -23,6 +23,9 @@ def _all_engines() -> List[Engine]:
         engines.append(Sm90DgluEngine())
     except ImportError:
         pass
+    from .vendor import VendorSm100Engine  # imports nvidia-cudnn-frontend lazily
+
+    engines.append(VendorSm100Engine())
     engines.append(ReferenceEngine())
     return engines
 
