@@ -303,3 +303,15 @@ def test_block_scaled_wrapper_and_class_api_run_through_a_graph(monkeypatch):
     assert len(seen) == 3 and seen[2] is op._graph and op._graph.problem.is_block_scaled
     ref = wrapper(t, sf_vec_size=32)
     assert torch.equal(bits(d_row[..., 0][:512]), bits(ref["d_row_tensor"][..., 0][:512]))
+
+
+def test_docs_block_scaled_example_runs():
+    import pathlib
+    import re
+
+    text = (pathlib.Path(__file__).parents[1] / "docs" / "graph.md").read_text()
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "mxfp8_bwd" in b]
+    assert len(blocks) == 1
+    scope = {}
+    exec(compile(blocks[0], "docs/graph.md", "exec"), scope)
+    assert scope["g"].problem.block_scale.generate_sfd and scope["bufs"]["dprob"].abs().sum() > 0
