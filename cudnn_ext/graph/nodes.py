@@ -11,7 +11,6 @@ from typing import Dict, Optional, Tuple
 
 from pydantic import BaseModel, ConfigDict, StrictBool, StrictFloat, StrictInt, field_validator
 
-from ..quant.sf_layout import empty_sf, sf_k_blocks
 from .types import DataType, TensorDesc, row_major_strides
 
 OP_NAME = "grouped_matmul_dglu"
@@ -121,11 +120,12 @@ def infer_outputs(inputs: Dict[str, TensorDesc], attrs: GroupedMatmulDgluAttrs,
     if attrs.generate_amax:
         out["amax"] = ((_dim(offs, 0), 2) + unit, DataType.FLOAT)
     if "norm_const" in inputs:  # quantized D: column-scaled copy and both scale-factor tensors
+        from ..api.contract_blockscaled import sf_geometry  # the contract's table (lazy: import order)
+
         out["d_col"] = ((m, two_n) + unit, d_dtype)
-        # the 32-element blocks of D (rows for SFD_row, columns for SFD_col) -- shapes only;
-        # the binder re-derives them from the bound M with the contract's geometry
-        for port, mn, k in (("sfd_row", m, two_n), ("sfd_col", two_n, m)):
-            sf = empty_sf(max(mn, 1), sf_k_blocks(max(k, 1), 32), dtype=DataType.FP8_E8M0.torch, device="meta")
+        for port in ("sfd_row", "sfd_col"):  # declared at the declared M; the binder re-derives at the bound M
+            geo = sf_geometry(port, n=max(two_n // 2, 1), k=1, num_experts=1, sf_vec_size=32)
+            sf = geo.empty(max(m, 1), dtype=DataType.FP8_E8M0.torch, device="meta")
             out[port] = (tuple(sf.shape), DataType.FP8_E8M0, tuple(sf.stride()))
     return {k: v[:2] + (v[2] if len(v) > 2 else row_major_strides(v[0]),) for k, v in out.items()}
 
