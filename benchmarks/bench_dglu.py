@@ -209,12 +209,15 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--tile-n", type=int, default=0, help="pin the cudnn_ext tile_n knob")
+    ap.add_argument("--variants", default="",
+                    help="extra cudnn_ext knob sets, e.g. 't128c1,t64c2' (tile_n, c_stages)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
 
     dev_name = torch.cuda.get_device_name()
     rows = []
     impls = args.impls.split(",")
+    impls += [f"cudnn_ext:{v}" for v in args.variants.split(",") if v]
     for name in args.shapes.split(","):
         L, per, K, N = SHAPES[name]
         sizes = group_sizes(name, L, per)
@@ -233,6 +236,14 @@ def main(argv=None):
                         knobs = Knobs.of(tile_n=args.tile_n, stages=0, raster_group_m=8,
                                          scheduler="static_persistent")
                     fn, extra = run_cudnn_ext(pack, K, N, knobs)
+                elif impl.startswith("cudnn_ext:"):
+                    from cudnn_ext.engines.base import Knobs
+                    v = impl.split(":", 1)[1]
+                    t, c = v[1:].split("c")
+                    knobs = Knobs.of(tile_n=int(t), c_stages=int(c), stages=0,
+                                     raster_group_m=8, scheduler="static_persistent")
+                    fn, extra = run_cudnn_ext(pack, K, N, knobs)
+                    row.update(impl="cudnn_ext", variant=v)
                 elif impl == "torch_grouped_mm":
                     fn = run_grouped_mm(pack)
                 elif impl == "torch_unfused_compiled":
@@ -269,7 +280,8 @@ def main(argv=None):
         ratio = (base["ms"] / r["ms"]) if base and base.get("ms") and r.get("ms") else float("nan")
         ms = f"{r['ms']:.3f}" if r.get("ms") else "ERR"
         tf = f"{r['tflops']:.0f}" if r.get("tflops") else "-"
-        print(f"{r['shape']:9s} {r['impl']:24s} {ms:>9s} {tf:>8s} {ratio:6.2f}")
+        name = r["impl"] + (f"[{r['variant']}]" if r.get("variant") else "")
+        print(f"{r['shape']:9s} {name:24s} {ms:>9s} {tf:>8s} {ratio:6.2f}")
     if overhead is not None:
         print(f"host overhead per execute (tiny problem, back-to-back): {overhead:.1f} us")
 

@@ -28,7 +28,7 @@ def _problem(act="dswiglu", c=torch.bfloat16, d=torch.bfloat16, dbias=True, n=96
 def test_compile_key_fields_are_pinned():
     names = [f.name for f in dataclasses.fields(Sm90CompileKey)]
     assert names == ["arch", "n", "k", "ab_dtype", "c_dtype", "d_dtype", "act_func",
-                     "generate_dbias", "tile_n", "ab_stages", "raster_group_m", "tvm_ffi"]
+                     "generate_dbias", "tile_n", "ab_stages", "raster_group_m", "c_stages", "tvm_ffi"]
 
 
 def test_compile_key_ignores_runtime_sizes_and_constants():
@@ -62,8 +62,16 @@ def _variants():
     return out
 
 
+_DT = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+
+
+def _vid(v):
+    t, a, db, c, d = v
+    return f"t{t}-{a}-dbias{int(db)}-C{_DT[c]}-D{_DT[d]}"
+
+
 @needs_dsl
-@pytest.mark.parametrize("tile_n,act,dbias,c,d", _variants())
+@pytest.mark.parametrize("tile_n,act,dbias,c,d", _variants(), ids=[_vid(v) for v in _variants()])
 def test_every_variant_compiles_for_sm90a(tile_n, act, dbias, c, d):
     from cudnn_ext.engines.sm90 import compile_cached
 

@@ -48,6 +48,7 @@ class Sm90CompileKey:
     tile_n: int
     ab_stages: int
     raster_group_m: int
+    c_stages: int = 0
     #: host calling convention (TVM-FFI when apache-tvm-ffi is installed); not device code
     tvm_ffi: bool = False
 
@@ -60,6 +61,7 @@ class Sm90CompileKey:
             generate_dbias=bool(problem.generate_dbias),
             tile_n=int(knobs.get("tile_n", 128)), ab_stages=int(knobs.get("stages", 0)),
             raster_group_m=int(knobs.get("raster_group_m", 8)),
+            c_stages=int(knobs.get("c_stages", 0)),
             tvm_ffi=importlib.util.find_spec("tvm_ffi") is not None,
         )
 
@@ -73,7 +75,7 @@ class Sm90CompileKey:
             n=self.n, k=self.k, ab_dtype=dt[self.ab_dtype], c_dtype=dt[self.c_dtype],
             d_dtype=dt[self.d_dtype], act_func=self.act_func,
             generate_dbias=self.generate_dbias, tile_n=self.tile_n, ab_stages=self.ab_stages,
-            raster_group_m=self.raster_group_m)
+            raster_group_m=self.raster_group_m, c_stages=self.c_stages)
 
 
 _compiled: Dict[Sm90CompileKey, object] = {}
