@@ -117,7 +117,7 @@ def test_hot_path_does_not_revalidate(monkeypatch):
         raise AssertionError("contract.normalize ran on the hot path")
 
     monkeypatch.setattr(contract, "normalize", boom)
-    monkeypatch.setattr(_core, "plan_for", boom)
+    monkeypatch.setattr(_core, "graph_for_call", boom)
     p2 = make_problem()  # same metadata, new data
     call(p2, generate_dbias=True)
 

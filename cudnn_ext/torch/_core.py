@@ -2,7 +2,7 @@
 
 Owns the one helper every framework binding runs (the torch custom op and the JAX callback):
 validate a call's *metadata* once through ``cudnn_ext.api.contract.normalize``, get its plan
-from ``cudnn_ext.plan.plan_for``, then, on every later call with the same metadata, allocate
+from the call's graph (``cudnn_ext.graph.from_call.graph_for_call``), then, on every later call with the same metadata, allocate
 fresh zero-initialized outputs and execute the plan. It owns no math, no engine choice and no
 user-facing argument names (those belong to ``api`` and to the bindings).
 
@@ -21,7 +21,8 @@ from typing import Dict, Optional, Tuple
 import torch
 
 from ..api import contract
-from ..plan import ExecutionPlan, plan_for
+from ..graph.from_call import graph_for_call
+from ..plan import ExecutionPlan
 from ..problem import DgluProblem
 
 #: Bound on the memo (one entry per distinct operand metadata, including M).
@@ -68,10 +69,11 @@ def _entry(key, a, c, b, b_ptrs, n, b_major, offsets, alpha, beta, prob, act: Ac
     ops = contract.Operands(a=a, c=c, padded_offsets=offsets, alpha=alpha, beta=beta, prob=prob,
                             dprob=torch.empty(m, dtype=torch.float32, device=c.device), b=b, b_ptrs=b_ptrs)
     discrete = b_ptrs is not None
-    problem, _ = contract.normalize(ops, cfg, n=n if discrete else None,
-                                    b_dtype=torch.bfloat16 if discrete else None, d_dtype=d_dtype,
-                                    generate_dbias=generate_dbias)
-    e = _Entry(problem, plan_for(problem, engine=engine), problem.b_major)
+    problem, pack = contract.normalize(ops, cfg, n=n if discrete else None,
+                                       b_dtype=torch.bfloat16 if discrete else None, d_dtype=d_dtype,
+                                       generate_dbias=generate_dbias)
+    # the same graph (and built plan) the wrapper and class API use for this call family
+    e = _Entry(problem, graph_for_call(problem, pack, engine=engine).execution_plan, problem.b_major)
     with _lock:
         if len(_memo) >= _MEMO_MAX:
             _memo.clear()
