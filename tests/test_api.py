@@ -318,3 +318,21 @@ def test_cli_demo():
 def test_cli_rejects_unknown_command():
     r = run_cli("frobnicate")
     assert r.returncode != 0
+
+
+def test_class_api_explains_its_engine_choice():
+    cudnn = cudnn_ext
+    L, N, K, M = 2, 32, 64, 512
+    offs = torch.tensor([256, 512], dtype=torch.int32)
+    a = torch.randn(M, K).bfloat16()
+    b = torch.randn(L, N, K).bfloat16().permute(1, 2, 0)
+    c = torch.randn(M, 2 * N).bfloat16()
+    d = torch.empty(M, 2 * N, dtype=torch.bfloat16)
+    op = cudnn.GroupedGemmDglu(
+        sample_a=a, sample_c=c, sample_d_row=d, sample_d_col=None, sample_sfa=None, sample_padded_offsets=offs,
+        sample_alpha=torch.ones(L), sample_beta=torch.ones(L), sample_prob=torch.rand(M),
+        sample_dprob=torch.zeros(M), sample_b=b)
+    text = op.explain()
+    first = text.splitlines()[1]
+    assert "reference" in first  # on a CPU only the reference engine can run
+    assert "engines that decline:" in text and "sm90" in text  # the Hopper engine says why not

@@ -119,6 +119,23 @@ class GroupedGemmDglu:
             self._graph = graph
         return self._graph.check_support()
 
+    def explain(self) -> str:
+        """Which engine will run the sampled problem and why: the ranked plans (first is the
+        choice, the rest its fallbacks) and every engine that declines, with its reasons.
+        Compiles nothing."""
+        self.check_support()
+        from ..engines.heuristics import decline_reasons
+        from ..engines.registry import ENGINES
+
+        g = self._graph
+        lines = ["ranked plans (the first that builds runs):"]
+        lines += [f"  {i}: {g.get_plan_name_at_index(i)}" for i in range(g.get_execution_plan_count())]
+        declined = decline_reasons(self._problem, ENGINES)
+        if declined:
+            lines.append("engines that decline:")
+            lines += [f"  {name}: {'; '.join(why)}" for name, why in declined.items()]
+        return "\n".join(lines)
+
     def compile(self) -> None:
         self.check_support()
         if self._plan is None:
