@@ -314,6 +314,9 @@ def test_wrapper_and_class_api_run_through_a_graph(monkeypatch):
 
     monkeypatch.setattr(cudnn.Graph, "execute", spy)
     from_call.clear_memo()
+    from cudnn_ext.api import hot_path
+
+    hot_path.clear()  # a remembered call runs its graph's plan directly (tests/test_hot_path.py)
     t = make_case()
     wrapper_result(t)
     run = make_case(m=768, offsets=[256, 512, 768])

@@ -1,0 +1,66 @@
+"""The wrapper's hot path: a repeated call with the same operand metadata skips re-validation,
+but never skips what metadata cannot tell (pointer alignment) nor a differently-typed scalar."""
+import pytest
+import torch
+
+import cudnn_ext
+from cudnn_ext.api import contract, hot_path
+
+L, N, K, M = 2, 32, 64, 512
+
+
+def _kw(a=None):
+    a = torch.randn(M, K).bfloat16() if a is None else a
+    return dict(a_tensor=a, c_tensor=torch.randn(M, 2 * N).bfloat16(), sfa_tensor=None,
+                padded_offsets=torch.tensor([256, 512], dtype=torch.int32), alpha_tensor=torch.ones(L),
+                beta_tensor=torch.ones(L), prob_tensor=torch.rand(M), dprob_tensor=torch.zeros(M),
+                b_tensor=torch.randn(L, N, K).bfloat16().permute(1, 2, 0), generate_dbias=True)
+
+
+def test_repeat_call_skips_validation_and_matches(monkeypatch):
+    hot_path.clear()
+    kw = _kw()
+    first = cudnn_ext.grouped_gemm_dglu_wrapper(**kw)
+    d1, db1 = first["d_row_tensor"].clone(), first["dbias_tensor"].clone()
+
+    def boom(*a, **k):
+        raise AssertionError("contract.normalize ran for a remembered call")
+
+    monkeypatch.setattr(contract, "normalize", boom)
+    kw["dprob_tensor"].zero_()
+    again = cudnn_ext.grouped_gemm_dglu_wrapper(**kw)
+    assert torch.equal(again["d_row_tensor"][:512], d1[:512]) and torch.equal(again["dbias_tensor"], db1)
+    assert again["dprob_tensor"] is kw["dprob_tensor"]
+
+
+def test_repeat_call_still_checks_alignment():
+    hot_path.clear()
+    cudnn_ext.grouped_gemm_dglu_wrapper(**_kw())
+    raw = torch.randn(M * K + 8).bfloat16()
+    a = raw[1:1 + M * K].view(M, K)  # same shape and strides, 2-byte offset pointer
+    with pytest.raises(ValueError, match="a_tensor.*16-byte aligned"):
+        cudnn_ext.grouped_gemm_dglu_wrapper(**_kw(a))
+
+
+def test_scalar_types_are_part_of_the_key():
+    hot_path.clear()
+    cudnn_ext.grouped_gemm_dglu_wrapper(**_kw())
+    kw = _kw()
+    kw["generate_dbias"] = 1  # == True, but not a bool
+    with pytest.raises(TypeError, match="generate_dbias"):
+        cudnn_ext.grouped_gemm_dglu_wrapper(**kw)
+
+
+def test_new_token_count_misses_then_hits(monkeypatch):
+    hot_path.clear()
+    cudnn_ext.grouped_gemm_dglu_wrapper(**_kw())
+    calls = []
+    real = contract.normalize
+    monkeypatch.setattr(contract, "normalize", lambda *a, **k: calls.append(1) or real(*a, **k))
+    kw = _kw()
+    kw["a_tensor"] = torch.randn(2 * M, K).bfloat16()
+    kw["c_tensor"] = torch.randn(2 * M, 2 * N).bfloat16()
+    kw["prob_tensor"], kw["dprob_tensor"] = torch.rand(2 * M), torch.zeros(2 * M)
+    cudnn_ext.grouped_gemm_dglu_wrapper(**kw)
+    cudnn_ext.grouped_gemm_dglu_wrapper(**kw)
+    assert len(calls) == 1  # validated once for the new M, remembered after
