@@ -64,3 +64,32 @@ def test_new_token_count_misses_then_hits(monkeypatch):
     cudnn_ext.grouped_gemm_dglu_wrapper(**kw)
     cudnn_ext.grouped_gemm_dglu_wrapper(**kw)
     assert len(calls) == 1  # validated once for the new M, remembered after
+
+
+def test_class_execute_validates_each_metadata_once(monkeypatch):
+    kw = _kw()
+    d_row = torch.empty(M, 2 * N, dtype=torch.bfloat16)
+    dbias = torch.zeros(L, 2 * N, dtype=torch.bfloat16)
+    op = cudnn_ext.GroupedGemmDglu(
+        sample_a=kw["a_tensor"], sample_c=kw["c_tensor"], sample_d_row=d_row, sample_d_col=None, sample_sfa=None,
+        sample_padded_offsets=kw["padded_offsets"], sample_alpha=kw["alpha_tensor"], sample_beta=kw["beta_tensor"],
+        sample_prob=kw["prob_tensor"], sample_dprob=kw["dprob_tensor"], sample_dbias=dbias, sample_b=kw["b_tensor"])
+    run = dict(a_tensor=kw["a_tensor"], c_tensor=kw["c_tensor"], d_row_tensor=d_row, d_col_tensor=None,
+               sfa_tensor=None, padded_offsets=kw["padded_offsets"], alpha_tensor=kw["alpha_tensor"],
+               beta_tensor=kw["beta_tensor"], prob_tensor=kw["prob_tensor"], dprob_tensor=kw["dprob_tensor"],
+               dbias_tensor=dbias, b_tensor=kw["b_tensor"])
+    op.execute(**run)
+    first = (d_row.clone(), kw["dprob_tensor"].clone(), dbias.clone())
+    calls = []
+    real = contract.normalize
+    monkeypatch.setattr(contract, "normalize", lambda *a, **k: calls.append(1) or real(*a, **k))
+    kw["dprob_tensor"].zero_()
+    dbias.zero_()
+    op.execute(**run)
+    assert calls == []
+    assert torch.equal(d_row, first[0]) and torch.equal(kw["dprob_tensor"], first[1]) and torch.equal(dbias, first[2])
+    # a different K is still caught: a new key validates, and the mismatch is reported
+    bad = dict(run, a_tensor=torch.randn(M, 2 * K).bfloat16())
+    with pytest.raises(ValueError):
+        op.execute(**bad)
+    assert calls == [1]

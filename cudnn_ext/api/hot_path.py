@@ -47,14 +47,29 @@ def call_key(tensors: Tuple, scalars: Tuple) -> Optional[tuple]:
         return None
 
 
-def lookup(key: Optional[tuple], ops: contract.Operands):
-    """``(problem, graph, pack)`` for a remembered call (pack rebuilt from ``ops``), else None."""
-    if key is None:
+def views_of(ops: contract.Operands, problem, pack: Dict[str, Any]) -> Optional[tuple]:
+    """How each slot of a validated ``pack`` is viewed out of ``ops``: ((slot, unit dims dropped),
+    ...), or None when some slot is not such a view (then the call is not memoized)."""
+    if problem.is_block_scaled:
         return None
-    hit = _memo.get(key)
-    if hit is None:
-        return None
-    problem, graph, views = hit
+    views = []
+    for slot, t in pack.items():
+        src = getattr(ops, slot, None)
+        if not isinstance(src, torch.Tensor) or not isinstance(t, torch.Tensor):
+            return None
+        drop = src.dim() - t.dim()
+        v = src
+        for _ in range(max(drop, 0)):
+            v = v[..., 0]
+        if drop < 0 or v.shape != t.shape or v.stride() != t.stride() or v.data_ptr() != t.data_ptr():
+            return None
+        views.append((slot, drop))
+    return tuple(views)
+
+
+def rebuild(ops: contract.Operands, views: tuple) -> Dict[str, Any]:
+    """The canonical pack of a call whose metadata matched a validated one; re-checks the one
+    thing metadata cannot tell: 16-byte (b_ptrs: 8-byte) alignment of every data pointer."""
     pack: Dict[str, Any] = {}
     for slot, drop in views:
         t = getattr(ops, slot)
@@ -63,27 +78,25 @@ def lookup(key: Optional[tuple], ops: contract.Operands):
         for _ in range(drop):
             t = t[..., 0]
         pack[slot] = t
-    return problem, graph, pack
+    return pack
+
+
+def lookup(key: Optional[tuple], ops: contract.Operands):
+    """``(problem, graph, pack)`` for a remembered call (pack rebuilt from ``ops``), else None."""
+    hit = _memo.get(key) if key is not None else None
+    if hit is None:
+        return None
+    problem, graph, views = hit
+    return problem, graph, rebuild(ops, views)
 
 
 def remember(key: Optional[tuple], ops: contract.Operands, problem, graph, pack: Dict[str, Any]) -> None:
     """Memoize a validated call if every slot of its pack is a unit-dim-dropping view of an argument."""
-    if key is None or problem.is_block_scaled:
+    views = views_of(ops, problem, pack) if key is not None else None
+    if views is None:
         return
-    views = []
-    for slot, t in pack.items():
-        src = getattr(ops, slot, None)
-        if not isinstance(src, torch.Tensor) or not isinstance(t, torch.Tensor):
-            return
-        drop = src.dim() - t.dim()
-        v = src
-        for _ in range(max(drop, 0)):
-            v = v[..., 0]
-        if drop < 0 or v.shape != t.shape or v.stride() != t.stride() or v.data_ptr() != t.data_ptr():
-            return
-        views.append((slot, drop))
     with _lock:
-        _memo[key] = (problem, graph, tuple(views))
+        _memo[key] = (problem, graph, views)
         while len(_memo) > _MAX:
             _memo.popitem(last=False)
 
