@@ -23,3 +23,28 @@ def test_gpu_kernels_rank_above_the_reference_on_cuda(shape):
     for eng in gpu:
         best = min(eng.cost(p, k) for k in eng.knob_space(p))
         assert best < ref_cost, (eng.name, best, ref_cost)
+
+
+def test_a_built_plan_is_rechecked_at_a_new_token_count():
+    """Plans are memoized without M; an engine whose support depends on M must be asked again."""
+    from cudnn_ext.engines.base import Knobs
+    from cudnn_ext.engines.registry import Candidate
+    from cudnn_ext.errors import EngineDeclined
+    from cudnn_ext.plan.execution import ExecutionPlan
+
+    class SmallOnly(ReferenceEngine):
+        name = "small_only"
+
+        def check_support(self, problem):
+            return [] if problem.m <= 512 else [f"M = {problem.m} is over this engine's 32-bit limit"]
+
+    p = DgluProblem(n=32, k=64, num_experts=1, m=512, weight_mode="dense", b_major="k", ab_dtype=torch.bfloat16,
+                    c_dtype=torch.bfloat16, d_dtype=torch.bfloat16)
+    eng = SmallOnly()
+    ran = []
+    plan = ExecutionPlan(p, Candidate(eng, Knobs(), 0.0, "A"), eng.build(p, Knobs()))
+    plan.compiled.execute = lambda pack, ws=None, st=None: ran.append(pack["c"].shape[0])
+    plan.execute({"c": torch.empty(512, 64)})
+    with pytest.raises(EngineDeclined, match="at M = 1024"):
+        plan.execute({"c": torch.empty(1024, 64)})
+    assert ran == [512]

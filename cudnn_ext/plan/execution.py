@@ -52,7 +52,24 @@ class ExecutionPlan:
     def workspace_size(self) -> int:
         return self.layout.size
 
+    def check_m(self, m: int) -> None:
+        """Re-ask the engine at a runtime token count the plan has not run yet.
+
+        Plans are built once per problem family with M left out, but an engine's support can
+        depend on M (e.g. 32-bit indexing limits): a new M is checked once, so a plan never
+        runs where its engine would have declined."""
+        seen = self.__dict__.setdefault("_ok_m", set())
+        if m in seen:
+            return
+        reasons = self.candidate.engine.check_support(self.problem.with_m(m))
+        if reasons:
+            raise EngineDeclined(self.engine_name, [f"at M = {m}: {r}" for r in reasons])
+        if len(seen) > 4096:
+            seen.clear()
+        seen.add(m)
+
     def execute(self, pack, workspace=None, stream=None) -> None:
+        self.check_m(pack["c"].shape[0])
         self.compiled.execute(pack, workspace, stream)
 
     def describe(self) -> str:
