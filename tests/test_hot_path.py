@@ -93,3 +93,15 @@ def test_class_execute_validates_each_metadata_once(monkeypatch):
     with pytest.raises(ValueError):
         op.execute(**bad)
     assert calls == [1]
+
+
+@pytest.mark.parametrize("bad", [0, 8])
+def test_bad_pointer_table_fails_before_any_output_is_written(bad):
+    ws = [torch.randn(N, K).bfloat16() for _ in range(L)]
+    ptrs = torch.tensor([ws[0].data_ptr(), bad if bad == 0 else ws[1].data_ptr() + bad], dtype=torch.int64)
+    kw = _kw()
+    del kw["b_tensor"]
+    dprob = kw["dprob_tensor"]
+    with pytest.raises(ValueError, match=r"b_ptrs\[1\]"):
+        cudnn_ext.grouped_gemm_dglu_wrapper(**kw, b_ptrs=ptrs, n=N, b_dtype=torch.bfloat16)
+    assert dprob.eq(0).all()  # expert 0's contribution was not added before the failure

@@ -40,6 +40,23 @@ def expert_ranges(offsets: torch.Tensor, m: int):
     return ranges
 
 
+def check_pointer_tables(problem: DgluProblem, pack: Mapping, ranges) -> None:
+    """Discrete weights: every expert that has rows needs a non-null, 16-byte aligned pointer
+    (and scale-factor pointer). Like the offsets, these are device data the reference reads
+    anyway; checking them all first keeps a bad table from leaving half-written outputs."""
+    if problem.weight_mode != "discrete":
+        return
+    for slot in ("b_ptrs", "sfb_ptrs"):
+        table = pack.get(slot)
+        if table is None:
+            continue
+        values = table.to("cpu").tolist()
+        for e, r0, r1 in ranges:
+            if r1 > r0 and (values[e] == 0 or values[e] % 16):
+                what = "null" if values[e] == 0 else f"0x{values[e]:x}, not 16-byte aligned"
+                raise ValueError(f"{slot}[{e}]: expert {e} has rows [{r0}, {r1}) but its pointer is {what}")
+
+
 def expert_weight(problem: DgluProblem, pack: Mapping, e: int) -> torch.Tensor:
     """The (N, K) weight of expert ``e`` in its stored dtype (dense slice or b_ptrs view)."""
     n, k = problem.n, problem.k
@@ -82,6 +99,7 @@ def grouped_dglu_reference(problem: DgluProblem, pack: Mapping, *, compute_dtype
         ranges = [(0, 0, m)]  # the kernel takes the single group's end from A's row count
     else:
         ranges = expert_ranges(pack["padded_offsets"], m)
+    check_pointer_tables(problem, pack, ranges)  # before any output is written
     for e, r0, r1 in ranges:
         if r1 == r0:
             continue  # an empty group produces nothing
