@@ -262,3 +262,32 @@ def test_block_scaled_rules(name, base, change, exc, needle):
     assert needle in str(err.value), str(err.value)
     if dprob_before is not None:
         assert torch.equal(kw["dprob_tensor"], dprob_before)
+
+
+def test_block_scaled_dense_b_must_pack_its_experts():
+    kw = _ok_mxfp8()
+    b = kw["b_tensor"]  # (N, K, L) K-major
+    u8 = b.view(torch.uint8).permute(2, 0, 1)  # (L, N, K)
+    spread = torch.stack([u8, u8], 1).reshape(2 * u8.shape[0], *u8.shape[1:]).permute(1, 2, 0)[:, :, ::2]
+    kw["b_tensor"] = spread.view(E4M3)  # same values, expert stride 2*N*K
+    with pytest.raises(ValueError, match="b_tensor: stride"):
+        cudnn.grouped_gemm_dglu_wrapper(**kw)
+
+
+@pytest.mark.parametrize("table", ["b_ptrs", "sfb_ptrs"])
+def test_block_scaled_pointer_tables_follow_the_bf16_rules(table):
+    p = _problem(L=2, N=32, K=64, counts=(256, 256))
+    a_q, sfa = quantize_mxfp8(p["a"])
+    experts = [quantize_mxfp8(p["b"][g]) for g in range(2)]
+    qs = [q.contiguous() for q, _ in experts]
+    sfs = [sf.permute(5, 2, 4, 0, 1, 3).contiguous() for _, sf in experts]
+    tables = {"b_ptrs": torch.tensor([t.data_ptr() for t in qs]),
+              "sfb_ptrs": torch.tensor([t.data_ptr() for t in sfs])}
+    strided = torch.zeros(4, dtype=torch.int64)
+    strided[::2] = tables[table]
+    tables[table] = strided[::2]  # stride (2,)
+    with pytest.raises(ValueError, match=f"{table}: must be contiguous"):
+        cudnn.grouped_gemm_dglu_wrapper(
+            a_tensor=a_q, c_tensor=p["c"], sfa_tensor=sfa, padded_offsets=p["offs"], alpha_tensor=p["alpha"],
+            beta_tensor=p["beta"], prob_tensor=p["prob"], dprob_tensor=torch.zeros(p["M"]), n=32, b_dtype=E4M3,
+            sf_vec_size=32, norm_const_tensor=torch.tensor([1.0]), **tables)

@@ -131,6 +131,67 @@ def per_expert_vectors(ops, num_experts: int) -> Dict[str, torch.Tensor]:
     return out
 
 
+def dense_b_major(b: torch.Tensor, k_stored: int, *, allow_n_major: bool = True, rule: str = "") -> str:
+    """Dense B (N, K, L): 'k' for stride (K, 1, N*K), 'n' for (1, N, N*K); the expert stride
+    must be N*K either way (kernels address expert e at e*N*K)."""
+    if b.dim() != 3:
+        raise ValueError(f"b_tensor: shape must be (N, K, L), got {tuple(b.shape)}")
+    n, kb, num_experts = b.shape
+    check_expert_count("b_tensor", num_experts)
+    if kb != k_stored:
+        raise ValueError(f"b_tensor: K must equal a_tensor's K = {k_stored}, got shape {tuple(b.shape)}")
+    packed = num_experts == 1 or b.stride(2) == n * kb
+    if b.numel() and packed and b.stride(1) == 1 and (n == 1 or b.stride(0) == kb):
+        return "k"
+    if allow_n_major and b.numel() and packed and b.stride(0) == 1 and (kb == 1 or b.stride(1) == n):
+        return "n"
+    allowed = f"K-major ({kb}, 1, {n * kb})" + (f" or N-major (1, {n}, {n * kb})" if allow_n_major else "")
+    raise ValueError(f"b_tensor: stride must be {allowed}{rule} for shape {tuple(b.shape)}, got {tuple(b.stride())}")
+
+
+def pointer_table(name: str, t) -> torch.Tensor:
+    """A per-expert pointer table: (L,) int64, contiguous, 8-byte aligned."""
+    t = require_tensor(name, t)
+    check_dtype(name, t, (torch.int64,))
+    if t.dim() != 1:
+        raise ValueError(f"{name}: shape must be (L,), got {tuple(t.shape)}")
+    check_contiguous_1d(name, t)
+    check_aligned(name, t, 8)
+    return t
+
+
+def prob_vectors(ops, m: int, *, required: bool) -> Dict[str, torch.Tensor]:
+    """prob and dprob: fp32 (M,) or (M, 1, 1); dprob packed (it is accumulated into)."""
+    out = {}
+    for slot in ("prob", "dprob"):
+        t = getattr(ops, slot)
+        if t is None and not required:
+            continue
+        name = ARG_NAMES[slot]
+        t = require_tensor(name, t)
+        check_dtype(name, t, (torch.float32,))
+        v = drop_unit_dims(name, t, 1, "(M,) or (M, 1, 1)")
+        check_shape(name, v, (m,), "(M,)")
+        if slot == "dprob":
+            check_contiguous_1d(name, v)
+        out[slot] = v
+    return out
+
+
+def dbias_view(ops, num_experts: int, two_n: int, generate_dbias: Optional[bool]) -> Optional[torch.Tensor]:
+    """The caller's dbias (L, 2N[, 1]) bf16 row-major, or None; refused when dbias is not generated."""
+    if ops.dbias is None:
+        return None
+    if generate_dbias is False:
+        raise ValueError("dbias_tensor: must be omitted when dbias is not generated "
+                         "(the plan was built without sample_dbias / generate_dbias=False)")
+    db = drop_unit_dims("dbias_tensor", ops.dbias, 2, "(L, 2N) or (L, 2N, 1)")
+    check_dtype("dbias_tensor", db, (BF16,))
+    check_shape("dbias_tensor", db, (num_experts, two_n), "(L, 2N)")
+    check_row_major("dbias_tensor", db)
+    return db
+
+
 def _byte_span(t: torch.Tensor):
     if t.numel() == 0:
         return None
@@ -373,27 +434,10 @@ def normalize(ops: Operands, cfg: CallConfig, *, n: Optional[int] = None, b_dtyp
     if mode == "dense":
         b = require_tensor("b_tensor", ops.b)
         check_dtype("b_tensor", b, (BF16,))
-        if b.dim() != 3:
-            raise ValueError(f"b_tensor: shape must be (N, K, L), got {tuple(b.shape)}")
-        n_, kb, num_experts = b.shape
-        check_expert_count("b_tensor", num_experts)
-        if kb != k:
-            raise ValueError(f"b_tensor: K must equal a_tensor's K = {k}, got shape {tuple(b.shape)}")
-        if b.numel() and b.stride(1) == 1 and (n_ == 1 or b.stride(0) == kb) and (num_experts == 1 or b.stride(2) == n_ * kb):
-            b_major = "k"
-        elif b.numel() and b.stride(0) == 1 and (kb == 1 or b.stride(1) == n_) and (num_experts == 1 or b.stride(2) == n_ * kb):
-            b_major = "n"
-        else:
-            raise ValueError(f"b_tensor: stride must be K-major ({kb}, 1, {n_ * kb}) or N-major (1, {n_}, {n_ * kb}) "
-                             f"for shape {tuple(b.shape)}, got {tuple(b.stride())}")
-        n = n_
+        b_major = dense_b_major(b, k)
+        n, _, num_experts = b.shape
     else:
-        bp = require_tensor("b_ptrs", ops.b_ptrs)
-        check_dtype("b_ptrs", bp, (torch.int64,))
-        if bp.dim() != 1:
-            raise ValueError(f"b_ptrs: shape must be (L,), got {tuple(bp.shape)}")
-        check_contiguous_1d("b_ptrs", bp)
-        check_aligned("b_ptrs", bp, 8)
+        bp = pointer_table("b_ptrs", ops.b_ptrs)
         if b_dtype != BF16:
             raise TypeError(f"b_dtype: must be bfloat16 with bfloat16 a_tensor, got {_fmt_dtype(b_dtype)}")
         num_experts = bp.shape[0]
@@ -422,27 +466,11 @@ def normalize(ops: Operands, cfg: CallConfig, *, n: Optional[int] = None, b_dtyp
 
     pack.update(per_expert_vectors(ops, num_experts))
 
-    for slot in ("prob", "dprob"):
-        t = require_tensor(ARG_NAMES[slot], getattr(ops, slot))  # BF16 requires both
-        check_dtype(ARG_NAMES[slot], t, (torch.float32,))
-        v = drop_unit_dims(ARG_NAMES[slot], t, 1, "(M,) or (M, 1, 1)")
-        check_shape(ARG_NAMES[slot], v, (m,), "(M,)")
-        if slot == "dprob":
-            check_contiguous_1d("dprob_tensor", v)
-        pack[slot] = v
-
-    if ops.dbias is not None:
-        if generate_dbias is False:
-            raise ValueError("dbias_tensor: must be omitted when dbias is not generated "
-                             "(the plan was built without sample_dbias / generate_dbias=False)")
-        db = drop_unit_dims("dbias_tensor", ops.dbias, 2, "(L, 2N) or (L, 2N, 1)")
-        check_dtype("dbias_tensor", db, (BF16,))
-        check_shape("dbias_tensor", db, (num_experts, two_n), "(L, 2N)")
-        check_row_major("dbias_tensor", db)
+    pack.update(prob_vectors(ops, m, required=True))  # the BF16 contract requires both
+    db = dbias_view(ops, num_experts, two_n, generate_dbias)
+    if db is not None:
         pack["dbias"] = db
         generate_dbias = True
-    elif generate_dbias is None:
-        generate_dbias = False
 
     if ops.activation is not None:
         if act.act_func != "dgeglu" or c.dtype != BF16 or d_dtype != BF16:

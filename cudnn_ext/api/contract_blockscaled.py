@@ -96,36 +96,22 @@ def normalize_block_scaled(ops, cfg, *, mode: str, n, b_dtype, d_dtype, generate
     pack: Dict[str, Any] = {"a": a2}
     if mode == "dense":
         b = ops.b
-        if b.dim() != 3:
-            raise ValueError(f"b_tensor: shape must be (N, K, L), got {tuple(b.shape)}")
-        n, kb, num_experts = b.shape
-        if kb != k_phys:
-            raise ValueError(f"b_tensor: K must equal a_tensor's K ({k_phys} stored elements), got shape {tuple(b.shape)}")
-        if b.stride(1) == 1 and (n == 1 or b.stride(0) == kb):
-            b_major = "k"
-        elif not fp4 and b.stride(0) == 1 and (kb == 1 or b.stride(1) == n):
-            b_major = "n"
-        else:
-            rule = "K-major (FP4 must be K-major)" if fp4 else "K-major or N-major"
-            raise ValueError(f"b_tensor: must be {rule}, got stride {tuple(b.stride())} for shape {tuple(b.shape)}")
+        b_major = C.dense_b_major(b, k_phys, allow_n_major=not fp4, rule=" (FP4 must be K-major)" if fp4 else "")
+        n, _, num_experts = b.shape
         pack["b"] = b
         sfb = C.require_tensor("sfb_tensor", ops.sfb)
         if ops.sfb_ptrs is not None:
             raise ValueError("sfb_ptrs: dense mode (b_tensor) takes sfb_tensor, not sfb_ptrs")
         pack["sfb"] = _check_sf("sfb", sfb, geometry("sfb"), m, sf_dtype)
     else:
-        bp = C.require_tensor("b_ptrs", ops.b_ptrs)
-        C.check_dtype("b_ptrs", bp, (torch.int64,))
-        if bp.dim() != 1:
-            raise ValueError(f"b_ptrs: shape must be (L,), got {tuple(bp.shape)}")
+        bp = C.pointer_table("b_ptrs", ops.b_ptrs)
         num_experts = bp.shape[0]
         if b_dtype != a.dtype and not (fp4 and b_dtype in C.FP4_DTYPES):
             raise TypeError(f"b_dtype: must match a_tensor's dtype {C._fmt_dtype(a.dtype)}, got {C._fmt_dtype(b_dtype)}")
         if fp4 and cfg.b_major != "k":
             raise ValueError(f"b_major: FP4 weights must be K-major ('k'), got {cfg.b_major!r}")
         b_major = cfg.b_major
-        sp = C.require_tensor("sfb_ptrs", ops.sfb_ptrs)
-        C.check_dtype("sfb_ptrs", sp, (torch.int64,))
+        sp = C.pointer_table("sfb_ptrs", ops.sfb_ptrs)
         if tuple(sp.shape) != (num_experts,):
             raise ValueError(f"sfb_ptrs: shape must be (L,) = ({num_experts},), got {tuple(sp.shape)}")
         if ops.sfb is not None:
@@ -203,27 +189,13 @@ def normalize_block_scaled(ops, cfg, *, mode: str, n, b_dtype, d_dtype, generate
         am = C.drop_unit_dims("amax_tensor", ops.amax, 2, "(L, 2) or (L, 2, 1)")
         C.check_dtype("amax_tensor", am, (torch.float32,))
         C.check_shape("amax_tensor", am, (num_experts, 2), "(L, 2)")
+        C.check_row_major("amax_tensor", am)
         pack["amax"] = am
 
     pack.update(C.per_expert_vectors(ops, num_experts))
-    for slot in ("prob", "dprob"):  # optional on the block-scaled contract (p = 1, no dprob)
-        t = getattr(ops, slot)
-        if t is None:
-            continue
-        C.check_dtype(C.ARG_NAMES[slot], t, (torch.float32,))
-        v = C.drop_unit_dims(C.ARG_NAMES[slot], t, 1, "(M,) or (M, 1, 1)")
-        C.check_shape(C.ARG_NAMES[slot], v, (m,), "(M,)")
-        if slot == "dprob":
-            C.check_contiguous_1d("dprob_tensor", v)
-        pack[slot] = v
-
-    if ops.dbias is not None:
-        if generate_dbias is False:
-            raise ValueError("dbias_tensor: must be omitted when dbias is not generated "
-                             "(the plan was built without sample_dbias / generate_dbias=False)")
-        db = C.drop_unit_dims("dbias_tensor", ops.dbias, 2, "(L, 2N) or (L, 2N, 1)")
-        C.check_dtype("dbias_tensor", db, (torch.bfloat16,))
-        C.check_shape("dbias_tensor", db, (num_experts, two_n), "(L, 2N)")
+    pack.update(C.prob_vectors(ops, m, required=False))  # optional here: p = 1, no dprob
+    db = C.dbias_view(ops, num_experts, two_n, generate_dbias)
+    if db is not None:
         pack["dbias"] = db
         generate_dbias = True
     generate_dbias = bool(generate_dbias)
