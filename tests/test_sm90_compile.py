@@ -19,8 +19,8 @@ needs_dsl = pytest.mark.skipif(importlib.util.find_spec("cutlass") is None,
 
 
 def _problem(act="dswiglu", c=torch.bfloat16, d=torch.bfloat16, dbias=True, n=96, k=200,
-             m=1024, L=4):
-    return DgluProblem(n=n, k=k, num_experts=L, m=m, weight_mode="dense", b_major="k",
+             m=1024, L=4, weight_mode="dense", b_major="k"):
+    return DgluProblem(n=n, k=k, num_experts=L, m=m, weight_mode=weight_mode, b_major=b_major,
                        ab_dtype=torch.bfloat16, c_dtype=c, d_dtype=d,
                        act=ActConfig(act_func=act), generate_dbias=dbias, device_type="cuda")
 
@@ -28,7 +28,8 @@ def _problem(act="dswiglu", c=torch.bfloat16, d=torch.bfloat16, dbias=True, n=96
 def test_compile_key_fields_are_pinned():
     names = [f.name for f in dataclasses.fields(Sm90CompileKey)]
     assert names == ["arch", "n", "k", "ab_dtype", "c_dtype", "d_dtype", "act_func",
-                     "generate_dbias", "tile_n", "ab_stages", "raster_group_m", "c_stages", "tvm_ffi"]
+                     "generate_dbias", "weight_mode", "b_major", "tile_n", "ab_stages",
+                     "raster_group_m", "c_stages", "tvm_ffi"]
 
 
 def test_compile_key_ignores_runtime_sizes_and_constants():
@@ -40,16 +41,66 @@ def test_compile_key_ignores_runtime_sizes_and_constants():
                                              clamp_max=3.0, clamp_min=-2.0, linear_offset=0.5))
     assert Sm90CompileKey.of(p, knobs) == Sm90CompileKey.of(q, knobs)
     assert Sm90CompileKey.of(_problem(), Knobs.of(tile_n=256)) != base
+    disc = Sm90CompileKey.of(_problem(weight_mode="discrete"), knobs)
+    assert disc != base and (disc.weight_mode, disc.b_major) == ("discrete", "k")
+    assert Sm90CompileKey.of(_problem(weight_mode="discrete", b_major="n"), knobs) != disc
+    assert Sm90CompileKey.of(_problem(weight_mode="discrete", L=64), knobs) == disc
     hash(base)  # usable as a dict key
 
 
-def test_declines_with_reasons():
+def test_declines_with_reasons(monkeypatch):
+    monkeypatch.delenv("CUDNN_EXT_SM90_DISCRETE", raising=False)
     eng = Sm90DgluEngine()
     p = dataclasses.replace(_problem(), weight_mode="discrete", act=ActConfig("dsituglu"),
                             device_type="cpu")
     reasons = " | ".join(eng.check_support(p))
     assert "discrete" in reasons and "dsituglu" in reasons and "cpu" in reasons
     assert eng.check_support(_problem()) == []
+    assert "N-major" in " ".join(eng.check_support(_problem(b_major="n")))  # dense N-major
+
+
+@pytest.mark.parametrize("b_major", ["k", "n"])
+def test_discrete_is_gated_by_env(monkeypatch, b_major):
+    """Discrete B is compiled but not yet run on a GPU: declined unless opted in."""
+    from cudnn_ext.engines.sm90 import DISCRETE_ENV, DISCRETE_GATE_REASON
+
+    eng = Sm90DgluEngine()
+    p = _problem(weight_mode="discrete", b_major=b_major)
+    monkeypatch.delenv(DISCRETE_ENV, raising=False)
+    assert eng.check_support(p) == [DISCRETE_GATE_REASON]
+    assert "not yet verified on a GPU" in DISCRETE_GATE_REASON and DISCRETE_ENV in DISCRETE_GATE_REASON
+    monkeypatch.setenv(DISCRETE_ENV, "0")
+    assert eng.check_support(p) == [DISCRETE_GATE_REASON]
+    monkeypatch.setenv(DISCRETE_ENV, "1")
+    assert eng.check_support(p) == []
+
+
+@needs_dsl
+@pytest.mark.parametrize("dbias", [True, False])
+def test_discrete_workspace_layout(dbias):
+    """Discrete plans: L x 128-B descriptors first, then the fp32 dbias partials, each region
+    128-B aligned; dense plans keep one scratch region of the dbias partials."""
+    from cudnn_ext.engines.sm90 import Sm90Plan
+    from cudnn_ext.plan.workspace import WorkspaceLayout
+
+    knobs = Knobs.of(tile_n=128)
+    for L in (1, 3, 64):
+        p = _problem(weight_mode="discrete", L=L, dbias=dbias, n=96)
+        plan = Sm90Plan(p, knobs, Sm90CompileKey.of(p, knobs), compiled=None)
+        reqs = plan.workspace_requests()
+        assert [r.name for r in reqs] == (["b_descriptors", "dbias_partials"] if dbias
+                                         else ["b_descriptors"])
+        assert reqs[0].nbytes == 128 * L and reqs[0].align == 128
+        lay = WorkspaceLayout.of(reqs)
+        assert lay.region("b_descriptors").offset == 0
+        if dbias:
+            r = lay.region("dbias_partials")
+            assert r.offset == 128 * L and r.offset % 128 == 0 and r.nbytes == 4 * L * 2 * 96
+        assert plan.workspace_size == lay.size and lay.size % 128 == 0
+    dense = _problem(L=3, dbias=dbias)
+    plan = Sm90Plan(dense, knobs, Sm90CompileKey.of(dense, knobs), compiled=None)
+    assert plan.workspace_size == (4 * 3 * 2 * 96 if dbias else 0)
+    assert [r.name for r in plan.workspace_requests()] == (["scratch"] if dbias else [])
 
 
 def _variants():
@@ -78,5 +129,23 @@ def test_every_variant_compiles_for_sm90a(tile_n, act, dbias, c, d):
     p = _problem(act=act, c=c, d=d, dbias=dbias)
     assert Knobs.of(tile_n=tile_n, stages=0, raster_group_m=8, scheduler="static_persistent") in \
         Sm90DgluEngine().knob_space(p)
+    compiled = compile_cached(Sm90CompileKey.of(p, Knobs.of(tile_n=tile_n)))
+    assert compiled is not None
+
+
+#: Discrete B (b_ptrs): per-expert TMA descriptors built on the device by a helper kernel.
+#: The engine offers it only with CUDNN_EXT_SM90_DISCRETE=1 until a GPU run verifies it.
+_DISCRETE = [("k", 128, "dswiglu", True), ("n", 128, "dgeglu", True), ("n", 64, "dswiglu", False)]
+
+
+@needs_dsl
+@pytest.mark.parametrize("b_major,tile_n,act,dbias", _DISCRETE,
+                         ids=[f"{b}major-t{t}-{a}-dbias{int(d)}" for b, t, a, d in _DISCRETE])
+def test_discrete_variant_compiles_for_sm90a(monkeypatch, b_major, tile_n, act, dbias):
+    from cudnn_ext.engines.sm90 import DISCRETE_ENV, compile_cached
+
+    monkeypatch.setenv(DISCRETE_ENV, "1")
+    p = _problem(act=act, dbias=dbias, weight_mode="discrete", b_major=b_major)
+    assert Sm90DgluEngine().check_support(p) == []
     compiled = compile_cached(Sm90CompileKey.of(p, Knobs.of(tile_n=tile_n)))
     assert compiled is not None

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import os
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -22,7 +23,8 @@ from typing import Dict, Optional
 import torch
 
 from ..problem import DgluProblem
-from .base import CompiledPlan, Engine, Knobs
+from ..plan.workspace import WorkspaceLayout
+from .base import CompiledPlan, Engine, Knobs, WorkspaceRequest
 
 _DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 _AB_DTYPES = (torch.bfloat16, torch.float16)
@@ -30,6 +32,17 @@ _CD_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 TILE_NS = (64, 128)
 _INT32_MAX = 2**31 - 1
 _NULL_CTX = contextlib.nullcontext()
+#: Bytes of one expert's B TMA descriptor in the workspace (discrete weights), vendor_facts 4.5.
+DESC_BYTES = 128
+#: Discrete weights are compiled (CPU, sm_90a) but have not run on a GPU yet: opt in with this.
+DISCRETE_ENV = "CUDNN_EXT_SM90_DISCRETE"
+DISCRETE_GATE_REASON = (
+    "discrete weights: implemented but not yet verified on a GPU; set "
+    f"{DISCRETE_ENV}=1 to opt in")
+
+
+def discrete_enabled() -> bool:
+    return os.environ.get(DISCRETE_ENV, "") == "1"
 
 
 @dataclass(frozen=True)
@@ -45,6 +58,8 @@ class Sm90CompileKey:
     d_dtype: str
     act_func: str
     generate_dbias: bool
+    weight_mode: str  # "dense" | "discrete" (b_ptrs: per-expert TMA descriptors)
+    b_major: str  # "k" | "n" (n only with discrete)
     tile_n: int
     ab_stages: int
     raster_group_m: int
@@ -59,6 +74,7 @@ class Sm90CompileKey:
             ab_dtype=_DTYPE_NAMES[problem.ab_dtype], c_dtype=_DTYPE_NAMES[problem.c_dtype],
             d_dtype=_DTYPE_NAMES[problem.d_dtype], act_func=problem.act.act_func,
             generate_dbias=bool(problem.generate_dbias),
+            weight_mode=problem.weight_mode, b_major=problem.b_major,
             tile_n=int(knobs.get("tile_n", 128)), ab_stages=int(knobs.get("stages", 0)),
             raster_group_m=int(knobs.get("raster_group_m", 8)),
             c_stages=int(knobs.get("c_stages", 0)),
@@ -75,7 +91,8 @@ class Sm90CompileKey:
             n=self.n, k=self.k, ab_dtype=dt[self.ab_dtype], c_dtype=dt[self.c_dtype],
             d_dtype=dt[self.d_dtype], act_func=self.act_func,
             generate_dbias=self.generate_dbias, tile_n=self.tile_n, ab_stages=self.ab_stages,
-            raster_group_m=self.raster_group_m, c_stages=self.c_stages)
+            raster_group_m=self.raster_group_m, c_stages=self.c_stages,
+            weight_mode=self.weight_mode, b_major=self.b_major)
 
 
 _compiled: Dict[Sm90CompileKey, object] = {}
@@ -117,9 +134,31 @@ class Sm90Plan(CompiledPlan):
         self._consts = (float(act.geglu_alpha), float(act.clamp_max), float(act.clamp_min),
                         float(act.linear_offset))
         self._dbias_ws_elems = problem.num_experts * 2 * problem.n if problem.generate_dbias else 0
+        self._discrete = problem.weight_mode == "discrete"
+        # Discrete: [b_descriptors: L x 128 B][dbias_partials: L x 2N fp32], each 128-B
+        # aligned (WorkspaceLayout rule). Dense: the fp32 dbias partials alone at offset 0.
+        self._layout = WorkspaceLayout.of(self.workspace_requests()) if self._discrete else None
+        if self._discrete:
+            desc = self._layout.region("b_descriptors")
+            dbias = self._layout.region("dbias_partials")
+            self._desc_off = desc.offset
+            self._dbias_off = dbias.offset if dbias is not None else 0
+        else:
+            self._desc_off, self._dbias_off = 0, 0
+
+    def workspace_requests(self):
+        if not self._discrete:
+            return super().workspace_requests()
+        reqs = [WorkspaceRequest("b_descriptors", DESC_BYTES * self.problem.num_experts,
+                                 DESC_BYTES)]
+        if self._dbias_ws_elems:
+            reqs.append(WorkspaceRequest("dbias_partials", 4 * self._dbias_ws_elems, 128))
+        return reqs
 
     @property
     def workspace_size(self) -> int:
+        if self._discrete:
+            return self._layout.size
         return 4 * self._dbias_ws_elems
 
     _sm_counts: Dict[int, int] = {}
@@ -145,19 +184,32 @@ class Sm90Plan(CompiledPlan):
         # host time, so only do it when `stream` is not already the current one
         ctx = (_NULL_CTX if stream == torch.cuda.current_stream(c.device)
                else torch.cuda.stream(stream))
+        if (dbias is not None or self._discrete) and workspace is None:
+            raise ValueError(f"workspace: this plan needs {self.workspace_size} bytes, got None")
         if dbias is not None:
-            if workspace is None:
-                raise ValueError(f"workspace: this plan needs {self.workspace_size} bytes, got None")
-            ws = workspace[: self.workspace_size].view(torch.float32)
+            nb = 4 * self._dbias_ws_elems
+            ws = workspace[self._dbias_off: self._dbias_off + nb].view(torch.float32)
             with ctx:
                 ws.zero_()
         if m == 0 or num_experts == 0:
             return
+        if self._discrete:
+            # the kernel's helper reads the table and writes the descriptors on the device
+            b_addr = a.data_ptr()
+            b_ptrs_addr = pack["b_ptrs"].data_ptr()
+            desc_addr = workspace.data_ptr() + self._desc_off
+            if desc_addr % DESC_BYTES:
+                raise ValueError(f"workspace: must be {DESC_BYTES}-byte aligned for the B "
+                                 f"descriptors, got address {desc_addr:#x}")
+        else:
+            b_addr = pack["b"].data_ptr()
+            b_ptrs_addr = desc_addr = a.data_ptr()  # unused by the dense kernel
         addrs = (
-            a.data_ptr(), pack["b"].data_ptr(), c.data_ptr(), pack["d_row"].data_ptr(),
+            a.data_ptr(), b_addr, c.data_ptr(), pack["d_row"].data_ptr(),
             pack["padded_offsets"].data_ptr(), pack["alpha"].data_ptr(),
             pack["beta"].data_ptr(), pack["prob"].data_ptr(), pack["dprob"].data_ptr(),
             ws.data_ptr() if ws is not None else pack["dprob"].data_ptr(),
+            b_ptrs_addr, desc_addr,
         )
         if self.key.tvm_ffi:
             launch_tvm_ffi(self._compiled, addrs, m, num_experts, self._sm_count(c.device),
@@ -205,10 +257,15 @@ class Sm90DgluEngine(Engine):
             why.append(f"C dtype {problem.c_dtype} is not supported (bf16, fp16, fp32)")
         if problem.d_dtype not in _CD_DTYPES:
             why.append(f"D dtype {problem.d_dtype} is not supported (bf16, fp16, fp32)")
-        if problem.weight_mode != "dense":
-            why.append("discrete weights (b_ptrs) are not implemented on sm90 yet")
-        if problem.b_major != "k":
-            why.append("only K-major B is implemented on sm90")
+        if problem.weight_mode == "discrete":
+            if not discrete_enabled():
+                why.append(DISCRETE_GATE_REASON)
+        elif problem.weight_mode != "dense":
+            why.append(f"weight_mode {problem.weight_mode!r} is not implemented on sm90")
+        if problem.b_major not in ("k", "n"):
+            why.append(f"b_major {problem.b_major!r} is not supported")
+        elif problem.b_major == "n" and problem.weight_mode == "dense":
+            why.append("dense N-major B is not implemented on sm90 (discrete N-major is)")
         if problem.n % 32 or problem.k % 8:
             why.append(f"needs N % 32 == 0 and K % 8 == 0, got N={problem.n}, K={problem.k}")
         if problem.generate_activation:

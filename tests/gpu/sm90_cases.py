@@ -27,11 +27,15 @@ class Case:
     dbias: bool = True
     tile_n: int = 128
     extra_rows: int = 256  # rows past offs[-1] that must stay untouched
+    weight_mode: str = "dense"  # "discrete": b_ptrs, one separate allocation per expert
+    b_major: str = "k"  # discrete only: "n" stores each expert as (K, N) row-major
 
     def label(self) -> str:
         dt = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+        wm = "" if self.weight_mode == "dense" else f"-discrete{self.b_major.upper()}"
         return (f"L{len(self.groups)}-M{sum(self.groups)}-N{self.n}-K{self.k}-{self.act}-"
-                f"C{dt[self.c_dtype]}-D{dt[self.d_dtype]}-dbias{int(self.dbias)}-t{self.tile_n}")
+                f"C{dt[self.c_dtype]}-D{dt[self.d_dtype]}-dbias{int(self.dbias)}-t{self.tile_n}"
+                f"{wm}")
 
 
 def make_pack(case: Case, device="cuda"):
@@ -40,6 +44,10 @@ def make_pack(case: Case, device="cuda"):
     m = sum(case.groups) + case.extra_rows
     a = torch.randn(m, k, device=device).to(torch.bfloat16)
     b = (torch.randn(L, n, k, device=device) / math.sqrt(k)).to(torch.bfloat16).permute(1, 2, 0)
+    b_ptrs, keep = None, None
+    if case.weight_mode == "discrete":
+        b_ptrs, keep = discrete_weights(b, case.b_major)
+        b = None
     c = (3.0 * torch.randn(m, 2 * n, device=device)).to(case.c_dtype)
     pack = {
         "a": a, "b": b, "c": c,
@@ -51,13 +59,36 @@ def make_pack(case: Case, device="cuda"):
         "dprob": torch.randn(m, device=device).float(),  # accumulated into, not overwritten
         "dbias": (torch.randn(L, 2 * n, device=device).to(torch.bfloat16) if case.dbias else None),
     }
+    if b_ptrs is not None:
+        pack["b_ptrs"] = b_ptrs
+        pack["_b_keep"] = keep  # owns the experts' memory (not a slot; engines ignore it)
     act = ActConfig(act_func=case.act, linear_offset=DEFAULT_LINEAR_OFFSET[case.act],
                     geglu_alpha=1.702, clamp_max=7.0, clamp_min=-7.0)
-    problem = DgluProblem(n=n, k=k, num_experts=L, m=m, weight_mode="dense", b_major="k",
+    problem = DgluProblem(n=n, k=k, num_experts=L, m=m, weight_mode=case.weight_mode,
+                          b_major=case.b_major,
                           ab_dtype=torch.bfloat16, c_dtype=case.c_dtype, d_dtype=case.d_dtype,
                           act=act, generate_dbias=case.dbias, device_type="cuda",
                           device_index=torch.device(device).index)
     return problem, pack
+
+
+def discrete_weights(b, b_major: str):
+    """Per-expert copies of the dense (N, K, L) ``b`` at scattered addresses of one pool
+    (reverse expert order, 16-B aligned but mostly not 128-B aligned, a gap between
+    experts), stored K-major (N, K) or N-major (K, N) row-major. Returns (b_ptrs, pool)."""
+    n, k, L = b.shape
+    elems = n * k
+    stride = elems + 8 * 3  # 48-byte gap: consecutive experts are not 128-B aligned
+    pool = torch.full((L * stride + 64,), float("nan"), dtype=b.dtype, device=b.device)
+    ptrs = []
+    for e in range(L):
+        slot = L - 1 - e
+        off = 8 + slot * stride  # 16-byte offset from the (256-B aligned) pool
+        w = b[:, :, e] if b_major == "k" else b[:, :, e].t()
+        pool[off:off + elems].copy_(w.contiguous().view(-1))
+        ptrs.append(pool.data_ptr() + off * b.element_size())
+    assert all(p % 16 == 0 for p in ptrs)
+    return torch.tensor(ptrs, dtype=torch.int64, device=b.device), pool
 
 
 def _cumsum(xs):
@@ -89,6 +120,8 @@ def run_and_check(case: Case, engine=None, knobs=None) -> dict:
     ref = reference_outputs(problem, pack, compute_dtype=torch.float64, dprob_init=dprob0)
     plan = engine.build(problem, knobs or Knobs.of(tile_n=case.tile_n))
     ws = torch.empty(max(plan.workspace_size, 1), dtype=torch.uint8, device="cuda")
+    if case.weight_mode == "discrete":
+        ws.fill_(0xA5)  # stale bytes: the descriptor slots must be fully rewritten
     plan.execute(pack, ws, torch.cuda.current_stream())
     torch.cuda.synchronize()
     rows = int(pack["padded_offsets"][-1].item()) if len(case.groups) else 0
@@ -137,3 +170,20 @@ def standard_cases() -> list:
         Case([2048, 256, 0, 4096, 1024, 512, 256, 2048], 512, 1416, "dgeglu", tile_n=128),
     ]
     return cases
+
+
+def discrete_cases() -> list:
+    """Discrete B (b_ptrs), K- and N-major: empty experts, rows past the last offset, N and
+    K tails, both tiles, both activations, mixed C/D dtypes, a many-tile persistent walk."""
+    out = []
+    for bm in ("k", "n"):
+        out += [
+            Case([256, 0, 768, 256], 96, 200, "dswiglu", weight_mode="discrete", b_major=bm),
+            Case([0, 512, 256], 320, 264, "dgeglu", weight_mode="discrete", b_major=bm),
+            Case([512, 256], 160, 128, "dgeglu", torch.float32, torch.float16, dbias=False,
+                 tile_n=64, weight_mode="discrete", b_major=bm),
+            Case([256] * 64, 64, 64, "dswiglu", weight_mode="discrete", b_major=bm),
+            Case([2048, 256, 0, 4096, 1024, 512, 256, 2048], 512, 1416, "dgeglu",
+                 weight_mode="discrete", b_major=bm),
+        ]
+    return out

@@ -45,6 +45,7 @@ import cutlass.pipeline as pipeline
 import cutlass.utils as utils
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass import Float32, Int32
+from cutlass.tensor_utils.tensormap import TensorMapManager, TensorMapUpdateMode
 
 from .epilogue_math import dgeglu_local, dswiglu_local
 from .tile_walk import expert_of_row, grouped_raster
@@ -54,6 +55,7 @@ TILE_K = 64  # 4 x WGMMA K (16) per k-tile: 128-byte rows => 128B swizzle for 16
 SMEM_CAPACITY = 232448  # sm_90 max dynamic shared memory per block (227 KB)
 NUM_THREADS = 384  # 1 producer + 2 math warpgroups
 MATH_WARPGROUPS = 2
+DESC_BYTES = 128  # one TMA descriptor (CUtensorMap) per expert in the descriptor workspace
 C_BLOCK_COLS = 64  # one C block = the gate (32) + up (32) columns of 32 accumulator columns
 
 
@@ -76,6 +78,16 @@ class Sm90KernelConfig:
     # mixtral 3.11 vs 3.38 ms, skew 0.56 vs 0.60 ms): the mainloop wants the shared memory
     # more, and the producer's L2 prefetch of C keeps the single C stage fed.
     c_stages: int = 0
+    # B storage: "dense" = one (N, K, L) K-major tensor; "discrete" = a device table of L
+    # int64 base addresses, each expert an (N, K) matrix, K-major ("k": row stride K) or
+    # N-major ("n": stored (K, N) row-major, row stride N). Discrete B is loaded through
+    # per-expert TMA descriptors that a helper kernel (grid = L) builds on the device into
+    # the descriptor workspace (DESC_BYTES per expert): no host read of pointers.
+    weight_mode: str = "dense"
+    b_major: str = "k"
+
+    def discrete(self) -> bool:
+        return self.weight_mode == "discrete"
 
     def c_ring(self) -> int:
         return self.c_stages if self.c_stages else 1
@@ -101,6 +113,10 @@ class GroupedDgluSm90:
             raise ValueError(f"tile_n must be a multiple of 32 in [32, 128], got {cfg.tile_n}")
         if cfg.act_func not in ("dswiglu", "dgeglu"):
             raise ValueError(f"act_func {cfg.act_func!r} is not supported by the SM90 kernel")
+        if cfg.weight_mode not in ("dense", "discrete") or cfg.b_major not in ("k", "n"):
+            raise ValueError(f"weight_mode/b_major {cfg.weight_mode!r}/{cfg.b_major!r} unsupported")
+        if cfg.weight_mode == "dense" and cfg.b_major != "k":
+            raise ValueError("dense B must be K-major on the SM90 kernel")
         self.cfg = cfg
         self.tile_n = cfg.tile_n
         self.ab_stages = cfg.stages()
@@ -127,6 +143,8 @@ class GroupedDgluSm90:
         prob_ptr: cute.Pointer,
         dprob_ptr: cute.Pointer,
         dbias_ws_ptr: cute.Pointer,
+        b_ptrs_ptr: cute.Pointer,
+        b_desc_ptr: cute.Pointer,
         m: Int32,
         num_experts: Int32,
         sm_count: Int32,
@@ -139,8 +157,16 @@ class GroupedDgluSm90:
         cfg = self.cfg
         n, k = cfg.n, cfg.k
         mA = cute.make_tensor(a_ptr, cute.make_layout((m, k), stride=(k, 1)))
-        mB = cute.make_tensor(
-            b_ptr, cute.make_layout((n, k, num_experts), stride=(k, 1, n * k)))
+        if cutlass.const_expr(cfg.discrete()):
+            # Template of one expert's B: the host encodes a descriptor from it (at A's
+            # address: never used for a load), the kernel only takes its TMA atom type and
+            # partitioning; every B load goes through the expert's device-built descriptor.
+            mB = cute.make_tensor(
+                a_ptr,
+                cute.make_layout((n, k, 1), stride=self._b_stride()))
+        else:
+            mB = cute.make_tensor(
+                b_ptr, cute.make_layout((n, k, num_experts), stride=(k, 1, n * k)))
         mC = cute.make_tensor(c_ptr, cute.make_layout((m, 2 * n), stride=(2 * n, 1)))
         mD = cute.make_tensor(d_ptr, cute.make_layout((m, 2 * n), stride=(2 * n, 1)))
         mOffs = cute.make_tensor(offs_ptr, cute.make_layout((num_experts,)))
@@ -152,7 +178,9 @@ class GroupedDgluSm90:
             dbias_ws_ptr, cute.make_layout((num_experts, 2 * n), stride=(2 * n, 1)))
 
         a_layout = utils.LayoutEnum.ROW_MAJOR  # (M, K) K-major
-        b_layout = utils.LayoutEnum.ROW_MAJOR  # (N, K) K-major
+        # (N, K) K-major, or N-major (discrete "n": WGMMA reads B MN-major from smem)
+        b_layout = (utils.LayoutEnum.COL_MAJOR if cfg.b_major == "n"
+                    else utils.LayoutEnum.ROW_MAJOR)
         tiled_mma = sm90_utils.make_trivial_tiled_mma(
             cfg.ab_dtype, cfg.ab_dtype,
             a_layout.sm90_mma_major_mode(), b_layout.sm90_mma_major_mode(),
@@ -197,13 +225,65 @@ class GroupedDgluSm90:
         # only the device reads); surplus CTAs find no tile and exit.
         max_tiles = (m // TILE_M) * self.num_n_tiles
         grid = (cutlass.min(max_tiles, sm_count), 1, 1)
+        if cutlass.const_expr(cfg.discrete()):
+            # Same stream, before the main kernel: stream order makes the descriptors
+            # complete before any CTA of the main kernel reads them.
+            self.build_b_descriptors(b_ptrs_ptr, b_desc_ptr, b_smem).launch(
+                grid=(num_experts, 1, 1), block=[32, 1, 1], stream=stream)
         self.kernel(
             tma_atom_a, tma_a, tma_atom_b, tma_b, tma_atom_c, tma_c, mC, mD, mOffs, mAlpha,
-            mBeta, mProb, mDprob, mDbias, num_experts, geglu_alpha, clamp_max, clamp_min,
-            linear_offset, tiled_mma, a_smem_staged, b_smem_staged, c_smem_staged,
+            mBeta, mProb, mDprob, mDbias, b_desc_ptr, num_experts, geglu_alpha, clamp_max,
+            clamp_min, linear_offset, tiled_mma, a_smem_staged, b_smem_staged, c_smem_staged,
         ).launch(grid=grid, block=[NUM_THREADS, 1, 1], min_blocks_per_mp=1, stream=stream)
 
+    def _b_stride(self):
+        """(N, K, L=1) strides of one discrete expert, in elements."""
+        n, k = self.cfg.n, self.cfg.k
+        return (k, 1, 0) if self.cfg.b_major == "k" else (1, n, 0)
+
     # ------------------------------------------------------------------ device side
+    @cute.kernel
+    def build_b_descriptors(self, b_ptrs_ptr: cute.Pointer, b_desc_ptr: cute.Pointer,
+                            b_smem: cute.ComposedLayout):
+        """Grid = L, one warp: block e encodes expert e's B TMA descriptor (the same box,
+        swizzle and shape as the template, at the address read from the device pointer
+        table) and writes it to b_desc_ptr + e * DESC_BYTES."""
+        e, _, _ = cute.arch.block_idx()
+        tidx, _, _ = cute.arch.thread_idx()
+        if tidx == 0:
+            table = cute.make_tensor(
+                cute.make_ptr(cutlass.Int64, b_ptrs_ptr.toint(), cute.AddressSpace.gmem,
+                              assumed_align=8),
+                cute.make_layout((e + 1,)))
+            base = cute.make_ptr(self.cfg.ab_dtype, table[e], cute.AddressSpace.gmem,
+                                 assumed_align=16)
+            mBe = cute.make_tensor(
+                base, cute.make_layout((self.cfg.n, self.cfg.k, 1), stride=self._b_stride()))
+            atom, _ = cute.nvgpu.cpasync.make_tiled_tma_atom(
+                cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp(), mBe, b_smem,
+                (self.tile_n, TILE_K))
+            # The DSL's device-side encoding of this rank-2 map writes only the first 64
+            # bytes (PTX: 4 x st.global.v2.b64); zero the rest so every byte of the 128-B
+            # slot is defined whatever the workspace held before.
+            words = cute.make_tensor(
+                cute.make_ptr(cutlass.Int64, b_desc_ptr.toint() + cutlass.Int64(e) * DESC_BYTES,
+                              cute.AddressSpace.gmem, assumed_align=DESC_BYTES),
+                cute.make_layout((DESC_BYTES // 8,)))
+            for w in cutlass.range_constexpr(DESC_BYTES // 16, DESC_BYTES // 8):
+                words[w] = cutlass.Int64(0)
+            cute.nvgpu.cpasync.copy_tensormap(atom, self._desc_ptr(b_desc_ptr, e,
+                                                                   cute.AddressSpace.gmem))
+            # make the generic-proxy writes visible to the tensormap proxy (gpu scope)
+            cute.nvgpu.cpasync.fence_tma_desc_release()
+
+    def _desc_ptr(self, b_desc_ptr, expert, space):
+        """Expert ``expert``'s descriptor in the workspace as a TMA-descriptor pointer."""
+        addr = b_desc_ptr.toint() + cutlass.Int64(expert) * DESC_BYTES
+        raw = cute.make_ptr(cutlass.Int64, addr, cute.AddressSpace.gmem,
+                            assumed_align=DESC_BYTES)
+        mgr = TensorMapManager(TensorMapUpdateMode.GMEM, DESC_BYTES)
+        return mgr.get_tensormap_ptr(raw, space)
+
     @cute.kernel
     def kernel(
         self,
@@ -221,6 +301,7 @@ class GroupedDgluSm90:
         mProb: cute.Tensor,
         mDprob: cute.Tensor,
         mDbias: cute.Tensor,
+        b_desc_ptr: cute.Pointer,
         num_experts: Int32,
         geglu_alpha: Float32,
         clamp_max: Float32,
@@ -239,7 +320,8 @@ class GroupedDgluSm90:
 
         if warp_idx == 0:
             cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_a)
-            cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_b)
+            if cutlass.const_expr(not self.cfg.discrete()):
+                cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_b)
             cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_c)
 
         # Only M-tiles that hold rows are scheduled (offs[L-1] is a multiple of 256).
@@ -296,7 +378,8 @@ class GroupedDgluSm90:
             cute.arch.setmaxregister_decrease(self.producer_regs)
             if warp_idx == 0:
                 self.producer(ab_pipe, tma_atom_a, tAgA, tAsA, tma_atom_b, tBgB, tBsB, mOffs,
-                              num_experts, valid_m_tiles, num_tiles, bid, nblocks, mC, tidx)
+                              num_experts, valid_m_tiles, num_tiles, bid, nblocks, mC, tidx,
+                              b_desc_ptr)
             if (warp_idx == 1) | (warp_idx == 2):
                 self.c_producer(c_pipe, tma_atom_c, tCgC_tma, tCsC_tma, warp_idx - 1,
                                 valid_m_tiles, num_tiles, bid, nblocks)
@@ -339,7 +422,7 @@ class GroupedDgluSm90:
 
     @cute.jit
     def producer(self, ab_pipe, tma_atom_a, tAgA, tAsA, tma_atom_b, tBgB, tBsB, mOffs,
-                 num_experts, valid_m_tiles, num_tiles, bid, nblocks, mC, tidx):
+                 num_experts, valid_m_tiles, num_tiles, bid, nblocks, mC, tidx, b_desc_ptr):
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer,
                                              self.ab_stages)
         tile = bid
@@ -350,15 +433,31 @@ class GroupedDgluSm90:
             # Warm L2 with this tile's C window now; its epilogue reads it about one
             # mainloop later (the ring keeps us at most `ab_stages` k-tiles ahead).
             self.prefetch_c_tile(mC, m_tile, n_tile, tidx % 32)
-            for kt in range(self.k_tile_cnt):
-                ab_pipe.producer_acquire(state)
-                bar = ab_pipe.producer_get_barrier(state)
-                cute.copy(tma_atom_a, tAgA[(None, m_tile, kt)], tAsA[(None, state.index)],
-                          tma_bar_ptr=bar)
-                cute.copy(tma_atom_b, tBgB[(None, n_tile, kt, expert)],
-                          tBsB[(None, state.index)], tma_bar_ptr=bar)
-                ab_pipe.producer_commit(state)
-                state.advance()
+            if cutlass.const_expr(self.cfg.discrete()):
+                # Expert's device-built descriptor. The acquire fence drops any stale copy
+                # of these 128 bytes from the descriptor cache (it survives launches: CUDA
+                # graph replays and reused workspaces rewrite the same addresses).
+                desc = self._desc_ptr(b_desc_ptr, expert, cute.AddressSpace.generic)
+                cute.nvgpu.cpasync.fence_tma_desc_acquire(desc)
+                for kt in range(self.k_tile_cnt):
+                    ab_pipe.producer_acquire(state)
+                    bar = ab_pipe.producer_get_barrier(state)
+                    cute.copy(tma_atom_a, tAgA[(None, m_tile, kt)], tAsA[(None, state.index)],
+                              tma_bar_ptr=bar)
+                    cute.copy(tma_atom_b, tBgB[(None, n_tile, kt, 0)],
+                              tBsB[(None, state.index)], tma_bar_ptr=bar, tma_desc_ptr=desc)
+                    ab_pipe.producer_commit(state)
+                    state.advance()
+            else:
+                for kt in range(self.k_tile_cnt):
+                    ab_pipe.producer_acquire(state)
+                    bar = ab_pipe.producer_get_barrier(state)
+                    cute.copy(tma_atom_a, tAgA[(None, m_tile, kt)], tAsA[(None, state.index)],
+                              tma_bar_ptr=bar)
+                    cute.copy(tma_atom_b, tBgB[(None, n_tile, kt, expert)],
+                              tBsB[(None, state.index)], tma_bar_ptr=bar)
+                    ab_pipe.producer_commit(state)
+                    state.advance()
             tile += nblocks
         # do not exit while the math warpgroups may still arrive on our empty barriers
         ab_pipe.producer_tail(state)

@@ -1,0 +1,117 @@
+"""SM90 kernel with discrete weights (``b_ptrs``), K- and N-major, on the GPU (``pytest -m gpu``).
+
+Discrete B is compiled in CI (tests/test_sm90_compile.py) but had not run on a GPU when it
+was written, so the engine declines it unless ``CUDNN_EXT_SM90_DISCRETE=1``; these tests set
+that variable. Once they pass on the H200, remove the gate (engines/sm90.py
+``DISCRETE_GATE_REASON``) and these ``monkeypatch.setenv`` lines.
+
+What they check against the float64 reference: every expert's weight lives at its own
+address (reverse order, 16-B but not 128-B aligned, NaN gaps between experts so an
+out-of-bounds read shows), the workspace starts full of stale bytes, D is NaN-poisoned, an
+empty expert, rows past the last offset stay untouched, N and K tails, both tiles, both
+activations; a CUDA graph that captures the descriptor-building helper kernel and the main
+kernel replays correctly after the pointer table is permuted on the device (descriptors are
+rebuilt on every replay and the kernel does not use stale cached descriptors); and the
+public wrapper with ``b_ptrs``.
+"""
+import pytest
+import torch
+
+from sm90_cases import TOL, Case, discrete_cases, make_pack, rel_err, run_and_check
+
+pytestmark = pytest.mark.gpu
+
+ENV = "CUDNN_EXT_SM90_DISCRETE"
+
+
+@pytest.fixture(autouse=True)
+def _opt_in(monkeypatch):
+    monkeypatch.setenv(ENV, "1")
+
+
+def _skip_unless_sm90():
+    from cudnn_ext.engines.sm90 import Sm90DgluEngine
+
+    why = Sm90DgluEngine().available()
+    if why:
+        pytest.skip(why)
+
+
+@pytest.mark.parametrize("case", discrete_cases(), ids=lambda c: c.label())
+def test_sm90_discrete_matches_reference(case):
+    _skip_unless_sm90()
+    from cudnn_ext.engines.sm90 import Sm90DgluEngine
+
+    problem, _ = make_pack(case)
+    assert Sm90DgluEngine().check_support(problem) == []
+    print(case.label(), run_and_check(case))
+
+
+def test_sm90_discrete_declined_without_opt_in(monkeypatch):
+    from cudnn_ext.engines.sm90 import DISCRETE_GATE_REASON, Sm90DgluEngine
+
+    _skip_unless_sm90()
+    monkeypatch.delenv(ENV)
+    problem, _ = make_pack(Case([256], 64, 64, weight_mode="discrete", b_major="n"))
+    assert DISCRETE_GATE_REASON in Sm90DgluEngine().check_support(problem)
+
+
+@pytest.mark.parametrize("b_major", ["k", "n"])
+def test_sm90_discrete_replays_in_a_cuda_graph(b_major):
+    """Capture helper + main kernel once; replay on new inputs and on a permuted pointer
+    table (written on the device between replays: the descriptors must follow it)."""
+    _skip_unless_sm90()
+    from cudnn_ext.engines.base import Knobs
+    from cudnn_ext.engines.sm90 import Sm90DgluEngine
+    from cudnn_ext.reference import reference_outputs
+
+    problem, pack = make_pack(Case([512, 256, 0, 768], 256, 320, "dgeglu", extra_rows=256,
+                                   weight_mode="discrete", b_major=b_major))
+    plan = Sm90DgluEngine().build(problem, Knobs.of(tile_n=128))
+    ws = torch.full((plan.workspace_size,), 0xA5, dtype=torch.uint8, device="cuda")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        plan.execute(pack, ws, s)  # warm-up: module load outside the capture
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=s):
+        plan.execute(pack, ws, s)
+    perms = [None, torch.tensor([2, 0, 3, 1]), torch.tensor([3, 2, 1, 0])]
+    original = pack["b_ptrs"].clone()
+    for perm in perms:
+        if perm is not None:
+            pack["b_ptrs"].copy_(original[perm.to(original.device)])
+        pack["a"].copy_(torch.randn_like(pack["a"].float()))
+        pack["c"].copy_(3.0 * torch.randn_like(pack["c"].float()))
+        pack["prob"].copy_(torch.rand_like(pack["prob"]))
+        pack["dprob"].zero_()
+        pack["dbias"].zero_()
+        pack["d_row"].fill_(float("nan"))
+        ref = reference_outputs(problem, pack, compute_dtype=torch.float64)  # reads b_ptrs
+        g.replay()
+        torch.cuda.synchronize()
+        rows = int(pack["padded_offsets"][-1])
+        assert rel_err(pack["d_row"][:rows], ref["d_row"][:rows]) < TOL["d_bf16"], perm
+        assert torch.isnan(pack["d_row"][rows:]).all()
+        assert rel_err(pack["dprob"], ref["dprob"]) < TOL["dprob"], perm
+        assert rel_err(pack["dbias"], ref["dbias"]) < TOL["dbias"], perm
+
+
+def test_wrapper_discrete_n_major_on_sm90():
+    _skip_unless_sm90()
+    import cudnn_ext
+    from cudnn_ext.reference import reference_outputs
+
+    problem, pack = make_pack(Case([256, 0, 512], 128, 192, "dswiglu", extra_rows=0,
+                                   weight_mode="discrete", b_major="n"))
+    pack["dprob"].zero_()
+    ref = reference_outputs(problem, pack, compute_dtype=torch.float64)
+    out = cudnn_ext.grouped_gemm_dglu_wrapper(
+        pack["a"], pack["c"], None, pack["padded_offsets"], pack["alpha"], pack["beta"],
+        pack["prob"], pack["dprob"], b_ptrs=pack["b_ptrs"], n=128, b_dtype=torch.bfloat16,
+        b_major="n", generate_dbias=True, act_func="dswiglu", engine="sm90_cutedsl")
+    torch.cuda.synchronize()
+    assert rel_err(out["d_row_tensor"][..., 0], ref["d_row"]) < TOL["d_bf16"]
+    assert rel_err(pack["dprob"], ref["dprob"]) < TOL["dprob"]
+    assert rel_err(out["dbias_tensor"][..., 0], ref["dbias"]) < TOL["dbias"]
