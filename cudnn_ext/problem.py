@@ -63,6 +63,9 @@ class BlockScaleConfig:
     discrete_col_sfd: bool = False
     generate_amax: bool = False
     single_group_runtime_offsets: bool = False
+    #: Bit-identical dprob run to run (the vendor's ``deterministic``); engines that reduce
+    #: dprob with atomics must decline it.
+    deterministic: bool = False
 
 
 @dataclass(frozen=True)

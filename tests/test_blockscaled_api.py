@@ -291,3 +291,29 @@ def test_block_scaled_pointer_tables_follow_the_bf16_rules(table):
             a_tensor=a_q, c_tensor=p["c"], sfa_tensor=sfa, padded_offsets=p["offs"], alpha_tensor=p["alpha"],
             beta_tensor=p["beta"], prob_tensor=p["prob"], dprob_tensor=torch.zeros(p["M"]), n=32, b_dtype=E4M3,
             sf_vec_size=32, norm_const_tensor=torch.tensor([1.0]), **tables)
+
+
+def test_deterministic_is_carried_not_dropped(monkeypatch):
+    """deterministic=True reaches the problem (so engines that reduce dprob with atomics can
+    decline it) and two runs give bit-identical dprob."""
+    from cudnn_ext.engines.vendor import VendorSm100Engine
+
+    kw = _ok_mxfp8()
+    kw["deterministic"] = True
+    outs = []
+    for _ in range(2):
+        kw["dprob_tensor"] = torch.zeros_like(kw["dprob_tensor"])
+        outs.append(cudnn.grouped_gemm_dglu_wrapper(**kw)["dprob_tensor"].clone())
+    assert torch.equal(outs[0], outs[1])
+    from cudnn_ext.api import contract
+    ops = contract.Operands(a=kw["a_tensor"], c=kw["c_tensor"], sfa=kw["sfa_tensor"], padded_offsets=kw["padded_offsets"],
+                            alpha=kw["alpha_tensor"], beta=kw["beta_tensor"], prob=kw["prob_tensor"],
+                            dprob=kw["dprob_tensor"], b=kw["b_tensor"], sfb=kw["sfb_tensor"],
+                            norm_const=kw["norm_const_tensor"])
+    problem, _ = contract.normalize(ops, contract.CallConfig(sf_vec_size=32, deterministic=True))
+    assert problem.block_scale.deterministic
+    import dataclasses
+    as_cuda = dataclasses.replace(problem, device_type="cuda", device_index=0)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # pretend a B200: only the reason matters
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda idx=None: (10, 0))
+    assert any("deterministic" in r for r in VendorSm100Engine().check_support(as_cuda))

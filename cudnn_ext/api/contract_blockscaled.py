@@ -215,7 +215,8 @@ def normalize_block_scaled(ops, cfg, *, mode: str, n, b_dtype, d_dtype, generate
         has_prob="prob" in pack, has_dprob="dprob" in pack, use_dynamic_sched=cfg.use_dynamic_sched,
         block_scale=BlockScaleConfig(sf_dtype=sf_dtype, sf_vec_size=cfg.sf_vec_size, generate_sfd=generate_sfd,
                                      discrete_col_sfd=cfg.discrete_col_sfd, generate_amax=generate_amax,
-                                     single_group_runtime_offsets=cfg.use_single_group_runtime_offsets),
+                                     single_group_runtime_offsets=cfg.use_single_group_runtime_offsets,
+                                     deterministic=cfg.deterministic),
         device_type=device.type, device_index=device.index,
     )
     return problem, pack

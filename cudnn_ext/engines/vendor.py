@@ -241,6 +241,8 @@ class VendorSm100Engine(Engine):
             if got != _BF16_GEGLU:
                 why.append("the vendor BF16 backend keeps its fixed GeGLU constants (geglu_alpha=1.702, "
                            f"glu_clamp_max=7, glu_clamp_min=-7), got {got}")
+        if problem.is_block_scaled and problem.block_scale.deterministic:
+            why.append("deterministic dprob: not mapped to the vendor's deterministic option")
         if problem.is_block_scaled and problem.ab_dtype in _FP4 and problem.d_dtype == torch.float16:
             why.append("FP4 operands with float16 D: the vendor supports D in {bfloat16, float32} for FP4")
         return why

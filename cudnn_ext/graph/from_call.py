@@ -77,7 +77,8 @@ def declare_call_graph(problem: DgluProblem, pack: Mapping[str, torch.Tensor], *
             outs["amax"] = g.tensor(name="amax", dim=(problem.num_experts, 2), data_type=torch.float32)
         block = dict(generate_amax=bs.generate_amax, sf_vec_size=bs.sf_vec_size,
                      discrete_col_sfd=bs.discrete_col_sfd,
-                     use_single_group_runtime_offsets=bs.single_group_runtime_offsets)
+                     use_single_group_runtime_offsets=bs.single_group_runtime_offsets,
+                     deterministic=bs.deterministic)
     act = problem.act
     discrete = problem.weight_mode == "discrete"
     g.grouped_matmul_dglu(

@@ -165,7 +165,7 @@ class Graph:
         round_dgrad_to_input_dtype: bool = False, generate_activation: bool = False, generate_dprob: bool = True,
         generate_amax: bool = False, sf_vec_size: int = 16, discrete_col_sfd: bool = False,
         use_single_group_runtime_offsets: bool = False, epilogue_op: Optional[str] = None,
-        d_row=None, dprob=None, dbias=None, activation=None, d_col=None, amax=None, sfd_row=None, sfd_col=None,
+        deterministic: bool = False, d_row=None, dprob=None, dbias=None, activation=None, d_col=None, amax=None, sfd_row=None, sfd_col=None,
         name: Optional[str] = None,
     ) -> DgluOutputs:
         """Add the grouped GEMM + dGLU backward node; returns its output descriptors (virtual
@@ -188,6 +188,7 @@ class Graph:
             round_dgrad_to_input_dtype=round_dgrad_to_input_dtype, generate_dprob=generate_dprob,
             generate_amax=generate_amax, sf_vec_size=sf_vec_size, discrete_col_sfd=discrete_col_sfd,
             use_single_group_runtime_offsets=use_single_group_runtime_offsets, epilogue_op=epilogue_op,
+            deterministic=deterministic,
         )
         given = dict(a=a, b=b, b_ptrs=b_ptrs, sfa=sfa, sfb=sfb, sfb_ptrs=sfb_ptrs, c=c, padded_offsets=padded_offsets,
                      alpha=alpha, beta=beta, prob=prob, norm_const=norm_const)

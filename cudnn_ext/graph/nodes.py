@@ -71,6 +71,8 @@ class GroupedMatmulDgluAttrs(BaseModel):
     use_single_group_runtime_offsets: StrictBool = False
     #: None/"identity"; "relu"/"srelu" are refused by the contract (no dGLU kernel applies them).
     epilogue_op: Optional[str] = None
+    #: Block-scaled: bit-identical dprob run to run (engines reducing with atomics decline it).
+    deterministic: StrictBool = False
 
     @field_validator("b_dtype", "d_dtype", mode="before")
     @classmethod
