@@ -59,7 +59,7 @@ class GroupedGemmDglu:
         self._problem: Optional[DgluProblem] = None
         self._sample_pack = None
         self._graph = None  # cudnn_ext.Graph of the samples
-        self._workspace: Optional[torch.Tensor] = None
+        self._workspace: dict = {}  # (device, stream handle) -> owned workspace
         self._hot: dict = {}  # execute-time metadata key -> slot views (api.hot_path)
 
     @property
@@ -200,13 +200,16 @@ class GroupedGemmDglu:
                 self._hot[key] = remembered
         need = self._plan.workspace_size
         device = pack["c"].device
+        stream = as_torch_stream(current_stream, device)
         if workspace is None and need:
-            if self._workspace is None or self._workspace.numel() < need or self._workspace.device != device:
-                self._workspace = torch.empty(need, dtype=torch.uint8, device=device)
-            workspace = self._workspace
+            # one owned workspace per (device, stream): executes on two streams never share scratch
+            slot = (device, stream.cuda_stream if stream is not None else None)
+            workspace = self._workspace.get(slot)
+            if workspace is None:
+                with on_stream(stream):
+                    workspace = self._workspace[slot] = torch.empty(need, dtype=torch.uint8, device=device)
         elif workspace is not None:
             contract.check_workspace(workspace, need, device, pack)
-        stream = as_torch_stream(current_stream, device)
         if views is not None:  # bound before: run the graph's plan directly
             with on_stream(stream):
                 self._plan.execute(pack, workspace, stream)
