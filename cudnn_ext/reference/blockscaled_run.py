@@ -45,7 +45,9 @@ def expert_operands(problem: DgluProblem, pack: Mapping, e: int, r0: int, r1: in
 
 
 def _nan_quiet_absmax(x: torch.Tensor) -> torch.Tensor:
-    # the kernel's per-thread maxima are NaN-quiet fmax starting from 0.0 (vendor_facts 2.5)
+    # vendor_facts 2.5 calls the warp reduce NaN-propagating, but a NaN never reaches it: the
+    # kernel's per-thread reduction (amax_reduction_per_thread in the vendor's block-scaled dGLU
+    # kernel) is a MAX reduce from 0.0 then cute.arch.fmax, both NaN-quiet, so NaN is ignored
     return torch.nan_to_num(x.abs(), nan=0.0).amax().to(torch.float32)
 
 
