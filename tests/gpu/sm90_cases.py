@@ -99,12 +99,20 @@ def _cumsum(xs):
 
 
 def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
+    """max(relative Frobenius error, max|x - ref| / max|ref| / 4).
+
+    The Frobenius term bounds the average error; the max term (4x looser, per element) keeps
+    a local failure -- one zeroed or unwritten row among thousands -- from being diluted away.
+    """
     x, ref = x.double(), ref.double()
     den = ref.norm().item()
-    return (x - ref).norm().item() / (den if den > 0 else 1.0)
+    fro = (x - ref).norm().item() / (den if den > 0 else 1.0)
+    peak = ref.abs().max().item() if ref.numel() else 0.0
+    worst = (x - ref).abs().max().item() / (peak if peak > 0 else 1.0) if ref.numel() else 0.0
+    return max(fro, worst / 4)
 
 
-#: Named tolerance policy per output (relative Frobenius error vs the float64 oracle).
+#: Named tolerance policy per output (see rel_err: Frobenius, and 4x this per element vs max|ref|).
 TOL = {"d_bf16": 1.5e-2, "d_fp16": 4e-3, "d_fp32": 2e-3, "dprob": 2e-3, "dbias": 1.5e-2}
 
 
