@@ -1,8 +1,8 @@
 """The block-scaled (MXFP8 / NVFP4) contract: the rules of the page's dtype table and its
 "Additional Type Constraints", vendor_facts 2 and 3.5, checked before anything is allocated.
 
-Owns validation of block-scaled calls and the wrapper's allocation of block-scaled outputs
-(D_row, D_col, SFD_row/SFD_col, amax). Shares the small checks of ``contract``.
+Owns validation of block-scaled calls and the table of scale-factor geometries per slot; it
+allocates nothing (the wrapper allocates outputs). Shares the small checks of ``contract``.
 """
 from __future__ import annotations
 
@@ -220,20 +220,3 @@ def normalize_block_scaled(ops, cfg, *, mode: str, n, b_dtype, d_dtype, generate
         device_type=device.type, device_index=device.index,
     )
     return problem, pack
-
-
-def allocate_block_scaled_outputs(problem: DgluProblem, pack: Dict[str, Any], result: Dict[str, Any]) -> None:
-    """The wrapper's outputs beyond D_row/dbias: D_col + SFD (quantized), amax (-inf)."""
-    m, two_n = pack["c"].shape
-    dev = pack["c"].device
-    bs = problem.block_scale
-    if bs.generate_sfd:
-        d_col = torch.empty((m, two_n, 1), dtype=problem.d_dtype, device=dev)
-        sfd_row = problem_sf_geometry(problem, "sfd_row").empty(m, dtype=E8M0, device=dev, fill=None)
-        sfd_col = problem_sf_geometry(problem, "sfd_col").empty(m, dtype=E8M0, device=dev, fill=None)
-        pack.update(d_col=d_col[..., 0], sfd_row=sfd_row, sfd_col=sfd_col)
-        result.update(d_col_tensor=d_col, sfd_row_tensor=sfd_row, sfd_col_tensor=sfd_col)
-    if bs.generate_amax:
-        amax = torch.full((problem.num_experts, 2, 1), float("-inf"), dtype=torch.float32, device=dev)
-        pack["amax"] = amax[..., 0]
-        result["amax_tensor"] = amax

@@ -92,8 +92,7 @@ class GroupedGemmDglu:
                 raise ValueError(f"b_shape: must be (N, K) or (N, K, 1), got {shape}")
             if isinstance(ne, bool) or not isinstance(ne, int):
                 raise TypeError(f"num_experts: expected an int, got {type(ne).__name__}")
-            if not 1 <= ne <= contract.MAX_EXPERTS:
-                raise ValueError(f"num_experts: must be in [1, {contract.MAX_EXPERTS}], got {ne}")
+            contract.check_expert_count("num_experts", ne)
             n = shape[0]
             a_k = contract.drop_unit_dims("sample_a", contract.require_tensor("sample_a", ops.a), 2, "(M, K)").shape[1]
             if shape[1] != a_k:

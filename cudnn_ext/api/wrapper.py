@@ -8,12 +8,13 @@ plan) binds the canonical views by slot name and executes its plan. BF16 and blo
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 
 from ..graph.from_call import graph_for_call
-from . import contract, hot_path
+from ..problem import DgluProblem
+from . import contract, contract_blockscaled, hot_path
 from .streams import as_torch_stream, on_stream
 from .tupledict import TupleDict
 
@@ -89,9 +90,7 @@ def grouped_gemm_dglu_wrapper(
             pack["dbias"] = dbias[..., 0]
             result["dbias_tensor"] = dbias
         if problem.is_block_scaled:
-            from .contract_blockscaled import allocate_block_scaled_outputs
-
-            allocate_block_scaled_outputs(problem, pack, result)
+            _allocate_block_scaled_outputs(problem, pack, result)
         ws = torch.empty(plan.workspace_size, dtype=torch.uint8, device=device) if plan.workspace_size else None
         if hit is not None:  # validated and bound before: run the graph's plan directly
             plan.execute(pack, ws, stream)
@@ -101,3 +100,20 @@ def grouped_gemm_dglu_wrapper(
     if activation_tensor is not None:
         result["activation_tensor"] = activation_tensor
     return TupleDict(result)
+
+
+def _allocate_block_scaled_outputs(problem: DgluProblem, pack: Dict[str, Any], result: Dict[str, Any]) -> None:
+    """The wrapper's outputs beyond D_row/dbias: D_col + SFD (quantized), amax (-inf)."""
+    m, two_n = pack["c"].shape
+    dev = pack["c"].device
+    bs = problem.block_scale
+    if bs.generate_sfd:
+        d_col = torch.empty((m, two_n, 1), dtype=problem.d_dtype, device=dev)
+        sfd_row = contract_blockscaled.problem_sf_geometry(problem, "sfd_row").empty(m, dtype=contract_blockscaled.E8M0, device=dev, fill=None)
+        sfd_col = contract_blockscaled.problem_sf_geometry(problem, "sfd_col").empty(m, dtype=contract_blockscaled.E8M0, device=dev, fill=None)
+        pack.update(d_col=d_col[..., 0], sfd_row=sfd_row, sfd_col=sfd_col)
+        result.update(d_col_tensor=d_col, sfd_row_tensor=sfd_row, sfd_col_tensor=sfd_col)
+    if bs.generate_amax:
+        amax = torch.full((problem.num_experts, 2, 1), float("-inf"), dtype=torch.float32, device=dev)
+        pack["amax"] = amax[..., 0]
+        result["amax_tensor"] = amax
