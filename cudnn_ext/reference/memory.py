@@ -16,7 +16,7 @@ _CARRIER = {1: (torch.uint8, "|u1"), 2: (torch.int16, "<i2"), 4: (torch.int32, "
 class _CudaArray:
     def __init__(self, ptr: int, numel: int, typestr: str):
         self.__cuda_array_interface__ = {
-            "shape": (numel,), "typestr": typestr, "data": (ptr, True), "version": 2, "strides": None,
+            "shape": (numel,), "typestr": typestr, "data": (ptr, False), "version": 2, "strides": None,
         }
 
 
