@@ -154,10 +154,44 @@ def grouped_gemm_dglu_jax(
         return tuple(outs)
 
     weights = b_tensor if dense else b_ptrs
-    # vmap_method="sequential": a batched call runs the operation once per batch element
-    res = jax.pure_callback(host, tuple(out_shapes), a_tensor, c_tensor, weights, padded_offsets, alpha_tensor,
-                            beta_tensor, prob_tensor, vmap_method="sequential")
+
+    def callback(a, c, w, offs, alpha, beta, prob):
+        # vmap_method="sequential": a batched call runs the operation once per batch element
+        return tuple(jax.pure_callback(host, tuple(out_shapes), a, c, w, offs, alpha, beta, prob,
+                                       vmap_method="sequential"))
+
+    operands = (a_tensor, c_tensor, weights, padded_offsets, alpha_tensor, beta_tensor, prob_tensor)
+    problem = _ffi_problem(dense, m, k, c_tensor, weights, num_experts, d_td, act, generate_dbias)
+    if problem is None:
+        res = callback(*operands)
+    else:
+        from .ffi import choose_knobs, dglu_ffi
+
+        knobs = choose_knobs(problem)
+
+        def on_cuda(a, c, w, offs, alpha, beta, prob):
+            d_row, dprob, dbias = dglu_ffi(a.reshape(m, k), w, c.reshape(m, two_n), offs, alpha, beta,
+                                           prob.reshape(m), problem=problem, knobs=knobs)
+            outs = (d_row.reshape(m, two_n, 1), dprob.reshape(m, 1, 1))
+            return outs + ((dbias.reshape(num_experts, two_n, 1),) if generate_dbias else ())
+
+        # lowered per platform: the XLA FFI custom call on CUDA, the host callback elsewhere
+        res = jax.lax.platform_dependent(*operands, cuda=on_cuda, default=callback)
     return res[0], res[1], (res[2] if generate_dbias else None)
+
+
+def _ffi_problem(dense, m, k, c_tensor, b_tensor, num_experts, d_td, act, generate_dbias):
+    """The SM90 problem when the CUDA lowering may use the FFI custom call, else None (discrete
+    weights, the CuTe DSL or cutlass.jax missing, or the SM90 engine declines the problem)."""
+    if not dense:
+        return None  # discrete: the SM90 variant is gated (not yet run on a GPU)
+    from .ffi import ffi_available, sm90_problem
+
+    if ffi_available() is not None:
+        return None
+    problem, reasons = sm90_problem((m, k), (m, c_tensor.shape[1]), as_torch_dtype(c_tensor.dtype),
+                                    tuple(b_tensor.shape), num_experts, d_td, act, generate_dbias)
+    return None if reasons else problem
 
 
 #: The vendor's name.

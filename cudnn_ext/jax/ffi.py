@@ -1,0 +1,142 @@
+"""The XLA FFI path of ``grouped_gemm_dglu_jax`` on CUDA: the SM90 kernel via ``cutlass.jax``.
+
+Owns when the jitted entry point may launch the Hopper kernel as an XLA custom call, and the
+call itself: the trace-time problem (built through ``cudnn_ext.api.contract`` from the arrays'
+*metadata*, on torch ``meta`` tensors), the SM90 engine's support check and knob choice, and
+the ``cutlass.jax.cutlass_call`` with zero-initialized ``jnp.zeros`` inputs aliased to the
+``d_row`` / ``dprob`` / fp32 dbias-workspace outputs. ``dbias`` is the workspace rounded once
+to bf16 (``ws.astype(bfloat16)``): the engine's semantics with a fresh zero dbias.
+
+The kernel adapter is ``cudnn_ext.kernels.sm90.jax_entry``; this module imports it (and the
+CuTe DSL) only when a traced call is eligible. Dense weights only: discrete ``b_ptrs`` stay on
+the host-callback path (the SM90 discrete variant is gated until it runs on a GPU).
+
+What is and is not verified is in docs/jax.md: the CUDA lowering (kernel compiled for sm_90a,
+custom call with the expected operands, results and aliases) is checked on a CPU-only machine
+with ``jax.export``; running it on a GPU is not yet.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib.util
+import os
+from typing import Optional, Tuple
+
+import torch
+
+#: Set to "0" to never use the FFI path (always the host callback).
+FFI_ENV = "CUDNN_EXT_JAX_FFI"
+#: SM count assumed when no CUDA device is visible at trace time (H100/H200 SXM). The grid of
+#: the persistent kernel is min(tiles, SMs); results do not depend on it.
+DEFAULT_SM_COUNT = 132
+
+
+def ffi_available() -> Optional[str]:
+    """None if the FFI path can be traced in this process, else why not."""
+    if os.environ.get(FFI_ENV, "") == "0":
+        return f"{FFI_ENV}=0"
+    if importlib.util.find_spec("cutlass") is None:
+        return "the CuTe DSL (nvidia-cutlass-dsl) is not installed"
+    import cutlass.jax  # light: the JAX bindings load lazily
+
+    if not cutlass.jax.is_available():
+        return "cutlass.jax is not available with this JAX"
+    return None
+
+
+def _meta(shape, td: torch.dtype) -> torch.Tensor:
+    return torch.empty(tuple(shape), dtype=td, device="meta")
+
+
+def sm90_problem(a_shape, c_shape, c_td, b_shape, num_experts: int, d_td, act, generate_dbias: bool):
+    """``(problem, reasons)``: the dense BF16 problem of a traced call, as the contract builds it,
+    and the SM90 engine's decline reasons (empty: the kernel runs it). Contract errors are
+    reasons too (the host-callback path reports them when it runs)."""
+    from ..api import contract
+    from ..engines.sm90 import Sm90DgluEngine
+
+    m = a_shape[0]
+    ops = contract.Operands(
+        a=_meta(a_shape, torch.bfloat16), c=_meta(c_shape, c_td),
+        padded_offsets=_meta((num_experts,), torch.int32), alpha=_meta((num_experts,), torch.float32),
+        beta=_meta((num_experts,), torch.float32), prob=_meta((m,), torch.float32),
+        dprob=_meta((m,), torch.float32),
+        b=_meta(b_shape, torch.bfloat16).permute(1, 2, 0))  # JAX (L, N, K) -> contract (N, K, L)
+    cfg = contract.CallConfig(act_func=act.act_func, linear_offset=act.linear_offset,
+                              geglu_alpha=act.geglu_alpha, glu_clamp_max=act.glu_clamp_max,
+                              glu_clamp_min=act.glu_clamp_min)
+    try:
+        problem, _ = contract.normalize(ops, cfg, d_dtype=d_td, generate_dbias=generate_dbias)
+    except (ValueError, TypeError, NotImplementedError) as e:
+        return None, [f"contract: {e}"]
+    problem = dataclasses.replace(problem, device_type="cuda", device_index=None)
+    return problem, list(Sm90DgluEngine().check_support(problem))
+
+
+def choose_knobs(problem):
+    """The SM90 engine's cheapest configuration for ``problem`` (its own cost model)."""
+    from ..engines.sm90 import Sm90DgluEngine
+
+    eng = Sm90DgluEngine()
+    return min(eng.knob_space(problem), key=lambda kn: eng.cost(problem, kn))
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count() -> int:
+    import jax
+
+    try:
+        devs = jax.devices("cuda")
+    except RuntimeError:
+        return DEFAULT_SM_COUNT
+    n = getattr(devs[0], "core_count", None) if devs else None
+    return int(n) if n else DEFAULT_SM_COUNT
+
+
+def dglu_ffi(a2, b, c2, offs, alpha, beta, prob1, *, problem, knobs, sm_count: Optional[int] = None
+             ) -> Tuple:
+    """``(d_row (M, 2N), dprob (M,), dbias (L, 2N) bf16 or None)`` by the SM90 kernel as an XLA
+    FFI custom call. Operands in canonical 2-D/1-D form: ``a2`` (M, K), ``b`` (L, N, K),
+    ``c2`` (M, 2N), ``prob1`` (M,). Lowers for CUDA only."""
+    import jax
+    import jax.numpy as jnp
+
+    from ..engines.sm90 import Sm90CompileKey
+
+    m, two_n, num_experts = problem.m, 2 * problem.n, problem.num_experts
+    d_np = _jnp_dtype(problem.d_dtype)
+    dbias_on = bool(problem.generate_dbias)
+    zeros = [jnp.zeros((m, two_n), d_np), jnp.zeros((m,), jnp.float32)]
+    out_shapes = [jax.ShapeDtypeStruct((m, two_n), d_np), jax.ShapeDtypeStruct((m,), jnp.float32)]
+    if dbias_on:
+        zeros.append(jnp.zeros((num_experts, two_n), jnp.float32))
+        out_shapes.append(jax.ShapeDtypeStruct((num_experts, two_n), jnp.float32))
+    if m == 0:  # nothing to launch (an empty grid): the zeros are the answer
+        outs = zeros
+    else:
+        from cutlass.jax import TensorSpec, cutlass_call
+
+        from ..kernels.sm90 import jax_entry
+
+        cfg = Sm90CompileKey.of(problem, knobs).kernel_config()
+        act = problem.act
+        kw = jax_entry.static_kwargs(cfg, sm_count or _sm_count(), act.geglu_alpha, act.clamp_max,
+                                     act.clamp_min, act.linear_offset)
+        inputs = [a2, b, c2, offs, alpha, beta, prob1, *zeros]
+        first = len(inputs) - len(zeros)
+        spec = TensorSpec(ptr_assumed_align=jax_entry.BUFFER_ALIGN)
+        call = cutlass_call(
+            jax_entry.dglu_ffi_entry, output_shape_dtype=tuple(out_shapes),
+            input_output_aliases={first + i: i for i in range(len(zeros))},
+            input_spec=[spec] * len(inputs), output_spec=[spec] * len(out_shapes),
+            compile_options="--gpu-arch sm_90a", compile_key=jax_entry.COMPILE_KEY, **kw)
+        outs = list(call(*inputs))
+    dbias = outs[2].astype(jnp.bfloat16) if dbias_on else None  # the one rounding to bf16
+    return outs[0], outs[1], dbias
+
+
+def _jnp_dtype(td: torch.dtype):
+    import jax.numpy as jnp
+
+    return {torch.bfloat16: jnp.bfloat16, torch.float16: jnp.float16, torch.float32: jnp.float32}[td]

@@ -1,0 +1,88 @@
+"""The SM90 kernel as a ``cutlass.jax.cutlass_call`` target (an XLA FFI custom call).
+
+Owns the adapter between the CuTe DSL's JAX calling convention and the kernel's pointer entry
+(:meth:`GroupedDgluSm90.__call__`): ``cutlass_call`` hands a ``@cute.jit`` function XLA's
+stream and one ``cute.Tensor`` per FFI buffer (inputs, then the outputs that are not aliased
+to an input); this adapter takes each tensor's data pointer (its iterator), reads the runtime
+M and expert count from the tensors' dynamic shapes, and inlines the kernel's host entry with
+the same compile-time configuration the engine builds (``Sm90CompileKey.kernel_config()``).
+The kernel code is unchanged; nothing here knows about JAX arrays or policy.
+
+Buffer convention (``cudnn_ext.jax.ffi`` builds it; every output is aliased to a zeroed input,
+so the kernel accumulates into XLA-owned zero buffers and the call has no un-aliased outputs):
+
+    a (M, K) ab, b (L, N, K) ab, c (M, 2N), offs (L,) int32, alpha (L,) f32, beta (L,) f32,
+    prob (M,) f32, d_row (M, 2N) [zeros], dprob (M,) f32 [zeros], dbias_ws (L, 2N) f32 [zeros,
+    only with generate_dbias]
+
+Static keyword arguments (compile-time; part of cutlass_call's cache key): ``cfg`` (the
+:class:`Sm90KernelConfig`), ``sm_count`` (grid size of the persistent kernel: correctness does
+not depend on it) and the four activation constants (runtime kernel arguments, fixed per
+traced call here). Dense weights only: the discrete variant is not offered through this path.
+
+Importing this module imports the CuTe DSL (``launch`` sets ``CUTE_DSL_ARCH=sm_90a`` first).
+"""
+from __future__ import annotations
+
+from . import launch as _launch  # noqa: F401  (sets CUTE_DSL_ARCH before cutlass is imported)
+
+import cuda.bindings.driver as cuda  # noqa: E402
+
+import cutlass  # noqa: E402
+import cutlass.cute as cute  # noqa: E402
+from cutlass import Float32, Int32  # noqa: E402
+
+from .dglu_kernel import GroupedDgluSm90, Sm90KernelConfig  # noqa: E402
+
+#: Byte alignment the adapter assumes for every buffer's data pointer: XLA guarantees 16 for
+#: entry parameters (more for its own allocations); the kernel needs 16 for its TMA operands.
+BUFFER_ALIGN = 16
+
+#: Stable part of the cutlass_call compile key (bump when the adapter's code changes).
+COMPILE_KEY = "cudnn_ext.sm90.dglu_ffi.v1"
+
+
+@cute.jit
+def dglu_ffi_entry(
+    stream: cuda.CUstream,
+    a: cute.Tensor,
+    b: cute.Tensor,
+    c: cute.Tensor,
+    offs: cute.Tensor,
+    alpha: cute.Tensor,
+    beta: cute.Tensor,
+    prob: cute.Tensor,
+    d_row: cute.Tensor,
+    dprob: cute.Tensor,
+    *dbias_ws: cute.Tensor,
+    cfg: cutlass.Constexpr,
+    sm_count: cutlass.Constexpr,
+    geglu_alpha: cutlass.Constexpr,
+    clamp_max: cutlass.Constexpr,
+    clamp_min: cutlass.Constexpr,
+    linear_offset: cutlass.Constexpr,
+):
+    if cutlass.const_expr(cfg.discrete()):
+        raise ValueError("dglu_ffi_entry: dense weights only (the discrete variant is not offered here)")
+    if cutlass.const_expr(len(dbias_ws) != (1 if cfg.generate_dbias else 0)):
+        raise ValueError("dglu_ffi_entry: pass the fp32 dbias workspace exactly when generate_dbias")
+    kernel = GroupedDgluSm90(cfg)
+    m = Int32(c.shape[0])
+    num_experts = Int32(offs.shape[0])
+    dprob_ptr = dprob.iterator
+    # without dbias the kernel never touches the workspace pointer: pass dprob's (as the engine)
+    ws_ptr = dbias_ws[0].iterator if cutlass.const_expr(cfg.generate_dbias) else dprob_ptr
+    # the discrete-only pointer table / descriptor workspace: never read by the dense kernel
+    unused = cute.recast_ptr(a.iterator, dtype=cutlass.Int64)
+    kernel(a.iterator, b.iterator, c.iterator, d_row.iterator, offs.iterator, alpha.iterator,
+           beta.iterator, prob.iterator, dprob_ptr, ws_ptr, unused, unused,
+           m, num_experts, Int32(sm_count), Float32(geglu_alpha), Float32(clamp_max),
+           Float32(clamp_min), Float32(linear_offset), stream)
+
+
+def static_kwargs(cfg: Sm90KernelConfig, sm_count: int, geglu_alpha: float, clamp_max: float,
+                  clamp_min: float, linear_offset: float) -> dict:
+    """The compile-time keyword arguments of :func:`dglu_ffi_entry` (plain, hashable values)."""
+    return dict(cfg=cfg, sm_count=int(sm_count), geglu_alpha=float(geglu_alpha),
+                clamp_max=float(clamp_max), clamp_min=float(clamp_min),
+                linear_offset=float(linear_offset))

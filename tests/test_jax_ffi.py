@@ -1,0 +1,169 @@
+"""JAX: ``grouped_gemm_dglu_jax`` on CUDA is an XLA FFI custom call of the SM90 kernel.
+
+CPU tier (no GPU): ``jax.export`` for ``platforms=["cuda"]`` runs cutlass.jax's CUDA lowering
+on this machine, which compiles our kernel for sm_90a through ``cute.compile`` and embeds it
+in the custom call. We check the exported StableHLO: one ``CuteDSLRT_NvJaxCutlassCall`` custom
+call with the expected operand/result shapes, the three zero-buffer aliases, an sm_90 cubin
+inside, the fp32 -> bf16 dbias rounding after it, and no host callback. We also check which
+traced calls take the FFI branch at all (dense, supported by the SM90 engine) and that the CPU
+lowering of the same program is the host callback. What runs on a GPU is the ``gpu`` test
+(compared with the float64 oracle), not run yet.
+
+Env: ``CUTE_DSL_ARCH=sm_90a`` must be set before cutlass is imported (as tests/test_sm90_compile.py
+gets it through ``cudnn_ext.kernels.sm90.launch``); ``cute.compile`` is not thread-safe, and
+these tests compile in the same process as the sm90 compile tests, one at a time.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import struct
+
+os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")  # before anything imports cutlass
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+jax = pytest.importorskip("jax")
+jnp = pytest.importorskip("jax.numpy")
+
+from cudnn_ext.jax import grouped_gemm_dglu_jax, grouped_gemm_dglu_jax_sm100  # noqa: E402
+
+needs_dsl = pytest.mark.skipif(importlib.util.find_spec("cutlass") is None,
+                               reason="nvidia-cutlass-dsl is not installed")
+
+L, N, K, M = 3, 64, 40, 1024
+OFFS = (256, 256, 768)  # an empty expert; rows 768.. belong to no expert
+TARGET = re.compile(r"stablehlo\.custom_call @(CuteDSLRT_NvJaxCutlassCall\w*)\(")
+SDS = jax.ShapeDtypeStruct
+
+
+def _avals(c_dtype=jnp.bfloat16, n=N, k=K, m=M):
+    return (SDS((m, k, 1), jnp.bfloat16), SDS((m, 2 * n, 1), c_dtype), SDS((L,), jnp.int32),
+            SDS((L,), jnp.float32), SDS((L,), jnp.float32), SDS((m, 1, 1), jnp.float32),
+            SDS((L, n, k), jnp.bfloat16))
+
+
+def _fn(**kw):
+    def f(a, c, offs, alpha, beta, prob, b):
+        return grouped_gemm_dglu_jax(a, c, offs, alpha, beta, prob_tensor=prob, b_tensor=b, **kw)
+    return f
+
+
+def _uses_ffi(f, avals) -> bool:
+    return "cutlass_call_inner" in str(jax.make_jaxpr(f)(*avals))
+
+
+@needs_dsl
+def test_ffi_branch_only_where_the_sm90_kernel_applies(monkeypatch):
+    assert _uses_ffi(_fn(generate_dbias=True), _avals())
+    assert _uses_ffi(_fn(act_func="dgeglu", d_dtype=jnp.float32), _avals(jnp.float32))
+    assert not _uses_ffi(_fn(), _avals(n=48))  # SM90 declines: N % 32 != 0 -> host callback
+    assert not _uses_ffi(_fn(), _avals(m=1000))  # contract: M % 256 -> host callback reports it
+    monkeypatch.setenv("CUDNN_EXT_JAX_FFI", "0")
+    assert not _uses_ffi(_fn(), _avals())
+
+
+@needs_dsl
+def test_discrete_weights_stay_on_the_host_callback():
+    def f(a, c, offs, alpha, beta, prob, ptrs):
+        return grouped_gemm_dglu_jax(a, c, offs, alpha, beta, ptrs, n=N, prob_tensor=prob)
+    avals = _avals()[:6] + (SDS((8 * L,), jnp.uint8),)
+    assert not _uses_ffi(f, avals)
+
+
+@needs_dsl
+def test_cpu_lowering_is_the_host_callback():
+    """The same program lowered for CPU: no cutlass custom call (the CUDA branch is dropped)."""
+    text = jax.jit(_fn(generate_dbias=True)).lower(*_avals()).as_text()
+    assert not TARGET.search(text) and "callback" in text
+
+
+def _cubin_archs(module: bytes):
+    """SM versions of the CUDA ELF images embedded in the host object ``module``."""
+    out, i = [], module.find(b"\x7fELF", 1)
+    while i > 0:
+        if struct.unpack_from("<H", module, i + 18)[0] == 190:  # EM_CUDA
+            out.append((struct.unpack_from("<I", module, i + 48)[0] >> 8) & 0xFF)
+        i = module.find(b"\x7fELF", i + 1)
+    return out
+
+
+_EXPORTS = [("dswiglu", True, jnp.bfloat16, jnp.bfloat16), ("dgeglu", False, jnp.float32, jnp.float16)]
+
+
+@needs_dsl
+@pytest.mark.parametrize("act_func,dbias,c_dtype,d_dtype", _EXPORTS,
+                         ids=[f"{a}-dbias{int(d)}" for a, d, _, _ in _EXPORTS])
+def test_export_for_cuda_lowers_the_ffi_custom_call(act_func, dbias, c_dtype, d_dtype):
+    from cutlass.jax import get_export_disabled_safety_checks
+    from cutlass.jax import compile as cj_compile
+
+    f = jax.jit(_fn(act_func=act_func, generate_dbias=dbias, d_dtype=d_dtype))
+    exp = jax.export.export(f, platforms=["cuda"],
+                            disabled_checks=get_export_disabled_safety_checks())(*_avals(c_dtype))
+    text = exp.mlir_module()
+    targets = TARGET.findall(text)
+    assert targets == [f"CuteDSLRT_NvJaxCutlassCall_v{2 if jax.version.__version_info__ >= (0, 9, 1) else 1}"]
+    assert "callback" not in text  # no host round trip on CUDA
+    call = next(ln for ln in text.splitlines() if TARGET.search(ln))
+    d_t, c_t = {jnp.bfloat16: "bf16", jnp.float16: "f16", jnp.float32: "f32"}[d_dtype], \
+        {jnp.bfloat16: "bf16", jnp.float32: "f32"}[c_dtype]
+    ins = [f"{M}x{K}xbf16", f"{L}x{N}x{K}xbf16", f"{M}x{2 * N}x{c_t}", f"{L}xi32", f"{L}xf32", f"{L}xf32",
+           f"{M}xf32", f"{M}x{2 * N}x{d_t}", f"{M}xf32"] + ([f"{L}x{2 * N}xf32"] if dbias else [])
+    outs = ins[7:]
+    sig = ": (" + ", ".join(f"tensor<{t}>" for t in ins) + ") -> (" + ", ".join(f"tensor<{t}>" for t in outs) + ")"
+    assert sig in call, call[-600:]
+    aliases = re.findall(r"output_tuple_indices = \[(\d+)\], operand_index = (\d+)", call)
+    assert sorted((int(o), int(i)) for o, i in aliases) == [(j, 7 + j) for j in range(len(outs))]
+    if dbias:  # the one rounding of the fp32 workspace, after the call
+        assert re.search(rf"stablehlo\.convert %\S+ : \(tensor<{L}x{2 * N}xf32>\) -> tensor<{L}x{2 * N}xbf16>", text)
+    assert [tuple(a.shape) for a in exp.out_avals] == [(M, 2 * N, 1), (M, 1, 1)] + ([(L, 2 * N, 1)] if dbias else [])
+    # the module in the backend config is the host object with our kernel's cubin, for sm_90
+    mods = [r.module for r in cj_compile._CUTLASS_COMPILE_CACHE.values()]
+    assert mods and all(90 in _cubin_archs(mod) for mod in mods)
+
+
+def _rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
+    x, ref = x.double(), ref.double()
+    den = ref.norm().item() or 1.0
+    peak = ref.abs().max().item() or 1.0
+    return max((x - ref).norm().item() / den, (x - ref).abs().max().item() / peak / 4)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("act_func", ["dswiglu", "dgeglu"])
+def test_ffi_on_gpu_matches_the_float64_oracle(act_func):
+    """Not run yet (needs JAX with CUDA on an H100/H200): the FFI path under jax.jit."""
+    if jax.default_backend() != "gpu" or importlib.util.find_spec("cutlass") is None:
+        pytest.skip("needs JAX's CUDA backend and the CuTe DSL")
+    from oracle import oracle
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((M, K)).astype(np.float32)
+    c = (3 * rng.standard_normal((M, 2 * N))).astype(np.float32)
+    b = rng.standard_normal((L, N, K)).astype(np.float32) / np.sqrt(K)
+    alpha, beta = (rng.random(L) + 0.5).astype(np.float32), (rng.random(L) + 0.5).astype(np.float32)
+    prob = rng.random(M).astype(np.float32)
+    j = dict(a=jnp.asarray(a, jnp.bfloat16).reshape(M, K, 1), c=jnp.asarray(c, jnp.bfloat16).reshape(M, 2 * N, 1),
+             b=jnp.asarray(b, jnp.bfloat16), offs=jnp.array(OFFS, jnp.int32), alpha=jnp.asarray(alpha),
+             beta=jnp.asarray(beta), prob=jnp.asarray(prob).reshape(M, 1, 1))
+    f = jax.jit(_fn(act_func=act_func, generate_dbias=True))
+    assert "CuteDSLRT_NvJaxCutlassCall" in f.lower(j["a"], j["c"], j["offs"], j["alpha"], j["beta"], j["prob"],
+                                                   j["b"]).as_text()
+    d_row, dprob, dbias = jax.block_until_ready(
+        f(j["a"], j["c"], j["offs"], j["alpha"], j["beta"], j["prob"], j["b"]))
+    assert grouped_gemm_dglu_jax_sm100 is grouped_gemm_dglu_jax
+    t = {k: torch.from_numpy(np.asarray(v, dtype=np.float32)) for k, v in j.items()}
+    ref = oracle(t["a"].view(M, K), list(t["b"]), t["c"].view(M, 2 * N), OFFS, t["alpha"], t["beta"],
+                 t["prob"].view(M), act_func=act_func)
+    rows = OFFS[-1]
+    d = torch.from_numpy(np.asarray(d_row, dtype=np.float32)).view(M, 2 * N)
+    assert _rel_err(d[:rows], ref["d"][:rows]) < 1.5e-2
+    assert (d[rows:] == 0).all()  # rows past the last offset: the aliased zeros
+    dp = torch.from_numpy(np.asarray(dprob)).view(M)
+    assert _rel_err(dp, ref["dprob"]) < 2e-3 and (dp[rows:] == 0).all()
+    db = torch.from_numpy(np.asarray(dbias, dtype=np.float32)).view(L, 2 * N)
+    assert _rel_err(db, ref["dbias"]) < 1.5e-2 and (db[1] == 0).all()  # expert 1 is empty
