@@ -6,10 +6,10 @@ back around the vendor-compatible wrapper; ``jit`` exposes ``grouped_gemm_dglu_j
 this package (nor jax); importing this package imports jax.
 
 What runs where (see docs/jax.md): the eager wrapper runs whatever engine the plan picks for
-the arrays' device (the GPU kernel on a GPU); the jitted entry point is a ``jax.pure_callback``
-that runs the reference engine on the host (CPU arrays; on a GPU backend the inputs round-trip
-through host memory). The XLA FFI custom call that launches the GPU kernel on XLA's stream
-is not built yet.
+the arrays' device (the GPU kernel on a GPU); the jitted entry point lowers, on CUDA, to an XLA FFI custom call of
+the SM90 kernel (``ffi``, through ``cutlass.jax``; dense weights the SM90 engine supports) and
+otherwise to a ``jax.pure_callback`` that runs the reference engine on the host. The CUDA
+lowering is verified on a CPU (``jax.export``); it has not run on a GPU yet.
 """
 from .eager import expert_pointers, to_torch, wrapper_from_jax
 from .jit import grouped_gemm_dglu_jax, grouped_gemm_dglu_jax_sm100

@@ -5,13 +5,14 @@ Owns the traced-call contract: static validation of shapes and dtypes at trace t
 runs the operation. The computation is ``cudnn_ext.torch._core.run`` (contract + built plan),
 the same functional path as the torch custom op, on host copies of the operands.
 
-Today this is a ``jax.pure_callback``: XLA calls back into Python with host numpy arrays, the
-reference engine (CPU) computes, and the results come back as fresh XLA buffers. That makes it
-correct and jit/vmap-safe on the CPU backend; on a GPU backend it works for dense weights but
-pays device->host->device copies and runs on the host. Discrete ``b_ptrs`` are read on the
-host, so under a GPU backend they would be device addresses: refused there. The XLA FFI custom
-call (launch the GPU engine on XLA's stream with output buffers zero-initialized by aliasing
-``jnp.zeros`` inputs, as the vendor does) is not built yet; see docs/jax.md.
+On CUDA, for dense weights that the SM90 engine supports, the call lowers to an XLA FFI
+custom call of the Hopper kernel (``ffi.dglu_ffi``: ``cutlass.jax.cutlass_call`` with
+zero-initialized ``jnp.zeros`` inputs aliased to the outputs), chosen per platform with
+``jax.lax.platform_dependent``. Everywhere else it is a ``jax.pure_callback``: XLA calls back
+into Python with host numpy arrays, the reference engine (CPU) computes, and the results come
+back as fresh XLA buffers (on a GPU backend: device->host->device copies). Discrete ``b_ptrs``
+are read on the host, so under a GPU backend they would be device addresses: refused there.
+The CUDA lowering is verified on a CPU only (tests/test_jax_ffi.py); see docs/jax.md.
 """
 from __future__ import annotations
 
@@ -68,12 +69,12 @@ def grouped_gemm_dglu_jax(
     ``prob_tensor`` (M[, 1, 1]) fp32; weights either ``b_ptrs`` (L,) int64 or (8L,) packed uint8
     per-expert addresses of (N, K) bf16 matrices with ``n`` (discrete, as the vendor's), or
     ``b_tensor`` (L, N, K) bf16 (dense). Kernel-shape knobs (tiler, cluster, vector_f32,
-    dynamic scheduling) are accepted for vendor compatibility; the host engine ignores them.
+    dynamic scheduling) are accepted for vendor compatibility and ignored.
 
     Returns ``(d_row (M, 2N, 1), dprob (M, 1, 1) fp32, dbias (L, 2N, 1) bf16 or None)``: new
     arrays, zero-initialized then accumulated (rows at/past ``padded_offsets[-1]`` are zero).
     Under tracing the offsets' *values* are not validated at trace time (the host engine
-    rejects bad values when it runs), and the weights behind ``b_ptrs`` must stay alive and
+    rejects bad values when it runs; the CUDA FFI path trusts them), and the weights behind ``b_ptrs`` must stay alive and
     unmoved across every execution of the traced computation.
     """
     import jax
@@ -110,8 +111,8 @@ def grouped_gemm_dglu_jax(
             raise ValueError(f"n: discrete weights (b_ptrs) require an int n, got {n!r}")
         if jax.default_backend() != "cpu":
             raise NotImplementedError(
-                "b_ptrs under grouped_gemm_dglu_jax: the host callback would read device addresses; the XLA FFI "
-                "custom call that runs the GPU kernel is not built yet (docs/jax.md). Use b_tensor, or the eager "
+                "b_ptrs under grouped_gemm_dglu_jax: the host callback would read device addresses, and the XLA FFI "
+                "custom call covers dense weights only (the SM90 discrete variant is not yet verified; docs/jax.md). Use b_tensor, or the eager "
                 "wrapper with JAX arrays.")
         name = np.dtype(b_ptrs.dtype).name
         if name == "uint8" and len(b_ptrs.shape) == 1 and b_ptrs.shape[0] % 8 == 0:
@@ -176,8 +177,30 @@ def grouped_gemm_dglu_jax(
             return outs + ((dbias.reshape(num_experts, two_n, 1),) if generate_dbias else ())
 
         # lowered per platform: the XLA FFI custom call on CUDA, the host callback elsewhere
-        res = jax.lax.platform_dependent(*operands, cuda=on_cuda, default=callback)
+        res = jax.lax.platform_dependent(*operands, cuda=_sequential_vmap(on_cuda), default=callback)
     return res[0], res[1], (res[2] if generate_dbias else None)
+
+
+def _sequential_vmap(fn):
+    """``fn`` under ``vmap`` runs once per batch element (``lax.map``), like the host callback's
+    ``vmap_method="sequential"``: cutlass_call has no batching rule, and ``platform_dependent``
+    batches every branch, the CPU lowering included."""
+    import jax
+
+    wrapped = jax.custom_batching.custom_vmap(fn)
+
+    @wrapped.def_vmap
+    def _rule(axis_size, in_batched, *args):
+        batched = [x for x, b in zip(args, in_batched) if b]
+
+        def one(xs):
+            it = iter(xs)
+            return fn(*[next(it) if b else x for x, b in zip(args, in_batched)])
+
+        out = jax.lax.map(one, batched)
+        return out, jax.tree.map(lambda _: True, out)
+
+    return wrapped
 
 
 def _ffi_problem(dense, m, k, c_tensor, b_tensor, num_experts, d_td, act, generate_dbias):
