@@ -42,6 +42,15 @@ def ffi_available() -> Optional[str]:
 
     if not cutlass.jax.is_available():
         return "cutlass.jax is not available with this JAX"
+    import jax
+
+    try:
+        devs = jax.devices("cuda")
+    except RuntimeError:
+        devs = []  # no GPU visible (e.g. exporting for CUDA from a CPU host): the sm_90a kernel
+    cc = getattr(devs[0], "compute_capability", None) if devs else None
+    if cc is not None and str(cc) != "9.0":
+        return f"the FFI kernel is built for sm_90a (Hopper); this GPU has compute capability {cc}"
     return None
 
 
