@@ -34,6 +34,11 @@ from cudnn_ext.jax import grouped_gemm_dglu_jax, grouped_gemm_dglu_jax_sm100  # 
 needs_dsl = pytest.mark.skipif(importlib.util.find_spec("cutlass") is None,
                                reason="nvidia-cutlass-dsl is not installed")
 
+
+@pytest.fixture(autouse=True)
+def _opt_in(monkeypatch):
+    monkeypatch.setenv("CUDNN_EXT_JAX_FFI", "1")  # the FFI path is opt-in until it has run on a GPU
+
 L, N, K, M = 3, 64, 40, 1024
 OFFS = (256, 256, 768)  # an empty expert; rows 768.. belong to no expert
 TARGET = re.compile(r"stablehlo\.custom_call @(CuteDSLRT_NvJaxCutlassCall\w*)\(")
@@ -62,7 +67,7 @@ def test_ffi_branch_only_where_the_sm90_kernel_applies(monkeypatch):
     assert _uses_ffi(_fn(act_func="dgeglu", d_dtype=jnp.float32), _avals(jnp.float32))
     assert not _uses_ffi(_fn(), _avals(n=48))  # SM90 declines: N % 32 != 0 -> host callback
     assert not _uses_ffi(_fn(), _avals(m=1000))  # contract: M % 256 -> host callback reports it
-    monkeypatch.setenv("CUDNN_EXT_JAX_FFI", "0")
+    monkeypatch.delenv("CUDNN_EXT_JAX_FFI")  # opt-in until verified on a GPU
     assert not _uses_ffi(_fn(), _avals())
 
 
