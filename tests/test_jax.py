@@ -147,3 +147,39 @@ def test_docs_jax_examples_run():
     scope = {}
     for block in re.findall(r"```python\n(.*?)```", text, re.S):
         exec(compile(block, "docs/jax.md", "exec"), scope)  # later blocks use earlier names
+
+
+def test_class_api_accepts_jax_samples_and_arrays():
+    """The vendor's class API takes JAX arrays (BF16): samples, then execute writes D, dprob and
+    dbias in place through their DLPack views; results equal the torch class API's."""
+    import jax.numpy as jnp
+
+    import cudnn_ext
+
+    L, N, K, M = 2, 32, 64, 512
+    g = torch.Generator().manual_seed(7)
+    a = torch.randn(M, K, generator=g).to(torch.bfloat16)
+    w = (torch.randn(L, N, K, generator=g) * 0.1).to(torch.bfloat16)
+    c = torch.randn(M, 2 * N, generator=g).to(torch.bfloat16)
+    offs = torch.tensor([256, 512], dtype=torch.int32)
+    alpha, beta, prob = torch.rand(L, generator=g) + 0.5, torch.rand(L, generator=g) + 0.5, torch.rand(M, generator=g)
+
+    def run(x, b, d_row, dprob, dbias):
+        op = cudnn_ext.GroupedGemmDglu(
+            sample_a=x(a), sample_c=x(c), sample_d_row=d_row, sample_d_col=None, sample_sfa=None,
+            sample_padded_offsets=x(offs), sample_alpha=x(alpha), sample_beta=x(beta), sample_prob=x(prob),
+            sample_dprob=dprob, sample_dbias=dbias, sample_b=b)
+        op.execute(a_tensor=x(a), c_tensor=x(c), d_row_tensor=d_row, d_col_tensor=None, sfa_tensor=None,
+                   padded_offsets=x(offs), alpha_tensor=x(alpha), beta_tensor=x(beta), prob_tensor=x(prob),
+                   dprob_tensor=dprob, dbias_tensor=dbias, b_tensor=b)
+        return d_row, dprob, dbias
+
+    def to_jax(t):
+        return jnp.asarray(t.float().numpy()).astype(jnp.bfloat16) if t.dtype == torch.bfloat16 else jnp.asarray(t.numpy())
+
+    want = run(lambda t: t, w.permute(1, 2, 0), torch.empty(M, 2 * N, dtype=torch.bfloat16), torch.zeros(M),
+               torch.zeros(L, 2 * N, dtype=torch.bfloat16))
+    got = run(to_jax, to_jax(w), jnp.zeros((M, 2 * N), jnp.bfloat16), jnp.zeros((M,), jnp.float32),
+              jnp.zeros((L, 2 * N), jnp.bfloat16))
+    for x, y in zip(got, want):
+        assert torch.equal(torch.from_dlpack(x).float(), y.float())

@@ -54,6 +54,11 @@ class GroupedGemmDglu:
             dprob=sample_dprob, b=sample_b, sfb=sample_sfb, dbias=sample_dbias, sfd_row=sample_sfd_row,
             sfd_col=sample_sfd_col, amax=sample_amax, norm_const=sample_norm_const, activation=sample_activation,
         )
+        if _has_jax(vars(self._samples).values()):  # JAX samples (BF16): zero-copy torch views
+            from ..jax.eager import as_torch_dtype, torch_args
+
+            self._samples = contract.Operands(**torch_args(vars(self._samples), weights="b"))
+            b_dtype = as_torch_dtype(b_dtype)
         self._discrete = dict(num_experts=num_experts, b_shape=b_shape, b_dtype=b_dtype)
         self._engine = engine
         self._problem: Optional[DgluProblem] = None
@@ -161,7 +166,8 @@ class GroupedGemmDglu:
         """Run on the given tensors; outputs are written in place (dprob/dbias accumulate)."""
         self.compile()
         problem = self._problem
-        contract.require_tensor("d_row_tensor", d_row_tensor)
+        if d_row_tensor is None:  # types are checked with every other slot below
+            raise ValueError("d_row_tensor: a tensor is required, got None (the class API never allocates D)")
         if problem.weight_mode == "dense" and b_ptrs is not None:
             raise ValueError("b_ptrs: the object was compiled for dense weights (sample_b); pass b_tensor")
         if problem.weight_mode == "discrete" and b_tensor is not None:
@@ -178,6 +184,10 @@ class GroupedGemmDglu:
             sfd_row=sfd_row_tensor, sfd_col=sfd_col_tensor, amax=amax_tensor, norm_const=norm_const_tensor,
             activation=activation_tensor,
         )
+        if _has_jax(vars(ops).values()):  # JAX arrays: outputs are written in place through their views
+            from ..jax.eager import torch_args
+
+            ops = contract.Operands(**torch_args(vars(ops), weights="b", outputs=("d_row", "dprob", "dbias")))
         key = hot_path.call_key(tuple(vars(ops).values()), ())
         views = self._hot.get(key) if key is not None else None
         if views is not None:  # metadata validated before by this object: rebuild the views only
@@ -217,6 +227,11 @@ class GroupedGemmDglu:
 
     def __call__(self, *args, **kwargs):
         return self.execute(*args, **kwargs)
+
+
+def _has_jax(values) -> bool:
+    # by module name, so that a torch-only caller never imports jax
+    return any(type(v).__module__.split(".")[0] in ("jax", "jaxlib") for v in values if v is not None)
 
 
 __all__ = ["GroupedGemmDglu", "NoEngineError"]

@@ -92,6 +92,38 @@ def expert_pointers(weights: Sequence[Any]):
     return jax.device_put(jnp.asarray(ptrs), next(iter(weights[0].devices())))
 
 
+def torch_args(kwargs: Dict[str, Any], *, outputs=(), weights="b_tensor") -> Dict[str, Any]:
+    """The keyword arguments with every JAX array replaced by its zero-copy torch view.
+
+    Dense weights (``weights``) come in JAX's (L, N, K) form and become the vendor's (N, K, L)
+    view; a JAX pointer table becomes int64; dtypes become torch dtypes. ``outputs`` name the
+    arrays written in place: their views must share the JAX buffer (not be copies).
+    """
+    kw = dict(kwargs)
+    for name, v in kw.items():
+        if name in (weights, "b_ptrs", "current_stream"):
+            continue
+        if v is not None and is_jax_array(v):
+            kw[name] = to_torch(v)
+    b = kw.get(weights)
+    if b is not None and is_jax_array(b):
+        if b.ndim != 3:
+            raise ValueError(f"{weights}: with JAX arrays dense weights are (L, N, K) row-major (JAX has no strides; "
+                             f"the vendor's (N, K, L) K-major layout is its permutation), got shape {tuple(b.shape)}")
+        kw[weights] = to_torch(b).permute(1, 2, 0)
+    if kw.get("b_ptrs") is not None and is_jax_array(kw["b_ptrs"]):
+        kw["b_ptrs"] = pointer_table(kw["b_ptrs"])
+    for name in ("b_dtype", "d_dtype"):
+        if name in kw:
+            kw[name] = as_torch_dtype(kw[name])
+    for name in outputs:
+        src, view = kwargs.get(name), kw.get(name)
+        if is_jax_array(src) and view.numel() and view.data_ptr() != src.unsafe_buffer_pointer():
+            raise ValueError(f"{name}: its DLPack view is a copy, so it cannot be written in place; pass a fresh "
+                             "jnp array of the declared shape")
+    return kw
+
+
 def wrapper_from_jax(wrapper, kwargs: Dict[str, Any]):
     """Run ``wrapper`` (the torch wrapper) on a call whose tensors are JAX arrays."""
     kw = dict(kwargs)
@@ -103,26 +135,8 @@ def wrapper_from_jax(wrapper, kwargs: Dict[str, Any]):
         raise ValueError(_BLOCK_SCALED_ERROR)
     if kw.get("activation_tensor") is not None:
         raise ValueError("activation_tensor: not supported with JAX arrays (torch tensors only, as in the vendor API)")
-    for name, v in kw.items():
-        if name in ("b_tensor", "b_ptrs", "current_stream"):
-            continue
-        if v is not None and is_jax_array(v):
-            kw[name] = to_torch(v)
-    b = kw.get("b_tensor")
-    if b is not None:
-        if b.ndim != 3:
-            raise ValueError(f"b_tensor: with JAX arrays dense weights are (L, N, K) row-major (JAX has no strides; "
-                             f"the vendor's (N, K, L) K-major layout is its permutation), got shape {tuple(b.shape)}")
-        kw["b_tensor"] = to_torch(b).permute(1, 2, 0)
-    if kw.get("b_ptrs") is not None:
-        kw["b_ptrs"] = pointer_table(kw["b_ptrs"])
-    kw["b_dtype"] = as_torch_dtype(kw.get("b_dtype"))
-    kw["d_dtype"] = as_torch_dtype(kw.get("d_dtype"))
+    kw = torch_args(kw, outputs=("dprob_tensor",))
     dprob_jax = kwargs["dprob_tensor"]
-    dprob_t = kw["dprob_tensor"]
-    if is_jax_array(dprob_jax) and dprob_t.data_ptr() != dprob_jax.unsafe_buffer_pointer():
-        raise ValueError("dprob_tensor: its DLPack view is a copy, so it cannot be accumulated in place; "
-                         "pass a fresh jnp.zeros((M, 1, 1), jnp.float32)")
     out = wrapper(**kw)
     result = {}
     for key, v in out.items():
