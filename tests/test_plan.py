@@ -226,14 +226,20 @@ def test_plan_workspace_is_checked_and_passed_to_the_engine(fake):
         g.execute(pack, torch.empty(100, dtype=torch.uint8))
     with pytest.raises(TypeError, match="workspace: dtype must be uint8"):
         g.execute(pack, torch.empty(2048, dtype=torch.float32))
-    alias = torch.empty(4096, dtype=torch.uint8)
+    alias = _aligned_bytes(4096)
     overlapping = dict(pack)
     overlapping[descs["dprob"]] = alias[:M * 4].view(torch.float32).zero_()
     with pytest.raises(ValueError, match="workspace: must not overlap dprob"):
         g.execute(overlapping, alias)
-    ws = torch.empty(need, dtype=torch.uint8)
+    ws = _aligned_bytes(need)
     g.execute(pack, ws)
     assert eng.calls[-1][1] is ws
+
+
+def _aligned_bytes(n):
+    """A 128-byte aligned uint8 buffer (the workspace rule; CPU allocations are only 64-B aligned)."""
+    raw = torch.empty(n + 128, dtype=torch.uint8)
+    return raw[(-raw.data_ptr()) % 128:][:n]
 
 
 # ----------------------------------------------------------------------------- variant pack

@@ -192,37 +192,6 @@ def dbias_view(ops, num_experts: int, two_n: int, generate_dbias: Optional[bool]
     return db
 
 
-def _byte_span(t: torch.Tensor):
-    if t.numel() == 0:
-        return None
-    extent = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride())) + 1
-    return t.data_ptr(), t.data_ptr() + extent * t.element_size()
-
-
-def check_workspace(ws, need: int, device: torch.device, pack: Dict[str, Any]) -> None:
-    """A caller's workspace: 1-D contiguous uint8 on the operands' device, >= ``need`` bytes,
-    128-byte aligned, overlapping no operand (vendor_facts 3.4)."""
-    if not isinstance(ws, torch.Tensor):
-        raise TypeError(f"workspace: expected a torch.Tensor, got {type(ws).__name__}")
-    check_dtype("workspace", ws, (torch.uint8,))
-    if ws.dim() != 1 or not ws.is_contiguous():
-        raise ValueError(f"workspace: must be a 1-D contiguous uint8 buffer, got shape {tuple(ws.shape)} "
-                         f"stride {tuple(ws.stride())}")
-    if ws.numel() < need:
-        raise ValueError(f"workspace: needs at least {need} bytes, got {ws.numel()}")
-    if ws.device != device:
-        raise ValueError(f"workspace: must be on {device}, got {ws.device}")
-    if need == 0:
-        return
-    check_aligned("workspace", ws, 128)
-    lo, hi = ws.data_ptr(), ws.data_ptr() + need
-    for slot, t in pack.items():
-        span = _byte_span(t) if isinstance(t, torch.Tensor) else None
-        if span and span[0] < hi and lo < span[1]:
-            raise ValueError(f"workspace: must not overlap {ARG_NAMES.get(slot, slot)} (bytes [0x{span[0]:x}, "
-                             f"0x{span[1]:x}) vs workspace [0x{lo:x}, 0x{hi:x}))")
-
-
 def check_choice(name: str, v, choices) -> None:
     if v not in choices:
         raise ValueError(f"{name}: must be one of {list(choices)}, got {v!r}")

@@ -16,6 +16,7 @@ import torch
 
 from ..errors import NoEngineError
 from ..plan import ExecutionPlan
+from ..plan.workspace import check_workspace
 from ..problem import DgluProblem
 from . import contract, hot_path
 from .streams import as_torch_stream, on_stream
@@ -218,7 +219,8 @@ class GroupedGemmDglu:
                 with on_stream(stream):
                     workspace = self._workspace[slot] = torch.empty(need, dtype=torch.uint8, device=device)
         elif workspace is not None:
-            contract.check_workspace(workspace, need, device, pack)
+            check_workspace(workspace, self._plan.layout, device,
+                            {contract.ARG_NAMES.get(s, s): t for s, t in pack.items()})
         if views is not None:  # bound before: run the graph's plan directly
             with on_stream(stream):
                 self._plan.execute(pack, workspace, stream)

@@ -93,9 +93,10 @@ def _byte_range(t: torch.Tensor) -> Optional[Tuple[int, int]]:
 
 def check_workspace(workspace: Optional[torch.Tensor], layout: WorkspaceLayout, device: torch.device,
                     operands: Mapping[str, Optional[torch.Tensor]] = ()) -> None:
-    """The caller's workspace against the plan: None only if the plan needs none; else a
-    contiguous uint8 tensor of >= ``layout.size`` bytes on ``device``, 128-B aligned on a GPU,
-    overlapping no operand (each check reads metadata only)."""
+    """The caller's workspace against the plan: None only if the plan needs none; else a 1-D
+    contiguous uint8 tensor of >= ``layout.size`` bytes on ``device``, 128-B aligned (the
+    vendor's rule, vendor_facts 3.4), overlapping no operand (each check reads metadata only).
+    The one workspace check: the graph's execute and the class API both call it."""
     need = layout.size
     if workspace is None:
         if need:
@@ -110,11 +111,12 @@ def check_workspace(workspace: Optional[torch.Tensor], layout: WorkspaceLayout, 
         raise ValueError(f"workspace: needs at least {need} bytes ({layout.describe()}), got {workspace.numel()}")
     if need == 0:
         return
-    if not workspace.is_contiguous():
-        raise ValueError(f"workspace: must be contiguous, got stride {tuple(workspace.stride())}")
+    if workspace.dim() != 1 or not workspace.is_contiguous():
+        raise ValueError(f"workspace: must be a 1-D contiguous uint8 buffer, got shape {tuple(workspace.shape)} "
+                         f"stride {tuple(workspace.stride())}")
     if workspace.device != device:
         raise ValueError(f"workspace: must be on {device}, got {workspace.device}")
-    if device.type == "cuda" and workspace.data_ptr() % BASE_ALIGN:
+    if workspace.data_ptr() % BASE_ALIGN:
         raise ValueError(f"workspace: data pointer must be {BASE_ALIGN}-byte aligned, got 0x{workspace.data_ptr():x}")
     w0, w1 = workspace.data_ptr(), workspace.data_ptr() + need
     for name, t in dict(operands).items():
