@@ -2,8 +2,8 @@
 
 Owns the one helper every framework binding runs (the torch custom op and the JAX callback):
 validate a call's *metadata* once through ``cudnn_ext.api.contract.normalize``, get its plan
-from the call's graph (``cudnn_ext.graph.from_call.graph_for_call``), then, on every later call with the same metadata, allocate
-fresh zero-initialized outputs and execute the plan. It owns no math, no engine choice and no
+from the call's graph (``graph.from_call.graph_for_call``), then, on every later call with the
+same metadata, allocate fresh zero-initialized outputs and execute the plan. It owns no math, no engine choice and no
 user-facing argument names (those belong to ``api`` and to the bindings).
 
 Hot path with a built plan (``run``): one dict lookup keyed on dtypes, shapes and strides, a
@@ -15,6 +15,7 @@ must not).
 from __future__ import annotations
 
 import threading
+import dataclasses
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
@@ -29,15 +30,9 @@ from ..problem import DgluProblem
 _MEMO_MAX = 1024
 
 
-@dataclass(frozen=True)
-class ActArgs:
-    """The activation configuration of a call, as the vendor wrapper names it."""
-
-    act_func: str = "dswiglu"
-    linear_offset: Optional[float] = None
-    geglu_alpha: float = 1.702
-    glu_clamp_max: float = 7.0
-    glu_clamp_min: float = -7.0
+#: The activation configuration of a call: the contract's own (hashable, frozen) scalar config,
+#: whose leading fields are act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min.
+ActArgs = contract.CallConfig
 
 
 @dataclass
@@ -62,8 +57,7 @@ def _entry(key, a, c, b, b_ptrs, n, b_major, offsets, alpha, beta, prob, act: Ac
     e = _memo.get(key)
     if e is not None:
         return e
-    cfg = contract.CallConfig(act_func=act.act_func, linear_offset=act.linear_offset, geglu_alpha=act.geglu_alpha,
-                              glu_clamp_max=act.glu_clamp_max, glu_clamp_min=act.glu_clamp_min, b_major=b_major)
+    cfg = dataclasses.replace(act, b_major=b_major)
     m = c.shape[0]
     # a stand-in zeroed dprob of the contract's shape: only its metadata is validated
     ops = contract.Operands(a=a, c=c, padded_offsets=offsets, alpha=alpha, beta=beta, prob=prob,
