@@ -29,7 +29,8 @@ class _Unhashable(Exception):
     pass
 
 
-def _meta(t):
+def tensor_meta(t):
+    """What validation depends on in a tensor: (dtype, shape, strides, device index); None stays None."""
     if t is None:
         return None
     if not isinstance(t, torch.Tensor):
@@ -40,7 +41,7 @@ def _meta(t):
 def call_key(tensors: Tuple, scalars: Tuple) -> Optional[tuple]:
     """The memo key of a call, or None when some argument cannot be keyed."""
     try:
-        key = (tuple(_meta(t) for t in tensors), scalars, tuple(type(s) for s in scalars))
+        key = (tuple(tensor_meta(t) for t in tensors), scalars, tuple(type(s) for s in scalars))
         hash(key)
         return key
     except (_Unhashable, TypeError):

@@ -22,6 +22,7 @@ from typing import Dict, Optional, Tuple
 import torch
 
 from ..api import contract
+from ..api.hot_path import tensor_meta as _meta
 from ..graph.from_call import graph_for_call
 from ..plan import ExecutionPlan
 from ..problem import DgluProblem
@@ -44,12 +45,6 @@ class _Entry:
 
 _memo: Dict[Tuple, _Entry] = {}
 _lock = threading.Lock()
-
-
-def _meta(t: Optional[torch.Tensor]):
-    if t is None:
-        return None
-    return (t.dtype, tuple(t.shape), tuple(t.stride()), t.device)
 
 
 def _entry(key, a, c, b, b_ptrs, n, b_major, offsets, alpha, beta, prob, act: ActArgs,
@@ -87,7 +82,7 @@ def run(a: torch.Tensor, c: torch.Tensor, offsets: torch.Tensor, alpha: torch.Te
     call's accumulation. ``a``, ``c``, ``prob`` may carry the vendor's trailing unit dims.
     """
     key = (_meta(a), _meta(c), _meta(b), _meta(b_ptrs), n, b_major, _meta(offsets), _meta(alpha), _meta(beta),
-           _meta(prob), act, generate_dbias, d_dtype, engine)
+           _meta(prob), act, generate_dbias, d_dtype, engine)  # the api's metadata key (api.hot_path)
     e = _memo.get(key) or _entry(key, a, c, b, b_ptrs, n, b_major, offsets, alpha, beta, prob, act,
                                  generate_dbias, d_dtype, engine)
     # data pointers are not in the key: the contract's 16-byte rule is re-checked here (cheap)
