@@ -87,7 +87,7 @@ def main():
         med, best = timeit(fn, args.reps, sync)
         rows.append({"entry": name, "us_median": round(med, 2), "us_best": round(best, 2)})
 
-    # context: the real plan (whatever engine plan_for picks here) on the tiny problem
+    # context: the real plan (whatever engine the call's graph picks here) on the tiny problem
     op(a, b, c, offs, alpha, beta, prob, generate_dbias=True)
     entry = next(e for e in _core._memo.values() if e.problem.device_type == dev.type)
     real_engine = entry.plan.engine_name

@@ -273,16 +273,16 @@ def test_class_api_changes_m_without_recompiling():
 
 def test_wrapper_plan_is_cached_across_m():
     from cudnn_ext.api import contract
-    from cudnn_ext.plan import plan_for
+    from cudnn_ext.graph.from_call import graph_for_call
 
     plans = []
     for sizes in ((256,), (1024,)):
         x = moe_inputs(sizes=sizes, extra=0)
-        problem, _ = contract.normalize(
+        problem, pack = contract.normalize(
             contract.Operands(a=x["a"], c=x["c"], padded_offsets=x["padded_offsets"], alpha=x["alpha"],
                               beta=x["beta"], prob=x["prob"], dprob=torch.zeros(x["m"], 1, 1), b=x["b"]),
             contract.CallConfig())
-        plans.append((problem.m, plan_for(problem)))
+        plans.append((problem.m, graph_for_call(problem, pack).execution_plan))  # what the wrapper runs
     (m1, p1), (m2, p2) = plans
     assert m1 != m2 and p1 is p2
 

@@ -256,8 +256,6 @@ def test_gpu_op_matches_cpu_and_captures_in_cuda_graph():
     ref = oracle(p, True)
     assert rel_err(got[0][:768].cpu(), ref["d_row"][:768]) < BF16_REL
     assert rel_err(got[1].cpu(), ref["dprob"]) < 1e-3
-    from cudnn_ext.plan import plan_for
-
     entry = next(iter(e for e in _core._memo.values() if e.problem.device_type == "cuda"))
     if entry.plan.engine_name == "reference":
         pytest.skip("the plan on this GPU is the reference engine, which reads offsets on the host")
@@ -267,7 +265,6 @@ def test_gpu_op_matches_cpu_and_captures_in_cuda_graph():
     g.replay()
     torch.cuda.synchronize()
     torch.testing.assert_close(out[0], got[0], rtol=0, atol=0)
-    assert plan_for  # imported for the skip message's claim: the plan is the cached one
 
 
 @pytest.mark.gpu

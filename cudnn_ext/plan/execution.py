@@ -1,8 +1,7 @@
-"""Execution plans: a ranked candidate built into a compiled plan, plus a process-wide cache.
+"""Execution plans: a ranked candidate built into a compiled plan.
 
 Owns the walk over ranked candidates (build the first that succeeds; a decline, a missing
-package or an unsupported configuration advances to the next), the in-process cache of
-built plans keyed by the problem *without* its token count (a new M never rebuilds), and
+package or an unsupported configuration advances to the next) and
 :class:`PlanSet`: the ranked list of one graph with its selection, filters and built plans
 (what ``Graph.create_execution_plans``/``build_plans``/``autotune`` drive). A plan's workspace
 layout is ``cudnn_ext.plan.workspace``'s.
@@ -10,8 +9,7 @@ layout is ``cudnn_ext.plan.workspace``'s.
 from __future__ import annotations
 
 import dataclasses
-import threading
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence
 
 from ..engines.base import CompiledPlan, Engine, Knobs
 from ..engines.registry import Candidate, rank
@@ -91,39 +89,6 @@ def build_first(problem: DgluProblem, candidates: Sequence[Candidate]) -> Execut
         except _BUILD_ERRORS as exc:
             failures.setdefault(cand.engine.name, []).append(f"{dict(cand.knobs.values)}: {exc}")
     raise NoEngineError(failures)
-
-
-_cache: Dict[Tuple, ExecutionPlan] = {}
-_lock = threading.Lock()
-
-
-def cache_key(problem: DgluProblem, modes: Sequence[str], engine: Optional[str]) -> Tuple:
-    return (problem.with_m(0), tuple(modes), engine)
-
-
-def plan_for(problem: DgluProblem, *, modes: Sequence[str] = ("A", "FALLBACK"), engine: Optional[str] = None) -> ExecutionPlan:
-    """The cached plan for ``problem`` (any M), ranking and building it on first use.
-
-    ``engine`` pins an engine by name (its candidates only; its decline reasons otherwise).
-    """
-    key = cache_key(problem, modes, engine)
-    plan = _cache.get(key)
-    if plan is not None:
-        return plan
-    with _lock:
-        plan = _cache.get(key)
-        if plan is None:
-            from ..engines.registry import ENGINES, engine_by_name
-
-            engines = [engine_by_name(engine)] if engine is not None else ENGINES
-            plan = build_first(problem, rank(problem, modes, engines))
-            _cache[key] = plan
-    return plan
-
-
-def clear_cache() -> None:
-    with _lock:
-        _cache.clear()
 
 
 def candidate_name(cand: Candidate) -> str:
