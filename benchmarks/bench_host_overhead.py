@@ -92,6 +92,11 @@ def main():
     entry = next(e for e in _core._memo.values() if e.problem.device_type == dev.type)
     real_engine = entry.plan.engine_name
     record(f"custom_op+{real_engine}", lambda: op(a, b, c, offs, alpha, beta, prob, generate_dbias=True))
+    op(a, b, c, offs, alpha, beta, prob, generate_dbias=False)
+    nodb = next(e for e in _core._memo.values()
+                if e.problem.device_type == dev.type and not e.problem.generate_dbias)
+    record(f"custom_op+{nodb.plan.engine_name} (no dbias)",
+           lambda: op(a, b, c, offs, alpha, beta, prob, generate_dbias=False))
 
     # from here on the engine's execute does nothing: every entry point keeps its own host work
     # (the wrapper its graph, the op its memo) and only the engine's body is removed

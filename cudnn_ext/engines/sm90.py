@@ -6,13 +6,12 @@ key and the in-process compile cache, and turning a canonical variant pack of to
 into a launch. It never imports the CuTe DSL at module import (``import cudnn_ext`` must stay
 light): the kernel package is imported inside :meth:`Sm90DgluEngine.build`.
 
-Execute does no validation (the contract layer did), no allocation and no host sync: it
-zeroes the dbias workspace, launches the kernel, and folds the fp32 dbias partial sums into
-the caller's bf16 dbias with one rounding (two small torch ops on the same stream).
+Execute does no validation (the contract layer did), no allocation, no host sync and no torch
+op: one launch of the compiled function, which (with dbias) zeroes the fp32 workspace, runs
+the main kernel and folds the partial sums into the caller's bf16 dbias with one rounding.
 """
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import os
 import threading
@@ -31,7 +30,6 @@ _AB_DTYPES = (torch.bfloat16, torch.float16)
 _CD_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 TILE_NS = (64, 128)
 _INT32_MAX = 2**31 - 1
-_NULL_CTX = contextlib.nullcontext()
 #: Bytes of one expert's B TMA descriptor in the workspace (discrete weights), vendor_facts 4.5.
 DESC_BYTES = 128
 #: Discrete weights are compiled (CPU, sm_90a) but have not run on a GPU yet: opt in with this.
@@ -178,19 +176,9 @@ class Sm90Plan(CompiledPlan):
         num_experts = int(pack["padded_offsets"].shape[0])
         if stream is None:
             stream = torch.cuda.current_stream(c.device)
-        ws = None
         dbias = pack.get("dbias") if self.problem.generate_dbias else None
-        # torch ops below must run on `stream`; entering a stream context costs ~10 us of
-        # host time, so only do it when `stream` is not already the current one
-        ctx = (_NULL_CTX if stream == torch.cuda.current_stream(c.device)
-               else torch.cuda.stream(stream))
         if (dbias is not None or self._discrete) and workspace is None:
             raise ValueError(f"workspace: this plan needs {self.workspace_size} bytes, got None")
-        if dbias is not None:
-            nb = 4 * self._dbias_ws_elems
-            ws = workspace[self._dbias_off: self._dbias_off + nb].view(torch.float32)
-            with ctx:
-                ws.zero_()
         if m == 0 or num_experts == 0:
             return
         if self._discrete:
@@ -208,8 +196,12 @@ class Sm90Plan(CompiledPlan):
             a.data_ptr(), b_addr, c.data_ptr(), pack["d_row"].data_ptr(),
             pack["padded_offsets"].data_ptr(), pack["alpha"].data_ptr(),
             pack["beta"].data_ptr(), pack["prob"].data_ptr(), pack["dprob"].data_ptr(),
-            ws.data_ptr() if ws is not None else pack["dprob"].data_ptr(),
+            # fp32 dbias partial sums (never read without dbias)
+            (workspace.data_ptr() + self._dbias_off) if dbias is not None
+            else pack["dprob"].data_ptr(),
             b_ptrs_addr, desc_addr,
+            # the kernel zeroes the fp32 workspace first and folds it into dbias last
+            dbias.data_ptr() if dbias is not None else a.data_ptr(),
         )
         if self.key.tvm_ffi:
             launch_tvm_ffi(self._compiled, addrs, m, num_experts, self._sm_count(c.device),
@@ -217,12 +209,6 @@ class Sm90Plan(CompiledPlan):
         else:
             launch(self._compiled, self._cfg, addrs, m, num_experts, self._sm_count(c.device),
                    *self._consts, stream.cuda_stream)
-        if dbias is not None:
-            # one rounding: bf16(fp32(dbias) + fp32 partial sums of every row tile)
-            with ctx:
-                acc = ws.view(dbias.shape)
-                acc.add_(dbias)  # fp32 += caller's bf16 dbias
-                dbias.copy_(acc)  # the one rounding to bf16
 
 
 class Sm90DgluEngine(Engine):

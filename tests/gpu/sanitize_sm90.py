@@ -1,6 +1,8 @@
 """One small SM90 case, for compute-sanitizer (memcheck / racecheck) runs on the device:
 
-    compute-sanitizer --tool memcheck python3 tests/gpu/sanitize_sm90.py
+    compute-sanitizer --tool memcheck python3 tests/gpu/sanitize_sm90.py [discrete]
+
+``discrete`` runs the per-expert pointer variant (N-major, device-built descriptors).
 """
 import os
 import sys
@@ -12,4 +14,11 @@ from sm90_cases import Case, run_and_check  # noqa: E402
 if __name__ == "__main__":
     # 2 experts + an empty one, N not a multiple of the tile, K not of 64, dbias on, and more
     # tiles than one CTA's first pass (grid is capped at 4 SMs below to force the walk)
-    print(run_and_check(Case([512, 0, 768], 160, 200, "dgeglu", tile_n=128)))
+    mode = sys.argv[1] if len(sys.argv) > 1 else "dense"
+    if mode == "discrete":
+        os.environ["CUDNN_EXT_SM90_DISCRETE"] = "1"
+        case = Case([512, 0, 768], 160, 200, "dgeglu", tile_n=128, weight_mode="discrete",
+                    b_major="n")
+    else:
+        case = Case([512, 0, 768], 160, 200, "dgeglu", tile_n=128)
+    print(run_and_check(case))

@@ -85,6 +85,11 @@ class Sm90KernelConfig:
     # the descriptor workspace (DESC_BYTES per expert): no host read of pointers.
     weight_mode: str = "dense"
     b_major: str = "k"
+    # With generate_dbias: zero the fp32 dbias workspace before the main kernel and fold it
+    # into the caller's bf16 dbias after it (two tiny kernels in the same launch, same
+    # stream: no host-side torch ops, one rounding). False leaves the workspace as the
+    # result (the JAX FFI path hands XLA zeroed buffers and rounds in JAX).
+    fold_dbias: bool = True
 
     def discrete(self) -> bool:
         return self.weight_mode == "discrete"
@@ -145,6 +150,7 @@ class GroupedDgluSm90:
         dbias_ws_ptr: cute.Pointer,
         b_ptrs_ptr: cute.Pointer,
         b_desc_ptr: cute.Pointer,
+        dbias_ptr: cute.Pointer,
         m: Int32,
         num_experts: Int32,
         sm_count: Int32,
@@ -225,6 +231,13 @@ class GroupedDgluSm90:
         # only the device reads); surplus CTAs find no tile and exit.
         max_tiles = (m // TILE_M) * self.num_n_tiles
         grid = (cutlass.min(max_tiles, sm_count), 1, 1)
+        fold = cfg.generate_dbias and cfg.fold_dbias
+        if cutlass.const_expr(fold):
+            total = num_experts * 2 * n
+            mWs = cute.make_tensor(dbias_ws_ptr, cute.make_layout((total,)))
+            mDb = cute.make_tensor(dbias_ptr, cute.make_layout((total,)))
+            fold_grid = (cutlass.min((total + 255) // 256, 4 * sm_count), 1, 1)
+            self.dbias_zero(mWs).launch(grid=fold_grid, block=[256, 1, 1], stream=stream)
         if cutlass.const_expr(cfg.discrete()):
             # Same stream, before the main kernel: stream order makes the descriptors
             # complete before any CTA of the main kernel reads them.
@@ -235,6 +248,8 @@ class GroupedDgluSm90:
             mBeta, mProb, mDprob, mDbias, b_desc_ptr, num_experts, geglu_alpha, clamp_max,
             clamp_min, linear_offset, tiled_mma, a_smem_staged, b_smem_staged, c_smem_staged,
         ).launch(grid=grid, block=[NUM_THREADS, 1, 1], min_blocks_per_mp=1, stream=stream)
+        if cutlass.const_expr(fold):
+            self.dbias_fold(mWs, mDb).launch(grid=fold_grid, block=[256, 1, 1], stream=stream)
 
     def _b_stride(self):
         """(N, K, L=1) strides of one discrete expert, in elements."""
@@ -242,6 +257,29 @@ class GroupedDgluSm90:
         return (k, 1, 0) if self.cfg.b_major == "k" else (1, n, 0)
 
     # ------------------------------------------------------------------ device side
+    @cute.kernel
+    def dbias_zero(self, mWs: cute.Tensor):
+        """Grid-stride: the fp32 dbias workspace (L x 2N) := 0 before the main kernel adds
+        its partial sums (whatever the workspace held: caller-provided or reused)."""
+        tidx, _, _ = cute.arch.thread_idx()
+        bid, _, _ = cute.arch.block_idx()
+        nblocks, _, _ = cute.arch.grid_dim()
+        i = bid * 256 + tidx
+        while i < cute.size(mWs):
+            mWs[i] = Float32(0.0)
+            i += nblocks * 256
+
+    @cute.kernel
+    def dbias_fold(self, mWs: cute.Tensor, mDb: cute.Tensor):
+        """Grid-stride: dbias := bf16(fp32(dbias) + workspace), the one rounding."""
+        tidx, _, _ = cute.arch.thread_idx()
+        bid, _, _ = cute.arch.block_idx()
+        nblocks, _, _ = cute.arch.grid_dim()
+        i = bid * 256 + tidx
+        while i < cute.size(mWs):
+            mDb[i] = (mDb[i].to(Float32) + mWs[i]).to(mDb.element_type)
+            i += nblocks * 256
+
     @cute.kernel
     def build_b_descriptors(self, b_ptrs_ptr: cute.Pointer, b_desc_ptr: cute.Pointer,
                             b_smem: cute.ComposedLayout):

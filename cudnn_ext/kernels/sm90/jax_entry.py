@@ -74,8 +74,12 @@ def dglu_ffi_entry(
     ws_ptr = dbias_ws[0].iterator if cutlass.const_expr(cfg.generate_dbias) else dprob_ptr
     # the discrete-only pointer table / descriptor workspace: never read by the dense kernel
     unused = cute.recast_ptr(a.iterator, dtype=cutlass.Int64)
+    if cutlass.const_expr(cfg.generate_dbias and cfg.fold_dbias):
+        raise ValueError("dglu_ffi_entry: needs fold_dbias=False (XLA zeroes the workspace, JAX rounds it)")
+    # the bf16 dbias the kernel would fold into: never read with fold_dbias=False
+    no_dbias = cute.recast_ptr(a.iterator, dtype=cutlass.BFloat16)
     kernel(a.iterator, b.iterator, c.iterator, d_row.iterator, offs.iterator, alpha.iterator,
-           beta.iterator, prob.iterator, dprob_ptr, ws_ptr, unused, unused,
+           beta.iterator, prob.iterator, dprob_ptr, ws_ptr, unused, unused, no_dbias,
            m, num_experts, Int32(sm_count), Float32(geglu_alpha), Float32(clamp_max),
            Float32(clamp_min), Float32(linear_offset), stream)
 

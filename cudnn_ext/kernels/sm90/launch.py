@@ -27,12 +27,14 @@ _GMEM = cute.AddressSpace.gmem
 #: rows are 16-byte aligned (K % 8 == 0, 2N % 32 == 0); the small vectors only 4-byte. The
 #: last two are the discrete-B pointer table (int64, L entries) and the descriptor workspace
 #: (L x 128 B, 128-B aligned; the kernel assumes that alignment where it forms descriptor
-#: pointers). A dense launch passes A's address for both (never read).
+#: pointers). A dense launch passes A's address for both (never read). Last: the caller's
+#: bf16 dbias (L, 2N), into which the kernel folds the fp32 workspace (any address without
+#: dbias: never read).
 def _ptr_specs(cfg: Sm90KernelConfig):
     return (
         (cfg.ab_dtype, 16), (cfg.ab_dtype, 16), (cfg.c_dtype, 16), (cfg.d_dtype, 16),
         (Int32, 4), (Float32, 4), (Float32, 4), (Float32, 4), (Float32, 4), (Float32, 4),
-        (cutlass.Int64, 8), (cutlass.Int64, 16),
+        (cutlass.Int64, 8), (cutlass.Int64, 16), (cutlass.BFloat16, 2),
     )
 
 
@@ -59,7 +61,7 @@ def compile_kernel(cfg: Sm90KernelConfig, tvm_ffi: bool = False):
 def launch(compiled, cfg: Sm90KernelConfig, addrs, m: int, num_experts: int, sm_count: int,
            geglu_alpha: float, clamp_max: float, clamp_min: float, linear_offset: float,
            stream_handle: int) -> None:
-    """Launch ``compiled`` (pointer convention) on the 12 device addresses ``addrs``."""
+    """Launch ``compiled`` (pointer convention) on the 13 device addresses ``addrs``."""
     ptrs = [make_ptr(dt, a, _GMEM, assumed_align=al)
             for (dt, al), a in zip(_ptr_specs(cfg), addrs)]
     compiled(*ptrs, Int32(m), Int32(num_experts), Int32(sm_count), Float32(geglu_alpha), Float32(clamp_max),

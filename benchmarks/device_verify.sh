@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# One device call: every GPU test of the project with the gated paths opted in (SM90 discrete
+# weights, the JAX XLA FFI path), compute-sanitizer on the dense and discrete kernels, and the
+# host-overhead benchmark. Run on the lent H200 after ../shared/gpu/README.md's install calls:
+#   source .gpu/env/setup.sh && bash benchmarks/device_verify.sh
+# Logs and JSON go to $OUT; what it prints is a short summary.
+set -o pipefail
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+export CUDNN_EXT_SM90_DISCRETE=1 CUDNN_EXT_JAX_FFI=1
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+t() { local name=$1; shift; local t0=$SECONDS
+  "$@" > "$OUT/$name.log" 2>&1; local rc=$?
+  echo "[$name rc=$rc $((SECONDS - t0))s] $(tail -1 "$OUT/$name.log")"; }
+t gpu_tests python3 -m pytest -m gpu tests/gpu -q -p no:cacheprovider -rs
+t framework_tests python3 -m pytest -m gpu tests/test_jax_ffi.py tests/test_torch_integration.py \
+  tests/test_jax.py tests/test_plan.py tests/test_api.py -q -p no:cacheprovider -rs
+for mode in dense discrete; do
+  for tool in memcheck racecheck; do
+    t "sanitize_${tool}_$mode" timeout 150 compute-sanitizer --tool $tool python3 tests/gpu/sanitize_sm90.py $mode
+    grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_${tool}_$mode.log" | tail -1
+  done
+done
+t host_overhead python3 benchmarks/bench_host_overhead.py --device cuda --reps 500 --out "$OUT/host_overhead.json"
+grep -E "us|µs" "$OUT/host_overhead.log" | tail -8
