@@ -93,7 +93,6 @@ def _cumsum(xs):
 
 
 def run_cudnn_ext(pack, K, N, knobs=None, dbias=True):
-    from cudnn_ext.engines.base import Knobs
     from cudnn_ext.engines.sm90 import Sm90DgluEngine, compile_seconds
     from cudnn_ext.problem import ActConfig, DgluProblem
 

@@ -6,7 +6,7 @@
 # Logs and JSON go to $OUT; what it prints is a short summary.
 set -o pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-export CUDNN_EXT_SM90_DISCRETE=1 CUDNN_EXT_JAX_FFI=1
+export CUDNN_EXT_JAX_FFI=1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 t() { local name=$1; shift; local t0=$SECONDS
   "$@" > "$OUT/$name.log" 2>&1; local rc=$?

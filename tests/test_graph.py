@@ -46,7 +46,6 @@ def build_graph(t, *, outputs=True, dynamic_m=True, **node_kw):
 
 
 def output_buffers(t, descs, *, dtype=torch.bfloat16):
-    m, two_n = t["c"].shape[0], t["c"].shape[1]
     out = {"d_row": torch.full(descs["d_row"].dim, float("nan"), dtype=descs["d_row"].dtype),
            "dprob": torch.zeros(descs["dprob"].dim)}
     if "dbias" in descs:

@@ -36,8 +36,8 @@ needs_dsl = pytest.mark.skipif(importlib.util.find_spec("cutlass") is None,
 
 
 @pytest.fixture(autouse=True)
-def _opt_in(monkeypatch):
-    monkeypatch.setenv("CUDNN_EXT_JAX_FFI", "1")  # the FFI path is opt-in until it has run on a GPU
+def _ffi_on(monkeypatch):
+    monkeypatch.delenv("CUDNN_EXT_JAX_FFI", raising=False)  # on by default (verified on an H200)
 
 L, N, K, M = 3, 64, 40, 1024
 OFFS = (256, 256, 768)  # an empty expert; rows 768.. belong to no expert
@@ -67,16 +67,58 @@ def test_ffi_branch_only_where_the_sm90_kernel_applies(monkeypatch):
     assert _uses_ffi(_fn(act_func="dgeglu", d_dtype=jnp.float32), _avals(jnp.float32))
     assert not _uses_ffi(_fn(), _avals(n=48))  # SM90 declines: N % 32 != 0 -> host callback
     assert not _uses_ffi(_fn(), _avals(m=1000))  # contract: M % 256 -> host callback reports it
-    monkeypatch.delenv("CUDNN_EXT_JAX_FFI")  # opt-in until verified on a GPU
+    monkeypatch.setenv("CUDNN_EXT_JAX_FFI", "0")  # the switch-off
     assert not _uses_ffi(_fn(), _avals())
 
 
-@needs_dsl
-def test_discrete_weights_stay_on_the_host_callback():
+def _discrete_fn(**kw):
     def f(a, c, offs, alpha, beta, prob, ptrs):
-        return grouped_gemm_dglu_jax(a, c, offs, alpha, beta, ptrs, n=N, prob_tensor=prob)
-    avals = _avals()[:6] + (SDS((8 * L,), jnp.uint8),)
-    assert not _uses_ffi(f, avals)
+        return grouped_gemm_dglu_jax(a, c, offs, alpha, beta, ptrs, n=N, prob_tensor=prob, **kw)
+    return f
+
+
+_DISCRETE_AVALS = _avals()[:6] + (SDS((8 * L,), jnp.uint8),)
+
+
+@needs_dsl
+def test_discrete_weights_use_the_ffi_call(monkeypatch):
+    assert _uses_ffi(_discrete_fn(), _DISCRETE_AVALS)
+    assert _uses_ffi(_discrete_fn(b_major="n", generate_dbias=True), _DISCRETE_AVALS)
+    monkeypatch.setenv("CUDNN_EXT_JAX_FFI", "0")
+    assert not _uses_ffi(_discrete_fn(), _DISCRETE_AVALS)  # CPU backend: the host callback
+
+
+def test_discrete_on_a_gpu_backend_without_the_ffi_path_is_refused(monkeypatch):
+    """The host callback cannot read device addresses: with the FFI path off (or declined) a GPU
+    backend refuses b_ptrs at trace time, naming why."""
+    monkeypatch.setenv("CUDNN_EXT_JAX_FFI", "0")
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    with pytest.raises(NotImplementedError, match=r"b_ptrs.*CUDNN_EXT_JAX_FFI=0"):
+        jax.make_jaxpr(_discrete_fn())(*_DISCRETE_AVALS)
+
+
+@needs_dsl
+@pytest.mark.parametrize("b_major,dbias", [("k", True), ("n", False)])
+def test_export_discrete_for_cuda(b_major, dbias):
+    """Discrete b_ptrs: the pointer table is an operand read on the device, and the B descriptor
+    scratch ((L + 1) x 128 bytes, zeroed) is one more aliased output, dropped from the results."""
+    from cutlass.jax import get_export_disabled_safety_checks
+
+    f = jax.jit(_discrete_fn(b_major=b_major, generate_dbias=dbias))
+    exp = jax.export.export(f, platforms=["cuda"],
+                            disabled_checks=get_export_disabled_safety_checks())(*_DISCRETE_AVALS)
+    text = exp.mlir_module()
+    assert len(TARGET.findall(text)) == 1 and "callback" not in text
+    call = next(ln for ln in text.splitlines() if TARGET.search(ln))
+    ins = [f"{M}x{K}xbf16", f"{8 * L}xui8", f"{M}x{2 * N}xbf16", f"{L}xi32", f"{L}xf32", f"{L}xf32",
+           f"{M}xf32", f"{M}x{2 * N}xbf16", f"{M}xf32"] + ([f"{L}x{2 * N}xf32"] if dbias else []) + \
+        [f"{(L + 1) * 128}xui8"]
+    outs = ins[7:]
+    sig = ": (" + ", ".join(f"tensor<{t}>" for t in ins) + ") -> (" + ", ".join(f"tensor<{t}>" for t in outs) + ")"
+    assert sig in call, call[-600:]
+    aliases = re.findall(r"output_tuple_indices = \[(\d+)\], operand_index = (\d+)", call)
+    assert sorted((int(o), int(i)) for o, i in aliases) == [(j, 7 + j) for j in range(len(outs))]
+    assert [tuple(a.shape) for a in exp.out_avals] == [(M, 2 * N, 1), (M, 1, 1)] + ([(L, 2 * N, 1)] if dbias else [])
 
 
 @needs_dsl
@@ -158,30 +200,10 @@ def _rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
     return max((x - ref).norm().item() / den, (x - ref).abs().max().item() / peak / 4)
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("act_func", ["dswiglu", "dgeglu"])
-def test_ffi_on_gpu_matches_the_float64_oracle(act_func):
-    """Not run yet (needs JAX with CUDA on an H100/H200): the FFI path under jax.jit."""
-    if jax.default_backend() != "gpu" or importlib.util.find_spec("cutlass") is None:
-        pytest.skip("needs JAX's CUDA backend and the CuTe DSL")
+def _check_against_oracle(act_func, j, d_row, dprob, dbias):
     from oracle import oracle
 
-    rng = np.random.default_rng(0)
-    a = rng.standard_normal((M, K)).astype(np.float32)
-    c = (3 * rng.standard_normal((M, 2 * N))).astype(np.float32)
-    b = rng.standard_normal((L, N, K)).astype(np.float32) / np.sqrt(K)
-    alpha, beta = (rng.random(L) + 0.5).astype(np.float32), (rng.random(L) + 0.5).astype(np.float32)
-    prob = rng.random(M).astype(np.float32)
-    j = dict(a=jnp.asarray(a, jnp.bfloat16).reshape(M, K, 1), c=jnp.asarray(c, jnp.bfloat16).reshape(M, 2 * N, 1),
-             b=jnp.asarray(b, jnp.bfloat16), offs=jnp.array(OFFS, jnp.int32), alpha=jnp.asarray(alpha),
-             beta=jnp.asarray(beta), prob=jnp.asarray(prob).reshape(M, 1, 1))
-    f = jax.jit(_fn(act_func=act_func, generate_dbias=True))
-    assert "CuteDSLRT_NvJaxCutlassCall" in f.lower(j["a"], j["c"], j["offs"], j["alpha"], j["beta"], j["prob"],
-                                                   j["b"]).as_text()
-    d_row, dprob, dbias = jax.block_until_ready(
-        f(j["a"], j["c"], j["offs"], j["alpha"], j["beta"], j["prob"], j["b"]))
-    assert grouped_gemm_dglu_jax_sm100 is grouped_gemm_dglu_jax
-    t = {k: torch.from_numpy(np.asarray(v, dtype=np.float32)) for k, v in j.items()}
+    t = {k: torch.from_numpy(np.asarray(v, dtype=np.float32)) for k, v in j.items() if k != "ptrs"}
     ref = oracle(t["a"].view(M, K), list(t["b"]), t["c"].view(M, 2 * N), OFFS, t["alpha"], t["beta"],
                  t["prob"].view(M), act_func=act_func)
     rows = OFFS[-1]
@@ -190,5 +212,58 @@ def test_ffi_on_gpu_matches_the_float64_oracle(act_func):
     assert (d[rows:] == 0).all()  # rows past the last offset: the aliased zeros
     dp = torch.from_numpy(np.asarray(dprob)).view(M)
     assert _rel_err(dp, ref["dprob"]) < 2e-3 and (dp[rows:] == 0).all()
-    db = torch.from_numpy(np.asarray(dbias, dtype=np.float32)).view(L, 2 * N)
-    assert _rel_err(db, ref["dbias"]) < 1.5e-2 and (db[1] == 0).all()  # expert 1 is empty
+    if dbias is not None:
+        db = torch.from_numpy(np.asarray(dbias, dtype=np.float32)).view(L, 2 * N)
+        assert _rel_err(db, ref["dbias"]) < 1.5e-2 and (db[1] == 0).all()  # expert 1 is empty
+
+
+def _gpu_operands():
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((M, K)).astype(np.float32)
+    c = (3 * rng.standard_normal((M, 2 * N))).astype(np.float32)
+    b = rng.standard_normal((L, N, K)).astype(np.float32) / np.sqrt(K)
+    alpha, beta = (rng.random(L) + 0.5).astype(np.float32), (rng.random(L) + 0.5).astype(np.float32)
+    prob = rng.random(M).astype(np.float32)
+    return dict(a=jnp.asarray(a, jnp.bfloat16).reshape(M, K, 1), c=jnp.asarray(c, jnp.bfloat16).reshape(M, 2 * N, 1),
+                b=jnp.asarray(b, jnp.bfloat16), offs=jnp.array(OFFS, jnp.int32), alpha=jnp.asarray(alpha),
+                beta=jnp.asarray(beta), prob=jnp.asarray(prob).reshape(M, 1, 1))
+
+
+def _skip_unless_jax_gpu():
+    if jax.default_backend() != "gpu" or importlib.util.find_spec("cutlass") is None:
+        pytest.skip("needs JAX's CUDA backend and the CuTe DSL")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("b_major,act_func,dbias", [("k", "dswiglu", True), ("n", "dgeglu", False)])
+def test_ffi_discrete_on_gpu_matches_the_float64_oracle(b_major, act_func, dbias):
+    """Discrete b_ptrs under jax.jit on the GPU: per-expert device arrays (K-major (N, K) or
+    N-major (K, N)), their pointer table read by the kernel; run twice (the descriptor scratch
+    is rebuilt each call)."""
+    _skip_unless_jax_gpu()
+    from cudnn_ext.jax import expert_pointers
+
+    j = _gpu_operands()
+    experts = [j["b"][e] if b_major == "k" else jnp.asarray(j["b"][e].T) for e in range(L)]
+    ptrs = expert_pointers(experts)
+    f = jax.jit(_discrete_fn(b_major=b_major, act_func=act_func, generate_dbias=dbias))
+    args = (j["a"], j["c"], j["offs"], j["alpha"], j["beta"], j["prob"], ptrs)
+    assert "CuteDSLRT_NvJaxCutlassCall" in f.lower(*args).as_text()
+    for _ in range(2):
+        d_row, dprob, dbias_out = jax.block_until_ready(f(*args))
+        _check_against_oracle(act_func, j, d_row, dprob, dbias_out)
+    assert (dbias_out is None) == (not dbias)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("act_func", ["dswiglu", "dgeglu"])
+def test_ffi_on_gpu_matches_the_float64_oracle(act_func):
+    """The dense FFI path under jax.jit on the GPU (first passed on an H200, 2026-11-30)."""
+    _skip_unless_jax_gpu()
+    j = _gpu_operands()
+    f = jax.jit(_fn(act_func=act_func, generate_dbias=True))
+    args = (j["a"], j["c"], j["offs"], j["alpha"], j["beta"], j["prob"], j["b"])
+    assert "CuteDSLRT_NvJaxCutlassCall" in f.lower(*args).as_text()
+    d_row, dprob, dbias = jax.block_until_ready(f(*args))
+    assert grouped_gemm_dglu_jax_sm100 is grouped_gemm_dglu_jax
+    _check_against_oracle(act_func, j, d_row, dprob, dbias)

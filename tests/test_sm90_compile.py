@@ -5,7 +5,6 @@ Skipped cleanly when the CuTe DSL is not importable. Also pins what the compile 
 """
 import dataclasses
 import importlib.util
-import os
 
 import pytest
 import torch
@@ -48,31 +47,22 @@ def test_compile_key_ignores_runtime_sizes_and_constants():
     hash(base)  # usable as a dict key
 
 
-def test_declines_with_reasons(monkeypatch):
-    monkeypatch.delenv("CUDNN_EXT_SM90_DISCRETE", raising=False)
+def test_declines_with_reasons():
     eng = Sm90DgluEngine()
-    p = dataclasses.replace(_problem(), weight_mode="discrete", act=ActConfig("dsituglu"),
-                            device_type="cpu")
+    p = dataclasses.replace(_problem(), act=ActConfig("dsituglu"), device_type="cpu")
     reasons = " | ".join(eng.check_support(p))
-    assert "discrete" in reasons and "dsituglu" in reasons and "cpu" in reasons
+    assert "dsituglu" in reasons and "cpu" in reasons
     assert eng.check_support(_problem()) == []
     assert "N-major" in " ".join(eng.check_support(_problem(b_major="n")))  # dense N-major
 
 
 @pytest.mark.parametrize("b_major", ["k", "n"])
-def test_discrete_is_gated_by_env(monkeypatch, b_major):
-    """Discrete B is compiled but not yet run on a GPU: declined unless opted in."""
-    from cudnn_ext.engines.sm90 import DISCRETE_ENV, DISCRETE_GATE_REASON
-
+def test_discrete_is_supported(b_major):
+    """Discrete B (K- and N-major) is offered: verified on the H200 (tests/gpu)."""
     eng = Sm90DgluEngine()
-    p = _problem(weight_mode="discrete", b_major=b_major)
-    monkeypatch.delenv(DISCRETE_ENV, raising=False)
-    assert eng.check_support(p) == [DISCRETE_GATE_REASON]
-    assert "not yet verified on a GPU" in DISCRETE_GATE_REASON and DISCRETE_ENV in DISCRETE_GATE_REASON
-    monkeypatch.setenv(DISCRETE_ENV, "0")
-    assert eng.check_support(p) == [DISCRETE_GATE_REASON]
-    monkeypatch.setenv(DISCRETE_ENV, "1")
-    assert eng.check_support(p) == []
+    assert eng.check_support(_problem(weight_mode="discrete", b_major=b_major)) == []
+    bad = dataclasses.replace(_problem(), weight_mode="gathered")
+    assert any("weight_mode" in r for r in eng.check_support(bad))
 
 
 @needs_dsl
@@ -134,17 +124,15 @@ def test_every_variant_compiles_for_sm90a(tile_n, act, dbias, c, d):
 
 
 #: Discrete B (b_ptrs): per-expert TMA descriptors built on the device by a helper kernel.
-#: The engine offers it only with CUDNN_EXT_SM90_DISCRETE=1 until a GPU run verifies it.
 _DISCRETE = [("k", 128, "dswiglu", True), ("n", 128, "dgeglu", True), ("n", 64, "dswiglu", False)]
 
 
 @needs_dsl
 @pytest.mark.parametrize("b_major,tile_n,act,dbias", _DISCRETE,
                          ids=[f"{b}major-t{t}-{a}-dbias{int(d)}" for b, t, a, d in _DISCRETE])
-def test_discrete_variant_compiles_for_sm90a(monkeypatch, b_major, tile_n, act, dbias):
-    from cudnn_ext.engines.sm90 import DISCRETE_ENV, compile_cached
+def test_discrete_variant_compiles_for_sm90a(b_major, tile_n, act, dbias):
+    from cudnn_ext.engines.sm90 import compile_cached
 
-    monkeypatch.setenv(DISCRETE_ENV, "1")
     p = _problem(act=act, dbias=dbias, weight_mode="discrete", b_major=b_major)
     assert Sm90DgluEngine().check_support(p) == []
     compiled = compile_cached(Sm90CompileKey.of(p, Knobs.of(tile_n=tile_n)))

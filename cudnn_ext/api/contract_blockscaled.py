@@ -6,7 +6,7 @@ allocates nothing (the wrapper allocates outputs). Shares the small checks of ``
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict
 
 import torch
 

@@ -13,7 +13,6 @@ the main kernel and folds the partial sums into the caller's bf16 dbias with one
 from __future__ import annotations
 
 import importlib.util
-import os
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -32,16 +31,6 @@ TILE_NS = (64, 128)
 _INT32_MAX = 2**31 - 1
 #: Bytes of one expert's B TMA descriptor in the workspace (discrete weights), vendor_facts 4.5.
 DESC_BYTES = 128
-#: Discrete weights are compiled (CPU, sm_90a) but have not run on a GPU yet: opt in with this.
-DISCRETE_ENV = "CUDNN_EXT_SM90_DISCRETE"
-DISCRETE_GATE_REASON = (
-    "discrete weights: implemented but not yet verified on a GPU; set "
-    f"{DISCRETE_ENV}=1 to opt in")
-
-
-def discrete_enabled() -> bool:
-    return os.environ.get(DISCRETE_ENV, "") == "1"
-
 
 @dataclass(frozen=True)
 class Sm90CompileKey:
@@ -243,10 +232,7 @@ class Sm90DgluEngine(Engine):
             why.append(f"C dtype {problem.c_dtype} is not supported (bf16, fp16, fp32)")
         if problem.d_dtype not in _CD_DTYPES:
             why.append(f"D dtype {problem.d_dtype} is not supported (bf16, fp16, fp32)")
-        if problem.weight_mode == "discrete":
-            if not discrete_enabled():
-                why.append(DISCRETE_GATE_REASON)
-        elif problem.weight_mode != "dense":
+        if problem.weight_mode not in ("dense", "discrete"):
             why.append(f"weight_mode {problem.weight_mode!r} is not implemented on sm90")
         if problem.b_major not in ("k", "n"):
             why.append(f"b_major {problem.b_major!r} is not supported")

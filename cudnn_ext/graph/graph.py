@@ -11,7 +11,7 @@ or kernel knowledge and names no engine.
 from __future__ import annotations
 
 import itertools
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence
+from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence
 
 import torch
 from pydantic import BaseModel, ConfigDict

@@ -8,12 +8,14 @@ the ``cutlass.jax.cutlass_call`` with zero-initialized ``jnp.zeros`` inputs alia
 to bf16 (``ws.astype(bfloat16)``): the engine's semantics with a fresh zero dbias.
 
 The kernel adapter is ``cudnn_ext.kernels.sm90.jax_entry``; this module imports it (and the
-CuTe DSL) only when a traced call is eligible. Dense weights only: discrete ``b_ptrs`` stay on
-the host-callback path (the SM90 discrete variant is gated until it runs on a GPU).
+CuTe DSL) only when a traced call is eligible. Dense ``b`` (L, N, K) and discrete ``b_ptrs``
+(a device pointer table, read by the kernel on the device; its descriptors are built into a
+zeroed scratch buffer that is one more aliased output, dropped).
 
-What is and is not verified is in docs/jax.md: the CUDA lowering (kernel compiled for sm_90a,
-custom call with the expected operands, results and aliases) is checked on a CPU-only machine
-with ``jax.export``; running it on a GPU is not yet.
+What is verified is in docs/jax.md: the CUDA lowering (kernel compiled for sm_90a, custom
+call with the expected operands, results and aliases) on a CPU-only machine with
+``jax.export``, and the numerics under ``jax.jit`` on an H200. ``CUDNN_EXT_JAX_FFI=0`` switches
+the path off (host callback only).
 """
 from __future__ import annotations
 
@@ -34,9 +36,8 @@ DEFAULT_SM_COUNT = 132
 
 def ffi_available() -> Optional[str]:
     """None if the FFI path can be traced in this process, else why not."""
-    if os.environ.get(FFI_ENV, "") != "1":
-        # opt-in until the FFI path has run on a GPU (its CUDA lowering is verified on a CPU only)
-        return f"the XLA FFI path is not yet verified on a GPU; set {FFI_ENV}=1 to opt in"
+    if os.environ.get(FFI_ENV, "") == "0":
+        return f"{FFI_ENV}=0: the XLA FFI path is switched off"
     if importlib.util.find_spec("cutlass") is None:
         return "the CuTe DSL (nvidia-cutlass-dsl) is not installed"
     import cutlass.jax  # light: the JAX bindings load lazily
@@ -59,10 +60,12 @@ def _meta(shape, td: torch.dtype) -> torch.Tensor:
     return torch.empty(tuple(shape), dtype=td, device="meta")
 
 
-def sm90_problem(a_shape, c_shape, c_td, b_shape, num_experts: int, d_td, act, generate_dbias: bool):
-    """``(problem, reasons)``: the dense BF16 problem of a traced call, as the contract builds it,
+def sm90_problem(a_shape, c_shape, c_td, b_shape, num_experts: int, d_td, act, generate_dbias: bool,
+                 *, discrete_n: Optional[int] = None, b_major: str = "k"):
+    """``(problem, reasons)``: the BF16 problem of a traced call, as the contract builds it,
     and the SM90 engine's decline reasons (empty: the kernel runs it). Contract errors are
-    reasons too (the host-callback path reports them when it runs)."""
+    reasons too (the host-callback path reports them when it runs). Dense: ``b_shape`` is the
+    JAX (L, N, K) shape; discrete: ``discrete_n`` is N, ``b_major`` the experts' layout."""
     from ..api import contract
     from ..engines.sm90 import Sm90DgluEngine
 
@@ -71,13 +74,19 @@ def sm90_problem(a_shape, c_shape, c_td, b_shape, num_experts: int, d_td, act, g
         a=_meta(a_shape, torch.bfloat16), c=_meta(c_shape, c_td),
         padded_offsets=_meta((num_experts,), torch.int32), alpha=_meta((num_experts,), torch.float32),
         beta=_meta((num_experts,), torch.float32), prob=_meta((m,), torch.float32),
-        dprob=_meta((m,), torch.float32),
-        b=_meta(b_shape, torch.bfloat16).permute(1, 2, 0))  # JAX (L, N, K) -> contract (N, K, L)
+        dprob=_meta((m,), torch.float32))
+    if discrete_n is None:
+        ops.b = _meta(b_shape, torch.bfloat16).permute(1, 2, 0)  # JAX (L, N, K) -> contract (N, K, L)
+        weights = {}
+    else:
+        ops.b_ptrs = _meta((num_experts,), torch.int64)
+        weights = dict(n=discrete_n, b_dtype=torch.bfloat16)
     cfg = contract.CallConfig(act_func=act.act_func, linear_offset=act.linear_offset,
                               geglu_alpha=act.geglu_alpha, glu_clamp_max=act.glu_clamp_max,
-                              glu_clamp_min=act.glu_clamp_min)
+                              glu_clamp_min=act.glu_clamp_min, b_major=b_major)
     try:
-        problem, _ = contract.normalize(ops, cfg, d_dtype=d_td, generate_dbias=generate_dbias)
+        problem, _ = contract.normalize(ops, cfg, d_dtype=d_td, generate_dbias=generate_dbias,
+                                        **weights)
     except (ValueError, TypeError, NotImplementedError) as e:
         return None, [f"contract: {e}"]
     problem = dataclasses.replace(problem, device_type="cuda", device_index=None)
@@ -107,8 +116,9 @@ def _sm_count() -> int:
 def dglu_ffi(a2, b, c2, offs, alpha, beta, prob1, *, problem, knobs, sm_count: Optional[int] = None
              ) -> Tuple:
     """``(d_row (M, 2N), dprob (M,), dbias (L, 2N) bf16 or None)`` by the SM90 kernel as an XLA
-    FFI custom call. Operands in canonical 2-D/1-D form: ``a2`` (M, K), ``b`` (L, N, K),
-    ``c2`` (M, 2N), ``prob1`` (M,). Lowers for CUDA only."""
+    FFI custom call. Operands in canonical 2-D/1-D form: ``a2`` (M, K), ``b`` (L, N, K) or,
+    for a discrete problem, the pointer table ((L,) int64 or (8L,) uint8), ``c2`` (M, 2N),
+    ``prob1`` (M,). Lowers for CUDA only."""
     import jax
     import jax.numpy as jnp
 
@@ -122,6 +132,12 @@ def dglu_ffi(a2, b, c2, offs, alpha, beta, prob1, *, problem, knobs, sm_count: O
     if dbias_on:
         zeros.append(jnp.zeros((num_experts, two_n), jnp.float32))
         out_shapes.append(jax.ShapeDtypeStruct((num_experts, two_n), jnp.float32))
+    if problem.weight_mode == "discrete":
+        # the device-built B descriptors (a scratch output, dropped): DESC_BYTES (128) per
+        # expert plus 128 B for the adapter to round the address up to 128 bytes
+        nbytes = (num_experts + 1) * 128
+        zeros.append(jnp.zeros((nbytes,), jnp.uint8))
+        out_shapes.append(jax.ShapeDtypeStruct((nbytes,), jnp.uint8))
     if m == 0:  # nothing to launch (an empty grid): the zeros are the answer
         outs = zeros
     else:

@@ -5,14 +5,15 @@ Owns the traced-call contract: static validation of shapes and dtypes at trace t
 runs the operation. The computation is ``cudnn_ext.torch._core.run`` (contract + built plan),
 the same functional path as the torch custom op, on host copies of the operands.
 
-On CUDA, for dense weights that the SM90 engine supports, the call lowers to an XLA FFI
-custom call of the Hopper kernel (``ffi.dglu_ffi``: ``cutlass.jax.cutlass_call`` with
-zero-initialized ``jnp.zeros`` inputs aliased to the outputs), chosen per platform with
-``jax.lax.platform_dependent``. Everywhere else it is a ``jax.pure_callback``: XLA calls back
-into Python with host numpy arrays, the reference engine (CPU) computes, and the results come
-back as fresh XLA buffers (on a GPU backend: device->host->device copies). Discrete ``b_ptrs``
-are read on the host, so under a GPU backend they would be device addresses: refused there.
-The CUDA lowering is verified on a CPU only (tests/test_jax_ffi.py); see docs/jax.md.
+On CUDA, for problems the SM90 engine supports (dense weights or discrete ``b_ptrs``), the call
+lowers to an XLA FFI custom call of the Hopper kernel (``ffi.dglu_ffi``:
+``cutlass.jax.cutlass_call`` with zero-initialized ``jnp.zeros`` inputs aliased to the
+outputs), chosen per platform with ``jax.lax.platform_dependent``. Everywhere else it is a
+``jax.pure_callback``: XLA calls back into Python with host numpy arrays, the reference engine
+(CPU) computes, and the results come back as fresh XLA buffers (on a GPU backend:
+device->host->device copies). The callback reads discrete ``b_ptrs`` on the host, so under a
+GPU backend without the FFI path they would be device addresses: refused there. See
+docs/jax.md for what ran where.
 """
 from __future__ import annotations
 
@@ -109,11 +110,6 @@ def grouped_gemm_dglu_jax(
     else:
         if isinstance(n, bool) or not isinstance(n, int):
             raise ValueError(f"n: discrete weights (b_ptrs) require an int n, got {n!r}")
-        if jax.default_backend() != "cpu":
-            raise NotImplementedError(
-                "b_ptrs under grouped_gemm_dglu_jax: the host callback would read device addresses, and the XLA FFI "
-                "custom call covers dense weights only (the SM90 discrete variant is not yet verified; docs/jax.md). Use b_tensor, or the eager "
-                "wrapper with JAX arrays.")
         name = np.dtype(b_ptrs.dtype).name
         if name == "uint8" and len(b_ptrs.shape) == 1 and b_ptrs.shape[0] % 8 == 0:
             num_experts = b_ptrs.shape[0] // 8
@@ -162,7 +158,16 @@ def grouped_gemm_dglu_jax(
                                        vmap_method="sequential"))
 
     operands = (a_tensor, c_tensor, weights, padded_offsets, alpha_tensor, beta_tensor, prob_tensor)
-    problem = _ffi_problem(dense, m, k, c_tensor, weights, num_experts, d_td, act, generate_dbias)
+    problem = _ffi_problem(dense, m, k, n, b_major, c_tensor, weights, num_experts, d_td, act,
+                           generate_dbias)
+    if problem is None and not dense and jax.default_backend() != "cpu":
+        from .ffi import ffi_available
+
+        why = ffi_available() or "the SM90 engine or the contract declines this problem"
+        raise NotImplementedError(
+            "b_ptrs under grouped_gemm_dglu_jax on a GPU backend: the host callback would read device "
+            f"addresses, and the XLA FFI custom call of the SM90 kernel cannot run it here ({why}). Use "
+            "b_tensor, or the eager wrapper with JAX arrays.")
     if problem is None:
         res = callback(*operands)
     else:
@@ -203,17 +208,17 @@ def _sequential_vmap(fn):
     return wrapped
 
 
-def _ffi_problem(dense, m, k, c_tensor, b_tensor, num_experts, d_td, act, generate_dbias):
-    """The SM90 problem when the CUDA lowering may use the FFI custom call, else None (discrete
-    weights, the CuTe DSL or cutlass.jax missing, or the SM90 engine declines the problem)."""
-    if not dense:
-        return None  # discrete: the SM90 variant is gated (not yet run on a GPU)
+def _ffi_problem(dense, m, k, n, b_major, c_tensor, weights, num_experts, d_td, act, generate_dbias):
+    """The SM90 problem when the CUDA lowering may use the FFI custom call, else None (the CuTe
+    DSL or cutlass.jax missing, switched off, or the SM90 engine declines the problem)."""
     from .ffi import ffi_available, sm90_problem
 
     if ffi_available() is not None:
         return None
-    problem, reasons = sm90_problem((m, k), (m, c_tensor.shape[1]), as_torch_dtype(c_tensor.dtype),
-                                    tuple(b_tensor.shape), num_experts, d_td, act, generate_dbias)
+    problem, reasons = sm90_problem(
+        (m, k), (m, c_tensor.shape[1]), as_torch_dtype(c_tensor.dtype),
+        tuple(weights.shape) if dense else None, num_experts, d_td, act, generate_dbias,
+        discrete_n=None if dense else n, b_major=b_major)
     return None if reasons else problem
 
 

@@ -16,7 +16,6 @@ if __name__ == "__main__":
     # tiles than one CTA's first pass (grid is capped at 4 SMs below to force the walk)
     mode = sys.argv[1] if len(sys.argv) > 1 else "dense"
     if mode == "discrete":
-        os.environ["CUDNN_EXT_SM90_DISCRETE"] = "1"
         case = Case([512, 0, 768], 160, 200, "dgeglu", tile_n=128, weight_mode="discrete",
                     b_major="n")
     else:

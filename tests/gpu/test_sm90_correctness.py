@@ -7,7 +7,6 @@ tolerances of ``sm90_cases.TOL``. Reproduce one case with
 ``python -m pytest tests/gpu/test_sm90_correctness.py -m gpu -k <label>``.
 """
 import pytest
-import torch
 
 from sm90_cases import Case, run_and_check, standard_cases
 

@@ -1,9 +1,7 @@
 """SM90 kernel with discrete weights (``b_ptrs``), K- and N-major, on the GPU (``pytest -m gpu``).
 
-Discrete B is compiled in CI (tests/test_sm90_compile.py) but had not run on a GPU when it
-was written, so the engine declines it unless ``CUDNN_EXT_SM90_DISCRETE=1``; these tests set
-that variable. Once they pass on the H200, remove the gate (engines/sm90.py
-``DISCRETE_GATE_REASON``) and these ``monkeypatch.setenv`` lines.
+Discrete B is compiled in CI (tests/test_sm90_compile.py); these tests are what made the
+engine offer it (first passed on the H200 on 2026-11-30, benchmarks/device_verify.sh).
 
 What they check against the float64 reference: every expert's weight lives at its own
 address (reverse order, 16-B but not 128-B aligned, NaN gaps between experts so an
@@ -21,14 +19,6 @@ from sm90_cases import TOL, Case, discrete_cases, make_pack, rel_err, run_and_ch
 
 pytestmark = pytest.mark.gpu
 
-ENV = "CUDNN_EXT_SM90_DISCRETE"
-
-
-@pytest.fixture(autouse=True)
-def _opt_in(monkeypatch):
-    monkeypatch.setenv(ENV, "1")
-
-
 def _skip_unless_sm90():
     from cudnn_ext.engines.sm90 import Sm90DgluEngine
 
@@ -45,15 +35,6 @@ def test_sm90_discrete_matches_reference(case):
     problem, _ = make_pack(case)
     assert Sm90DgluEngine().check_support(problem) == []
     print(case.label(), run_and_check(case))
-
-
-def test_sm90_discrete_declined_without_opt_in(monkeypatch):
-    from cudnn_ext.engines.sm90 import DISCRETE_GATE_REASON, Sm90DgluEngine
-
-    _skip_unless_sm90()
-    monkeypatch.delenv(ENV)
-    problem, _ = make_pack(Case([256], 64, 64, weight_mode="discrete", b_major="n"))
-    assert DISCRETE_GATE_REASON in Sm90DgluEngine().check_support(problem)
 
 
 @pytest.mark.parametrize("b_major", ["k", "n"])

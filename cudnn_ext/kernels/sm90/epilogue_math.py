@@ -13,7 +13,6 @@ no packed f32x2 arithmetic, so everything is scalar fp32.
 """
 from __future__ import annotations
 
-import cutlass
 import cutlass.cute as cute
 from cutlass import Float32
 

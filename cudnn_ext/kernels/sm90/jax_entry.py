@@ -11,14 +11,19 @@ The kernel code is unchanged; nothing here knows about JAX arrays or policy.
 Buffer convention (``cudnn_ext.jax.ffi`` builds it; every output is aliased to a zeroed input,
 so the kernel accumulates into XLA-owned zero buffers and the call has no un-aliased outputs):
 
-    a (M, K) ab, b (L, N, K) ab, c (M, 2N), offs (L,) int32, alpha (L,) f32, beta (L,) f32,
-    prob (M,) f32, d_row (M, 2N) [zeros], dprob (M,) f32 [zeros], dbias_ws (L, 2N) f32 [zeros,
-    only with generate_dbias]
+    a (M, K) ab, b, c (M, 2N), offs (L,) int32, alpha (L,) f32, beta (L,) f32, prob (M,) f32,
+    d_row (M, 2N) [zeros], dprob (M,) f32 [zeros], then the scratch buffers:
+    dbias_ws (L, 2N) f32 [zeros, only with generate_dbias],
+    b_desc (L*128 + 128,) uint8 [only discrete: the per-expert TMA descriptors the kernel's
+    helper builds on the device; the adapter rounds its address up to 128 bytes]
+
+``b`` is the dense (L, N, K) weight tensor, or for discrete weights the device pointer table:
+(L,) int64 or (8L,) uint8 (the same little-endian bytes), read by the kernel on the device.
 
 Static keyword arguments (compile-time; part of cutlass_call's cache key): ``cfg`` (the
 :class:`Sm90KernelConfig`), ``sm_count`` (grid size of the persistent kernel: correctness does
 not depend on it) and the four activation constants (runtime kernel arguments, fixed per
-traced call here). Dense weights only: the discrete variant is not offered through this path.
+traced call here).
 
 Importing this module imports the CuTe DSL (``launch`` sets ``CUTE_DSL_ARCH=sm_90a`` first).
 """
@@ -32,14 +37,14 @@ import cutlass  # noqa: E402
 import cutlass.cute as cute  # noqa: E402
 from cutlass import Float32, Int32  # noqa: E402
 
-from .dglu_kernel import GroupedDgluSm90, Sm90KernelConfig  # noqa: E402
+from .dglu_kernel import DESC_BYTES, GroupedDgluSm90, Sm90KernelConfig  # noqa: E402
 
 #: Byte alignment the adapter assumes for every buffer's data pointer: XLA guarantees 16 for
 #: entry parameters (more for its own allocations); the kernel needs 16 for its TMA operands.
 BUFFER_ALIGN = 16
 
 #: Stable part of the cutlass_call compile key (bump when the adapter's code changes).
-COMPILE_KEY = "cudnn_ext.sm90.dglu_ffi.v1"
+COMPILE_KEY = "cudnn_ext.sm90.dglu_ffi.v2"
 
 
 @cute.jit
@@ -54,7 +59,7 @@ def dglu_ffi_entry(
     prob: cute.Tensor,
     d_row: cute.Tensor,
     dprob: cute.Tensor,
-    *dbias_ws: cute.Tensor,
+    *scratch: cute.Tensor,
     cfg: cutlass.Constexpr,
     sm_count: cutlass.Constexpr,
     geglu_alpha: cutlass.Constexpr,
@@ -62,24 +67,34 @@ def dglu_ffi_entry(
     clamp_min: cutlass.Constexpr,
     linear_offset: cutlass.Constexpr,
 ):
-    if cutlass.const_expr(cfg.discrete()):
-        raise ValueError("dglu_ffi_entry: dense weights only (the discrete variant is not offered here)")
-    if cutlass.const_expr(len(dbias_ws) != (1 if cfg.generate_dbias else 0)):
-        raise ValueError("dglu_ffi_entry: pass the fp32 dbias workspace exactly when generate_dbias")
+    want = int(cfg.generate_dbias) + int(cfg.discrete())
+    if cutlass.const_expr(len(scratch) != want):
+        raise ValueError(f"dglu_ffi_entry: expected {want} scratch buffers (dbias workspace when "
+                         f"generate_dbias, descriptor buffer when discrete), got {len(scratch)}")
     kernel = GroupedDgluSm90(cfg)
     m = Int32(c.shape[0])
     num_experts = Int32(offs.shape[0])
     dprob_ptr = dprob.iterator
     # without dbias the kernel never touches the workspace pointer: pass dprob's (as the engine)
-    ws_ptr = dbias_ws[0].iterator if cutlass.const_expr(cfg.generate_dbias) else dprob_ptr
-    # the discrete-only pointer table / descriptor workspace: never read by the dense kernel
-    unused = cute.recast_ptr(a.iterator, dtype=cutlass.Int64)
+    ws_ptr = scratch[0].iterator if cutlass.const_expr(cfg.generate_dbias) else dprob_ptr
+    if cutlass.const_expr(cfg.discrete()):
+        # the pointer table (any dtype: its bytes are L little-endian int64 addresses)
+        b_ptrs = cute.recast_ptr(b.iterator, dtype=cutlass.Int64)
+        raw = scratch[-1].iterator.toint()
+        aligned = (raw + (DESC_BYTES - 1)) // DESC_BYTES * DESC_BYTES
+        b_desc = cute.make_ptr(cutlass.Int64, aligned, cute.AddressSpace.gmem,
+                               assumed_align=DESC_BYTES)
+        b_data = a.iterator  # the discrete kernel loads B through the descriptors only
+    else:
+        # the discrete-only pointer table / descriptor workspace: never read by the dense kernel
+        b_ptrs = b_desc = cute.recast_ptr(a.iterator, dtype=cutlass.Int64)
+        b_data = b.iterator
     if cutlass.const_expr(cfg.generate_dbias and cfg.fold_dbias):
         raise ValueError("dglu_ffi_entry: needs fold_dbias=False (XLA zeroes the workspace, JAX rounds it)")
     # the bf16 dbias the kernel would fold into: never read with fold_dbias=False
     no_dbias = cute.recast_ptr(a.iterator, dtype=cutlass.BFloat16)
-    kernel(a.iterator, b.iterator, c.iterator, d_row.iterator, offs.iterator, alpha.iterator,
-           beta.iterator, prob.iterator, dprob_ptr, ws_ptr, unused, unused, no_dbias,
+    kernel(a.iterator, b_data, c.iterator, d_row.iterator, offs.iterator, alpha.iterator,
+           beta.iterator, prob.iterator, dprob_ptr, ws_ptr, b_ptrs, b_desc, no_dbias,
            m, num_experts, Int32(sm_count), Float32(geglu_alpha), Float32(clamp_max),
            Float32(clamp_min), Float32(linear_offset), stream)
 
