@@ -20,6 +20,7 @@ import datetime
 import json
 import math
 import os
+import re
 import statistics
 import sys
 import time
@@ -209,7 +210,8 @@ def main(argv=None):
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--tile-n", type=int, default=0, help="pin the cudnn_ext tile_n knob")
     ap.add_argument("--variants", default="",
-                    help="extra cudnn_ext knob sets, e.g. 't128c1,t64c2' (tile_n, c_stages)")
+                    help="extra cudnn_ext knob sets, e.g. 't128c1,t128c1m2' (tile_n, c_stages, "
+                         "optional m<cluster_m>, s<ab_stages>, r<raster_group_m>)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
 
@@ -238,9 +240,16 @@ def main(argv=None):
                 elif impl.startswith("cudnn_ext:"):
                     from cudnn_ext.engines.base import Knobs
                     v = impl.split(":", 1)[1]
-                    t, c = v[1:].split("c")
-                    knobs = Knobs.of(tile_n=int(t), c_stages=int(c), stages=0,
-                                     raster_group_m=8, scheduler="static_persistent")
+                    mt = re.fullmatch(r"t(\d+)c(\d+)(?:m(\d+))?(?:s(\d+))?(?:r(\d+))?", v)
+                    if not mt:
+                        raise ValueError(f"variant {v!r}: expected t<tile_n>c<c_stages>"
+                                         "[m<cluster_m>][s<ab_stages>][r<raster_group_m>]")
+                    from cudnn_ext.engines.sm90 import RASTER_GROUP_M
+                    cl = int(mt[3] or 1)
+                    knobs = Knobs.of(tile_n=int(mt[1]), c_stages=int(mt[2]),
+                                     cluster_m=cl, stages=int(mt[4] or 0),
+                                     raster_group_m=int(mt[5] or RASTER_GROUP_M[cl]),
+                                     scheduler="static_persistent")
                     fn, extra = run_cudnn_ext(pack, K, N, knobs)
                     row.update(impl="cudnn_ext", variant=v)
                 elif impl == "torch_grouped_mm":

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from cudnn_ext.engines.base import Knobs
-from cudnn_ext.engines.sm90 import Sm90CompileKey, Sm90DgluEngine, TILE_NS
+from cudnn_ext.engines.sm90 import (CLUSTER_MS, RASTER_GROUP_M, Sm90CompileKey, Sm90DgluEngine,
+                                    TILE_NS)
 from cudnn_ext.problem import ActConfig, DgluProblem
 
 needs_dsl = pytest.mark.skipif(importlib.util.find_spec("cutlass") is None,
@@ -28,7 +29,7 @@ def test_compile_key_fields_are_pinned():
     names = [f.name for f in dataclasses.fields(Sm90CompileKey)]
     assert names == ["arch", "n", "k", "ab_dtype", "c_dtype", "d_dtype", "act_func",
                      "generate_dbias", "weight_mode", "b_major", "tile_n", "ab_stages",
-                     "raster_group_m", "c_stages", "tvm_ffi"]
+                     "raster_group_m", "c_stages", "cluster_m", "tvm_ffi"]
 
 
 def test_compile_key_ignores_runtime_sizes_and_constants():
@@ -94,11 +95,12 @@ def test_discrete_workspace_layout(dbias):
 
 
 def _variants():
-    # every (tile_n, act, dbias) with bf16 C/D, plus each C/D dtype pair once
-    out = [(t, a, db, torch.bfloat16, torch.bfloat16)
-           for t in TILE_NS for a in ("dswiglu", "dgeglu") for db in (True, False)]
+    # every (tile_n, cluster_m, act, dbias) with bf16 C/D, plus each C/D dtype pair once
+    out = [(t, cl, a, db, torch.bfloat16, torch.bfloat16)
+           for t in TILE_NS for cl in CLUSTER_MS for a in ("dswiglu", "dgeglu")
+           for db in (True, False)]
     dts = (torch.bfloat16, torch.float16, torch.float32)
-    out += [(128, "dgeglu", True, c, d) for c in dts for d in dts
+    out += [(128, 2, "dgeglu", True, c, d) for c in dts for d in dts
             if (c, d) != (torch.bfloat16, torch.bfloat16)]
     return out
 
@@ -107,20 +109,33 @@ _DT = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 
 
 def _vid(v):
-    t, a, db, c, d = v
-    return f"t{t}-{a}-dbias{int(db)}-C{_DT[c]}-D{_DT[d]}"
+    t, cl, a, db, c, d = v
+    return f"t{t}-cl{cl}-{a}-dbias{int(db)}-C{_DT[c]}-D{_DT[d]}"
 
 
 @needs_dsl
-@pytest.mark.parametrize("tile_n,act,dbias,c,d", _variants(), ids=[_vid(v) for v in _variants()])
-def test_every_variant_compiles_for_sm90a(tile_n, act, dbias, c, d):
+@pytest.mark.parametrize("tile_n,cluster_m,act,dbias,c,d", _variants(),
+                         ids=[_vid(v) for v in _variants()])
+def test_every_variant_compiles_for_sm90a(tile_n, cluster_m, act, dbias, c, d):
     from cudnn_ext.engines.sm90 import compile_cached
 
     p = _problem(act=act, c=c, d=d, dbias=dbias)
-    assert Knobs.of(tile_n=tile_n, stages=0, raster_group_m=8, scheduler="static_persistent") in \
-        Sm90DgluEngine().knob_space(p)
-    compiled = compile_cached(Sm90CompileKey.of(p, Knobs.of(tile_n=tile_n)))
+    knobs = Knobs.of(tile_n=tile_n, stages=0, raster_group_m=RASTER_GROUP_M[cluster_m],
+                     scheduler="static_persistent", cluster_m=cluster_m)
+    assert knobs in Sm90DgluEngine().knob_space(p)
+    compiled = compile_cached(Sm90CompileKey.of(p, knobs))
     assert compiled is not None
+
+
+def test_clusters_only_for_dense_weights():
+    """B multicast needs one B tensor map for the pair: discrete plans stay at cluster_m=1,
+    and the kernel refuses the combination if asked directly."""
+    eng = Sm90DgluEngine()
+    assert {k.get("cluster_m") for k in eng.knob_space(_problem())} == set(CLUSTER_MS)
+    assert {k.get("cluster_m") for k in eng.knob_space(_problem(weight_mode="discrete"))} == {1}
+    best = min(eng.knob_space(_problem(m=32768, n=2048, k=7168)),
+               key=lambda k: eng.cost(_problem(m=32768, n=2048, k=7168), k))
+    assert (best.get("tile_n"), best.get("cluster_m")) == (128, 2)
 
 
 #: Discrete B (b_ptrs): per-expert TMA descriptors built on the device by a helper kernel.
@@ -137,3 +152,18 @@ def test_discrete_variant_compiles_for_sm90a(b_major, tile_n, act, dbias):
     assert Sm90DgluEngine().check_support(p) == []
     compiled = compile_cached(Sm90CompileKey.of(p, Knobs.of(tile_n=tile_n)))
     assert compiled is not None
+
+
+@needs_dsl
+def test_kernel_refuses_clusters_with_discrete_weights():
+    import cutlass
+
+    from cudnn_ext.kernels.sm90.dglu_kernel import GroupedDgluSm90, Sm90KernelConfig
+
+    cfg = Sm90KernelConfig(n=64, k=64, ab_dtype=cutlass.BFloat16, c_dtype=cutlass.BFloat16,
+                           d_dtype=cutlass.BFloat16, act_func="dswiglu", generate_dbias=False,
+                           weight_mode="discrete", cluster_m=2)
+    with pytest.raises(ValueError, match="cluster_m"):
+        GroupedDgluSm90(cfg)
+    with pytest.raises(ValueError, match="cluster_m"):
+        GroupedDgluSm90(dataclasses.replace(cfg, weight_mode="dense", cluster_m=4))

@@ -28,6 +28,10 @@ _DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "f
 _AB_DTYPES = (torch.bfloat16, torch.float16)
 _CD_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 TILE_NS = (64, 128)
+#: CTAs per cluster along M offered for dense weights (2 = B k-tiles multicast to a CTA pair).
+CLUSTER_MS = (1, 2)
+#: M-tiles per raster group, per cluster size (the schedule sweeps N-tiles inside a group).
+RASTER_GROUP_M = {1: 8, 2: 4}
 _INT32_MAX = 2**31 - 1
 #: Bytes of one expert's B TMA descriptor in the workspace (discrete weights), vendor_facts 4.5.
 DESC_BYTES = 128
@@ -51,6 +55,8 @@ class Sm90CompileKey:
     ab_stages: int
     raster_group_m: int
     c_stages: int = 0
+    #: CTAs per cluster along M (2: B k-tiles multicast to both CTAs; dense B only)
+    cluster_m: int = 1
     #: host calling convention (TVM-FFI when apache-tvm-ffi is installed); not device code
     tvm_ffi: bool = False
 
@@ -63,8 +69,10 @@ class Sm90CompileKey:
             generate_dbias=bool(problem.generate_dbias),
             weight_mode=problem.weight_mode, b_major=problem.b_major,
             tile_n=int(knobs.get("tile_n", 128)), ab_stages=int(knobs.get("stages", 0)),
-            raster_group_m=int(knobs.get("raster_group_m", 8)),
+            raster_group_m=int(knobs.get("raster_group_m",
+                                         RASTER_GROUP_M.get(int(knobs.get("cluster_m", 1)), 8))),
             c_stages=int(knobs.get("c_stages", 0)),
+            cluster_m=int(knobs.get("cluster_m", 1)),
             tvm_ffi=importlib.util.find_spec("tvm_ffi") is not None,
         )
 
@@ -79,7 +87,7 @@ class Sm90CompileKey:
             d_dtype=dt[self.d_dtype], act_func=self.act_func,
             generate_dbias=self.generate_dbias, tile_n=self.tile_n, ab_stages=self.ab_stages,
             raster_group_m=self.raster_group_m, c_stages=self.c_stages,
-            weight_mode=self.weight_mode, b_major=self.b_major)
+            weight_mode=self.weight_mode, b_major=self.b_major, cluster_m=self.cluster_m)
 
 
 _compiled: Dict[Sm90CompileKey, object] = {}
@@ -148,14 +156,26 @@ class Sm90Plan(CompiledPlan):
             return self._layout.size
         return 4 * self._dbias_ws_elems
 
-    _sm_counts: Dict[int, int] = {}
+    _resident: Dict[tuple, int] = {}
 
     def _sm_count(self, device) -> int:
+        """CTAs of this plan that can be resident at once on ``device`` (the persistent grid):
+        the SM count, or for clusters max active clusters x cluster size (a GPC's SM count
+        need not divide by the cluster size, so this can be below the SM count)."""
         idx = device.index if device.index is not None else torch.cuda.current_device()
-        n = self._sm_counts.get(idx)
+        cl = self.key.cluster_m
+        n = self._resident.get((idx, cl))
         if n is None:
-            n = self._sm_counts[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
-        return n  # fp32 dbias partial sums
+            sms = torch.cuda.get_device_properties(idx).multi_processor_count
+            if cl > 1:
+                from cutlass.utils import HardwareInfo
+
+                with torch.cuda.device(idx):
+                    n = min(sms, HardwareInfo().get_max_active_clusters(cl) * cl)
+            else:
+                n = sms
+            self._resident[(idx, cl)] = n
+        return n
 
     def execute(self, pack, workspace=None, stream=None) -> None:
         from ..kernels.sm90.launch import launch, launch_tvm_ffi
@@ -253,16 +273,24 @@ class Sm90DgluEngine(Engine):
         return why
 
     def knob_space(self, problem: DgluProblem):
-        return [Knobs.of(tile_n=t, stages=0, raster_group_m=8, scheduler="static_persistent")
-                for t in TILE_NS]
+        """tile_n x cluster_m; clusters of 2 (B multicast) for dense weights only. Raster
+        groups of 4 M-tiles with clusters: side by side on the H200 (bench_dglu variants
+        t128c1m2r4 vs r8, results/NVIDIA_H200-2026-11-30-raster-stages.json) qwen3 0.135 vs
+        0.147 ms, mixtral 3.17 vs 3.23, skew 0.492 vs 0.499, dsv3 1.444 vs 1.435."""
+        clusters = CLUSTER_MS if problem.weight_mode == "dense" else (1,)
+        return [Knobs.of(tile_n=t, stages=0, raster_group_m=RASTER_GROUP_M[cl],
+                         scheduler="static_persistent", cluster_m=cl)
+                for cl in clusters for t in TILE_NS]
 
     def cost(self, problem: DgluProblem, knobs: Knobs) -> float:
-        """Microseconds: WGMMA time at ~600 TFLOP/s with N padded to the tile, plus C/D
-        traffic at ~3.5 TB/s, plus a per-tile epilogue term that favours wider tiles."""
+        """Microseconds: WGMMA time at ~600 TFLOP/s with N padded to the tile (~680 with B
+        multicast across a 2-CTA cluster: 8-17% faster on the H200 benchmark shapes), plus
+        C/D traffic at ~3.5 TB/s, plus a per-tile epilogue term that favours wider tiles."""
         tile_n = int(knobs.get("tile_n", 128))
         m = max(problem.m, 256)
         n_pad = -(-problem.n // tile_n) * tile_n
-        gemm_us = 2.0 * m * n_pad * problem.k / 600e6
+        rate = 680e6 if int(knobs.get("cluster_m", 1)) == 2 else 600e6
+        gemm_us = 2.0 * m * n_pad * problem.k / rate
         cd_bytes = m * 2 * problem.n * (torch.empty((), dtype=problem.c_dtype).element_size()
                                          + torch.empty((), dtype=problem.d_dtype).element_size())
         tiles = (m // 128) * (n_pad // tile_n)

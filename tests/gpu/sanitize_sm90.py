@@ -1,8 +1,9 @@
 """One small SM90 case, for compute-sanitizer (memcheck / racecheck) runs on the device:
 
-    compute-sanitizer --tool memcheck python3 tests/gpu/sanitize_sm90.py [discrete]
+    compute-sanitizer --tool memcheck python3 tests/gpu/sanitize_sm90.py [dense|discrete|cluster]
 
-``discrete`` runs the per-expert pointer variant (N-major, device-built descriptors).
+``discrete`` runs the per-expert pointer variant (N-major, device-built descriptors);
+``cluster`` the 2-CTA cluster variant (B multicast).
 """
 import os
 import sys
@@ -12,10 +13,12 @@ sys.path.insert(0, os.path.dirname(__file__))
 from sm90_cases import Case, run_and_check  # noqa: E402
 
 if __name__ == "__main__":
-    # 2 experts + an empty one, N not a multiple of the tile, K not of 64, dbias on, and more
-    # tiles than one CTA's first pass (grid is capped at 4 SMs below to force the walk)
+    # 2 experts + an empty one, N not a multiple of the tile, K not of 64, dbias on; small
+    # enough for the sanitizers (20 tiles: one per CTA, so it does not exercise the walk)
     mode = sys.argv[1] if len(sys.argv) > 1 else "dense"
-    if mode == "discrete":
+    if mode == "cluster":
+        case = Case([512, 0, 768], 160, 200, "dgeglu", tile_n=128, cluster_m=2)
+    elif mode == "discrete":
         case = Case([512, 0, 768], 160, 200, "dgeglu", tile_n=128, weight_mode="discrete",
                     b_major="n")
     else:

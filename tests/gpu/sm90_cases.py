@@ -29,13 +29,16 @@ class Case:
     extra_rows: int = 256  # rows past offs[-1] that must stay untouched
     weight_mode: str = "dense"  # "discrete": b_ptrs, one separate allocation per expert
     b_major: str = "k"  # discrete only: "n" stores each expert as (K, N) row-major
+    cluster_m: int = 1  # 2: CTA pairs along M sharing multicast B k-tiles (dense only)
+    raster_group_m: int = 0  # 0: the engine's default for the cluster size
 
     def label(self) -> str:
         dt = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
         wm = "" if self.weight_mode == "dense" else f"-discrete{self.b_major.upper()}"
         return (f"L{len(self.groups)}-M{sum(self.groups)}-N{self.n}-K{self.k}-{self.act}-"
                 f"C{dt[self.c_dtype]}-D{dt[self.d_dtype]}-dbias{int(self.dbias)}-t{self.tile_n}"
-                f"{wm}")
+                f"{wm}{'-cl%d' % self.cluster_m if self.cluster_m > 1 else ''}"
+                f"{'-r%d' % self.raster_group_m if self.raster_group_m else ''}")
 
 
 def make_pack(case: Case, device="cuda"):
@@ -126,7 +129,12 @@ def run_and_check(case: Case, engine=None, knobs=None) -> dict:
     dprob0 = pack["dprob"].clone()
     dbias0 = pack["dbias"].clone() if case.dbias else None
     ref = reference_outputs(problem, pack, compute_dtype=torch.float64, dprob_init=dprob0)
-    plan = engine.build(problem, knobs or Knobs.of(tile_n=case.tile_n))
+    if knobs is None:
+        from cudnn_ext.engines.sm90 import RASTER_GROUP_M
+
+        knobs = Knobs.of(tile_n=case.tile_n, cluster_m=case.cluster_m,
+                         raster_group_m=case.raster_group_m or RASTER_GROUP_M[case.cluster_m])
+    plan = engine.build(problem, knobs)
     ws = torch.empty(max(plan.workspace_size, 1), dtype=torch.uint8, device="cuda")
     if case.weight_mode == "discrete":
         ws.fill_(0xA5)  # stale bytes: the descriptor slots must be fully rewritten
@@ -178,6 +186,26 @@ def standard_cases() -> list:
         Case([2048, 256, 0, 4096, 1024, 512, 256, 2048], 512, 1416, "dgeglu", tile_n=128),
     ]
     return cases
+
+
+def cluster_cases() -> list:
+    """Clusters of 2 CTAs along M (B multicast): single expert, empty experts and N/K tails,
+    an odd number of 256-row slabs per CTA walk, L = 128, mixed dtypes, tile 64, and a
+    many-tile persistent walk."""
+    return [
+        Case([512], 256, 512, cluster_m=2),
+        Case([256, 0, 768, 256], 96, 200, "dswiglu", cluster_m=2),
+        Case([0, 512, 256], 320, 264, "dgeglu", cluster_m=2),
+        Case([256] * 128, 64, 64, "dswiglu", cluster_m=2),
+        Case([512, 256], 160, 128, "dgeglu", torch.float32, torch.float16, dbias=False,
+             tile_n=64, cluster_m=2),
+        Case([2048, 256, 0, 4096, 1024, 512, 256, 2048], 512, 1416, "dgeglu", cluster_m=2),
+        # raster groups of 1 and 8 slabs (the default is 2): other tile orders, same results
+        Case([2048, 256, 0, 4096, 1024, 512, 256, 2048], 320, 264, "dswiglu", cluster_m=2,
+             raster_group_m=2),
+        Case([2048, 256, 0, 4096, 1024, 512, 256, 2048], 320, 264, "dswiglu", cluster_m=2,
+             raster_group_m=16),
+    ]
 
 
 def discrete_cases() -> list:

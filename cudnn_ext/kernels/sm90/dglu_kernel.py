@@ -5,9 +5,12 @@ dprob and dbias partial reductions. It knows nothing about engines, knob policy 
 ``cudnn_ext.engines.sm90`` picks the configuration and passes raw device pointers.
 
 Anatomy: a persistent, warp-specialized "ping-pong" kernel, 3 warpgroups per CTA, one CTA
-per SM. The CTA walks the tiles t = blockIdx, blockIdx + gridDim, ... of the
-(offs[L-1]/128) x ceil(N/TILE_N) tile grid (``tile_walk``); a tile is 128 rows x TILE_N
-accumulator columns of one expert.
+per SM, optionally in clusters of ``cluster_m`` = 2 CTAs along M. The schedule walks units
+u = cluster id, + #clusters, ... of the (offs[L-1]/(128*cluster_m)) x ceil(N/TILE_N) grid
+(``tile_walk``); a unit is one N-tile of a 128*cluster_m-row slab of one expert, and CTA
+rank r of the cluster computes its 128-row tile r (128 rows x TILE_N accumulator columns).
+With a cluster, B k-tiles are TMA-multicast: each CTA loads 1/cluster_m of the tile into
+every CTA's shared memory.
 
 * warpgroup 0, warp 0: A/B TMA producer. For every tile of the CTA, in order, streams the
   (128 x 64) A and (TILE_N x 64) B k-tiles into an ``ab_stages``-deep shared-memory ring
@@ -25,7 +28,8 @@ Epilogue (per 32-column block j, both 64-row halves): gate/up come from shared m
 block j), the activation derivative is computed in fp32 (``epilogue_math``), D is written to
 global memory 2 columns (one 32-bit store) at a time; dprob gets one fp32 atomic per (row,
 tile) after a quad shuffle; dbias gets per-warp column sums (8-row-group shuffle) added with
-fp32 atomics into a workspace that the host rounds once to bf16.
+fp32 atomics into a workspace, zeroed before and folded into the caller's bf16 dbias after
+the main kernel by two tiny kernels of the same launch (one rounding).
 
 Runtime sizes (M, L, the offsets, the SM count) are kernel arguments; N, K, dtypes, tile and
 activation are compile-time. TMA zero-fills the K and N tails, so K need not be a multiple
@@ -90,6 +94,11 @@ class Sm90KernelConfig:
     # stream: no host-side torch ops, one rounding). False leaves the workspace as the
     # result (the JAX FFI path hands XLA zeroed buffers and rounds in JAX).
     fold_dbias: bool = True
+    # CTAs per cluster along M (1 or 2; dense B only). With 2, the two CTAs of a cluster own
+    # the two 128-row halves of one 256-row slab (one expert: offsets are 256-aligned) and
+    # the same N-tile, walk identical tile sequences, and each TMA-loads half of every B
+    # k-tile multicast into both CTAs' shared memory: half the L2->SM traffic for B.
+    cluster_m: int = 1
 
     def discrete(self) -> bool:
         return self.weight_mode == "discrete"
@@ -109,11 +118,17 @@ class Sm90KernelConfig:
     def num_n_tiles(self) -> int:
         return (self.n + self.tile_n - 1) // self.tile_n
 
+    def raster_group(self) -> int:
+        """Raster group size in schedule units (cluster_m M-tiles each)."""
+        return max(1, self.raster_group_m // self.cluster_m)
+
 
 class GroupedDgluSm90:
     """Grouped GEMM + dGLU for one :class:`Sm90KernelConfig`. ``__call__`` is the jit entry."""
 
     def __init__(self, cfg: Sm90KernelConfig):
+        # 160/192 compile but spill (ptxas: ~450 B with a 192-column accumulator next to the
+        # epilogue's live values) and measured slower on the H200 than 128 with clusters
         if cfg.tile_n % 32 != 0 or not 32 <= cfg.tile_n <= 128:
             raise ValueError(f"tile_n must be a multiple of 32 in [32, 128], got {cfg.tile_n}")
         if cfg.act_func not in ("dswiglu", "dgeglu"):
@@ -122,6 +137,9 @@ class GroupedDgluSm90:
             raise ValueError(f"weight_mode/b_major {cfg.weight_mode!r}/{cfg.b_major!r} unsupported")
         if cfg.weight_mode == "dense" and cfg.b_major != "k":
             raise ValueError("dense B must be K-major on the SM90 kernel")
+        if cfg.cluster_m not in (1, 2) or (cfg.cluster_m == 2 and cfg.discrete()):
+            raise ValueError(f"cluster_m must be 1, or 2 with dense B, got {cfg.cluster_m} "
+                             f"({cfg.weight_mode} B)")
         self.cfg = cfg
         self.tile_n = cfg.tile_n
         self.ab_stages = cfg.stages()
@@ -211,8 +229,11 @@ class GroupedDgluSm90:
         b_smem = cute.slice_(b_smem_staged, (None, None, 0))
         tma_atom_a, tma_a = cute.nvgpu.cpasync.make_tiled_tma_atom(
             cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp(), mA, a_smem, (TILE_M, TILE_K))
+        cl = cfg.cluster_m
+        b_op = (cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp() if cl > 1
+                else cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp())
         tma_atom_b, tma_b = cute.nvgpu.cpasync.make_tiled_tma_atom(
-            cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp(), mB, b_smem, (self.tile_n, TILE_K))
+            b_op, mB, b_smem, (self.tile_n, TILE_K), num_multicast=cl)
 
         @cute.struct
         class SharedStorage:
@@ -228,9 +249,10 @@ class GroupedDgluSm90:
         self.shared_storage = SharedStorage
 
         # Upper bound of the tile count from M alone (the true count needs offs[L-1], which
-        # only the device reads); surplus CTAs find no tile and exit.
-        max_tiles = (m // TILE_M) * self.num_n_tiles
-        grid = (cutlass.min(max_tiles, sm_count), 1, 1)
+        # only the device reads); surplus CTAs find no tile and exit. ``sm_count`` is how
+        # many CTAs can be resident at once (for clusters: max active clusters x cl).
+        max_units = (m // (TILE_M * cl)) * self.num_n_tiles
+        grid = (cutlass.min(max_units, sm_count // cl) * cl, 1, 1)
         fold = cfg.generate_dbias and cfg.fold_dbias
         if cutlass.const_expr(fold):
             total = num_experts * 2 * n
@@ -247,7 +269,8 @@ class GroupedDgluSm90:
             tma_atom_a, tma_a, tma_atom_b, tma_b, tma_atom_c, tma_c, mC, mD, mOffs, mAlpha,
             mBeta, mProb, mDprob, mDbias, b_desc_ptr, num_experts, geglu_alpha, clamp_max,
             clamp_min, linear_offset, tiled_mma, a_smem_staged, b_smem_staged, c_smem_staged,
-        ).launch(grid=grid, block=[NUM_THREADS, 1, 1], min_blocks_per_mp=1, stream=stream)
+        ).launch(grid=grid, block=[NUM_THREADS, 1, 1], cluster=(cl, 1, 1), min_blocks_per_mp=1,
+                 stream=stream)
         if cutlass.const_expr(fold):
             self.dbias_fold(mWs, mDb).launch(grid=fold_grid, block=[256, 1, 1], stream=stream)
 
@@ -362,9 +385,17 @@ class GroupedDgluSm90:
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_b)
             cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_c)
 
-        # Only M-tiles that hold rows are scheduled (offs[L-1] is a multiple of 256).
-        valid_m_tiles = mOffs[num_experts - 1] // TILE_M
-        num_tiles = valid_m_tiles * self.num_n_tiles
+        # Schedule units: cl M-tiles (one per CTA of a cluster) x one N-tile. Only M-tiles
+        # that hold rows are scheduled (offs[L-1] is a multiple of 256, so of 128 * cl).
+        cl = self.cfg.cluster_m
+        rank = Int32(0)
+        if cutlass.const_expr(cl > 1):
+            rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
+        unit0 = bid // cl
+        nunits = nblocks // cl
+        valid_m_units = mOffs[num_experts - 1] // (TILE_M * cl)
+        num_units = valid_m_units * self.num_n_tiles
+        walk = (nunits, num_units, valid_m_units, rank)
 
         smem = cutlass.utils.SmemAllocator()
         storage = smem.allocate(self.shared_storage)
@@ -380,10 +411,13 @@ class GroupedDgluSm90:
             barrier_storage=storage.ab_mbar.data_ptr(),
             num_stages=self.ab_stages,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
-            # each stage is consumed by one math warpgroup: one release per warp (no cluster)
-            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 4),
+            # each stage is consumed by one math warpgroup of every CTA of the cluster: one
+            # release per warp and CTA (lane r of each warp arrives on CTA r's barrier)
+            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 4 * cl),
             tx_count=tx_bytes,
-            cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)),
+            # (v, m, n, k) cluster layout; with cl > 1 create() also syncs the cluster so no
+            # remote arrive can reach a barrier before it is initialized
+            cta_layout_vmnk=cute.make_layout((1, cl, 1, 1)),
         )
         # One ring of 2*c_stages C blocks; math warpgroup w owns stages
         # [w*c_stages, (w+1)*c_stages) and its own producer warp (1 + w), so each half is a
@@ -404,8 +438,9 @@ class GroupedDgluSm90:
         tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(
             tma_atom_a, 0, cute.make_layout(1), cute.group_modes(sA, 0, 2),
             cute.group_modes(gA, 0, 2))
+        # with a cluster each CTA loads its 1/cl slice of the B tile, multicast to all
         tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
-            tma_atom_b, 0, cute.make_layout(1), cute.group_modes(sB, 0, 2),
+            tma_atom_b, rank, cute.make_layout(cl), cute.group_modes(sB, 0, 2),
             cute.group_modes(gB, 0, 2))
         gC = cute.local_tile(mC_tma, (TILE_M, C_BLOCK_COLS), (None, None))
         tCsC_tma, tCgC_tma = cute.nvgpu.cpasync.tma_partition(
@@ -416,11 +451,10 @@ class GroupedDgluSm90:
             cute.arch.setmaxregister_decrease(self.producer_regs)
             if warp_idx == 0:
                 self.producer(ab_pipe, tma_atom_a, tAgA, tAsA, tma_atom_b, tBgB, tBsB, mOffs,
-                              num_experts, valid_m_tiles, num_tiles, bid, nblocks, mC, tidx,
-                              b_desc_ptr)
+                              num_experts, unit0, walk, mC, tidx, b_desc_ptr)
             if (warp_idx == 1) | (warp_idx == 2):
-                self.c_producer(c_pipe, tma_atom_c, tCgC_tma, tCsC_tma, warp_idx - 1,
-                                valid_m_tiles, num_tiles, bid, nblocks)
+                self.c_producer(c_pipe, tma_atom_c, tCgC_tma, tCsC_tma, warp_idx - 1, unit0,
+                                walk)
         else:
             cute.arch.setmaxregister_increase(self.math_regs)
             wg = warp_group - 1
@@ -433,40 +467,53 @@ class GroupedDgluSm90:
             acc = cute.make_rmem_tensor(tCcC.shape, Float32)
             tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
 
-            # Ping-pong order: warpgroup w may start the mainloop of its tile t only after
-            # the other warpgroup finished the mainloop of tile t - gridDim. Besides keeping
+            # Ping-pong order: warpgroup w may start the mainloop of its unit u only after
+            # the other warpgroup finished the mainloop of unit u - nunits. Besides keeping
             # the tensor cores to one warpgroup at a time, this is what makes the mbarrier
             # parity waits sound: when we first wait on ring position p, every position < p
             # has been consumed, so p's stage is at most one phase ahead of its barrier.
             mine_done = pipeline.NamedBarrier(barrier_id=2 + wg, num_threads=256)
             other_done = pipeline.NamedBarrier(barrier_id=3 - wg, num_threads=256)
-            tile = bid + wg * nblocks
+            unit = unit0 + wg * nunits
             pos = wg * self.k_tile_cnt  # ring position of this warpgroup's first k-tile
             cpos = Int32(0)  # position in this warpgroup's private C FIFO
-            while tile < num_tiles:
-                m_tile, n_tile = grouped_raster(tile, valid_m_tiles, self.num_n_tiles,
-                                                self.cfg.raster_group_m)
+            while unit < num_units:
+                m_tile, n_tile = self.tile_of(unit, walk)
                 expert = expert_of_row(mOffs, num_experts, m_tile * TILE_M)
-                if tile >= nblocks:  # a previous tile (the other warpgroup's) exists
+                if unit >= nunits:  # a previous unit (the other warpgroup's) exists
                     other_done.arrive_and_wait()
                 self.mma_mainloop(ab_pipe, tiled_mma, tCrA, tCrB, acc, pos, mine_done,
-                                  tile + nblocks < num_tiles)
+                                  unit + nunits < num_units)
                 self.epilogue(acc, tCcC, c_pipe, sC, wg, cpos, mD, mAlpha, mBeta, mProb,
                               mDprob, mDbias, geglu_alpha, clamp_max, clamp_min,
                               linear_offset, m_tile, n_tile, expert, tidx)
                 cpos += self.nblk
-                tile += MATH_WARPGROUPS * nblocks
+                unit += MATH_WARPGROUPS * nunits
                 pos += MATH_WARPGROUPS * self.k_tile_cnt
 
     @cute.jit
+    def tile_of(self, unit, walk):
+        """(m_tile, n_tile) of this CTA in schedule unit ``unit``: the unit's slab of cl
+        M-tiles (grouped raster over units), the CTA's rank picking its M-tile."""
+        _, _, valid_m_units, rank = walk
+        m_unit, n_tile = grouped_raster(unit, valid_m_units, self.num_n_tiles,
+                                        self.cfg.raster_group())
+        return m_unit * self.cfg.cluster_m + rank, n_tile
+
+    @cute.jit
     def producer(self, ab_pipe, tma_atom_a, tAgA, tAsA, tma_atom_b, tBgB, tBsB, mOffs,
-                 num_experts, valid_m_tiles, num_tiles, bid, nblocks, mC, tidx, b_desc_ptr):
+                 num_experts, unit0, walk, mC, tidx, b_desc_ptr):
+        nunits, num_units, _, rank = walk
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer,
                                              self.ab_stages)
-        tile = bid
-        while tile < num_tiles:
-            m_tile, n_tile = grouped_raster(tile, valid_m_tiles, self.num_n_tiles,
-                                            self.cfg.raster_group_m)
+        # B k-tiles go to every CTA of the cluster (0 = plain, non-multicast load)
+        b_mask = 0
+        if cutlass.const_expr(self.cfg.cluster_m > 1):
+            b_mask = cute.make_layout_image_mask(
+                cute.make_layout((self.cfg.cluster_m, 1, 1)), (rank, 0, 0), mode=0)
+        unit = unit0
+        while unit < num_units:
+            m_tile, n_tile = self.tile_of(unit, walk)
             expert = expert_of_row(mOffs, num_experts, m_tile * TILE_M)
             # Warm L2 with this tile's C window now; its epilogue reads it about one
             # mainloop later (the ring keeps us at most `ab_stages` k-tiles ahead).
@@ -493,10 +540,10 @@ class GroupedDgluSm90:
                     cute.copy(tma_atom_a, tAgA[(None, m_tile, kt)], tAsA[(None, state.index)],
                               tma_bar_ptr=bar)
                     cute.copy(tma_atom_b, tBgB[(None, n_tile, kt, expert)],
-                              tBsB[(None, state.index)], tma_bar_ptr=bar)
+                              tBsB[(None, state.index)], tma_bar_ptr=bar, mcast_mask=b_mask)
                     ab_pipe.producer_commit(state)
                     state.advance()
-            tile += nblocks
+            unit += nunits
         # do not exit while the math warpgroups may still arrive on our empty barriers
         ab_pipe.producer_tail(state)
 
@@ -512,18 +559,17 @@ class GroupedDgluSm90:
                                       w * self.c_stages + p % self.c_stages, phase)
 
     @cute.jit
-    def c_producer(self, c_pipe, tma_atom_c, tCgC, tCsC, w, valid_m_tiles, num_tiles, bid,
-                   nblocks):
+    def c_producer(self, c_pipe, tma_atom_c, tCgC, tCsC, w, unit0, walk):
         """Warp 1 + w: TMA-loads, block by block, the C window of every tile math warpgroup
         w will process (the same walk as that warpgroup). It runs ahead into the next tile
         while the warpgroup is in its mainloop, so the first blocks are resident before the
         epilogue starts. No producer tail: there is no cluster, and the consumers' arrives
         are their own shared-memory operations, complete before the CTA can exit."""
-        tile = bid + w * nblocks
+        nunits, num_units, _, _ = walk
+        unit = unit0 + w * nunits
         p = Int32(0)
-        while tile < num_tiles:
-            m_tile, n_tile = grouped_raster(tile, valid_m_tiles, self.num_n_tiles,
-                                            self.cfg.raster_group_m)
+        while unit < num_units:
+            m_tile, n_tile = self.tile_of(unit, walk)
             for j in cutlass.range_constexpr(self.nblk):
                 st = self.c_state(w, p + j, True)
                 c_pipe.producer_acquire(st)
@@ -533,7 +579,7 @@ class GroupedDgluSm90:
                           tCsC[(None, st.index)], tma_bar_ptr=c_pipe.producer_get_barrier(st))
                 c_pipe.producer_commit(st)
             p += self.nblk
-            tile += MATH_WARPGROUPS * nblocks
+            unit += MATH_WARPGROUPS * nunits
 
     @cute.jit
     def prefetch_c_tile(self, mC, m_tile, n_tile, lane):
