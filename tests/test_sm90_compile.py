@@ -54,7 +54,7 @@ def test_declines_with_reasons():
     reasons = " | ".join(eng.check_support(p))
     assert "dsituglu" in reasons and "cpu" in reasons
     assert eng.check_support(_problem()) == []
-    assert "N-major" in " ".join(eng.check_support(_problem(b_major="n")))  # dense N-major
+    assert eng.check_support(_problem(b_major="n")) == []  # dense N-major (e.g. the MLP's w2^T)
 
 
 @pytest.mark.parametrize("b_major", ["k", "n"])
@@ -140,6 +140,22 @@ def test_clusters_only_for_dense_weights():
 
 #: Discrete B (b_ptrs): per-expert TMA descriptors built on the device by a helper kernel.
 _DISCRETE = [("k", 128, "dswiglu", True), ("n", 128, "dgeglu", True), ("n", 64, "dswiglu", False)]
+
+#: Dense N-major B ((N, K, L) with strides (1, N, N*K)): both cluster sizes.
+_DENSE_N = [(128, 2, "dswiglu", True), (64, 1, "dgeglu", False)]
+
+
+@needs_dsl
+@pytest.mark.parametrize("tile_n,cluster_m,act,dbias", _DENSE_N,
+                         ids=[f"t{t}-cl{c}-{a}-dbias{int(d)}" for t, c, a, d in _DENSE_N])
+def test_dense_n_major_variant_compiles_for_sm90a(tile_n, cluster_m, act, dbias):
+    from cudnn_ext.engines.sm90 import compile_cached
+
+    p = _problem(act=act, dbias=dbias, b_major="n")
+    knobs = Knobs.of(tile_n=tile_n, stages=0, raster_group_m=RASTER_GROUP_M[cluster_m],
+                     scheduler="static_persistent", cluster_m=cluster_m)
+    assert knobs in Sm90DgluEngine().knob_space(p)
+    assert compile_cached(Sm90CompileKey.of(p, knobs)) is not None
 
 
 @needs_dsl

@@ -269,6 +269,7 @@ def test_gpu_op_matches_cpu_and_captures_in_cuda_graph():
 
 @pytest.mark.gpu
 def test_gpu_mlp_gradients_match_cpu():
+    _core._memo.clear()  # the engine check below must see this test's plans only
     torch.manual_seed(0)
     mlp = GroupedGluMLP(3, 64, 64, bias=True)
     x, prob, offs = mlp_inputs(64)
@@ -282,6 +283,13 @@ def test_gpu_mlp_gradients_match_cpu():
         res.append([t.cpu() for t in (xi.grad, pi.grad, m.w1.grad, m.b1.grad, m.w2.grad)])
     for got, want in zip(res[1], res[0]):
         assert rel_err(got, want) < BF16_REL
+    # on a Hopper GPU with the CuTe DSL the backward's fused op must be the kernel, not the
+    # reference fallback (otherwise this test would not check the kernel's gradients)
+    from cudnn_ext.engines.sm90 import Sm90DgluEngine
+
+    if Sm90DgluEngine().available() is None:
+        used = {e.plan.engine_name for e in _core._memo.values() if e.problem.device_type == "cuda"}
+        assert "sm90_cutedsl" in used, used
 
 
 def test_docs_torch_examples_run():

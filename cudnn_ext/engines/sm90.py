@@ -256,8 +256,6 @@ class Sm90DgluEngine(Engine):
             why.append(f"weight_mode {problem.weight_mode!r} is not implemented on sm90")
         if problem.b_major not in ("k", "n"):
             why.append(f"b_major {problem.b_major!r} is not supported")
-        elif problem.b_major == "n" and problem.weight_mode == "dense":
-            why.append("dense N-major B is not implemented on sm90 (discrete N-major is)")
         if problem.n % 32 or problem.k % 8:
             why.append(f"needs N % 32 == 0 and K % 8 == 0, got N={problem.n}, K={problem.k}")
         if problem.generate_activation:

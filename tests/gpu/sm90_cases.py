@@ -28,13 +28,14 @@ class Case:
     tile_n: int = 128
     extra_rows: int = 256  # rows past offs[-1] that must stay untouched
     weight_mode: str = "dense"  # "discrete": b_ptrs, one separate allocation per expert
-    b_major: str = "k"  # discrete only: "n" stores each expert as (K, N) row-major
+    b_major: str = "k"  # "n": dense (N, K, L) with strides (1, N, N*K); discrete (K, N) row-major
     cluster_m: int = 1  # 2: CTA pairs along M sharing multicast B k-tiles (dense only)
     raster_group_m: int = 0  # 0: the engine's default for the cluster size
 
     def label(self) -> str:
         dt = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
-        wm = "" if self.weight_mode == "dense" else f"-discrete{self.b_major.upper()}"
+        wm = (f"-discrete{self.b_major.upper()}" if self.weight_mode == "discrete"
+              else "-denseN" if self.b_major == "n" else "")
         return (f"L{len(self.groups)}-M{sum(self.groups)}-N{self.n}-K{self.k}-{self.act}-"
                 f"C{dt[self.c_dtype]}-D{dt[self.d_dtype]}-dbias{int(self.dbias)}-t{self.tile_n}"
                 f"{wm}{'-cl%d' % self.cluster_m if self.cluster_m > 1 else ''}"
@@ -48,6 +49,10 @@ def make_pack(case: Case, device="cuda"):
     a = torch.randn(m, k, device=device).to(torch.bfloat16)
     b = (torch.randn(L, n, k, device=device) / math.sqrt(k)).to(torch.bfloat16).permute(1, 2, 0)
     b_ptrs, keep = None, None
+    if case.weight_mode == "dense" and case.b_major == "n":
+        # N-major dense: the same values stored (L, K, N) contiguous, viewed as (N, K, L)
+        b = b.permute(2, 1, 0).contiguous().permute(2, 1, 0)
+        assert b.stride() == (1, n, n * k)
     if case.weight_mode == "discrete":
         b_ptrs, keep = discrete_weights(b, case.b_major)
         b = None
@@ -205,6 +210,18 @@ def cluster_cases() -> list:
              raster_group_m=2),
         Case([2048, 256, 0, 4096, 1024, 512, 256, 2048], 320, 264, "dswiglu", cluster_m=2,
              raster_group_m=16),
+    ]
+
+
+def dense_n_major_cases() -> list:
+    """Dense N-major B (the GroupedGluMLP backward passes w2^T): both cluster sizes, tails."""
+    return [
+        Case([256, 0, 768, 256], 96, 200, "dswiglu", b_major="n", cluster_m=2),
+        Case([0, 512, 256], 320, 264, "dgeglu", b_major="n", cluster_m=1),
+        Case([512, 256], 160, 128, "dgeglu", torch.float32, torch.float16, dbias=False,
+             tile_n=64, b_major="n", cluster_m=2),
+        Case([2048, 256, 0, 4096, 1024, 512, 256, 2048], 512, 1416, "dswiglu", b_major="n",
+             cluster_m=2),
     ]
 
 

@@ -8,7 +8,7 @@ tolerances of ``sm90_cases.TOL``. Reproduce one case with
 """
 import pytest
 
-from sm90_cases import Case, cluster_cases, run_and_check, standard_cases
+from sm90_cases import Case, cluster_cases, dense_n_major_cases, run_and_check, standard_cases
 
 pytestmark = pytest.mark.gpu
 
@@ -29,6 +29,12 @@ def test_sm90_matches_reference(case):
 
 @pytest.mark.parametrize("case", cluster_cases(), ids=lambda c: c.label())
 def test_sm90_cluster_matches_reference(case):
+    _skip_unless_sm90()
+    print(case.label(), run_and_check(case))
+
+
+@pytest.mark.parametrize("case", dense_n_major_cases(), ids=lambda c: c.label())
+def test_sm90_dense_n_major_matches_reference(case):
     _skip_unless_sm90()
     print(case.label(), run_and_check(case))
 

@@ -82,7 +82,8 @@ class Sm90KernelConfig:
     # mixtral 3.11 vs 3.38 ms, skew 0.56 vs 0.60 ms): the mainloop wants the shared memory
     # more, and the producer's L2 prefetch of C keeps the single C stage fed.
     c_stages: int = 0
-    # B storage: "dense" = one (N, K, L) K-major tensor; "discrete" = a device table of L
+    # B storage: "dense" = one (N, K, L) tensor, K-major ("k": strides (K, 1, N*K)) or N-major
+    # ("n": strides (1, N, N*K), e.g. the transpose of an (L, K, N) weight); "discrete" = a device table of L
     # int64 base addresses, each expert an (N, K) matrix, K-major ("k": row stride K) or
     # N-major ("n": stored (K, N) row-major, row stride N). Discrete B is loaded through
     # per-expert TMA descriptors that a helper kernel (grid = L) builds on the device into
@@ -135,8 +136,6 @@ class GroupedDgluSm90:
             raise ValueError(f"act_func {cfg.act_func!r} is not supported by the SM90 kernel")
         if cfg.weight_mode not in ("dense", "discrete") or cfg.b_major not in ("k", "n"):
             raise ValueError(f"weight_mode/b_major {cfg.weight_mode!r}/{cfg.b_major!r} unsupported")
-        if cfg.weight_mode == "dense" and cfg.b_major != "k":
-            raise ValueError("dense B must be K-major on the SM90 kernel")
         if cfg.cluster_m not in (1, 2) or (cfg.cluster_m == 2 and cfg.discrete()):
             raise ValueError(f"cluster_m must be 1, or 2 with dense B, got {cfg.cluster_m} "
                              f"({cfg.weight_mode} B)")
@@ -189,8 +188,10 @@ class GroupedDgluSm90:
                 a_ptr,
                 cute.make_layout((n, k, 1), stride=self._b_stride()))
         else:
+            # (N, K, L): K-major strides (K, 1, N*K) or N-major (1, N, N*K)
+            b_stride = (k, 1, n * k) if cfg.b_major == "k" else (1, n, n * k)
             mB = cute.make_tensor(
-                b_ptr, cute.make_layout((n, k, num_experts), stride=(k, 1, n * k)))
+                b_ptr, cute.make_layout((n, k, num_experts), stride=b_stride))
         mC = cute.make_tensor(c_ptr, cute.make_layout((m, 2 * n), stride=(2 * n, 1)))
         mD = cute.make_tensor(d_ptr, cute.make_layout((m, 2 * n), stride=(2 * n, 1)))
         mOffs = cute.make_tensor(offs_ptr, cute.make_layout((num_experts,)))
