@@ -613,21 +613,11 @@ class GroupedDgluSm90:
         # ACCUMULATE stays True (set once outside the tile loop: the MMA object must not be
         # rebound inside staged control flow), so the accumulator is zeroed per tile.
         acc.fill(0.0)
-        ab_pipe.consumer_wait(read)
-        cute.nvgpu.warpgroup.fence()
-        for kb in cutlass.range_constexpr(num_k_blocks):
-            coord = (None, None, kb, read.index)
-            cute.gemm(tiled_mma, acc, tCrA[coord], tCrB[coord], acc)
-        cute.nvgpu.warpgroup.commit_group()
+        self._issue_k_tile(ab_pipe, read, tiled_mma, tCrA, tCrB, acc, num_k_blocks)
         read.advance()
         # steady state: one wgmma group in flight; release the stage the previous one used
         for kt in range(1, self.k_tile_cnt):
-            ab_pipe.consumer_wait(read)
-            cute.nvgpu.warpgroup.fence()
-            for kb in cutlass.range_constexpr(num_k_blocks):
-                coord = (None, None, kb, read.index)
-                cute.gemm(tiled_mma, acc, tCrA[coord], tCrB[coord], acc)
-            cute.nvgpu.warpgroup.commit_group()
+            self._issue_k_tile(ab_pipe, read, tiled_mma, tCrA, tCrB, acc, num_k_blocks)
             cute.nvgpu.warpgroup.wait_group(1)
             ab_pipe.consumer_release(release)
             release.advance()
@@ -636,6 +626,17 @@ class GroupedDgluSm90:
         ab_pipe.consumer_release(release)
         if signal_other:
             mine_done.arrive()
+
+    @cute.jit
+    def _issue_k_tile(self, ab_pipe, read, tiled_mma, tCrA, tCrB, acc, num_k_blocks):
+        """Wait for ring stage ``read`` and issue its WGMMAs (TILE_K / 16 of them) as one
+        committed group into ``acc``."""
+        ab_pipe.consumer_wait(read)
+        cute.nvgpu.warpgroup.fence()
+        for kb in cutlass.range_constexpr(num_k_blocks):
+            coord = (None, None, kb, read.index)
+            cute.gemm(tiled_mma, acc, tCrA[coord], tCrB[coord], acc)
+        cute.nvgpu.warpgroup.commit_group()
 
     # ------------------------------------------------------------------ epilogue
     # Plain-Python helpers: they run while tracing (their loops unroll), building lists of
