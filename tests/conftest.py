@@ -19,3 +19,25 @@ def _fresh_seed():
     seed = int.from_bytes(os.urandom(4), "little")
     torch.manual_seed(seed)
     yield seed
+
+
+@pytest.fixture
+def graph_executions(monkeypatch):
+    """The graphs whose ``execute`` runs during the test, in order: ``Graph.execute`` is spied
+    on, and the call-graph memo and the wrapper's hot path start empty (a remembered call runs
+    its graph's plan directly, tests/test_hot_path.py)."""
+    import cudnn_ext
+    from cudnn_ext.api import hot_path
+    from cudnn_ext.graph import from_call
+
+    seen = []
+    real = cudnn_ext.Graph.execute
+
+    def spy(self, variant_pack, workspace=None, stream=None):
+        seen.append(self)
+        return real(self, variant_pack, workspace, stream)
+
+    monkeypatch.setattr(cudnn_ext.Graph, "execute", spy)
+    from_call.clear_memo()
+    hot_path.clear()
+    return seen

@@ -190,22 +190,22 @@ def test_dsituglu_against_autograd_of_forward():
 
 
 # ------------------------------------------------------------------ bad input, one per rule
-def _ok_mxfp8():
+def _ok(quantize, **extra):
+    """Valid wrapper arguments for a small problem with A and B quantized by ``quantize``."""
     p = _problem(L=2, N=32, K=64, counts=(256, 256))
-    a_q, sfa = quantize_mxfp8(p["a"])
-    b_q, sfb = quantize_mxfp8(p["b"].permute(1, 2, 0))
+    a_q, sfa = quantize(p["a"])
+    b_q, sfb = quantize(p["b"].permute(1, 2, 0))
     return dict(a_tensor=a_q, c_tensor=p["c"], sfa_tensor=sfa, padded_offsets=p["offs"], alpha_tensor=p["alpha"],
                 beta_tensor=p["beta"], prob_tensor=p["prob"], dprob_tensor=torch.zeros(p["M"]), b_tensor=b_q,
-                sfb_tensor=sfb, sf_vec_size=32, norm_const_tensor=torch.tensor([1.0]))
+                sfb_tensor=sfb, **extra)
+
+
+def _ok_mxfp8():
+    return _ok(quantize_mxfp8, sf_vec_size=32, norm_const_tensor=torch.tensor([1.0]))
 
 
 def _ok_nvfp4():
-    p = _problem(L=2, N=32, K=64, counts=(256, 256))
-    a_q, sfa = quantize_nvfp4(p["a"])
-    b_q, sfb = quantize_nvfp4(p["b"].permute(1, 2, 0))
-    return dict(a_tensor=a_q, c_tensor=p["c"], sfa_tensor=sfa, padded_offsets=p["offs"], alpha_tensor=p["alpha"],
-                beta_tensor=p["beta"], prob_tensor=p["prob"], dprob_tensor=torch.zeros(p["M"]), b_tensor=b_q,
-                sfb_tensor=sfb, sf_vec_size=16)
+    return _ok(quantize_nvfp4, sf_vec_size=16)
 
 
 BAD = [

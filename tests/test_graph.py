@@ -301,21 +301,8 @@ def test_graph_device_defaults_and_problem_device():
 
 
 # ----------------------------------------------------------------------------- one path
-def test_wrapper_and_class_api_run_through_a_graph(monkeypatch):
-    from cudnn_ext.graph import from_call
-
-    seen = []
-    real = cudnn.Graph.execute
-
-    def spy(self, variant_pack, workspace=None, stream=None):
-        seen.append(self)
-        return real(self, variant_pack, workspace, stream)
-
-    monkeypatch.setattr(cudnn.Graph, "execute", spy)
-    from_call.clear_memo()
-    from cudnn_ext.api import hot_path
-
-    hot_path.clear()  # a remembered call runs its graph's plan directly (tests/test_hot_path.py)
+def test_wrapper_and_class_api_run_through_a_graph(graph_executions):
+    seen = graph_executions
     t = make_case()
     wrapper_result(t)
     run = make_case(m=768, offsets=[256, 512, 768])

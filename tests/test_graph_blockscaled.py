@@ -12,7 +12,6 @@ import pytest
 import torch
 
 import cudnn_ext as cudnn
-from cudnn_ext.graph import from_call
 from cudnn_ext.quant import quantize_mxfp8, quantize_nvfp4
 from cudnn_ext.quant.sf_layout import empty_sf, sf_k_blocks, storage_of
 
@@ -270,16 +269,8 @@ def test_block_scaled_serialize_round_trip():
 
 
 # ----------------------------------------------------------------------------- one path
-def test_block_scaled_wrapper_and_class_api_run_through_a_graph(monkeypatch):
-    seen = []
-    real = cudnn.Graph.execute
-
-    def spy(self, variant_pack, workspace=None, stream=None):
-        seen.append(self)
-        return real(self, variant_pack, workspace, stream)
-
-    monkeypatch.setattr(cudnn.Graph, "execute", spy)
-    from_call.clear_memo()
+def test_block_scaled_wrapper_and_class_api_run_through_a_graph(graph_executions):
+    seen = graph_executions
     t = mxfp8_case()
     wrapper(t, sf_vec_size=32)
     run = mxfp8_case(m=1024, offsets=(256, 512, 768))

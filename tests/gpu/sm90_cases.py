@@ -99,6 +99,31 @@ def discrete_weights(b, b_major: str):
     return torch.tensor(ptrs, dtype=torch.int64, device=b.device), pool
 
 
+def skip_unless_sm90():
+    """pytest.skip with the SM90 engine's reason when it cannot run in this process."""
+    import pytest
+
+    from cudnn_ext.engines.sm90 import Sm90DgluEngine
+
+    why = Sm90DgluEngine().available()
+    if why:
+        pytest.skip(why)
+
+
+def capture_execute(plan, pack, workspace):
+    """A CUDA graph of one ``plan.execute`` on a side stream (after one warm-up run outside
+    the capture, so module loading is not captured). Returns the graph."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        plan.execute(pack, workspace, s)  # warm-up: module load outside the capture
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=s):
+        plan.execute(pack, workspace, s)
+    return g
+
+
 def _cumsum(xs):
     s = 0
     for x in xs:

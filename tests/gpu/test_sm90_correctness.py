@@ -8,40 +8,33 @@ tolerances of ``sm90_cases.TOL``. Reproduce one case with
 """
 import pytest
 
-from sm90_cases import Case, cluster_cases, dense_n_major_cases, run_and_check, standard_cases
+from sm90_cases import (Case, cluster_cases, dense_n_major_cases, run_and_check,
+                        skip_unless_sm90, standard_cases)
 
 pytestmark = pytest.mark.gpu
 
 
-def _skip_unless_sm90():
-    from cudnn_ext.engines.sm90 import Sm90DgluEngine
-
-    why = Sm90DgluEngine().available()
-    if why:
-        pytest.skip(why)
-
-
 @pytest.mark.parametrize("case", standard_cases(), ids=lambda c: c.label())
 def test_sm90_matches_reference(case):
-    _skip_unless_sm90()
+    skip_unless_sm90()
     print(case.label(), run_and_check(case))
 
 
 @pytest.mark.parametrize("case", cluster_cases(), ids=lambda c: c.label())
 def test_sm90_cluster_matches_reference(case):
-    _skip_unless_sm90()
+    skip_unless_sm90()
     print(case.label(), run_and_check(case))
 
 
 @pytest.mark.parametrize("case", dense_n_major_cases(), ids=lambda c: c.label())
 def test_sm90_dense_n_major_matches_reference(case):
-    _skip_unless_sm90()
+    skip_unless_sm90()
     print(case.label(), run_and_check(case))
 
 
 def test_sm90_m_is_runtime():
     """Two token counts reuse one compiled kernel (the compile cache key has no M)."""
-    _skip_unless_sm90()
+    skip_unless_sm90()
     from cudnn_ext.engines import sm90
 
     run_and_check(Case([256, 512], 128, 128))

@@ -15,21 +15,14 @@ public wrapper with ``b_ptrs``.
 import pytest
 import torch
 
-from sm90_cases import TOL, Case, discrete_cases, make_pack, rel_err, run_and_check
+from sm90_cases import (TOL, Case, capture_execute, discrete_cases, make_pack, rel_err,
+                        run_and_check, skip_unless_sm90)
 
 pytestmark = pytest.mark.gpu
 
-def _skip_unless_sm90():
-    from cudnn_ext.engines.sm90 import Sm90DgluEngine
-
-    why = Sm90DgluEngine().available()
-    if why:
-        pytest.skip(why)
-
-
 @pytest.mark.parametrize("case", discrete_cases(), ids=lambda c: c.label())
 def test_sm90_discrete_matches_reference(case):
-    _skip_unless_sm90()
+    skip_unless_sm90()
     from cudnn_ext.engines.sm90 import Sm90DgluEngine
 
     problem, _ = make_pack(case)
@@ -41,7 +34,7 @@ def test_sm90_discrete_matches_reference(case):
 def test_sm90_discrete_replays_in_a_cuda_graph(b_major):
     """Capture helper + main kernel once; replay on new inputs and on a permuted pointer
     table (written on the device between replays: the descriptors must follow it)."""
-    _skip_unless_sm90()
+    skip_unless_sm90()
     from cudnn_ext.engines.base import Knobs
     from cudnn_ext.engines.sm90 import Sm90DgluEngine
     from cudnn_ext.reference import reference_outputs
@@ -50,14 +43,7 @@ def test_sm90_discrete_replays_in_a_cuda_graph(b_major):
                                    weight_mode="discrete", b_major=b_major))
     plan = Sm90DgluEngine().build(problem, Knobs.of(tile_n=128))
     ws = torch.full((plan.workspace_size,), 0xA5, dtype=torch.uint8, device="cuda")
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        plan.execute(pack, ws, s)  # warm-up: module load outside the capture
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, stream=s):
-        plan.execute(pack, ws, s)
+    g = capture_execute(plan, pack, ws)
     perms = [None, torch.tensor([2, 0, 3, 1]), torch.tensor([3, 2, 1, 0])]
     original = pack["b_ptrs"].clone()
     for perm in perms:
@@ -80,7 +66,7 @@ def test_sm90_discrete_replays_in_a_cuda_graph(b_major):
 
 
 def test_wrapper_discrete_n_major_on_sm90():
-    _skip_unless_sm90()
+    skip_unless_sm90()
     import cudnn_ext
     from cudnn_ext.reference import reference_outputs
 

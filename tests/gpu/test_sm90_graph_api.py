@@ -5,21 +5,13 @@ Both compare with the float64 reference on fresh random data (tolerances of sm90
 import pytest
 import torch
 
-from sm90_cases import TOL, Case, make_pack, rel_err
+from sm90_cases import TOL, Case, capture_execute, make_pack, rel_err, skip_unless_sm90
 
 pytestmark = pytest.mark.gpu
 
 
-def _skip_unless_sm90():
-    from cudnn_ext.engines.sm90 import Sm90DgluEngine
-
-    why = Sm90DgluEngine().available()
-    if why:
-        pytest.skip(why)
-
-
 def test_wrapper_pins_sm90_engine():
-    _skip_unless_sm90()
+    skip_unless_sm90()
     import cudnn_ext
     from cudnn_ext.reference import reference_outputs
 
@@ -39,7 +31,7 @@ def test_wrapper_pins_sm90_engine():
 def test_plan_replays_in_a_cuda_graph():
     """execute() has no host sync or allocation visible to capture: capture once, then
     replay on new input values written into the same buffers."""
-    _skip_unless_sm90()
+    skip_unless_sm90()
     from cudnn_ext.engines.base import Knobs
     from cudnn_ext.engines.sm90 import Sm90DgluEngine
     from cudnn_ext.reference import reference_outputs
@@ -47,14 +39,7 @@ def test_plan_replays_in_a_cuda_graph():
     problem, pack = make_pack(Case([512, 256, 0, 768], 256, 320, "dgeglu", extra_rows=256))
     plan = Sm90DgluEngine().build(problem, Knobs.of(tile_n=128))
     ws = torch.empty(plan.workspace_size, dtype=torch.uint8, device="cuda")
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        plan.execute(pack, ws, s)  # warm-up: module load outside the capture
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, stream=s):
-        plan.execute(pack, ws, s)
+    g = capture_execute(plan, pack, ws)
     for _ in range(2):
         pack["a"].copy_(torch.randn_like(pack["a"].float()))
         pack["c"].copy_(3.0 * torch.randn_like(pack["c"].float()))
