@@ -158,7 +158,7 @@ class Sm90Plan(CompiledPlan):
 
     _resident: Dict[tuple, int] = {}
 
-    def _sm_count(self, device) -> int:
+    def _resident_ctas(self, device) -> int:
         """CTAs of this plan that can be resident at once on ``device`` (the persistent grid):
         the SM count, or for clusters max active clusters x cluster size (a GPC's SM count
         need not divide by the cluster size, so this can be below the SM count)."""
@@ -213,10 +213,10 @@ class Sm90Plan(CompiledPlan):
             dbias.data_ptr() if dbias is not None else a.data_ptr(),
         )
         if self.key.tvm_ffi:
-            launch_tvm_ffi(self._compiled, addrs, m, num_experts, self._sm_count(c.device),
+            launch_tvm_ffi(self._compiled, addrs, m, num_experts, self._resident_ctas(c.device),
                            *self._consts, stream.cuda_stream)
         else:
-            launch(self._compiled, self._cfg, addrs, m, num_experts, self._sm_count(c.device),
+            launch(self._compiled, self._cfg, addrs, m, num_experts, self._resident_ctas(c.device),
                    *self._consts, stream.cuda_stream)
 
 

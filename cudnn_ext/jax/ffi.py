@@ -122,7 +122,7 @@ def dglu_ffi(a2, b, c2, offs, alpha, beta, prob1, *, problem, knobs, sm_count: O
     import jax
     import jax.numpy as jnp
 
-    from ..engines.sm90 import Sm90CompileKey
+    from ..engines.sm90 import DESC_BYTES, Sm90CompileKey
 
     m, two_n, num_experts = problem.m, 2 * problem.n, problem.num_experts
     d_np = _jnp_dtype(problem.d_dtype)
@@ -133,9 +133,9 @@ def dglu_ffi(a2, b, c2, offs, alpha, beta, prob1, *, problem, knobs, sm_count: O
         zeros.append(jnp.zeros((num_experts, two_n), jnp.float32))
         out_shapes.append(jax.ShapeDtypeStruct((num_experts, two_n), jnp.float32))
     if problem.weight_mode == "discrete":
-        # the device-built B descriptors (a scratch output, dropped): DESC_BYTES (128) per
-        # expert plus 128 B for the adapter to round the address up to 128 bytes
-        nbytes = (num_experts + 1) * 128
+        # the device-built B descriptors (a scratch output, dropped): DESC_BYTES per expert
+        # plus DESC_BYTES for the adapter to round the address up to a DESC_BYTES boundary
+        nbytes = (num_experts + 1) * DESC_BYTES
         zeros.append(jnp.zeros((nbytes,), jnp.uint8))
         out_shapes.append(jax.ShapeDtypeStruct((nbytes,), jnp.uint8))
     if m == 0:  # nothing to launch (an empty grid): the zeros are the answer
