@@ -29,7 +29,7 @@ def test_compile_key_fields_are_pinned():
     names = [f.name for f in dataclasses.fields(Sm90CompileKey)]
     assert names == ["arch", "n", "k", "ab_dtype", "c_dtype", "d_dtype", "act_func",
                      "generate_dbias", "weight_mode", "b_major", "tile_n", "ab_stages",
-                     "raster_group_m", "c_stages", "cluster_m", "tvm_ffi"]
+                     "raster_group_m", "c_stages", "cluster_m", "cluster_n", "tvm_ffi"]
 
 
 def test_compile_key_ignores_runtime_sizes_and_constants():
@@ -41,6 +41,8 @@ def test_compile_key_ignores_runtime_sizes_and_constants():
                                              clamp_max=3.0, clamp_min=-2.0, linear_offset=0.5))
     assert Sm90CompileKey.of(p, knobs) == Sm90CompileKey.of(q, knobs)
     assert Sm90CompileKey.of(_problem(), Knobs.of(tile_n=256)) != base
+    assert Sm90CompileKey.of(_problem(), Knobs.of(tile_n=128, cluster_m=2, cluster_n=2)) != \
+        Sm90CompileKey.of(_problem(), Knobs.of(tile_n=128, cluster_m=2))
     disc = Sm90CompileKey.of(_problem(weight_mode="discrete"), knobs)
     assert disc != base and (disc.weight_mode, disc.b_major) == ("discrete", "k")
     assert Sm90CompileKey.of(_problem(weight_mode="discrete", b_major="n"), knobs) != disc
@@ -127,12 +129,32 @@ def test_every_variant_compiles_for_sm90a(tile_n, cluster_m, act, dbias, c, d):
     assert compiled is not None
 
 
+#: 2x2 clusters (A and B multicast): both tiles, both activations, dbias on/off, N-major B
+_CLUSTER_2X2 = [(128, "dswiglu", True, "k"), (64, "dgeglu", False, "k"), (128, "dgeglu", True, "n"),
+                (64, "dswiglu", True, "n")]
+
+
+@needs_dsl
+@pytest.mark.parametrize("tile_n,act,dbias,b_major", _CLUSTER_2X2,
+                         ids=[f"t{t}-{a}-dbias{int(d)}-{b}major" for t, a, d, b in _CLUSTER_2X2])
+def test_cluster_2x2_variant_compiles_for_sm90a(tile_n, act, dbias, b_major):
+    from cudnn_ext.engines.sm90 import compile_cached
+
+    p = _problem(act=act, dbias=dbias, b_major=b_major)
+    knobs = Knobs.of(tile_n=tile_n, stages=0, raster_group_m=RASTER_GROUP_M[2],
+                     scheduler="static_persistent", cluster_m=2, cluster_n=2)
+    assert knobs in Sm90DgluEngine().knob_space(p)
+    assert compile_cached(Sm90CompileKey.of(p, knobs)) is not None
+
+
 def test_clusters_only_for_dense_weights():
     """B multicast needs one B tensor map for the pair: discrete plans stay at cluster_m=1,
     and the kernel refuses the combination if asked directly."""
     eng = Sm90DgluEngine()
     assert {k.get("cluster_m") for k in eng.knob_space(_problem())} == set(CLUSTER_MS)
     assert {k.get("cluster_m") for k in eng.knob_space(_problem(weight_mode="discrete"))} == {1}
+    assert {k.get("cluster_n", 1) for k in eng.knob_space(_problem(weight_mode="discrete"))} == {1}
+    assert {k.get("cluster_n", 1) for k in eng.knob_space(_problem())} == {1, 2}
     best = min(eng.knob_space(_problem(m=32768, n=2048, k=7168)),
                key=lambda k: eng.cost(_problem(m=32768, n=2048, k=7168), k))
     assert (best.get("tile_n"), best.get("cluster_m")) == (128, 2)
@@ -183,3 +205,5 @@ def test_kernel_refuses_clusters_with_discrete_weights():
         GroupedDgluSm90(cfg)
     with pytest.raises(ValueError, match="cluster_m"):
         GroupedDgluSm90(dataclasses.replace(cfg, weight_mode="dense", cluster_m=4))
+    with pytest.raises(ValueError, match="cluster_n"):
+        GroupedDgluSm90(dataclasses.replace(cfg, weight_mode="dense", cluster_m=1, cluster_n=2))

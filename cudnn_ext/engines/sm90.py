@@ -30,6 +30,8 @@ _CD_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 TILE_NS = (64, 128)
 #: CTAs per cluster along M offered for dense weights (2 = B k-tiles multicast to a CTA pair).
 CLUSTER_MS = (1, 2)
+#: Cluster shapes (along M, along N) offered for dense weights: (2, 2) multicasts A too.
+CLUSTER_SHAPES = tuple((cm, 1) for cm in CLUSTER_MS) + ((2, 2),)
 #: M-tiles per raster group, per cluster size (the schedule sweeps N-tiles inside a group).
 RASTER_GROUP_M = {1: 8, 2: 4}
 _INT32_MAX = 2**31 - 1
@@ -57,6 +59,8 @@ class Sm90CompileKey:
     c_stages: int = 0
     #: CTAs per cluster along M (2: B k-tiles multicast to both CTAs; dense B only)
     cluster_m: int = 1
+    #: CTAs per cluster along N (2, with cluster_m 2: A k-tiles multicast too; dense B only)
+    cluster_n: int = 1
     #: host calling convention (TVM-FFI when apache-tvm-ffi is installed); not device code
     tvm_ffi: bool = False
 
@@ -73,6 +77,7 @@ class Sm90CompileKey:
                                          RASTER_GROUP_M.get(int(knobs.get("cluster_m", 1)), 8))),
             c_stages=int(knobs.get("c_stages", 0)),
             cluster_m=int(knobs.get("cluster_m", 1)),
+            cluster_n=int(knobs.get("cluster_n", 1)),
             tvm_ffi=importlib.util.find_spec("tvm_ffi") is not None,
         )
 
@@ -87,7 +92,8 @@ class Sm90CompileKey:
             d_dtype=dt[self.d_dtype], act_func=self.act_func,
             generate_dbias=self.generate_dbias, tile_n=self.tile_n, ab_stages=self.ab_stages,
             raster_group_m=self.raster_group_m, c_stages=self.c_stages,
-            weight_mode=self.weight_mode, b_major=self.b_major, cluster_m=self.cluster_m)
+            weight_mode=self.weight_mode, b_major=self.b_major, cluster_m=self.cluster_m,
+            cluster_n=self.cluster_n)
 
 
 _compiled: Dict[Sm90CompileKey, object] = {}
@@ -163,7 +169,7 @@ class Sm90Plan(CompiledPlan):
         the SM count, or for clusters max active clusters x cluster size (a GPC's SM count
         need not divide by the cluster size, so this can be below the SM count)."""
         idx = device.index if device.index is not None else torch.cuda.current_device()
-        cl = self.key.cluster_m
+        cl = self.key.cluster_m * self.key.cluster_n
         n = self._resident.get((idx, cl))
         if n is None:
             sms = torch.cuda.get_device_properties(idx).multi_processor_count
@@ -271,23 +277,28 @@ class Sm90DgluEngine(Engine):
         return why
 
     def knob_space(self, problem: DgluProblem):
-        """tile_n x cluster_m; clusters of 2 (B multicast) for dense weights only. Raster
+        """tile_n x cluster shape (1x1, 2x1: B multicast, 2x2: A and B multicast); clusters
+        for dense weights only (one B tensor map per cluster). Raster
         groups of 4 M-tiles with clusters: side by side on the H200 (bench_dglu variants
         t128c1m2r4 vs r8, results/NVIDIA_H200-2026-11-30-raster-stages.json) qwen3 0.135 vs
         0.147 ms, mixtral 3.17 vs 3.23, skew 0.492 vs 0.499, dsv3 1.444 vs 1.435."""
-        clusters = CLUSTER_MS if problem.weight_mode == "dense" else (1,)
-        return [Knobs.of(tile_n=t, stages=0, raster_group_m=RASTER_GROUP_M[cl],
-                         scheduler="static_persistent", cluster_m=cl)
-                for cl in clusters for t in TILE_NS]
+        shapes = CLUSTER_SHAPES if problem.weight_mode == "dense" else ((1, 1),)
+        return [Knobs.of(tile_n=t, stages=0, raster_group_m=RASTER_GROUP_M[cm],
+                         scheduler="static_persistent", cluster_m=cm,
+                         **({"cluster_n": cn} if cn > 1 else {}))
+                for cm, cn in shapes for t in TILE_NS]
 
     def cost(self, problem: DgluProblem, knobs: Knobs) -> float:
         """Microseconds: WGMMA time at ~600 TFLOP/s with N padded to the tile (~680 with B
-        multicast across a 2-CTA cluster: 8-17% faster on the H200 benchmark shapes), plus
-        C/D traffic at ~3.5 TB/s, plus a per-tile epilogue term that favours wider tiles."""
+        multicast across a 2-CTA cluster: 8-17% faster on the H200 benchmark shapes; 2x2
+        clusters, A multicast too, measured 2-8% slower than 2x1 on all four shapes:
+        results/NVIDIA_H200-2026-11-30-cluster2x2.json, so ranked below it), plus C/D traffic
+        at ~3.5 TB/s, plus a per-tile epilogue term that favours wider tiles."""
         tile_n = int(knobs.get("tile_n", 128))
         m = max(problem.m, 256)
         n_pad = -(-problem.n // tile_n) * tile_n
-        rate = 680e6 if int(knobs.get("cluster_m", 1)) == 2 else 600e6
+        shape = (int(knobs.get("cluster_m", 1)), int(knobs.get("cluster_n", 1)))
+        rate = {(1, 1): 600e6, (2, 1): 680e6, (2, 2): 660e6}[shape]
         gemm_us = 2.0 * m * n_pad * problem.k / rate
         cd_bytes = m * 2 * problem.n * (torch.empty((), dtype=problem.c_dtype).element_size()
                                          + torch.empty((), dtype=problem.d_dtype).element_size())

@@ -113,6 +113,23 @@ def _sm_count() -> int:
     return int(n) if n else DEFAULT_SM_COUNT
 
 
+@functools.lru_cache(maxsize=None)
+def _resident_ctas(cluster_size: int) -> int:
+    """The persistent grid: the SM count, or for clusters max active clusters x cluster size
+    (a GPC's SM count need not divide by it; a cluster that cannot be co-resident would run
+    after the others and double the time of its tiles). Falls back to the SM count when the
+    driver query cannot run here (no current CUDA context on this thread)."""
+    sms = _sm_count()
+    if cluster_size == 1:
+        return sms
+    try:
+        from cutlass.utils import HardwareInfo
+
+        return min(sms, HardwareInfo().get_max_active_clusters(cluster_size) * cluster_size)
+    except Exception:  # correct either way: a grid too large only costs time
+        return sms
+
+
 def dglu_ffi(a2, b, c2, offs, alpha, beta, prob1, *, problem, knobs, sm_count: Optional[int] = None
              ) -> Tuple:
     """``(d_row (M, 2N), dprob (M,), dbias (L, 2N) bf16 or None)`` by the SM90 kernel as an XLA
@@ -148,8 +165,9 @@ def dglu_ffi(a2, b, c2, offs, alpha, beta, prob1, *, problem, knobs, sm_count: O
         # XLA owns the zeroed fp32 workspace (an aliased output); JAX rounds it below
         cfg = dataclasses.replace(Sm90CompileKey.of(problem, knobs).kernel_config(), fold_dbias=False)
         act = problem.act
-        kw = jax_entry.static_kwargs(cfg, sm_count or _sm_count(), act.geglu_alpha, act.clamp_max,
-                                     act.clamp_min, act.linear_offset)
+        kw = jax_entry.static_kwargs(cfg, sm_count or _resident_ctas(cfg.cluster_size()),
+                                     act.geglu_alpha, act.clamp_max, act.clamp_min,
+                                     act.linear_offset)
         inputs = [a2, b, c2, offs, alpha, beta, prob1, *zeros]
         first = len(inputs) - len(zeros)
         spec = TensorSpec(ptr_assumed_align=jax_entry.BUFFER_ALIGN)

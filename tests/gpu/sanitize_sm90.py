@@ -1,10 +1,10 @@
 """One small SM90 case, for compute-sanitizer (memcheck / racecheck) runs on the device:
 
-    compute-sanitizer --tool memcheck python3 tests/gpu/sanitize_sm90.py [dense|discrete|cluster|densen]
+    compute-sanitizer --tool memcheck python3 tests/gpu/sanitize_sm90.py [dense|discrete|cluster|cluster2x2|densen]
 
 ``discrete`` runs the per-expert pointer variant (N-major, device-built descriptors);
-``cluster`` the 2-CTA cluster variant (B multicast); ``densen`` the cluster variant with
-dense N-major B.
+``cluster`` the 2-CTA cluster variant (B multicast); ``cluster2x2`` the 2x2 cluster (A and
+B multicast); ``densen`` the cluster variant with dense N-major B.
 """
 import os
 import sys
@@ -19,6 +19,8 @@ if __name__ == "__main__":
     mode = sys.argv[1] if len(sys.argv) > 1 else "dense"
     if mode == "cluster":
         case = Case([512, 0, 768], 160, 200, "dgeglu", tile_n=128, cluster_m=2)
+    elif mode == "cluster2x2":  # A and B multicast; N=160 -> 2 N-tiles of 128, K=200
+        case = Case([512, 0, 768], 160, 200, "dgeglu", tile_n=128, cluster_m=2, cluster_n=2)
     elif mode == "densen":
         case = Case([512, 0, 768], 160, 200, "dgeglu", tile_n=128, cluster_m=2, b_major="n")
     elif mode == "discrete":

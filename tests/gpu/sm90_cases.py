@@ -30,6 +30,7 @@ class Case:
     weight_mode: str = "dense"  # "discrete": b_ptrs, one separate allocation per expert
     b_major: str = "k"  # "n": dense (N, K, L) with strides (1, N, N*K); discrete (K, N) row-major
     cluster_m: int = 1  # 2: CTA pairs along M sharing multicast B k-tiles (dense only)
+    cluster_n: int = 1  # 2 (with cluster_m 2): 2x2 clusters, A k-tiles multicast too
     raster_group_m: int = 0  # 0: the engine's default for the cluster size
 
     def label(self) -> str:
@@ -39,6 +40,7 @@ class Case:
         return (f"L{len(self.groups)}-M{sum(self.groups)}-N{self.n}-K{self.k}-{self.act}-"
                 f"C{dt[self.c_dtype]}-D{dt[self.d_dtype]}-dbias{int(self.dbias)}-t{self.tile_n}"
                 f"{wm}{'-cl%d' % self.cluster_m if self.cluster_m > 1 else ''}"
+                f"{'x%d' % self.cluster_n if self.cluster_n > 1 else ''}"
                 f"{'-r%d' % self.raster_group_m if self.raster_group_m else ''}")
 
 
@@ -162,7 +164,7 @@ def run_and_check(case: Case, engine=None, knobs=None) -> dict:
     if knobs is None:
         from cudnn_ext.engines.sm90 import RASTER_GROUP_M
 
-        knobs = Knobs.of(tile_n=case.tile_n, cluster_m=case.cluster_m,
+        knobs = Knobs.of(tile_n=case.tile_n, cluster_m=case.cluster_m, cluster_n=case.cluster_n,
                          raster_group_m=case.raster_group_m or RASTER_GROUP_M[case.cluster_m])
     plan = engine.build(problem, knobs)
     ws = torch.empty(max(plan.workspace_size, 1), dtype=torch.uint8, device="cuda")
@@ -235,6 +237,25 @@ def cluster_cases() -> list:
              raster_group_m=2),
         Case([2048, 256, 0, 4096, 1024, 512, 256, 2048], 320, 264, "dswiglu", cluster_m=2,
              raster_group_m=16),
+    ]
+
+
+def cluster_2x2_cases() -> list:
+    """2x2 clusters (A and B multicast): an odd N-tile count (the last pair half out of
+    bounds), empty experts and N/K tails, L = 128, mixed dtypes with tile 64, dense N-major B,
+    a many-tile walk, and another raster order."""
+    return [
+        Case([512], 384, 512, cluster_m=2, cluster_n=2),
+        Case([256, 0, 768, 256], 96, 200, "dswiglu", cluster_m=2, cluster_n=2),
+        Case([0, 512, 256], 320, 264, "dgeglu", cluster_m=2, cluster_n=2),
+        Case([256] * 128, 256, 64, "dswiglu", cluster_m=2, cluster_n=2),
+        Case([512, 256], 160, 128, "dgeglu", torch.float32, torch.float16, dbias=False,
+             tile_n=64, cluster_m=2, cluster_n=2),
+        Case([256, 0, 768, 256], 352, 200, "dgeglu", b_major="n", cluster_m=2, cluster_n=2),
+        Case([2048, 256, 0, 4096, 1024, 512, 256, 2048], 512, 1416, "dswiglu", cluster_m=2,
+             cluster_n=2),
+        Case([2048, 256, 0, 4096, 1024, 512, 256, 2048], 320, 264, "dgeglu", cluster_m=2,
+             cluster_n=2, raster_group_m=16),
     ]
 
 

@@ -8,8 +8,8 @@ tolerances of ``sm90_cases.TOL``. Reproduce one case with
 """
 import pytest
 
-from sm90_cases import (Case, cluster_cases, dense_n_major_cases, run_and_check,
-                        skip_unless_sm90, standard_cases)
+from sm90_cases import (Case, cluster_2x2_cases, cluster_cases, dense_n_major_cases,
+                        run_and_check, skip_unless_sm90, standard_cases)
 
 pytestmark = pytest.mark.gpu
 
@@ -22,6 +22,12 @@ def test_sm90_matches_reference(case):
 
 @pytest.mark.parametrize("case", cluster_cases(), ids=lambda c: c.label())
 def test_sm90_cluster_matches_reference(case):
+    skip_unless_sm90()
+    print(case.label(), run_and_check(case))
+
+
+@pytest.mark.parametrize("case", cluster_2x2_cases(), ids=lambda c: c.label())
+def test_sm90_cluster_2x2_matches_reference(case):
     skip_unless_sm90()
     print(case.label(), run_and_check(case))
 

@@ -10,7 +10,8 @@ u = cluster id, + #clusters, ... of the (offs[L-1]/(128*cluster_m)) x ceil(N/TIL
 (``tile_walk``); a unit is one N-tile of a 128*cluster_m-row slab of one expert, and CTA
 rank r of the cluster computes its 128-row tile r (128 rows x TILE_N accumulator columns).
 With a cluster, B k-tiles are TMA-multicast: each CTA loads 1/cluster_m of the tile into
-every CTA's shared memory.
+every CTA's shared memory. With ``cluster_n`` = 2 as well (2x2 clusters, rank = m + 2n), a
+unit also spans 2 N-tiles and A k-tiles are multicast the same way along N.
 
 * warpgroup 0, warp 0: A/B TMA producer. For every tile of the CTA, in order, streams the
   (128 x 64) A and (TILE_N x 64) B k-tiles into an ``ab_stages``-deep shared-memory ring
@@ -103,6 +104,19 @@ class Sm90KernelConfig:
     # the same N-tile, walk identical tile sequences, and each TMA-loads half of every B
     # k-tile multicast into both CTAs' shared memory: half the L2->SM traffic for B.
     cluster_m: int = 1
+    # CTAs per cluster along N (1 or 2; only with cluster_m == 2): a 2x2 cluster owns a
+    # 256-row slab x 2 adjacent N-tiles; A k-tiles are multicast to the CTA pair sharing
+    # rows as B k-tiles are to the pair sharing columns, so each CTA pulls half its A and
+    # half its B from L2 (16 KB per 64-deep k-tile instead of 24 with cluster_m alone).
+    cluster_n: int = 1
+
+    def cluster_size(self) -> int:
+        return self.cluster_m * self.cluster_n
+
+    def num_n_units(self) -> int:
+        """Schedule units along N: pairs of N-tiles with cluster_n == 2 (an odd last tile
+        is paired with an out-of-bounds one: TMA zero-fills its loads and drops its stores)."""
+        return (self.num_n_tiles() + self.cluster_n - 1) // self.cluster_n
 
     def discrete(self) -> bool:
         return self.weight_mode == "discrete"
@@ -157,6 +171,9 @@ class GroupedDgluSm90:
         if cfg.cluster_m not in (1, 2) or (cfg.cluster_m == 2 and cfg.discrete()):
             raise ValueError(f"cluster_m must be 1, or 2 with dense B, got {cfg.cluster_m} "
                              f"({cfg.weight_mode} B)")
+        if cfg.cluster_n not in (1, 2) or (cfg.cluster_n == 2 and cfg.cluster_m != 2):
+            raise ValueError(f"cluster_n must be 1, or 2 with cluster_m == 2, got "
+                             f"cluster_n={cfg.cluster_n}, cluster_m={cfg.cluster_m}")
         self.cfg = cfg
         self.tile_n = cfg.tile_n
         self.ab_stages = cfg.stages()
@@ -251,13 +268,16 @@ class GroupedDgluSm90:
 
         a_smem = cute.slice_(a_smem_staged, (None, None, 0))
         b_smem = cute.slice_(b_smem_staged, (None, None, 0))
+        cm, cn = cfg.cluster_m, cfg.cluster_n
+        a_op = (cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp() if cn > 1
+                else cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp())
         tma_atom_a, tma_a = cute.nvgpu.cpasync.make_tiled_tma_atom(
-            cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp(), mA, a_smem, (TILE_M, TILE_K))
-        cl = cfg.cluster_m
-        b_op = (cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp() if cl > 1
+            a_op, mA, a_smem, (TILE_M, TILE_K), num_multicast=cn)
+        b_op = (cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp() if cm > 1
                 else cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp())
         tma_atom_b, tma_b = cute.nvgpu.cpasync.make_tiled_tma_atom(
-            b_op, mB, b_smem, (self.tile_n, TILE_K), num_multicast=cl)
+            b_op, mB, b_smem, (self.tile_n, TILE_K), num_multicast=cm)
+        cl = cfg.cluster_size()
 
         @cute.struct
         class SharedStorage:
@@ -277,7 +297,7 @@ class GroupedDgluSm90:
         # Upper bound of the tile count from M alone (the true count needs offs[L-1], which
         # only the device reads); surplus CTAs find no tile and exit. ``sm_count`` is how
         # many CTAs can be resident at once (for clusters: max active clusters x cl).
-        max_units = (m // (TILE_M * cl)) * self.num_n_tiles
+        max_units = (m // (TILE_M * cm)) * cfg.num_n_units()
         grid = (cutlass.min(max_units, sm_count // cl) * cl, 1, 1)
         fold = cfg.generate_dbias and cfg.fold_dbias
         if cutlass.const_expr(fold):
@@ -414,16 +434,18 @@ class GroupedDgluSm90:
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_b)
             cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_c)
 
-        # Schedule units: cl M-tiles (one per CTA of a cluster) x one N-tile. Only M-tiles
-        # that hold rows are scheduled (offs[L-1] is a multiple of 256, so of 128 * cl).
-        cl = self.cfg.cluster_m
+        # Schedule units: cluster_m M-tiles x cluster_n N-tiles (one tile per CTA of a
+        # cluster; rank = m + cluster_m * n). Only M-tiles that hold rows are scheduled
+        # (offs[L-1] is a multiple of 256, so of 128 * cluster_m).
+        cm, cn = self.cfg.cluster_m, self.cfg.cluster_n
+        cl = cm * cn
         rank = Int32(0)
         if cutlass.const_expr(cl > 1):
             rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
         unit0 = bid // cl
         nunits = nblocks // cl
-        valid_m_units = mOffs[num_experts - 1] // (TILE_M * cl)
-        num_units = valid_m_units * self.num_n_tiles
+        valid_m_units = mOffs[num_experts - 1] // (TILE_M * cm)
+        num_units = valid_m_units * self.cfg.num_n_units()
         walk = (nunits, num_units, valid_m_units, rank)
 
         smem = cutlass.utils.SmemAllocator()
@@ -445,11 +467,12 @@ class GroupedDgluSm90:
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
             # each stage is consumed by one math warpgroup of every CTA of the cluster: one
             # release per warp and CTA (lane r of each warp arrives on CTA r's barrier)
-            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 4 * cl),
+            # (cm + cn - 1 CTAs: itself, its M peer, its N peer; create() picks the lanes)
+            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 4 * (cm + cn - 1)),
             tx_count=tx_bytes,
             # (v, m, n, k) cluster layout; with cl > 1 create() also syncs the cluster so no
             # remote arrive can reach a barrier before it is initialized
-            cta_layout_vmnk=cute.make_layout((1, cl, 1, 1)),
+            cta_layout_vmnk=cute.make_layout((1, cm, cn, 1)),
         )
         # One ring of 2*c_stages C blocks; math warpgroup w owns stages
         # [w*c_stages, (w+1)*c_stages) and its own producer warp (1 + w), so each half is a
@@ -471,12 +494,14 @@ class GroupedDgluSm90:
         # (bM, bK, RestM, RestK) and (bN, bK, RestN, RestK, L) tiled global views
         gA = cute.local_tile(mA, (TILE_M, TILE_K), (None, None))
         gB = cute.local_tile(mB, (self.tile_n, TILE_K), (None, None, None))
+        # with a cluster each CTA loads its 1/cn slice of the A tile (multicast to the CTAs
+        # of its row) and its 1/cm slice of the B tile (to the CTAs of its column)
+        rank_m, rank_n = rank % cm, rank // cm
         tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(
-            tma_atom_a, 0, cute.make_layout(1), cute.group_modes(sA, 0, 2),
+            tma_atom_a, rank_n, cute.make_layout(cn), cute.group_modes(sA, 0, 2),
             cute.group_modes(gA, 0, 2))
-        # with a cluster each CTA loads its 1/cl slice of the B tile, multicast to all
         tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
-            tma_atom_b, rank, cute.make_layout(cl), cute.group_modes(sB, 0, 2),
+            tma_atom_b, rank_m, cute.make_layout(cm), cute.group_modes(sB, 0, 2),
             cute.group_modes(gB, 0, 2))
         gC = cute.local_tile(mC_tma, (TILE_M, C_BLOCK_COLS), (None, None))
         tCsC_tma, tCgC_tma = cute.nvgpu.cpasync.tma_partition(
@@ -543,12 +568,13 @@ class GroupedDgluSm90:
 
     @cute.jit
     def tile_of(self, unit, walk):
-        """(m_tile, n_tile) of this CTA in schedule unit ``unit``: the unit's slab of cl
-        M-tiles (grouped raster over units), the CTA's rank picking its M-tile."""
+        """(m_tile, n_tile) of this CTA in schedule unit ``unit``: the unit's cluster_m x
+        cluster_n tiles (grouped raster over units), the CTA's rank picking one."""
         _, _, valid_m_units, rank = walk
-        m_unit, n_tile = grouped_raster(unit, valid_m_units, self.num_n_tiles,
+        cm, cn = self.cfg.cluster_m, self.cfg.cluster_n
+        m_unit, n_unit = grouped_raster(unit, valid_m_units, self.cfg.num_n_units(),
                                         self.cfg.raster_group())
-        return m_unit * self.cfg.cluster_m + rank, n_tile
+        return m_unit * cm + rank % cm, n_unit * cn + rank // cm
 
     @cute.jit
     def producer(self, ab_pipe, tma_atom_a, tAgA, tAsA, tma_atom_b, tBgB, tBsB, mOffs,
@@ -556,11 +582,17 @@ class GroupedDgluSm90:
         nunits, num_units, _, rank = walk
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer,
                                              self.ab_stages)
-        # B k-tiles go to every CTA of the cluster (0 = plain, non-multicast load)
+        # B k-tiles go to the CTAs of this CTA's cluster column (same N-tile), A k-tiles
+        # to those of its row (same M-tile); 0 = plain, non-multicast load
+        cm, cn = self.cfg.cluster_m, self.cfg.cluster_n
+        cluster = cute.make_layout((cm, cn, 1))
+        coord = (rank % cm, rank // cm, 0)
         b_mask = 0
-        if cutlass.const_expr(self.cfg.cluster_m > 1):
-            b_mask = cute.make_layout_image_mask(
-                cute.make_layout((self.cfg.cluster_m, 1, 1)), (rank, 0, 0), mode=0)
+        if cutlass.const_expr(cm > 1):
+            b_mask = cute.make_layout_image_mask(cluster, coord, mode=0)
+        a_mask = 0
+        if cutlass.const_expr(cn > 1):
+            a_mask = cute.make_layout_image_mask(cluster, coord, mode=1)
         unit = unit0
         while unit < num_units:
             m_tile, n_tile = self.tile_of(unit, walk)
@@ -588,7 +620,7 @@ class GroupedDgluSm90:
                     ab_pipe.producer_acquire(state)
                     bar = ab_pipe.producer_get_barrier(state)
                     cute.copy(tma_atom_a, tAgA[(None, m_tile, kt)], tAsA[(None, state.index)],
-                              tma_bar_ptr=bar)
+                              tma_bar_ptr=bar, mcast_mask=a_mask)
                     cute.copy(tma_atom_b, tBgB[(None, n_tile, kt, expert)],
                               tBsB[(None, state.index)], tma_bar_ptr=bar, mcast_mask=b_mask)
                     ab_pipe.producer_commit(state)
