@@ -8,7 +8,10 @@ Entry points timed (per call over batches of 50 back-to-back calls after warm-up
 best batch, ``time.perf_counter_ns``; on CUDA the launches are asynchronous, so this is host time):
   core_run            cudnn_ext.torch._core.run (the shared functional path)
   custom_op           torch.ops.cudnn_ext.grouped_gemm_dglu (dispatcher + core_run)
-  python_fn           cudnn_ext.torch.grouped_gemm_dglu (the user function over the op)
+  python_fn           cudnn_ext.torch.grouped_gemm_dglu (the user function: in eager mode it runs
+                      the op's body directly, skipping the dispatcher)
+  python_fn_out       the same with out=(d_row, dprob, dbias): caller's buffers, no allocation
+  custom_op_out       torch.ops.cudnn_ext.grouped_gemm_dglu_out (what torch.compile calls)
   wrapper             cudnn_ext.grouped_gemm_dglu_wrapper (vendor-compatible; validates each call)
   zeros_only          the three output allocations alone (a floor for any functional op)
 and, for context, ``custom_op+reference`` (the real reference engine on this tiny problem).
@@ -97,6 +100,12 @@ def main():
                 if e.problem.device_type == dev.type and not e.problem.generate_dbias)
     record(f"custom_op+{nodb.plan.engine_name} (no dbias)",
            lambda: op(a, b, c, offs, alpha, beta, prob, generate_dbias=False))
+    real_outs = (torch.zeros(M, 2 * N, dtype=bf, device=dev), torch.zeros(M, device=dev),
+                 torch.zeros(L, 2 * N, dtype=bf, device=dev))
+    record(f"python_fn_out+{real_engine}", lambda: ct.grouped_gemm_dglu(
+        a, c, offs, alpha, beta, prob, b=b, generate_dbias=True, out=real_outs))
+    record(f"python_fn_out+{real_engine} (no dbias)", lambda: ct.grouped_gemm_dglu(
+        a, c, offs, alpha, beta, prob, b=b, out=(real_outs[0], real_outs[1], None)))
 
     # from here on the engine's execute does nothing: every entry point keeps its own host work
     # (the wrapper its graph, the op its memo) and only the engine's body is removed
@@ -108,6 +117,14 @@ def main():
     record("core_run", lambda: _core.run(a, c, offs, alpha, beta, prob, b=bt, generate_dbias=True))
     record("custom_op", lambda: op(a, b, c, offs, alpha, beta, prob, generate_dbias=True))
     record("python_fn", lambda: ct.grouped_gemm_dglu(a, c, offs, alpha, beta, prob, b=b, generate_dbias=True))
+    outs = (torch.zeros(M, 2 * N, dtype=bf, device=dev), torch.zeros(M, device=dev),
+            torch.zeros(L, 2 * N, dtype=bf, device=dev))
+    record("python_fn_out", lambda: ct.grouped_gemm_dglu(a, c, offs, alpha, beta, prob, b=b, generate_dbias=True,
+                                                         out=outs))
+    record("python_fn_out (no dbias)", lambda: ct.grouped_gemm_dglu(a, c, offs, alpha, beta, prob, b=b,
+                                                                    out=(outs[0], outs[1], None)))
+    op_out = torch.ops.cudnn_ext.grouped_gemm_dglu_out
+    record("custom_op_out", lambda: op_out(a, b, c, offs, alpha, beta, prob, *outs))
     dprob = torch.zeros(M, device=dev)
     record("wrapper", lambda: cudnn_ext.grouped_gemm_dglu_wrapper(
         a[..., None], c[..., None], None, offs, alpha, beta, prob[:, None, None], dprob[:, None, None],

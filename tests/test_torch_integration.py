@@ -159,6 +159,112 @@ def test_compile_fullgraph_one_graph():
     assert any(n.target in (op, op.default) for n in counter.graphs[0].graph.nodes)
 
 
+# --------------------------------------------------------------------------- out= variant
+def _outs(p, dbias=True, fill_d=float("nan")):
+    m, two_n, L = p["c"].shape[0], p["c"].shape[1], p["b"].shape[0]
+    return (torch.full((m, two_n), fill_d, dtype=BF), torch.rand(m),
+            (torch.rand(L, two_n) - 0.5).to(BF) if dbias else None)
+
+
+@pytest.mark.parametrize("generate_dbias", [False, True])
+def test_out_variant_writes_and_accumulates_into_caller_buffers(generate_dbias):
+    p = make_problem()
+    ref = oracle(p, generate_dbias, "dgeglu")
+    d_row, dprob, dbias = _outs(p, generate_dbias)
+    dprob0, dbias0 = dprob.clone(), dbias.clone() if generate_dbias else None
+    got = call(p, act_func="dgeglu", generate_dbias=generate_dbias, out=(d_row, dprob, dbias))
+    assert got[0] is d_row and got[1] is dprob and got[2] is dbias
+    end = int(p["offs"][-1])
+    assert rel_err(d_row[:end], ref["d_row"][:end]) < BF16_REL
+    assert torch.isnan(d_row[end:]).all()  # rows past the last offset: untouched (class API contract)
+    assert rel_err(dprob - dprob0, ref["dprob"]) < 1e-3  # accumulated into
+    if generate_dbias:
+        assert rel_err(dbias.double() - dbias0.double(), ref["dbias"]) < BF16_REL
+    # the same call again accumulates again; D is overwritten with the same values
+    call(p, act_func="dgeglu", generate_dbias=generate_dbias, out=(d_row, dprob, dbias))
+    assert rel_err(dprob - dprob0, 2 * ref["dprob"]) < 1e-3
+
+
+def test_out_variant_rejects_bad_outputs_with_named_errors():
+    p = make_problem()
+    d_row, dprob, dbias = _outs(p)
+    with pytest.raises(TypeError, match="out: must be a tuple"):
+        call(p, out=[d_row, dprob])
+    with pytest.raises(ValueError, match=r"out\[2\] \(dbias\): must be a tensor exactly when generate_dbias"):
+        call(p, out=(d_row, dprob, dbias))
+    with pytest.raises(ValueError, match=r"out\[2\] \(dbias\)"):
+        call(p, generate_dbias=True, out=(d_row, dprob, None))
+    with pytest.raises(ValueError, match="d_dtype: out"):
+        call(p, d_dtype=torch.float32, out=(d_row, dprob, None))
+    with pytest.raises(ValueError, match="out: d_row_tensor: shape"):
+        call(p, out=(d_row[:, :64], dprob, None))
+    with pytest.raises(TypeError, match="out: dprob_tensor: dtype"):
+        call(p, out=(d_row, dprob.double(), None))
+    with pytest.raises(ValueError, match="out: dbias_tensor"):
+        call(p, generate_dbias=True, out=(d_row, dprob, dbias[:2]))
+    assert torch.isnan(d_row).all()  # nothing was written by the refused calls
+
+
+def test_opcheck_out_variants():
+    p = make_problem(L=2, n=32, k=16, m=512, offsets=(256, 512))
+    d_row, dprob, dbias = _outs(p, fill_d=0.0)
+    torch.library.opcheck(torch.ops.cudnn_ext.grouped_gemm_dglu_out.default,
+                          (p["a"], p["b"], p["c"], p["offs"], p["alpha"], p["beta"], p["prob"], d_row, dprob,
+                           dbias), dict(act_func="dgeglu"))
+    weights = [p["b"][e].contiguous() for e in range(2)]  # kept alive: the table does not
+    ptrs = ct.expert_pointers(weights)
+    torch.library.opcheck(torch.ops.cudnn_ext.grouped_gemm_dglu_discrete_out.default,
+                          (p["a"], ptrs, 32, p["c"], p["offs"], p["alpha"], p["beta"], p["prob"], d_row, dprob,
+                           None))
+
+
+def test_compile_fullgraph_out_variant():
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    torch._dynamo.reset()
+    p = make_problem()
+
+    def step(a, b, c, offs, alpha, beta, prob, d_row, dprob, dbias):
+        ct.grouped_gemm_dglu(a, c, offs, alpha, beta, prob, b=b, generate_dbias=True, out=(d_row, dprob, dbias))
+        return d_row.float().sum()
+
+    counter = CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(step, fullgraph=True, backend=counter)
+    base = (p["a"], p["b"], p["c"], p["offs"], p["alpha"], p["beta"], p["prob"])
+    eager_outs, comp_outs = _outs(p, fill_d=0.0), None
+    comp_outs = tuple(t.clone() for t in eager_outs)
+    torch.testing.assert_close(compiled(*base, *comp_outs), step(*base, *eager_outs), rtol=0, atol=0)
+    for got, want in zip(comp_outs, eager_outs):  # the mutation reached the caller's tensors
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert counter.frame_count == 1
+    op = torch.ops.cudnn_ext.grouped_gemm_dglu_out
+    assert any(n.target in (op, op.default) for n in counter.graphs[0].graph.nodes)
+
+
+def test_eager_calls_skip_the_dispatcher_only_outside_modes():
+    """Plain eager calls run the op's body directly (same results); under a torch-function
+    mode (which is how tracers see calls) the call goes through torch.ops."""
+    from torch.overrides import TorchFunctionMode
+
+    class Seen(TorchFunctionMode):
+        def __init__(self):
+            super().__init__()
+            self.funcs = []
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            self.funcs.append(func)
+            return func(*args, **(kwargs or {}))
+
+    p = make_problem()
+    direct = call(p, generate_dbias=True)
+    with Seen() as mode:
+        via_op = call(p, generate_dbias=True)
+    op = torch.ops.cudnn_ext.grouped_gemm_dglu
+    assert any(f in (op, op.default) for f in mode.funcs)
+    for got, want in zip(via_op, direct):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
 # --------------------------------------------------------------------------- GroupedGluMLP
 OFFS = (256, 256, 768)  # expert 1 empty; rows 768.. belong to no expert
 REAL = (200, 0, 400)  # real tokens per expert; the rest of each range is padding
@@ -265,6 +371,21 @@ def test_gpu_op_matches_cpu_and_captures_in_cuda_graph():
     g.replay()
     torch.cuda.synchronize()
     torch.testing.assert_close(out[0], got[0], rtol=0, atol=0)
+    # the out= variant, eagerly (cached per-stream workspace) and captured (graph-owned one)
+    outs = tuple(torch.zeros_like(t) for t in got)
+    call(pc, generate_dbias=True, out=outs)
+    torch.testing.assert_close(outs[0], got[0], rtol=0, atol=0)
+    torch.testing.assert_close(outs[1], got[1], rtol=1e-5, atol=1e-6)
+    outs2 = tuple(torch.zeros_like(t) for t in got)
+    g2 = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g2):
+        call(pc, generate_dbias=True, out=outs2)
+    for t in outs2[1:]:
+        t.zero_()
+    g2.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(outs2[0], got[0], rtol=0, atol=0)
+    torch.testing.assert_close(outs2[2].float(), got[2].float(), rtol=2e-2, atol=2e-2)
 
 
 @pytest.mark.gpu

@@ -41,6 +41,8 @@ class _Entry:
     problem: DgluProblem
     plan: ExecutionPlan
     b_major: str
+    #: scratch per CUDA stream handle (see _workspace)
+    workspaces: Dict[int, torch.Tensor] = dataclasses.field(default_factory=dict)
 
 
 _memo: Dict[Tuple, _Entry] = {}
@@ -48,15 +50,21 @@ _lock = threading.Lock()
 
 
 def _entry(key, a, c, b, b_ptrs, n, b_major, offsets, alpha, beta, prob, act: ActArgs,
-           generate_dbias: bool, d_dtype, engine) -> _Entry:
+           generate_dbias: bool, d_dtype, engine, out=None) -> _Entry:
     e = _memo.get(key)
     if e is not None:
         return e
     cfg = dataclasses.replace(act, b_major=b_major)
     m = c.shape[0]
-    # a stand-in zeroed dprob of the contract's shape: only its metadata is validated
-    ops = contract.Operands(a=a, c=c, padded_offsets=offsets, alpha=alpha, beta=beta, prob=prob,
-                            dprob=torch.empty(m, dtype=torch.float32, device=c.device), b=b, b_ptrs=b_ptrs)
+    if out is not None:  # the caller's outputs are validated like the class API's
+        d_row, dprob, dbias = out
+        ops = contract.Operands(a=a, c=c, padded_offsets=offsets, alpha=alpha, beta=beta, prob=prob,
+                                d_row=d_row, dprob=dprob, dbias=dbias, b=b, b_ptrs=b_ptrs)
+    else:
+        # a stand-in zeroed dprob of the contract's shape: only its metadata is validated
+        ops = contract.Operands(a=a, c=c, padded_offsets=offsets, alpha=alpha, beta=beta, prob=prob,
+                                dprob=torch.empty(m, dtype=torch.float32, device=c.device), b=b,
+                                b_ptrs=b_ptrs)
     discrete = b_ptrs is not None
     problem, pack = contract.normalize(ops, cfg, n=n if discrete else None,
                                        b_dtype=torch.bfloat16 if discrete else None, d_dtype=d_dtype,
@@ -73,18 +81,32 @@ def _entry(key, a, c, b, b_ptrs, n, b_major, offsets, alpha, beta, prob, act: Ac
 def run(a: torch.Tensor, c: torch.Tensor, offsets: torch.Tensor, alpha: torch.Tensor, beta: torch.Tensor,
         prob: torch.Tensor, *, b: Optional[torch.Tensor] = None, b_ptrs: Optional[torch.Tensor] = None,
         n: Optional[int] = None, b_major: str = "k", act: ActArgs = ActArgs(), generate_dbias: bool = False,
-        d_dtype: torch.dtype = torch.bfloat16, engine: Optional[str] = None, stream=None):
-    """Run the operation functionally; returns ``(d_row (M, 2N), dprob (M,), dbias (L, 2N) | None)``.
+        d_dtype: torch.dtype = torch.bfloat16, engine: Optional[str] = None, stream=None, out=None):
+    """Run the operation; returns ``(d_row (M, 2N), dprob (M,), dbias (L, 2N) | None)``.
 
     ``b`` is the vendor's dense ``(N, K, L)`` tensor (K- or N-major) or ``b_ptrs`` the discrete
-    pointer table with ``n``/``b_major``. All outputs are freshly zero-initialized: ``d_row``
-    rows at or past ``padded_offsets[-1]`` are zero, ``dprob``/``dbias`` hold exactly this
-    call's accumulation. ``a``, ``c``, ``prob`` may carry the vendor's trailing unit dims.
+    pointer table with ``n``/``b_major``. Without ``out`` all outputs are freshly zero-initialized:
+    ``d_row`` rows at or past ``padded_offsets[-1]`` are zero, ``dprob``/``dbias`` hold exactly
+    this call's accumulation. With ``out=(d_row, dprob, dbias)`` (``dbias`` None unless
+    ``generate_dbias``) nothing is allocated and the class API's contract applies: ``d_row`` rows
+    past the last offset are untouched, ``dprob``/``dbias`` are accumulated into. ``a``, ``c``,
+    ``prob`` may carry the vendor's trailing unit dims.
     """
-    key = (_meta(a), _meta(c), _meta(b), _meta(b_ptrs), n, b_major, _meta(offsets), _meta(alpha), _meta(beta),
-           _meta(prob), act, generate_dbias, d_dtype, engine)  # the api's metadata key (api.hot_path)
+    w = b if b is not None else b_ptrs  # exactly one is given (the bindings check)
+    # the api's metadata key (api.hot_path.tensor_meta per tensor), written out flat: this is
+    # the hot path's largest cost (bench_host_overhead.py)
+    key = (a.dtype, a.shape, a.stride(), a.get_device(), c.dtype, c.shape, c.stride(), c.get_device(),
+           b is None, w.dtype, w.shape, w.stride(), w.get_device(), n, b_major,
+           offsets.dtype, offsets.shape, offsets.stride(), offsets.get_device(),
+           alpha.dtype, alpha.shape, alpha.stride(), alpha.get_device(),
+           beta.dtype, beta.shape, beta.stride(), beta.get_device(),
+           prob.dtype, prob.shape, prob.stride(), prob.get_device(), act, generate_dbias, engine)
+    if out is None:
+        key += (d_dtype,)
+    else:
+        key += tuple(_meta(t) for t in out)
     e = _memo.get(key) or _entry(key, a, c, b, b_ptrs, n, b_major, offsets, alpha, beta, prob, act,
-                                 generate_dbias, d_dtype, engine)
+                                 generate_dbias, d_dtype, engine, out)
     # data pointers are not in the key: the contract's 16-byte rule is re-checked here (cheap)
     for name, t in (("a_tensor", a), ("c_tensor", c), ("prob_tensor", prob), ("alpha_tensor", alpha),
                     ("beta_tensor", beta), ("padded_offsets", offsets)):
@@ -93,9 +115,20 @@ def run(a: torch.Tensor, c: torch.Tensor, offsets: torch.Tensor, alpha: torch.Te
     problem = e.problem
     m, two_n = c.shape[0], c.shape[1]
     dev = c.device
-    d_row = torch.zeros((m, two_n), dtype=problem.d_dtype, device=dev)
-    dprob = torch.zeros((m,), dtype=torch.float32, device=dev)
-    dbias = torch.zeros((problem.num_experts, two_n), dtype=torch.bfloat16, device=dev) if generate_dbias else None
+    if out is not None:
+        d_row, dprob, dbias = out
+        for name, t in (("d_row_tensor", d_row), ("dprob_tensor", dprob), ("dbias_tensor", dbias)):
+            if t is not None and t.data_ptr() & 15 and t.numel():
+                contract.check_aligned(name, t)
+        d_row = d_row.view(m, two_n) if d_row.dim() != 2 else d_row
+        dprob = dprob.view(m) if dprob.dim() != 1 else dprob
+        if dbias is not None and dbias.dim() != 2:
+            dbias = dbias.view(problem.num_experts, two_n)
+    else:
+        d_row = torch.zeros((m, two_n), dtype=problem.d_dtype, device=dev)
+        dprob = torch.zeros((m,), dtype=torch.float32, device=dev)
+        dbias = (torch.zeros((problem.num_experts, two_n), dtype=torch.bfloat16, device=dev)
+                 if generate_dbias else None)
     pack = {
         "a": a.view(a.shape[0], a.shape[1]) if a.dim() == 3 else a,
         "c": c.view(m, two_n) if c.dim() == 3 else c,
@@ -108,11 +141,28 @@ def run(a: torch.Tensor, c: torch.Tensor, offsets: torch.Tensor, alpha: torch.Te
     else:
         pack["b_ptrs"] = b_ptrs
     plan = e.plan
-    ws = torch.empty(plan.workspace_size, dtype=torch.uint8, device=dev) if plan.workspace_size else None
     if dev.type == "cuda" and stream is None:
         stream = torch.cuda.current_stream(dev)
+    ws = _workspace(e, plan.workspace_size, dev, stream) if plan.workspace_size else None
     plan.execute(pack, ws, stream)
     return d_row, dprob, dbias
+
+
+def _workspace(e: _Entry, nbytes: int, dev, stream):
+    """The plan's scratch for this call: one buffer per (entry, stream), reused by later calls
+    on that stream (stream order serializes them), so the hot path allocates nothing. Inside a
+    CUDA graph capture a fresh one comes from the graph's private pool instead (a replay must
+    not share scratch with eager calls or other graphs)."""
+    if dev.type != "cuda":
+        return torch.empty(nbytes, dtype=torch.uint8, device=dev)
+    if torch.cuda.is_current_stream_capturing():
+        return torch.empty(nbytes, dtype=torch.uint8, device=dev)
+    slot = stream.cuda_stream
+    ws = e.workspaces.get(slot)
+    if ws is None:
+        with torch.cuda.stream(stream):
+            ws = e.workspaces[slot] = torch.empty(nbytes, dtype=torch.uint8, device=dev)
+    return ws
 
 
 def clear_memo() -> None:

@@ -27,6 +27,7 @@ Python functions below map it to None).
 """
 from __future__ import annotations
 
+import functools
 from typing import Optional, Tuple
 
 import torch
@@ -37,8 +38,25 @@ from ._core import ActArgs, run
 _LIB = "cudnn_ext"
 
 
+@functools.lru_cache(maxsize=256)
 def _act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min) -> ActArgs:
+    # cached: a frozen dataclass costs microseconds to build, and the hot path keys on it
     return ActArgs(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min)
+
+
+def _direct_ok(tensors) -> bool:
+    """Whether an eager call may run the op's body without the dispatcher (same function,
+    same results): only for plain tensors outside torch.compile/tracing, torch-function and
+    dispatch modes and functorch transforms; anything else takes ``torch.ops`` so that fake
+    tensors, functionalization, vmap and modes see the op. Saves the dispatcher's ~20-30 us
+    per call on a slow host (bench_host_overhead.py: python_fn vs custom_op)."""
+    if (torch.compiler.is_compiling() or torch._C._is_torch_function_mode_enabled()
+            or torch._C._len_torch_dispatch_stack() or torch._C._are_functorch_transforms_active()):
+        return False
+    for t in tensors:
+        if type(t) is not torch.Tensor:
+            return False
+    return True
 
 
 def _empty_dbias(two_n, device):
@@ -86,6 +104,51 @@ def _discrete_impl(a: Tensor, b_ptrs: Tensor, n: int, c: Tensor, padded_offsets:
 _lib.impl("grouped_gemm_dglu", _dense_impl, "CompositeExplicitAutograd")
 _lib.impl("grouped_gemm_dglu_discrete", _discrete_impl, "CompositeExplicitAutograd")
 
+# Out-variants: the caller's buffers, the class API's contract (d_row rows past the last offset
+# untouched, dprob/dbias accumulated into). No allocation on the hot path; torch.compile
+# functionalizes the mutation.
+_OUTS = "Tensor(a!) d_row, Tensor(b!) dprob, Tensor(c!)? dbias"
+_OUT_ACT = ("str act_func='dswiglu', float? linear_offset=None, float geglu_alpha=1.702, "
+            "float glu_clamp_max=7.0, float glu_clamp_min=-7.0")
+_lib.define("grouped_gemm_dglu_out(Tensor a, Tensor b, Tensor c, Tensor padded_offsets, Tensor alpha, "
+            f"Tensor beta, Tensor prob, {_OUTS}, {_OUT_ACT}) -> ()")
+_lib.define("grouped_gemm_dglu_discrete_out(Tensor a, Tensor b_ptrs, int n, Tensor c, Tensor padded_offsets, "
+            f"Tensor alpha, Tensor beta, Tensor prob, {_OUTS}, str b_major='k', {_OUT_ACT}) -> ()")
+
+
+def _dense_out_impl(a, b, c, padded_offsets, alpha, beta, prob, d_row, dprob, dbias=None,
+                    act_func="dswiglu", linear_offset=None, geglu_alpha=1.702, glu_clamp_max=7.0,
+                    glu_clamp_min=-7.0) -> None:
+    if b.dim() != 3:
+        raise ValueError(f"b: shape must be (L, N, K), got {tuple(b.shape)}")
+    run(a, c, padded_offsets, alpha, beta, prob, b=b.permute(1, 2, 0),
+        act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min),
+        generate_dbias=dbias is not None, out=(d_row, dprob, dbias))
+
+
+def _discrete_out_impl(a, b_ptrs, n, c, padded_offsets, alpha, beta, prob, d_row, dprob, dbias=None,
+                       b_major="k", act_func="dswiglu", linear_offset=None, geglu_alpha=1.702,
+                       glu_clamp_max=7.0, glu_clamp_min=-7.0) -> None:
+    run(a, c, padded_offsets, alpha, beta, prob, b_ptrs=b_ptrs, n=n, b_major=b_major,
+        act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min),
+        generate_dbias=dbias is not None, out=(d_row, dprob, dbias))
+
+
+_lib.impl("grouped_gemm_dglu_out", _dense_out_impl, "CompositeExplicitAutograd")
+_lib.impl("grouped_gemm_dglu_discrete_out", _discrete_out_impl, "CompositeExplicitAutograd")
+
+
+@torch.library.register_fake(f"{_LIB}::grouped_gemm_dglu_out", lib=_lib)
+def _(a, b, c, padded_offsets, alpha, beta, prob, d_row, dprob, dbias=None, act_func="dswiglu",
+      linear_offset=None, geglu_alpha=1.702, glu_clamp_max=7.0, glu_clamp_min=-7.0):
+    return None
+
+
+@torch.library.register_fake(f"{_LIB}::grouped_gemm_dglu_discrete_out", lib=_lib)
+def _(a, b_ptrs, n, c, padded_offsets, alpha, beta, prob, d_row, dprob, dbias=None, b_major="k",
+      act_func="dswiglu", linear_offset=None, geglu_alpha=1.702, glu_clamp_max=7.0, glu_clamp_min=-7.0):
+    return None
+
 
 @torch.library.register_fake(f"{_LIB}::grouped_gemm_dglu", lib=_lib)
 def _(a, b, c, padded_offsets, alpha, beta, prob, act_func="dswiglu", linear_offset=None, geglu_alpha=1.702,
@@ -113,7 +176,7 @@ def grouped_gemm_dglu(
     b: Optional[Tensor] = None, b_ptrs: Optional[Tensor] = None, n: Optional[int] = None, b_major: str = "k",
     act_func: str = "dswiglu", linear_offset: Optional[float] = None, geglu_alpha: float = 1.702,
     glu_clamp_max: float = 7.0, glu_clamp_min: float = -7.0, generate_dbias: bool = False,
-    d_dtype: Optional[torch.dtype] = None,
+    d_dtype: Optional[torch.dtype] = None, out: Optional[Tuple[Tensor, Tensor, Optional[Tensor]]] = None,
 ) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
     """Grouped GEMM + dGLU backward as a functional, ``torch.compile``-able op.
 
@@ -124,23 +187,76 @@ def grouped_gemm_dglu(
 
     Returns ``(d_row (M, 2N), dprob (M,), dbias (L, 2N) bf16 or None)``, all freshly
     zero-initialized (rows at/past ``padded_offsets[-1]`` are zero).
+
+    ``out=(d_row, dprob, dbias)``: write into the caller's tensors instead (no allocation; the
+    lowest host overhead): ``d_row`` (M, 2N) of D's dtype (``d_dtype`` is taken from it),
+    ``dprob`` (M,) fp32 and ``dbias`` (L, 2N) bf16 are validated like the class API's outputs;
+    rows of ``d_row`` at/past the last offset are left untouched and ``dprob``/``dbias`` are
+    *accumulated into* (zero them for plain results). ``dbias`` must be given exactly when
+    ``generate_dbias``. Returns ``out``.
     """
+    if out is not None:
+        return _call_out(a, c, padded_offsets, alpha, beta, prob, b, b_ptrs, n, b_major, out,
+                         generate_dbias, d_dtype,
+                         dict(act_func=act_func, linear_offset=linear_offset, geglu_alpha=geglu_alpha,
+                              glu_clamp_max=glu_clamp_max, glu_clamp_min=glu_clamp_min))
     common = dict(act_func=act_func, linear_offset=linear_offset, geglu_alpha=geglu_alpha,
                   glu_clamp_max=glu_clamp_max, glu_clamp_min=glu_clamp_min, generate_dbias=generate_dbias,
                   d_dtype=d_dtype)
     if (b is None) == (b_ptrs is None):
         raise ValueError("b/b_ptrs: provide exactly one of b (dense (L, N, K) weights) or b_ptrs (per-expert pointers)")
+    w = b if b is not None else b_ptrs
+    direct = _direct_ok((a, w, c, padded_offsets, alpha, beta, prob))
     if b is not None:
         if n is not None:
             raise ValueError(f"n: dense weights (b) forbid n, got n={n!r}")
-        d_row, dprob, dbias = torch.ops.cudnn_ext.grouped_gemm_dglu(a, b, c, padded_offsets, alpha, beta, prob,
-                                                                    **common)
+        fn = _dense_impl if direct else torch.ops.cudnn_ext.grouped_gemm_dglu
+        d_row, dprob, dbias = fn(a, b, c, padded_offsets, alpha, beta, prob, **common)
     else:
         if n is None:
             raise ValueError("n: discrete weights (b_ptrs) require n, got None")
-        d_row, dprob, dbias = torch.ops.cudnn_ext.grouped_gemm_dglu_discrete(
-            a, b_ptrs, n, c, padded_offsets, alpha, beta, prob, b_major=b_major, **common)
+        fn = _discrete_impl if direct else torch.ops.cudnn_ext.grouped_gemm_dglu_discrete
+        d_row, dprob, dbias = fn(a, b_ptrs, n, c, padded_offsets, alpha, beta, prob, b_major=b_major,
+                                 **common)
     return d_row, dprob, (dbias if generate_dbias else None)
+
+
+def _call_out(a, c, padded_offsets, alpha, beta, prob, b, b_ptrs, n, b_major, out, generate_dbias, d_dtype,
+              act):
+    if not isinstance(out, (tuple, list)) or len(out) != 3:
+        raise TypeError(f"out: must be a tuple (d_row, dprob, dbias), got {type(out).__name__}"
+                        + (f" of length {len(out)}" if isinstance(out, (tuple, list)) else ""))
+    d_row, dprob, dbias = out
+    for name, t in (("out[0] (d_row)", d_row), ("out[1] (dprob)", dprob)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: must be a tensor, got {type(t).__name__}")
+    if (dbias is not None) != bool(generate_dbias):
+        raise ValueError(f"out[2] (dbias): must be a tensor exactly when generate_dbias=True, got "
+                         f"{type(dbias).__name__} with generate_dbias={generate_dbias}")
+    if d_dtype is not None and d_dtype != d_row.dtype:
+        raise ValueError(f"d_dtype: out[0] (d_row) is {d_row.dtype}, got d_dtype={d_dtype}")
+    if (b is None) == (b_ptrs is None):
+        raise ValueError("b/b_ptrs: provide exactly one of b (dense (L, N, K) weights) or b_ptrs (per-expert pointers)")
+    if b is not None and n is not None:
+        raise ValueError(f"n: dense weights (b) forbid n, got n={n!r}")
+    if b_ptrs is not None and n is None:
+        raise ValueError("n: discrete weights (b_ptrs) require n, got None")
+    w = b if b is not None else b_ptrs
+    direct = _direct_ok((a, w, c, padded_offsets, alpha, beta, prob, d_row, dprob)
+                        + ((dbias,) if dbias is not None else ()))
+    try:
+        if b is not None:
+            fn = _dense_out_impl if direct else torch.ops.cudnn_ext.grouped_gemm_dglu_out
+            fn(a, b, c, padded_offsets, alpha, beta, prob, d_row, dprob, dbias, **act)
+        else:
+            fn = _discrete_out_impl if direct else torch.ops.cudnn_ext.grouped_gemm_dglu_discrete_out
+            fn(a, b_ptrs, n, c, padded_offsets, alpha, beta, prob, d_row, dprob, dbias, b_major=b_major, **act)
+    except (ValueError, TypeError) as exc:
+        msg = str(exc)
+        if any(s in msg for s in ("d_row_tensor", "dprob_tensor", "dbias_tensor")):
+            raise type(exc)(f"out: {msg}") from None
+        raise
+    return d_row, dprob, dbias
 
 
 def expert_pointers(weights) -> Tensor:
