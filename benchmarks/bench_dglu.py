@@ -2,6 +2,8 @@
 
 Peers, side by side in one process on the same inputs:
   cudnn_ext               the fused SM90 engine (GEMM + dSwiGLU + dprob + dbias, one kernel)
+  cudnn_ext_discrete      (row impl "cudnn_ext", variant "discrete") the same with per-expert weights (b_ptrs: one allocation per expert,
+                          K-major, device-built TMA descriptors; clusters are not used there)
   torch_grouped_mm        torch._grouped_mm alone (the GEMM only, bf16 out): the bar to beat
   torch_unfused_compiled  torch._grouped_mm + a torch.compile'd epilogue (what users write)
   quack                   quack.gemm_interface.gemm_dgated with cu_seqlens_m (tuned=False;
@@ -93,14 +95,25 @@ def _cumsum(xs):
         yield s
 
 
-def run_cudnn_ext(pack, K, N, knobs=None, dbias=True):
+def run_cudnn_ext_discrete(pack, K, N, dbias=True):
+    """The engine on per-expert weight allocations (the same values as the dense B)."""
+    b = pack["b"]  # (N, K, L) view of (L, N, K)
+    weights = [b[:, :, e].contiguous() for e in range(b.shape[2])]
+    dpack = dict(pack, b=None, b_ptrs=torch.tensor([w.data_ptr() for w in weights],
+                                                    dtype=torch.int64, device="cuda"))
+    dpack["_keep"] = weights  # the table does not own the experts' memory
+    fn, extra = run_cudnn_ext(dpack, K, N, dbias=dbias, weight_mode="discrete")
+    return fn, extra
+
+
+def run_cudnn_ext(pack, K, N, knobs=None, dbias=True, weight_mode="dense"):
     from cudnn_ext.engines.sm90 import Sm90DgluEngine, compile_seconds
     from cudnn_ext.problem import ActConfig, DgluProblem
 
     L = pack["alpha"].shape[0]
     M = pack["a"].shape[0]
     eng = Sm90DgluEngine()
-    problem = DgluProblem(n=N, k=K, num_experts=L, m=M, weight_mode="dense", b_major="k",
+    problem = DgluProblem(n=N, k=K, num_experts=L, m=M, weight_mode=weight_mode, b_major="k",
                           ab_dtype=torch.bfloat16, c_dtype=torch.bfloat16,
                           d_dtype=torch.bfloat16, act=ActConfig("dswiglu"),
                           generate_dbias=dbias, device_type="cuda", device_index=0)
@@ -205,7 +218,7 @@ def host_overhead_us(n_calls=2000, dbias=True):
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default=",".join(SHAPES))
-    ap.add_argument("--impls", default="cudnn_ext,torch_grouped_mm,torch_unfused_compiled,quack")
+    ap.add_argument("--impls", default="cudnn_ext,cudnn_ext_discrete,torch_grouped_mm,torch_unfused_compiled,quack")
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--tile-n", type=int, default=0, help="pin the cudnn_ext tile_n knob")
@@ -252,6 +265,9 @@ def main(argv=None):
                                      scheduler="static_persistent")
                     fn, extra = run_cudnn_ext(pack, K, N, knobs)
                     row.update(impl="cudnn_ext", variant=v)
+                elif impl == "cudnn_ext_discrete":
+                    fn, extra = run_cudnn_ext_discrete(pack, K, N)
+                    row.update(impl="cudnn_ext", variant="discrete")  # the issue's impl names
                 elif impl == "torch_grouped_mm":
                     fn = run_grouped_mm(pack)
                 elif impl == "torch_unfused_compiled":

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# One device call: every GPU test of the project with the gated paths opted in (SM90 discrete
-# weights, the JAX XLA FFI path), compute-sanitizer on the dense and discrete kernels, and the
-# host-overhead benchmark. Run on the lent H200 after ../shared/gpu/README.md's install calls:
+# One device call: every GPU test of the project (with the JAX XLA FFI path on),
+# compute-sanitizer memcheck/racecheck on the dense, discrete, 2-CTA-cluster and 2x2-cluster
+# kernels (SANITIZE_MODES), and the host-overhead benchmark. Run on the lent H200 after ../shared/gpu/README.md's install calls:
 #   source .gpu/env/setup.sh && bash benchmarks/device_verify.sh
 # Logs and JSON go to $OUT; what it prints is a short summary.
 set -o pipefail
@@ -14,7 +14,7 @@ t() { local name=$1; shift; local t0=$SECONDS
 t gpu_tests python3 -m pytest -m gpu tests/gpu -q -p no:cacheprovider -rs
 t framework_tests python3 -m pytest -m gpu tests/test_jax_ffi.py tests/test_torch_integration.py \
   tests/test_jax.py tests/test_plan.py tests/test_api.py -q -p no:cacheprovider -rs
-for mode in dense discrete; do
+for mode in ${SANITIZE_MODES:-dense discrete cluster cluster2x2}; do
   for tool in memcheck racecheck; do
     t "sanitize_${tool}_$mode" timeout 150 compute-sanitizer --report-api-errors no --tool $tool python3 tests/gpu/sanitize_sm90.py $mode
     grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_${tool}_$mode.log" | tail -1
