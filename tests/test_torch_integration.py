@@ -241,7 +241,7 @@ def test_compile_fullgraph_out_variant():
     assert any(n.target in (op, op.default) for n in counter.graphs[0].graph.nodes)
 
 
-def test_eager_calls_skip_the_dispatcher_only_outside_modes():
+def test_eager_calls_skip_the_dispatcher_only_outside_modes(monkeypatch):
     """Plain eager calls run the op's body directly (same results); under a torch-function
     mode (which is how tracers see calls) the call goes through torch.ops."""
     from torch.overrides import TorchFunctionMode
@@ -255,14 +255,46 @@ def test_eager_calls_skip_the_dispatcher_only_outside_modes():
             self.funcs.append(func)
             return func(*args, **(kwargs or {}))
 
+    import cudnn_ext.torch.ops as ops_module
+
     p = make_problem()
+    direct_calls = []
+    real = ops_module._dense_impl  # the dispatcher holds the registered function itself
+
+    def counting(*args, **kw):
+        direct_calls.append(1)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(ops_module, "_dense_impl", counting)
     direct = call(p, generate_dbias=True)
+    assert len(direct_calls) == 1  # the plain eager call did not go through torch.ops
     with Seen() as mode:
         via_op = call(p, generate_dbias=True)
+    assert len(direct_calls) == 1
     op = torch.ops.cudnn_ext.grouped_gemm_dglu
     assert any(f in (op, op.default) for f in mode.funcs)
     for got, want in zip(via_op, direct):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_meta_tensors_and_jit_trace_take_the_op():
+    p = make_problem()
+    meta = {k: v.to("meta") for k, v in p.items()}
+    d_row, dprob, dbias = call(meta, generate_dbias=True)  # the fake implementation answers
+    assert [t.device.type for t in (d_row, dprob, dbias)] == ["meta"] * 3
+    assert (d_row.shape, dprob.shape, dbias.shape) == ((1024, 128), (1024,), (3, 128))
+    args = (p["a"], p["c"], p["offs"], p["alpha"], p["beta"], p["prob"], p["b"])
+    traced = torch.jit.trace(lambda a, c, o, al, be, pr, b: ct.grouped_gemm_dglu(a, c, o, al, be, pr, b=b)[0], args)
+    assert "cudnn_ext::grouped_gemm_dglu" in str(traced.graph)
+    torch.testing.assert_close(traced(*args), call(p)[0], rtol=0, atol=0)
+
+
+def test_out_variant_bumps_version_counters():
+    p = make_problem()
+    d_row, dprob, dbias = _outs(p)
+    before = (d_row._version, dprob._version, dbias._version)
+    call(p, generate_dbias=True, out=(d_row, dprob, dbias))
+    assert all(t._version > v for t, v in zip((d_row, dprob, dbias), before))
 
 
 # --------------------------------------------------------------------------- GroupedGluMLP
@@ -371,20 +403,29 @@ def test_gpu_op_matches_cpu_and_captures_in_cuda_graph():
     g.replay()
     torch.cuda.synchronize()
     torch.testing.assert_close(out[0], got[0], rtol=0, atol=0)
-    # the out= variant, eagerly (cached per-stream workspace) and captured (graph-owned one)
-    outs = tuple(torch.zeros_like(t) for t in got)
-    call(pc, generate_dbias=True, out=outs)
-    torch.testing.assert_close(outs[0], got[0], rtol=0, atol=0)
-    torch.testing.assert_close(outs[1], got[1], rtol=1e-5, atol=1e-6)
-    outs2 = tuple(torch.zeros_like(t) for t in got)
+    # the out= variant, eagerly twice (the second reuses the cached per-stream scratch) and
+    # captured (a graph-owned scratch); D starts NaN: rows past the last offset stay NaN
+    def fresh_outs():
+        return (torch.full_like(got[0], float("nan")), torch.zeros_like(got[1]), torch.zeros_like(got[2]))
+
+    for _ in range(2):
+        outs = fresh_outs()
+        call(pc, generate_dbias=True, out=outs)
+        torch.testing.assert_close(outs[0][:768], got[0][:768], rtol=0, atol=0)
+        assert torch.isnan(outs[0][768:]).all()
+        torch.testing.assert_close(outs[1], got[1], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(outs[2].float(), got[2].float(), rtol=2e-2, atol=2e-2)
+    outs2 = fresh_outs()
     g2 = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g2):
         call(pc, generate_dbias=True, out=outs2)
-    for t in outs2[1:]:
-        t.zero_()
+    for t in outs2:
+        t.fill_(float("nan")) if t is outs2[0] else t.zero_()
     g2.replay()
     torch.cuda.synchronize()
-    torch.testing.assert_close(outs2[0], got[0], rtol=0, atol=0)
+    torch.testing.assert_close(outs2[0][:768], got[0][:768], rtol=0, atol=0)
+    assert torch.isnan(outs2[0][768:]).all()
+    torch.testing.assert_close(outs2[1], got[1], rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(outs2[2].float(), got[2].float(), rtol=2e-2, atol=2e-2)
 
 

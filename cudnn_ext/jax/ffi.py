@@ -113,7 +113,9 @@ def _sm_count() -> int:
     return int(n) if n else DEFAULT_SM_COUNT
 
 
-@functools.lru_cache(maxsize=None)
+_RESIDENT: dict = {}
+
+
 def _resident_ctas(cluster_size: int) -> int:
     """The persistent grid: the SM count, or for clusters max active clusters x cluster size
     (a GPC's SM count need not divide by it; a cluster that cannot be co-resident would run
@@ -122,12 +124,15 @@ def _resident_ctas(cluster_size: int) -> int:
     sms = _sm_count()
     if cluster_size == 1:
         return sms
-    try:
-        from cutlass.utils import HardwareInfo
+    if cluster_size not in _RESIDENT:
+        try:
+            from cutlass.utils import HardwareInfo
 
-        return min(sms, HardwareInfo().get_max_active_clusters(cluster_size) * cluster_size)
-    except Exception:  # correct either way: a grid too large only costs time
-        return sms
+            _RESIDENT[cluster_size] = min(
+                sms, HardwareInfo().get_max_active_clusters(cluster_size) * cluster_size)
+        except Exception:  # not cached: a later trace may have a context; a grid too
+            return sms     # large is still correct, it only costs time
+    return _RESIDENT[cluster_size]
 
 
 def dglu_ffi(a2, b, c2, offs, alpha, beta, prob1, *, problem, knobs, sm_count: Optional[int] = None

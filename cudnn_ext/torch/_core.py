@@ -41,8 +41,6 @@ class _Entry:
     problem: DgluProblem
     plan: ExecutionPlan
     b_major: str
-    #: scratch per CUDA stream handle (see _workspace)
-    workspaces: Dict[int, torch.Tensor] = dataclasses.field(default_factory=dict)
 
 
 _memo: Dict[Tuple, _Entry] = {}
@@ -141,27 +139,34 @@ def run(a: torch.Tensor, c: torch.Tensor, offsets: torch.Tensor, alpha: torch.Te
     else:
         pack["b_ptrs"] = b_ptrs
     plan = e.plan
-    if dev.type == "cuda" and stream is None:
+    current = dev.type == "cuda" and stream is None
+    if current:
         stream = torch.cuda.current_stream(dev)
-    ws = _workspace(e, plan.workspace_size, dev, stream) if plan.workspace_size else None
+    ws = _workspace(plan.workspace_size, dev, stream, current) if plan.workspace_size else None
     plan.execute(pack, ws, stream)
     return d_row, dprob, dbias
 
 
-def _workspace(e: _Entry, nbytes: int, dev, stream):
-    """The plan's scratch for this call: one buffer per (entry, stream), reused by later calls
-    on that stream (stream order serializes them), so the hot path allocates nothing. Inside a
-    CUDA graph capture a fresh one comes from the graph's private pool instead (a replay must
-    not share scratch with eager calls or other graphs)."""
-    if dev.type != "cuda":
+#: Scratch buffers reused across calls: (device index, stream handle, bytes) -> tensor.
+_scratch: Dict[Tuple[int, int, int], torch.Tensor] = {}
+_SCRATCH_MAX = 64
+
+
+def _workspace(nbytes: int, dev, stream, current: bool):
+    """The plan's scratch for this call. On the current CUDA stream: one buffer per (device,
+    stream, size), shared by every plan and call of that size on that stream (stream order
+    serializes them; the size depends on L and N, never on M), so the hot path allocates
+    nothing. Inside a CUDA-graph capture, on a stream other than the current one, or on the
+    CPU: a fresh buffer (a replay must not share scratch with eager calls or other graphs)."""
+    if not current or torch.cuda.is_current_stream_capturing():
         return torch.empty(nbytes, dtype=torch.uint8, device=dev)
-    if torch.cuda.is_current_stream_capturing():
-        return torch.empty(nbytes, dtype=torch.uint8, device=dev)
-    slot = stream.cuda_stream
-    ws = e.workspaces.get(slot)
+    slot = (dev.index, stream.cuda_stream, nbytes)
+    ws = _scratch.get(slot)
     if ws is None:
-        with torch.cuda.stream(stream):
-            ws = e.workspaces[slot] = torch.empty(nbytes, dtype=torch.uint8, device=dev)
+        with _lock:
+            if len(_scratch) >= _SCRATCH_MAX:
+                _scratch.clear()
+            ws = _scratch[slot] = torch.empty(nbytes, dtype=torch.uint8, device=dev)
     return ws
 
 

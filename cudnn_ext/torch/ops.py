@@ -50,11 +50,12 @@ def _direct_ok(tensors) -> bool:
     dispatch modes and functorch transforms; anything else takes ``torch.ops`` so that fake
     tensors, functionalization, vmap and modes see the op. Saves the dispatcher's ~20-30 us
     per call on a slow host (bench_host_overhead.py: python_fn vs custom_op)."""
-    if (torch.compiler.is_compiling() or torch._C._is_torch_function_mode_enabled()
-            or torch._C._len_torch_dispatch_stack() or torch._C._are_functorch_transforms_active()):
+    if (torch.compiler.is_compiling() or torch.jit.is_tracing()
+            or torch._C._is_torch_function_mode_enabled() or torch._C._len_torch_dispatch_stack()
+            or torch._C._are_functorch_transforms_active()):
         return False
     for t in tensors:
-        if type(t) is not torch.Tensor:
+        if type(t) is not torch.Tensor or t.is_meta:  # meta tensors: the fake implementation
             return False
     return True
 
@@ -124,6 +125,15 @@ def _dense_out_impl(a, b, c, padded_offsets, alpha, beta, prob, d_row, dprob, db
     run(a, c, padded_offsets, alpha, beta, prob, b=b.permute(1, 2, 0),
         act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min),
         generate_dbias=dbias is not None, out=(d_row, dprob, dbias))
+    _mutated(d_row, dprob, dbias)
+
+
+def _mutated(*tensors) -> None:
+    # a kernel wrote them behind autograd's back: bump their version counters so that a
+    # backward which saved one of them notices (what @custom_op(mutates_args=...) does)
+    for t in tensors:
+        if t is not None:
+            torch.autograd.graph.increment_version(t)
 
 
 def _discrete_out_impl(a, b_ptrs, n, c, padded_offsets, alpha, beta, prob, d_row, dprob, dbias=None,
@@ -132,6 +142,7 @@ def _discrete_out_impl(a, b_ptrs, n, c, padded_offsets, alpha, beta, prob, d_row
     run(a, c, padded_offsets, alpha, beta, prob, b_ptrs=b_ptrs, n=n, b_major=b_major,
         act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min),
         generate_dbias=dbias is not None, out=(d_row, dprob, dbias))
+    _mutated(d_row, dprob, dbias)
 
 
 _lib.impl("grouped_gemm_dglu_out", _dense_out_impl, "CompositeExplicitAutograd")

@@ -211,6 +211,10 @@ def standard_cases() -> list:
         Case([512, 256], 160, 128, "dswiglu", torch.float16, torch.float32),
         Case([512, 256], 160, 128, "dgeglu", torch.float32, torch.float16, dbias=False),
         Case([256, 512], 128, 96, "dswiglu", torch.float32, torch.bfloat16, tile_n=64),
+        # C and D of one dtype other than bf16: D through shared memory in fp16 (32-bit pair
+        # accesses) and fp32 (scalar accesses, two 128B-swizzle atoms per block)
+        Case([0, 512, 256], 320, 264, "dgeglu", torch.float16, torch.float16),
+        Case([512, 256], 160, 200, "dswiglu", torch.float32, torch.float32, tile_n=64),
         Case([256] * 128, 64, 64, "dswiglu"),  # L = 128
         Case(pareto_groups(32, 512), 256, 384, "dgeglu", tile_n=128),  # skewed
         Case([1024, 0, 0, 2048], 768, 1024, "dswiglu", dbias=False, tile_n=64),

@@ -744,6 +744,41 @@ class GroupedDgluSm90:
         view = cute.make_tensor(mT.iterator + cute.assume(offset, divby=2), cute.make_layout(2))
         view.store(frag.load().to(self.cfg.d_dtype))
 
+    def _smem_pair(self, sCj, r, col):
+        """Elements (r, col), (r, col + 1) of a C block in shared memory as one 2-element
+        tensor (col even). 16-bit C only: the 128B swizzle permutes 16-byte chunks, so the
+        pair is contiguous and 4-byte aligned; the view keeps the block's swizzled iterator
+        and adds the unswizzled offset r * 64 + col, so one 32-bit access replaces two
+        16-bit ones (PTX: 256 ld/st.shared.b16 per tile and thread become 128 b32)."""
+        off = cute.assume(r * C_BLOCK_COLS + col, divby=2)
+        return cute.make_tensor(sCj.iterator + off, cute.make_layout(2))
+
+    def _pairs_in_smem(self) -> bool:
+        return self.cfg.c_dtype.width == 16
+
+    @cute.jit
+    def _load_gate_up(self, sCj, r, col):
+        """fp32 gate (C column col, col + 1) and up (col + 32, col + 33) of row r."""
+        if cutlass.const_expr(self._pairs_in_smem()):
+            g = self._smem_pair(sCj, r, col).load().to(Float32)
+            u = self._smem_pair(sCj, r, col + 32).load().to(Float32)
+            return [g[0], g[1]], [u[0], u[1]]
+        else:
+            return ([sCj[(r, col)].to(Float32), sCj[(r, col + 1)].to(Float32)],
+                    [sCj[(r, col + 32)].to(Float32), sCj[(r, col + 33)].to(Float32)])
+
+    @cute.jit
+    def _put_pair(self, sCj, r, col, x0: Float32, x1: Float32):
+        """D values of (r, col), (r, col + 1) written over the C block in shared memory."""
+        if cutlass.const_expr(self._pairs_in_smem()):
+            frag = cute.make_rmem_tensor((2,), Float32)
+            frag[0] = x0
+            frag[1] = x1
+            self._smem_pair(sCj, r, col).store(frag.load().to(self.cfg.d_dtype))
+        else:
+            sCj[(r, col)] = x0.to(self.cfg.d_dtype)
+            sCj[(r, col + 1)] = x1.to(self.cfg.d_dtype)
+
     @cute.jit
     def epilogue(self, acc, tCcC, c_pipe, sC, wg, cpos, mD, mAlpha, mBeta, mProb, mDprob,
                  mDbias, geglu_alpha, clamp_max, clamp_min, linear_offset, m_tile, n_tile,
@@ -787,9 +822,10 @@ class GroupedDgluSm90:
                     slot = 2 * h + (v // 2) % 2
                     p = probs[slot]
                     outs = []
+                    gates, ups = self._load_gate_up(sCj, r_loc, c_loc)
                     for c in cutlass.range_constexpr(2):
-                        gate = sCj[(r_loc, c_loc + c)].to(Float32) * beta
-                        up = sCj[(r_loc, c_loc + 32 + c)].to(Float32) * beta
+                        gate = gates[c] * beta
+                        up = ups[c] * beta
                         g0 = acc[v + c] * g_scale
                         if cutlass.const_expr(cfg.act_func == "dswiglu"):
                             dg_l, du_l, act = dswiglu_local(gate, up)
@@ -805,9 +841,8 @@ class GroupedDgluSm90:
                             col_up[col] = col_up[col] + outs[c][1]
                     if cutlass.const_expr(cfg.d_via_smem()):
                         # over the gate/up elements this thread (alone) just read
-                        for c in cutlass.range_constexpr(2):
-                            sCj[(r_loc, c_loc + c)] = outs[c][0].to(cfg.d_dtype)
-                            sCj[(r_loc, c_loc + 32 + c)] = outs[c][1].to(cfg.d_dtype)
+                        self._put_pair(sCj, r_loc, c_loc, outs[0][0], outs[1][0])
+                        self._put_pair(sCj, r_loc, c_loc + 32, outs[0][1], outs[1][1])
                     elif valid:
                         off = (row0 + r_loc) * two_n + 2 * n0 + 64 * j + c_loc
                         self._store_pair(mD, off, outs[0][0], outs[1][0])
@@ -848,6 +883,9 @@ class GroupedDgluSm90:
             cute.copy(tma_atom_d, tDsD[(None, st.index)], tDgD[(None, m_tile, c_block)])
             cute.arch.cp_async_bulk_commit_group()
             cute.arch.cp_async_bulk_wait_group(0, read=True)
+            # the store was issued (and is waited for) by one elected lane; the release comes
+            # from lane 0: no lane passes this point before the issuing lane's wait
+            cute.arch.sync_warp()
             c_pipe.consumer_release(st)
 
     @cute.jit
