@@ -41,6 +41,7 @@ class _Entry:
     problem: DgluProblem
     plan: ExecutionPlan
     b_major: str
+    ws_size: int = 0  # plan.workspace_size, read once
 
 
 _memo: Dict[Tuple, _Entry] = {}
@@ -68,7 +69,8 @@ def _entry(key, a, c, b, b_ptrs, n, b_major, offsets, alpha, beta, prob, act: Ac
                                        b_dtype=torch.bfloat16 if discrete else None, d_dtype=d_dtype,
                                        generate_dbias=generate_dbias)
     # the same graph (and built plan) the wrapper and class API use for this call family
-    e = _Entry(problem, graph_for_call(problem, pack, engine=engine).execution_plan, problem.b_major)
+    plan = graph_for_call(problem, pack, engine=engine).execution_plan
+    e = _Entry(problem, plan, problem.b_major, int(plan.workspace_size))
     with _lock:
         if len(_memo) >= _MEMO_MAX:
             _memo.clear()
@@ -102,7 +104,7 @@ def run(a: torch.Tensor, c: torch.Tensor, offsets: torch.Tensor, alpha: torch.Te
     if out is None:
         key += (d_dtype,)
     else:
-        key += tuple(_meta(t) for t in out)
+        key += (_meta(out[0]), _meta(out[1]), _meta(out[2]))
     e = _memo.get(key) or _entry(key, a, c, b, b_ptrs, n, b_major, offsets, alpha, beta, prob, act,
                                  generate_dbias, d_dtype, engine, out)
     # data pointers are not in the key: the contract's 16-byte rule is re-checked here (cheap)
@@ -142,7 +144,7 @@ def run(a: torch.Tensor, c: torch.Tensor, offsets: torch.Tensor, alpha: torch.Te
     current = dev.type == "cuda" and stream is None
     if current:
         stream = torch.cuda.current_stream(dev)
-    ws = _workspace(plan.workspace_size, dev, stream, current) if plan.workspace_size else None
+    ws = _workspace(e.ws_size, dev, stream, current) if e.ws_size else None
     plan.execute(pack, ws, stream)
     return d_row, dprob, dbias
 

@@ -50,7 +50,7 @@ def _direct_ok(tensors) -> bool:
     dispatch modes and functorch transforms; anything else takes ``torch.ops`` so that fake
     tensors, functionalization, vmap and modes see the op. Saves the dispatcher's ~20-30 us
     per call on a slow host (bench_host_overhead.py: python_fn vs custom_op)."""
-    if (torch.compiler.is_compiling() or torch.jit.is_tracing()
+    if (torch.compiler.is_compiling() or torch._C._is_tracing()  # torch.jit.is_tracing's test
             or torch._C._is_torch_function_mode_enabled() or torch._C._len_torch_dispatch_stack()
             or torch._C._are_functorch_transforms_active()):
         return False
@@ -131,9 +131,7 @@ def _dense_out_impl(a, b, c, padded_offsets, alpha, beta, prob, d_row, dprob, db
 def _mutated(*tensors) -> None:
     # a kernel wrote them behind autograd's back: bump their version counters so that a
     # backward which saved one of them notices (what @custom_op(mutates_args=...) does)
-    for t in tensors:
-        if t is not None:
-            torch.autograd.graph.increment_version(t)
+    torch.autograd.graph.increment_version([t for t in tensors if t is not None])
 
 
 def _discrete_out_impl(a, b_ptrs, n, c, padded_offsets, alpha, beta, prob, d_row, dprob, dbias=None,
