@@ -29,7 +29,7 @@ def test_compile_key_fields_are_pinned():
     names = [f.name for f in dataclasses.fields(Sm90CompileKey)]
     assert names == ["arch", "n", "k", "ab_dtype", "c_dtype", "d_dtype", "act_func",
                      "generate_dbias", "weight_mode", "b_major", "tile_n", "ab_stages",
-                     "raster_group_m", "c_stages", "cluster_m", "cluster_n", "tvm_ffi"]
+                     "raster_group_m", "c_stages", "cluster_m", "cluster_n", "init_outputs", "tvm_ffi"]
 
 
 def test_compile_key_ignores_runtime_sizes_and_constants():
@@ -145,6 +145,42 @@ def test_cluster_2x2_variant_compiles_for_sm90a(tile_n, act, dbias, b_major):
                      scheduler="static_persistent", cluster_m=2, cluster_n=2)
     assert knobs in Sm90DgluEngine().knob_space(p)
     assert compile_cached(Sm90CompileKey.of(p, knobs)) is not None
+
+
+#: The functional path's fresh-outputs variant (zeroes dprob / D's tail, assigns dbias)
+_FRESH = [(128, 2, "dswiglu", True, "dense"), (64, 1, "dgeglu", False, "dense"), (128, 1, "dgeglu", True, "discrete")]
+
+
+@needs_dsl
+@pytest.mark.parametrize("tile_n,cluster_m,act,dbias,mode", _FRESH,
+                         ids=[f"t{t}-cl{c}-{a}-dbias{int(d)}-{m}" for t, c, a, d, m in _FRESH])
+def test_fresh_outputs_variant_compiles_for_sm90a(tile_n, cluster_m, act, dbias, mode):
+    from cudnn_ext.engines.sm90 import compile_cached
+
+    p = _problem(act=act, dbias=dbias, weight_mode=mode)
+    knobs = Knobs.of(tile_n=tile_n, cluster_m=cluster_m, raster_group_m=RASTER_GROUP_M[cluster_m])
+    key = dataclasses.replace(Sm90CompileKey.of(p, knobs), init_outputs=True)
+    assert key != Sm90CompileKey.of(p, knobs)
+    assert compile_cached(key) is not None
+
+
+def test_build_compiles_unless_deferred(monkeypatch):
+    """build() compiles the contract variant (class API/graph users expect build = compile);
+    under defer_compile (the functional torch path) nothing compiles until an execute picks
+    its variant."""
+    from cudnn_ext.engines import sm90
+    from cudnn_ext.engines.base import defer_compile
+
+    compiled = []
+    monkeypatch.setattr(sm90, "compile_cached", lambda key: compiled.append(key) or object())
+    eng, p, knobs = Sm90DgluEngine(), _problem(), Knobs.of(tile_n=128)
+    eng.build(p, knobs)
+    assert [k.init_outputs for k in compiled] == [False]
+    with defer_compile():
+        plan = eng.build(p, knobs)
+    assert len(compiled) == 1
+    plan._fn(True)
+    assert [k.init_outputs for k in compiled] == [False, True]
 
 
 def test_clusters_only_for_dense_weights():

@@ -277,6 +277,45 @@ def test_eager_calls_skip_the_dispatcher_only_outside_modes(monkeypatch):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
+def test_fresh_output_engines_get_uninitialized_buffers(monkeypatch):
+    """An engine that initializes its outputs itself (``execute_fresh``, the SM90 kernel's
+    fresh-outputs variant) gets torch.empty buffers and that entry point on functional calls;
+    out= calls keep the contract (``execute``). Stand-in: the reference plan, made to zero
+    the outputs first, with the buffers poisoned to show it did."""
+    from cudnn_ext.engines import reference
+
+    seen = []
+
+    def execute_fresh(self, pack, workspace=None, stream=None):
+        seen.append(bool(torch.isnan(pack["d_row"]).all()))  # uninitialized memory handed over?
+        for slot in ("d_row", "dprob", "dbias"):
+            if pack.get(slot) is not None:
+                pack[slot].zero_()
+        self.execute(pack, workspace, stream)
+
+    real_empty = torch.empty
+
+    def poisoned_empty(*a, **k):
+        t = real_empty(*a, **k)
+        return t.fill_(float("nan")) if t.is_floating_point() else t
+
+    monkeypatch.setattr(reference._ReferencePlan, "execute_fresh", execute_fresh, raising=False)
+    _core.clear_memo()
+    p = make_problem()
+    want = call(p, generate_dbias=True)
+    assert len(seen) == 1
+    monkeypatch.setattr(_core.torch, "empty", poisoned_empty)
+    got = call(p, generate_dbias=True)
+    assert seen[1:] == [True]  # the buffers came from torch.empty, not torch.zeros
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=0, atol=0)
+    ref = oracle(p, True)
+    assert rel_err(got[1], ref["dprob"]) < 1e-3 and not got[0][768:].any()
+    call(p, generate_dbias=True, out=_outs(p))
+    assert len(seen) == 2  # out= runs the contract's execute
+    _core.clear_memo()
+
+
 def test_meta_tensors_and_jit_trace_take_the_op():
     p = make_problem()
     meta = {k: v.to("meta") for k, v in p.items()}

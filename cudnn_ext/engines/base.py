@@ -19,6 +19,7 @@ caller would see and must not synchronize with the host on a GPU engine.
 from __future__ import annotations
 
 import abc
+import threading
 from dataclasses import dataclass
 from typing import Any, Mapping, NamedTuple, Optional, Sequence
 
@@ -55,6 +56,26 @@ class WorkspaceRequest(NamedTuple):
     name: str
     nbytes: int
     align: int = 128
+
+
+_deferred = threading.local()
+
+
+class defer_compile:
+    """Within this context engines may build plans without compiling their kernels; the first
+    execute compiles what it runs. For callers that run a variant other than the one a plan
+    would compile at build time (the functional torch path runs ``execute_fresh``)."""
+
+    def __enter__(self):
+        self._prev = getattr(_deferred, "on", False)
+        _deferred.on = True
+
+    def __exit__(self, *exc):
+        _deferred.on = self._prev
+
+
+def compile_deferred() -> bool:
+    return getattr(_deferred, "on", False)
 
 
 class CompiledPlan(abc.ABC):

@@ -12,6 +12,7 @@ the main kernel and folds the partial sums into the caller's bf16 dbias with one
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import threading
 import time
@@ -22,7 +23,7 @@ import torch
 
 from ..problem import DgluProblem
 from ..plan.workspace import WorkspaceLayout
-from .base import CompiledPlan, Engine, Knobs, WorkspaceRequest
+from .base import CompiledPlan, Engine, Knobs, WorkspaceRequest, compile_deferred
 
 _DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 _AB_DTYPES = (torch.bfloat16, torch.float16)
@@ -61,6 +62,9 @@ class Sm90CompileKey:
     cluster_m: int = 1
     #: CTAs per cluster along N (2, with cluster_m 2: A k-tiles multicast too; dense B only)
     cluster_n: int = 1
+    #: fresh outputs (the functional op): the launch zeroes dprob and D's tail rows itself
+    #: and assigns dbias; False = the contract (accumulate, tail untouched)
+    init_outputs: bool = False
     #: host calling convention (TVM-FFI when apache-tvm-ffi is installed); not device code
     tvm_ffi: bool = False
 
@@ -93,7 +97,7 @@ class Sm90CompileKey:
             generate_dbias=self.generate_dbias, tile_n=self.tile_n, ab_stages=self.ab_stages,
             raster_group_m=self.raster_group_m, c_stages=self.c_stages,
             weight_mode=self.weight_mode, b_major=self.b_major, cluster_m=self.cluster_m,
-            cluster_n=self.cluster_n)
+            cluster_n=self.cluster_n, init_outputs=self.init_outputs)
 
 
 _compiled: Dict[Sm90CompileKey, object] = {}
@@ -124,12 +128,13 @@ def compile_seconds(key: Sm90CompileKey) -> Optional[float]:
 
 
 class Sm90Plan(CompiledPlan):
-    def __init__(self, problem: DgluProblem, knobs: Knobs, key: Sm90CompileKey, compiled):
+    def __init__(self, problem: DgluProblem, knobs: Knobs, key: Sm90CompileKey, compiled=None):
         self.engine_name = Sm90DgluEngine.name
         self.problem = problem
         self.knobs = knobs
         self.key = key
-        self._compiled = compiled
+        # compiled functions by init_outputs (False: the contract, True: fresh outputs)
+        self._fns = {False: compiled} if compiled is not None else {}
         self._cfg = key.kernel_config()
         act = problem.act
         self._consts = (float(act.geglu_alpha), float(act.clamp_max), float(act.clamp_min),
@@ -183,7 +188,27 @@ class Sm90Plan(CompiledPlan):
             self._resident[(idx, cl)] = n
         return n
 
+    def _fn(self, init: bool):
+        fn = self._fns.get(init)
+        if fn is None:
+            fn = self._fns[init] = compile_cached(dataclasses.replace(self.key, init_outputs=init))
+        return fn
+
+    def warmup(self) -> None:
+        """Compile the contract variant now (what ``execute`` runs)."""
+        self._fn(False)
+
     def execute(self, pack, workspace=None, stream=None) -> None:
+        self._launch(pack, workspace, stream, False)
+
+    def execute_fresh(self, pack, workspace=None, stream=None) -> None:
+        """Like ``execute`` on *uninitialized* ``d_row``/``dprob``/``dbias``: afterwards rows of
+        D at/past the last offset are 0 and dprob/dbias hold exactly this call's sums (the
+        launch zeroes and assigns them on the device: no fill kernels, no host read). M and L
+        must be > 0 (there is nothing to launch otherwise: the caller zero-fills)."""
+        self._launch(pack, workspace, stream, True)
+
+    def _launch(self, pack, workspace, stream, init: bool) -> None:
         from ..kernels.sm90.launch import launch, launch_tvm_ffi
 
         a, c = pack["a"], pack["c"]
@@ -218,11 +243,12 @@ class Sm90Plan(CompiledPlan):
             # the kernel zeroes the fp32 workspace first and folds it into dbias last
             dbias.data_ptr() if dbias is not None else a.data_ptr(),
         )
+        fn = self._fn(init)
         if self.key.tvm_ffi:
-            launch_tvm_ffi(self._compiled, addrs, m, num_experts, self._resident_ctas(c.device),
+            launch_tvm_ffi(fn, addrs, m, num_experts, self._resident_ctas(c.device),
                            *self._consts, stream.cuda_stream)
         else:
-            launch(self._compiled, self._cfg, addrs, m, num_experts, self._resident_ctas(c.device),
+            launch(fn, self._cfg, addrs, m, num_experts, self._resident_ctas(c.device),
                    *self._consts, stream.cuda_stream)
 
 
@@ -307,7 +333,10 @@ class Sm90DgluEngine(Engine):
 
     def build(self, problem: DgluProblem, knobs: Knobs) -> CompiledPlan:
         key = Sm90CompileKey.of(problem, knobs)
-        return Sm90Plan(problem, knobs, key, compile_cached(key))
+        plan = Sm90Plan(problem, knobs, key)
+        if not compile_deferred():
+            plan.warmup()  # build = compile, as the class API and graph users expect
+        return plan
 
 
 def describe_key(key: Sm90CompileKey) -> dict:

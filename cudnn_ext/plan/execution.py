@@ -70,6 +70,15 @@ class ExecutionPlan:
         self.check_m(pack["c"].shape[0])
         self.compiled.execute(pack, workspace, stream)
 
+    @property
+    def fresh_outputs(self) -> bool:
+        """Whether the engine can run on uninitialized outputs (``execute_fresh``)."""
+        return hasattr(self.compiled, "execute_fresh")
+
+    def execute_fresh(self, pack, workspace=None, stream=None) -> None:
+        self.check_m(pack["c"].shape[0])
+        self.compiled.execute_fresh(pack, workspace, stream)
+
     def describe(self) -> str:
         return f"{self.engine_name}{dict(self.knobs.values)}"
 

@@ -23,6 +23,7 @@ import torch
 
 from ..api import contract
 from ..api.hot_path import tensor_meta as _meta
+from ..engines.base import defer_compile
 from ..graph.from_call import graph_for_call
 from ..plan import ExecutionPlan
 from ..problem import DgluProblem
@@ -42,6 +43,8 @@ class _Entry:
     plan: ExecutionPlan
     b_major: str
     ws_size: int = 0  # plan.workspace_size, read once
+    #: functional calls run ``execute_fresh`` on uninitialized outputs (no fill kernels)
+    fresh: bool = False
 
 
 _memo: Dict[Tuple, _Entry] = {}
@@ -69,8 +72,10 @@ def _entry(key, a, c, b, b_ptrs, n, b_major, offsets, alpha, beta, prob, act: Ac
                                        b_dtype=torch.bfloat16 if discrete else None, d_dtype=d_dtype,
                                        generate_dbias=generate_dbias)
     # the same graph (and built plan) the wrapper and class API use for this call family
-    plan = graph_for_call(problem, pack, engine=engine).execution_plan
-    e = _Entry(problem, plan, problem.b_major, int(plan.workspace_size))
+    with defer_compile():  # the functional path compiles only the variant it runs
+        plan = graph_for_call(problem, pack, engine=engine).execution_plan
+    e = _Entry(problem, plan, problem.b_major, int(plan.workspace_size),
+               fresh=out is None and plan.fresh_outputs)
     with _lock:
         if len(_memo) >= _MEMO_MAX:
             _memo.clear()
@@ -115,6 +120,7 @@ def run(a: torch.Tensor, c: torch.Tensor, offsets: torch.Tensor, alpha: torch.Te
     problem = e.problem
     m, two_n = c.shape[0], c.shape[1]
     dev = c.device
+    fresh = False
     if out is not None:
         d_row, dprob, dbias = out
         for name, t in (("d_row_tensor", d_row), ("dprob_tensor", dprob), ("dbias_tensor", dbias)):
@@ -125,9 +131,13 @@ def run(a: torch.Tensor, c: torch.Tensor, offsets: torch.Tensor, alpha: torch.Te
         if dbias is not None and dbias.dim() != 2:
             dbias = dbias.view(problem.num_experts, two_n)
     else:
-        d_row = torch.zeros((m, two_n), dtype=problem.d_dtype, device=dev)
-        dprob = torch.zeros((m,), dtype=torch.float32, device=dev)
-        dbias = (torch.zeros((problem.num_experts, two_n), dtype=torch.bfloat16, device=dev)
+        # fresh-output engines initialize everything themselves (D's tail rows, dprob, dbias)
+        # on the device; otherwise zero-fill here. M = 0 or L = 0 launches nothing: zeros.
+        fresh = e.fresh and m > 0 and problem.num_experts > 0
+        alloc = torch.empty if fresh else torch.zeros
+        d_row = alloc((m, two_n), dtype=problem.d_dtype, device=dev)
+        dprob = alloc((m,), dtype=torch.float32, device=dev)
+        dbias = (alloc((problem.num_experts, two_n), dtype=torch.bfloat16, device=dev)
                  if generate_dbias else None)
     pack = {
         "a": a.view(a.shape[0], a.shape[1]) if a.dim() == 3 else a,
@@ -145,7 +155,10 @@ def run(a: torch.Tensor, c: torch.Tensor, offsets: torch.Tensor, alpha: torch.Te
     if current:
         stream = torch.cuda.current_stream(dev)
     ws = _workspace(e.ws_size, dev, stream, current) if e.ws_size else None
-    plan.execute(pack, ws, stream)
+    if out is None and fresh:
+        plan.execute_fresh(pack, ws, stream)
+    else:
+        plan.execute(pack, ws, stream)
     return d_row, dprob, dbias
 
 

@@ -1,10 +1,11 @@
 """One small SM90 case, for compute-sanitizer (memcheck / racecheck) runs on the device:
 
-    compute-sanitizer --tool memcheck python3 tests/gpu/sanitize_sm90.py [dense|discrete|cluster|cluster2x2|densen]
+    compute-sanitizer --tool memcheck python3 tests/gpu/sanitize_sm90.py [dense|discrete|cluster|cluster2x2|densen|fresh]
 
 ``discrete`` runs the per-expert pointer variant (N-major, device-built descriptors);
 ``cluster`` the 2-CTA cluster variant (B multicast); ``cluster2x2`` the 2x2 cluster (A and
-B multicast); ``densen`` the cluster variant with dense N-major B.
+B multicast); ``densen`` the cluster variant with dense N-major B; ``fresh`` the cluster variant's
+fresh-outputs launch (the functional torch path).
 """
 import os
 import sys
@@ -26,6 +27,8 @@ if __name__ == "__main__":
     elif mode == "discrete":
         case = Case([512, 0, 768], 160, 200, "dgeglu", tile_n=128, weight_mode="discrete",
                     b_major="n")
+    elif mode == "fresh":  # the functional path's variant: init kernel + main + assign fold
+        case = Case([512, 0, 768], 160, 200, "dgeglu", tile_n=128, cluster_m=2)
     else:
         case = Case([512, 0, 768], 160, 200, "dgeglu", tile_n=128)
-    print(run_and_check(case))
+    print(run_and_check(case, fresh=mode == "fresh"))

@@ -151,15 +151,22 @@ def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
 TOL = {"d_bf16": 1.5e-2, "d_fp16": 4e-3, "d_fp32": 2e-3, "dprob": 2e-3, "dbias": 1.5e-2}
 
 
-def run_and_check(case: Case, engine=None, knobs=None) -> dict:
-    """Run one case on the SM90 engine; returns the errors; raises AssertionError on failure."""
+def run_and_check(case: Case, engine=None, knobs=None, fresh: bool = False) -> dict:
+    """Run one case on the SM90 engine; returns the errors; raises AssertionError on failure.
+
+    ``fresh``: run the fresh-outputs variant (``execute_fresh``) on garbage-filled dprob/dbias
+    and NaN D: D rows past the last offset must become 0 and dprob/dbias this call's sums."""
     from cudnn_ext.engines.base import Knobs
     from cudnn_ext.engines.sm90 import Sm90DgluEngine
 
     engine = engine or Sm90DgluEngine()
     problem, pack = make_pack(case)
-    dprob0 = pack["dprob"].clone()
-    dbias0 = pack["dbias"].clone() if case.dbias else None
+    if fresh:  # what the kernel must overwrite: huge values, NaN
+        pack["dprob"].fill_(float("nan"))
+        if case.dbias:
+            pack["dbias"].fill_(3.0e38)
+    dprob0 = torch.zeros_like(pack["dprob"]) if fresh else pack["dprob"].clone()
+    dbias0 = (torch.zeros_like(pack["dbias"]) if fresh else pack["dbias"].clone()) if case.dbias else None
     ref = reference_outputs(problem, pack, compute_dtype=torch.float64, dprob_init=dprob0)
     if knobs is None:
         from cudnn_ext.engines.sm90 import RASTER_GROUP_M
@@ -170,13 +177,16 @@ def run_and_check(case: Case, engine=None, knobs=None) -> dict:
     ws = torch.empty(max(plan.workspace_size, 1), dtype=torch.uint8, device="cuda")
     if case.weight_mode == "discrete":
         ws.fill_(0xA5)  # stale bytes: the descriptor slots must be fully rewritten
-    plan.execute(pack, ws, torch.cuda.current_stream())
+    (plan.execute_fresh if fresh else plan.execute)(pack, ws, torch.cuda.current_stream())
     torch.cuda.synchronize()
     rows = int(pack["padded_offsets"][-1].item()) if len(case.groups) else 0
     d = pack["d_row"]
     out = {}
     assert not torch.isnan(d[:rows]).any(), f"{case.label()}: unwritten (NaN) elements in D"
-    assert torch.isnan(d[rows:]).all(), f"{case.label()}: rows past offs[-1] were written"
+    if fresh:
+        assert (d[rows:] == 0).all(), f"{case.label()}: rows past offs[-1] not zeroed"
+    else:
+        assert torch.isnan(d[rows:]).all(), f"{case.label()}: rows past offs[-1] were written"
     dkey = {torch.bfloat16: "d_bf16", torch.float16: "d_fp16", torch.float32: "d_fp32"}[case.d_dtype]
     out["d"] = rel_err(d[:rows], ref["d_row"][:rows])
     assert out["d"] < TOL[dkey], f"{case.label()}: D rel err {out['d']:.3e}"

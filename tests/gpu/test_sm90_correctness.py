@@ -38,6 +38,20 @@ def test_sm90_dense_n_major_matches_reference(case):
     print(case.label(), run_and_check(case))
 
 
+def _fresh_cases():
+    std, cl = standard_cases(), cluster_cases()
+    from sm90_cases import discrete_cases
+    return [std[1], std[5], std[9], cl[1], cl[2], cluster_2x2_cases()[0], discrete_cases()[0]]
+
+
+@pytest.mark.parametrize("case", _fresh_cases(), ids=lambda c: c.label())
+def test_sm90_fresh_outputs_variant(case):
+    """The functional path's variant: outputs start as garbage (NaN D and dprob, huge
+    dbias); the launch zeroes dprob and D's tail rows on the device and assigns dbias."""
+    skip_unless_sm90()
+    print(case.label(), run_and_check(case, fresh=True))
+
+
 def test_sm90_m_is_runtime():
     """Two token counts reuse one compiled kernel (the compile cache key has no M)."""
     skip_unless_sm90()

@@ -99,6 +99,11 @@ class Sm90KernelConfig:
     # stream: no host-side torch ops, one rounding). False leaves the workspace as the
     # result (the JAX FFI path hands XLA zeroed buffers and rounds in JAX).
     fold_dbias: bool = True
+    # Fresh outputs (the functional torch op): D, dprob and dbias arrive uninitialized. The
+    # launch's prologue kernel zeroes dprob and the rows of D at/past offs[L-1] (no host
+    # read of the offsets), and the dbias fold assigns instead of adding. Without it the
+    # contract applies (dprob/dbias accumulated into, D's tail rows untouched).
+    init_outputs: bool = False
     # CTAs per cluster along M (1 or 2; dense B only). With 2, the two CTAs of a cluster own
     # the two 128-row halves of one 256-row slab (one expert: offsets are 256-aligned) and
     # the same N-tile, walk identical tile sequences, and each TMA-loads half of every B
@@ -171,6 +176,8 @@ class GroupedDgluSm90:
         if cfg.cluster_m not in (1, 2) or (cfg.cluster_m == 2 and cfg.discrete()):
             raise ValueError(f"cluster_m must be 1, or 2 with dense B, got {cfg.cluster_m} "
                              f"({cfg.weight_mode} B)")
+        if cfg.init_outputs and cfg.generate_dbias and not cfg.fold_dbias:
+            raise ValueError("init_outputs with dbias needs fold_dbias (the fold writes dbias)")
         if cfg.cluster_n not in (1, 2) or (cfg.cluster_n == 2 and cfg.cluster_m != 2):
             raise ValueError(f"cluster_n must be 1, or 2 with cluster_m == 2, got "
                              f"cluster_n={cfg.cluster_n}, cluster_m={cfg.cluster_m}")
@@ -300,11 +307,17 @@ class GroupedDgluSm90:
         max_units = (m // (TILE_M * cm)) * cfg.num_n_units()
         grid = (cutlass.min(max_units, sm_count // cl) * cl, 1, 1)
         fold = cfg.generate_dbias and cfg.fold_dbias
-        if cutlass.const_expr(fold):
-            total = num_experts * 2 * n
-            mWs = cute.make_tensor(dbias_ws_ptr, cute.make_layout((total,)))
-            mDb = cute.make_tensor(dbias_ptr, cute.make_layout((total,)))
-            fold_grid = (cutlass.min((total + 255) // 256, 4 * sm_count), 1, 1)
+        total = num_experts * 2 * n
+        mWs = cute.make_tensor(dbias_ws_ptr, cute.make_layout((total,)))
+        mDb = cute.make_tensor(dbias_ptr, cute.make_layout((total,)))
+        fold_grid = (cutlass.min((total + 255) // 256, 4 * sm_count), 1, 1)
+        if cutlass.const_expr(cfg.init_outputs):
+            # dprob (M), D's tail rows and the dbias workspace: a grid-stride pass each
+            mDflat = cute.make_tensor(d_ptr, cute.make_layout((m * 2 * n,)))
+            init_grid = (cutlass.min((m + 255) // 256 + 1, 4 * sm_count), 1, 1)
+            self.init_outputs(mWs, mDprob, mDflat, mOffs, num_experts).launch(
+                grid=init_grid, block=[256, 1, 1], stream=stream)
+        elif cutlass.const_expr(fold):
             self.dbias_zero(mWs).launch(grid=fold_grid, block=[256, 1, 1], stream=stream)
         if cutlass.const_expr(cfg.discrete()):
             # Same stream, before the main kernel: stream order makes the descriptors
@@ -340,14 +353,42 @@ class GroupedDgluSm90:
             i += nblocks * 256
 
     @cute.kernel
+    def init_outputs(self, mWs: cute.Tensor, mDprob: cute.Tensor, mDflat: cute.Tensor,
+                     mOffs: cute.Tensor, num_experts: Int32):
+        """Grid-stride, before the main kernel (fresh outputs): dprob := 0, D rows at/past
+        offs[L-1] := 0 (the main kernel writes every row before it), and with dbias the fp32
+        workspace := 0."""
+        tidx, _, _ = cute.arch.thread_idx()
+        bid, _, _ = cute.arch.block_idx()
+        nblocks, _, _ = cute.arch.grid_dim()
+        step = nblocks * 256
+        i = bid * 256 + tidx
+        while i < cute.size(mDprob):
+            mDprob[i] = Float32(0.0)
+            i += step
+        i = mOffs[num_experts - 1] * (2 * self.cfg.n) + bid * 256 + tidx
+        while i < cute.size(mDflat):
+            mDflat[i] = mDflat.element_type(0)
+            i += step
+        if cutlass.const_expr(self.cfg.generate_dbias):
+            i = bid * 256 + tidx
+            while i < cute.size(mWs):
+                mWs[i] = Float32(0.0)
+                i += step
+
+    @cute.kernel
     def dbias_fold(self, mWs: cute.Tensor, mDb: cute.Tensor):
-        """Grid-stride: dbias := bf16(fp32(dbias) + workspace), the one rounding."""
+        """Grid-stride: dbias := bf16(fp32(dbias) + workspace), the one rounding (fresh
+        outputs: dbias := bf16(workspace))."""
         tidx, _, _ = cute.arch.thread_idx()
         bid, _, _ = cute.arch.block_idx()
         nblocks, _, _ = cute.arch.grid_dim()
         i = bid * 256 + tidx
         while i < cute.size(mWs):
-            mDb[i] = (mDb[i].to(Float32) + mWs[i]).to(mDb.element_type)
+            if cutlass.const_expr(self.cfg.init_outputs):
+                mDb[i] = mWs[i].to(mDb.element_type)
+            else:
+                mDb[i] = (mDb[i].to(Float32) + mWs[i]).to(mDb.element_type)
             i += nblocks * 256
 
     @cute.kernel
