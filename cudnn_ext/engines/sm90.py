@@ -127,6 +127,18 @@ def compile_seconds(key: Sm90CompileKey) -> Optional[float]:
     return _compile_seconds.get(key)
 
 
+def resident_ctas(sms: int, cluster_size: int) -> int:
+    """CTAs of a persistent launch that can be resident at once on the current device: the
+    SM count, or for clusters max active clusters x cluster size (a GPC's SM count need not
+    divide by the cluster size, and a cluster that cannot be co-resident would run after the
+    others). Asks the driver under the current CUDA context; raises if it cannot."""
+    if cluster_size == 1:
+        return sms
+    from cutlass.utils import HardwareInfo
+
+    return min(sms, HardwareInfo().get_max_active_clusters(cluster_size) * cluster_size)
+
+
 class Sm90Plan(CompiledPlan):
     def __init__(self, problem: DgluProblem, knobs: Knobs, key: Sm90CompileKey, compiled=None):
         self.engine_name = Sm90DgluEngine.name
@@ -177,14 +189,8 @@ class Sm90Plan(CompiledPlan):
         cl = self.key.cluster_m * self.key.cluster_n
         n = self._resident.get((idx, cl))
         if n is None:
-            sms = torch.cuda.get_device_properties(idx).multi_processor_count
-            if cl > 1:
-                from cutlass.utils import HardwareInfo
-
-                with torch.cuda.device(idx):
-                    n = min(sms, HardwareInfo().get_max_active_clusters(cl) * cl)
-            else:
-                n = sms
+            with torch.cuda.device(idx):
+                n = resident_ctas(torch.cuda.get_device_properties(idx).multi_processor_count, cl)
             self._resident[(idx, cl)] = n
         return n
 

@@ -121,15 +121,12 @@ def _resident_ctas(cluster_size: int) -> int:
     (a GPC's SM count need not divide by it; a cluster that cannot be co-resident would run
     after the others and double the time of its tiles). Falls back to the SM count when the
     driver query cannot run here (no current CUDA context on this thread)."""
+    from ..engines.sm90 import resident_ctas
+
     sms = _sm_count()
-    if cluster_size == 1:
-        return sms
     if cluster_size not in _RESIDENT:
         try:
-            from cutlass.utils import HardwareInfo
-
-            _RESIDENT[cluster_size] = min(
-                sms, HardwareInfo().get_max_active_clusters(cluster_size) * cluster_size)
+            _RESIDENT[cluster_size] = resident_ctas(sms, cluster_size)
         except Exception:  # not cached: a later trace may have a context; a grid too
             return sms     # large is still correct, it only costs time
     return _RESIDENT[cluster_size]

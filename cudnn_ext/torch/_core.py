@@ -113,9 +113,12 @@ def run(a: torch.Tensor, c: torch.Tensor, offsets: torch.Tensor, alpha: torch.Te
     e = _memo.get(key) or _entry(key, a, c, b, b_ptrs, n, b_major, offsets, alpha, beta, prob, act,
                                  generate_dbias, d_dtype, engine, out)
     # data pointers are not in the key: the contract's 16-byte rule is re-checked here (cheap)
-    for name, t in (("a_tensor", a), ("c_tensor", c), ("prob_tensor", prob), ("alpha_tensor", alpha),
-                    ("beta_tensor", beta), ("padded_offsets", offsets)):
-        if t.data_ptr() & 15 and t.numel():
+    named = (("a_tensor", a), ("c_tensor", c), ("prob_tensor", prob), ("alpha_tensor", alpha),
+             ("beta_tensor", beta), ("padded_offsets", offsets))
+    if out is not None:
+        named += (("d_row_tensor", out[0]), ("dprob_tensor", out[1]), ("dbias_tensor", out[2]))
+    for name, t in named:
+        if t is not None and t.data_ptr() & 15 and t.numel():
             contract.check_aligned(name, t)
     problem = e.problem
     m, two_n = c.shape[0], c.shape[1]
@@ -123,9 +126,6 @@ def run(a: torch.Tensor, c: torch.Tensor, offsets: torch.Tensor, alpha: torch.Te
     fresh = False
     if out is not None:
         d_row, dprob, dbias = out
-        for name, t in (("d_row_tensor", d_row), ("dprob_tensor", dprob), ("dbias_tensor", dbias)):
-            if t is not None and t.data_ptr() & 15 and t.numel():
-                contract.check_aligned(name, t)
         d_row = d_row.view(m, two_n) if d_row.dim() != 2 else d_row
         dprob = dprob.view(m) if dprob.dim() != 1 else dprob
         if dbias is not None and dbias.dim() != 2:
@@ -155,7 +155,7 @@ def run(a: torch.Tensor, c: torch.Tensor, offsets: torch.Tensor, alpha: torch.Te
     if current:
         stream = torch.cuda.current_stream(dev)
     ws = _workspace(e.ws_size, dev, stream, current) if e.ws_size else None
-    if out is None and fresh:
+    if fresh:  # only ever set without out=
         plan.execute_fresh(pack, ws, stream)
     else:
         plan.execute(pack, ws, stream)

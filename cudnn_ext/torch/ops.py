@@ -204,26 +204,24 @@ def grouped_gemm_dglu(
     *accumulated into* (zero them for plain results). ``dbias`` must be given exactly when
     ``generate_dbias``. Returns ``out``.
     """
-    if out is not None:
-        return _call_out(a, c, padded_offsets, alpha, beta, prob, b, b_ptrs, n, b_major, out,
-                         generate_dbias, d_dtype,
-                         dict(act_func=act_func, linear_offset=linear_offset, geglu_alpha=geglu_alpha,
-                              glu_clamp_max=glu_clamp_max, glu_clamp_min=glu_clamp_min))
-    common = dict(act_func=act_func, linear_offset=linear_offset, geglu_alpha=geglu_alpha,
-                  glu_clamp_max=glu_clamp_max, glu_clamp_min=glu_clamp_min, generate_dbias=generate_dbias,
-                  d_dtype=d_dtype)
     if (b is None) == (b_ptrs is None):
         raise ValueError("b/b_ptrs: provide exactly one of b (dense (L, N, K) weights) or b_ptrs (per-expert pointers)")
+    if b is not None and n is not None:
+        raise ValueError(f"n: dense weights (b) forbid n, got n={n!r}")
+    if b_ptrs is not None and n is None:
+        raise ValueError("n: discrete weights (b_ptrs) require n, got None")
+    act = dict(act_func=act_func, linear_offset=linear_offset, geglu_alpha=geglu_alpha,
+               glu_clamp_max=glu_clamp_max, glu_clamp_min=glu_clamp_min)
+    if out is not None:
+        return _call_out(a, c, padded_offsets, alpha, beta, prob, b, b_ptrs, n, b_major, out,
+                         generate_dbias, d_dtype, act)
+    common = dict(act, generate_dbias=generate_dbias, d_dtype=d_dtype)
     w = b if b is not None else b_ptrs
     direct = _direct_ok((a, w, c, padded_offsets, alpha, beta, prob))
     if b is not None:
-        if n is not None:
-            raise ValueError(f"n: dense weights (b) forbid n, got n={n!r}")
         fn = _dense_impl if direct else torch.ops.cudnn_ext.grouped_gemm_dglu
         d_row, dprob, dbias = fn(a, b, c, padded_offsets, alpha, beta, prob, **common)
     else:
-        if n is None:
-            raise ValueError("n: discrete weights (b_ptrs) require n, got None")
         fn = _discrete_impl if direct else torch.ops.cudnn_ext.grouped_gemm_dglu_discrete
         d_row, dprob, dbias = fn(a, b_ptrs, n, c, padded_offsets, alpha, beta, prob, b_major=b_major,
                                  **common)
@@ -244,12 +242,6 @@ def _call_out(a, c, padded_offsets, alpha, beta, prob, b, b_ptrs, n, b_major, ou
                          f"{type(dbias).__name__} with generate_dbias={generate_dbias}")
     if d_dtype is not None and d_dtype != d_row.dtype:
         raise ValueError(f"d_dtype: out[0] (d_row) is {d_row.dtype}, got d_dtype={d_dtype}")
-    if (b is None) == (b_ptrs is None):
-        raise ValueError("b/b_ptrs: provide exactly one of b (dense (L, N, K) weights) or b_ptrs (per-expert pointers)")
-    if b is not None and n is not None:
-        raise ValueError(f"n: dense weights (b) forbid n, got n={n!r}")
-    if b_ptrs is not None and n is None:
-        raise ValueError("n: discrete weights (b_ptrs) require n, got None")
     w = b if b is not None else b_ptrs
     direct = _direct_ok((a, w, c, padded_offsets, alpha, beta, prob, d_row, dprob)
                         + ((dbias,) if dbias is not None else ()))

@@ -101,6 +101,17 @@ def discrete_weights(b, b_major: str):
     return torch.tensor(ptrs, dtype=torch.int64, device=b.device), pool
 
 
+def refill(pack) -> None:
+    """New random inputs and reset outputs, in place (the buffers a captured graph replays on):
+    A, C, prob drawn again; dprob, dbias zeroed; D poisoned with NaN."""
+    pack["a"].copy_(torch.randn_like(pack["a"].float()))
+    pack["c"].copy_(3.0 * torch.randn_like(pack["c"].float()))
+    pack["prob"].copy_(torch.rand_like(pack["prob"]))
+    pack["dprob"].zero_()
+    pack["dbias"].zero_()
+    pack["d_row"].fill_(float("nan"))
+
+
 def skip_unless_sm90():
     """pytest.skip with the SM90 engine's reason when it cannot run in this process."""
     import pytest

@@ -15,7 +15,7 @@ public wrapper with ``b_ptrs``.
 import pytest
 import torch
 
-from sm90_cases import (TOL, Case, capture_execute, discrete_cases, make_pack, rel_err,
+from sm90_cases import (TOL, Case, capture_execute, discrete_cases, make_pack, refill, rel_err,
                         run_and_check, skip_unless_sm90)
 
 pytestmark = pytest.mark.gpu
@@ -49,12 +49,7 @@ def test_sm90_discrete_replays_in_a_cuda_graph(b_major):
     for perm in perms:
         if perm is not None:
             pack["b_ptrs"].copy_(original[perm.to(original.device)])
-        pack["a"].copy_(torch.randn_like(pack["a"].float()))
-        pack["c"].copy_(3.0 * torch.randn_like(pack["c"].float()))
-        pack["prob"].copy_(torch.rand_like(pack["prob"]))
-        pack["dprob"].zero_()
-        pack["dbias"].zero_()
-        pack["d_row"].fill_(float("nan"))
+        refill(pack)
         ref = reference_outputs(problem, pack, compute_dtype=torch.float64)  # reads b_ptrs
         g.replay()
         torch.cuda.synchronize()

@@ -5,7 +5,7 @@ Both compare with the float64 reference on fresh random data (tolerances of sm90
 import pytest
 import torch
 
-from sm90_cases import TOL, Case, capture_execute, make_pack, rel_err, skip_unless_sm90
+from sm90_cases import TOL, Case, capture_execute, make_pack, refill, rel_err, skip_unless_sm90
 
 pytestmark = pytest.mark.gpu
 
@@ -41,12 +41,7 @@ def test_plan_replays_in_a_cuda_graph():
     ws = torch.empty(plan.workspace_size, dtype=torch.uint8, device="cuda")
     g = capture_execute(plan, pack, ws)
     for _ in range(2):
-        pack["a"].copy_(torch.randn_like(pack["a"].float()))
-        pack["c"].copy_(3.0 * torch.randn_like(pack["c"].float()))
-        pack["prob"].copy_(torch.rand_like(pack["prob"]))
-        pack["dprob"].zero_()
-        pack["dbias"].zero_()
-        pack["d_row"].fill_(float("nan"))
+        refill(pack)
         ref = reference_outputs(problem, pack, compute_dtype=torch.float64)
         g.replay()
         torch.cuda.synchronize()
