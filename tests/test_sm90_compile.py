@@ -29,7 +29,8 @@ def test_compile_key_fields_are_pinned():
     names = [f.name for f in dataclasses.fields(Sm90CompileKey)]
     assert names == ["arch", "n", "k", "ab_dtype", "c_dtype", "d_dtype", "act_func",
                      "generate_dbias", "weight_mode", "b_major", "tile_n", "ab_stages",
-                     "raster_group_m", "c_stages", "cluster_m", "cluster_n", "init_outputs", "tvm_ffi"]
+                     "raster_group_m", "c_stages", "cluster_m", "cluster_n", "init_outputs", "cooperative",
+                     "tvm_ffi"]
 
 
 def test_compile_key_ignores_runtime_sizes_and_constants():
@@ -243,3 +244,41 @@ def test_kernel_refuses_clusters_with_discrete_weights():
         GroupedDgluSm90(dataclasses.replace(cfg, weight_mode="dense", cluster_m=4))
     with pytest.raises(ValueError, match="cluster_n"):
         GroupedDgluSm90(dataclasses.replace(cfg, weight_mode="dense", cluster_m=1, cluster_n=2))
+
+
+@needs_dsl
+def test_kernel_tile_n_limit_depends_on_the_schedule():
+    """A warpgroup's accumulator is at most 128 fp32 registers per thread: ping-pong 128-row
+    tiles stop at 128 columns, cooperative (64 rows per warpgroup) at 256."""
+    import cutlass
+
+    from cudnn_ext.kernels.sm90.dglu_kernel import GroupedDgluSm90, Sm90KernelConfig
+
+    cfg = Sm90KernelConfig(n=512, k=64, ab_dtype=cutlass.BFloat16, c_dtype=cutlass.BFloat16,
+                           d_dtype=cutlass.BFloat16, act_func="dswiglu", generate_dbias=True,
+                           tile_n=256)
+    with pytest.raises(ValueError, match=r"tile_n must be a multiple of 32 in \[32, 128\]"):
+        GroupedDgluSm90(cfg)
+    GroupedDgluSm90(dataclasses.replace(cfg, cooperative=True))  # accepted
+    with pytest.raises(ValueError, match=r"\[32, 256\].*got 288"):
+        GroupedDgluSm90(dataclasses.replace(cfg, cooperative=True, tile_n=288))
+
+
+#: The cooperative schedule (both math warpgroups on one 128-row tile; explicit knob only,
+#: measured slower than ping-pong on the benchmark shapes, so never picked by heuristics)
+_COOP = [(256, 2, "dswiglu", True, torch.bfloat16), (128, 1, "dgeglu", False, torch.float32)]
+
+
+@needs_dsl
+@pytest.mark.parametrize("tile_n,cluster_m,act,dbias,d", _COOP,
+                         ids=[f"t{t}-cl{c}-{a}-dbias{int(db)}-D{_DT[d]}" for t, c, a, db, d in _COOP])
+def test_cooperative_variant_compiles_for_sm90a(tile_n, cluster_m, act, dbias, d):
+    from cudnn_ext.engines.sm90 import compile_cached
+
+    p = _problem(act=act, dbias=dbias, d=d)
+    knobs = Knobs.of(tile_n=tile_n, cluster_m=cluster_m, raster_group_m=RASTER_GROUP_M[cluster_m],
+                     cooperative=True)
+    assert knobs not in Sm90DgluEngine().knob_space(p)
+    key = Sm90CompileKey.of(p, knobs)
+    assert key.cooperative and key != dataclasses.replace(key, cooperative=False)
+    assert compile_cached(key) is not None

@@ -65,6 +65,9 @@ class Sm90CompileKey:
     #: fresh outputs (the functional op): the launch zeroes dprob and D's tail rows itself
     #: and assigns dbias; False = the contract (accumulate, tail untouched)
     init_outputs: bool = False
+    #: schedule of the math warpgroups: False = ping-pong 128 x tile_n tiles each, True =
+    #: cooperative (both share each 128 x tile_n tile; tile_n up to 256)
+    cooperative: bool = False
     #: host calling convention (TVM-FFI when apache-tvm-ffi is installed); not device code
     tvm_ffi: bool = False
 
@@ -82,6 +85,7 @@ class Sm90CompileKey:
             c_stages=int(knobs.get("c_stages", 0)),
             cluster_m=int(knobs.get("cluster_m", 1)),
             cluster_n=int(knobs.get("cluster_n", 1)),
+            cooperative=bool(knobs.get("cooperative", False)),
             tvm_ffi=importlib.util.find_spec("tvm_ffi") is not None,
         )
 
@@ -97,7 +101,8 @@ class Sm90CompileKey:
             generate_dbias=self.generate_dbias, tile_n=self.tile_n, ab_stages=self.ab_stages,
             raster_group_m=self.raster_group_m, c_stages=self.c_stages,
             weight_mode=self.weight_mode, b_major=self.b_major, cluster_m=self.cluster_m,
-            cluster_n=self.cluster_n, init_outputs=self.init_outputs)
+            cluster_n=self.cluster_n, init_outputs=self.init_outputs,
+            cooperative=self.cooperative)
 
 
 _compiled: Dict[Sm90CompileKey, object] = {}

@@ -32,6 +32,7 @@ class Case:
     cluster_m: int = 1  # 2: CTA pairs along M sharing multicast B k-tiles (dense only)
     cluster_n: int = 1  # 2 (with cluster_m 2): 2x2 clusters, A k-tiles multicast too
     raster_group_m: int = 0  # 0: the engine's default for the cluster size
+    cooperative: bool = False  # both math warpgroups share each tile (tile_n up to 256)
 
     def label(self) -> str:
         dt = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
@@ -41,7 +42,8 @@ class Case:
                 f"C{dt[self.c_dtype]}-D{dt[self.d_dtype]}-dbias{int(self.dbias)}-t{self.tile_n}"
                 f"{wm}{'-cl%d' % self.cluster_m if self.cluster_m > 1 else ''}"
                 f"{'x%d' % self.cluster_n if self.cluster_n > 1 else ''}"
-                f"{'-r%d' % self.raster_group_m if self.raster_group_m else ''}")
+                f"{'-r%d' % self.raster_group_m if self.raster_group_m else ''}"
+                f"{'-coop' if self.cooperative else ''}")
 
 
 def make_pack(case: Case, device="cuda"):
@@ -183,7 +185,8 @@ def run_and_check(case: Case, engine=None, knobs=None, fresh: bool = False) -> d
         from cudnn_ext.engines.sm90 import RASTER_GROUP_M
 
         knobs = Knobs.of(tile_n=case.tile_n, cluster_m=case.cluster_m, cluster_n=case.cluster_n,
-                         raster_group_m=case.raster_group_m or RASTER_GROUP_M[case.cluster_m])
+                         raster_group_m=case.raster_group_m or RASTER_GROUP_M[case.cluster_m],
+                         cooperative=case.cooperative)
     plan = engine.build(problem, knobs)
     ws = torch.empty(max(plan.workspace_size, 1), dtype=torch.uint8, device="cuda")
     if case.weight_mode == "discrete":
@@ -281,6 +284,35 @@ def cluster_2x2_cases() -> list:
              cluster_n=2),
         Case([2048, 256, 0, 4096, 1024, 512, 256, 2048], 320, 264, "dgeglu", cluster_m=2,
              cluster_n=2, raster_group_m=16),
+    ]
+
+
+def cooperative_cases() -> list:
+    """Cooperative schedule (both math warpgroups on one 128-row tile, 64 rows each): tile
+    256 with an N tail inside the tile and N < tile, empty experts, K tails, L = 128, mixed
+    dtypes (register D stores; fp16/fp32 D through shared memory), no dbias, 2x1 and 2x2
+    clusters, dense N-major B, discrete B, tile 128/192, and a many-tile walk."""
+    co = dict(cooperative=True)
+    return [
+        Case([512], 256, 512, tile_n=256, **co),
+        Case([256, 0, 768, 256], 96, 200, "dswiglu", tile_n=256, **co),
+        Case([0, 512, 256], 320, 264, "dgeglu", tile_n=256, cluster_m=2, **co),
+        Case([256] * 128, 64, 64, "dswiglu", tile_n=128, **co),
+        Case([512, 256], 160, 128, "dgeglu", torch.float32, torch.float16, dbias=False,
+             tile_n=256, cluster_m=2, **co),
+        Case([512, 256], 160, 128, "dswiglu", torch.float16, torch.float32, tile_n=192, **co),
+        Case([0, 512, 256], 320, 264, "dgeglu", torch.float16, torch.float16, tile_n=256, **co),
+        Case([512, 256], 160, 200, "dswiglu", torch.float32, torch.float32, tile_n=128, **co),
+        Case([256, 0, 768, 256], 352, 200, "dgeglu", b_major="n", tile_n=256, cluster_m=2,
+             **co),
+        Case([256, 0, 768, 256], 352, 200, "dswiglu", tile_n=256, cluster_m=2, cluster_n=2,
+             **co),
+        Case([256, 0, 768, 256], 288, 200, "dgeglu", weight_mode="discrete", b_major="n",
+             tile_n=256, **co),
+        Case([2048, 256, 0, 4096, 1024, 512, 256, 2048], 768, 1416, "dswiglu", tile_n=256,
+             cluster_m=2, **co),
+        Case([2048, 256, 0, 4096, 1024, 512, 256, 2048], 512, 1416, "dgeglu", dbias=False,
+             tile_n=256, cluster_m=2, **co),
     ]
 
 

@@ -8,8 +8,8 @@ tolerances of ``sm90_cases.TOL``. Reproduce one case with
 """
 import pytest
 
-from sm90_cases import (Case, cluster_2x2_cases, cluster_cases, dense_n_major_cases,
-                        run_and_check, skip_unless_sm90, standard_cases)
+from sm90_cases import (Case, cluster_2x2_cases, cluster_cases, cooperative_cases,
+                        dense_n_major_cases, run_and_check, skip_unless_sm90, standard_cases)
 
 pytestmark = pytest.mark.gpu
 
@@ -32,6 +32,12 @@ def test_sm90_cluster_2x2_matches_reference(case):
     print(case.label(), run_and_check(case))
 
 
+@pytest.mark.parametrize("case", cooperative_cases(), ids=lambda c: c.label())
+def test_sm90_cooperative_matches_reference(case):
+    skip_unless_sm90()
+    print(case.label(), run_and_check(case))
+
+
 @pytest.mark.parametrize("case", dense_n_major_cases(), ids=lambda c: c.label())
 def test_sm90_dense_n_major_matches_reference(case):
     skip_unless_sm90()
@@ -41,7 +47,8 @@ def test_sm90_dense_n_major_matches_reference(case):
 def _fresh_cases():
     std, cl = standard_cases(), cluster_cases()
     from sm90_cases import discrete_cases
-    return [std[1], std[5], std[9], cl[1], cl[2], cluster_2x2_cases()[0], discrete_cases()[0]]
+    return [std[1], std[5], std[9], cl[1], cl[2], cluster_2x2_cases()[0], discrete_cases()[0],
+            cooperative_cases()[2]]
 
 
 @pytest.mark.parametrize("case", _fresh_cases(), ids=lambda c: c.label())

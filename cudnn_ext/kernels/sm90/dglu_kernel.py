@@ -114,6 +114,21 @@ class Sm90KernelConfig:
     # rows as B k-tiles are to the pair sharing columns, so each CTA pulls half its A and
     # half its B from L2 (16 KB per 64-deep k-tile instead of 24 with cluster_m alone).
     cluster_n: int = 1
+    # Schedule of the two math warpgroups. False = ping-pong: each warpgroup owns whole
+    # 128 x TILE_N tiles and the two alternate mainloops, so one's epilogue hides under the
+    # other's MMAs. True = cooperative: both share every 128 x TILE_N tile (64 rows each,
+    # TILE_N up to 256), so one B k-tile in shared memory feeds 128 rows per WGMMA read:
+    # 128 x 256 moves about 20% fewer shared-memory bytes per MMA than 128 x 128 ping-pong
+    # (operand reads + TMA writes), at the price of an epilogue the MMAs do not hide.
+    cooperative: bool = False
+
+    def wg_rows(self) -> int:
+        """Rows of a tile one math warpgroup owns (and of its C/D blocks)."""
+        return TILE_M // MATH_WARPGROUPS if self.cooperative else TILE_M
+
+    def max_tile_n(self) -> int:
+        # the accumulator is wg_rows x tile_n fp32 over 128 threads: 128 registers at most
+        return 256 if self.cooperative else 128
 
     def cluster_size(self) -> int:
         return self.cluster_m * self.cluster_n
@@ -137,7 +152,7 @@ class Sm90KernelConfig:
         return self.c_stages if self.c_stages else 1
 
     def c_block_bytes(self) -> int:
-        return TILE_M * C_BLOCK_COLS * self.c_dtype.width // 8
+        return self.wg_rows() * C_BLOCK_COLS * self.c_dtype.width // 8
 
     def dbias_smem_floats(self) -> int:
         """fp32 partial column sums of one tile per warp (dbias only): (2 TILE_N, 4 warps,
@@ -149,7 +164,10 @@ class Sm90KernelConfig:
     def stages(self) -> int:
         per_stage = (TILE_M + self.tile_n) * TILE_K * (self.ab_dtype.width // 8)
         c_bytes = MATH_WARPGROUPS * self.c_ring() * self.c_block_bytes()
-        fixed = 4096 + c_bytes + 4 * self.dbias_smem_floats()
+        # Besides the buffers: the barriers, padded to sA's 1024-B alignment (they take ~100
+        # B). Ping-pong keeps the 4 KB margin its stage counts were measured with; a 128 x
+        # 256 cooperative stage is 48 KB, and 2 KB is what lets it keep 4 stages with dbias.
+        fixed = (2048 if self.cooperative else 4096) + c_bytes + 4 * self.dbias_smem_floats()
         fit = (SMEM_CAPACITY - fixed) // per_stage
         return min(fit, 8) if self.ab_stages == 0 else self.ab_stages
 
@@ -165,10 +183,12 @@ class GroupedDgluSm90:
     """Grouped GEMM + dGLU for one :class:`Sm90KernelConfig`. ``__call__`` is the jit entry."""
 
     def __init__(self, cfg: Sm90KernelConfig):
-        # 160/192 compile but spill (ptxas: ~450 B with a 192-column accumulator next to the
-        # epilogue's live values) and measured slower on the H200 than 128 with clusters
-        if cfg.tile_n % 32 != 0 or not 32 <= cfg.tile_n <= 128:
-            raise ValueError(f"tile_n must be a multiple of 32 in [32, 128], got {cfg.tile_n}")
+        # Ping-pong 160/192 compile but spill (ptxas: ~450 B with a 192-column accumulator
+        # next to the epilogue's live values) and measured slower on the H200 than 128 with
+        # clusters; cooperative tiles hold half the rows per warpgroup, so up to 256.
+        if cfg.tile_n % 32 != 0 or not 32 <= cfg.tile_n <= cfg.max_tile_n():
+            raise ValueError(f"tile_n must be a multiple of 32 in [32, {cfg.max_tile_n()}] "
+                             f"(cooperative={cfg.cooperative}), got {cfg.tile_n}")
         if cfg.act_func not in ("dswiglu", "dgeglu"):
             raise ValueError(f"act_func {cfg.act_func!r} is not supported by the SM90 kernel")
         if cfg.weight_mode not in ("dense", "discrete") or cfg.b_major not in ("k", "n"):
@@ -189,6 +209,9 @@ class GroupedDgluSm90:
         self.k_tile_cnt = (cfg.k + TILE_K - 1) // TILE_K
         self.c_stages = cfg.c_ring()
         self.nblk = cfg.tile_n // 32  # C blocks per tile
+        self.coop = cfg.cooperative
+        self.wg_rows = cfg.wg_rows()
+        self.halves = self.wg_rows // 64  # 64-row WGMMA halves per warpgroup tile
         # 128*40 + 256*232 = 64512 <= 65536 registers per SM (one CTA per SM)
         self.producer_regs = 40
         self.math_regs = 232
@@ -248,30 +271,33 @@ class GroupedDgluSm90:
         # (N, K) K-major, or N-major (discrete "n": WGMMA reads B MN-major from smem)
         b_layout = (utils.LayoutEnum.COL_MAJOR if cfg.b_major == "n"
                     else utils.LayoutEnum.ROW_MAJOR)
+        # cooperative: the two math warpgroups tile M (64 rows each) of one 128-row tile
         tiled_mma = sm90_utils.make_trivial_tiled_mma(
             cfg.ab_dtype, cfg.ab_dtype,
             a_layout.sm90_mma_major_mode(), b_layout.sm90_mma_major_mode(),
-            Float32, (1, 1, 1), tiler_mn=(64, self.tile_n))
+            Float32, (MATH_WARPGROUPS if self.coop else 1, 1, 1), tiler_mn=(64, self.tile_n))
         a_smem_staged = sm90_utils.make_smem_layout_a(
             a_layout, self.tile_shape_mnk, cfg.ab_dtype, self.ab_stages)
         b_smem_staged = sm90_utils.make_smem_layout_b(
             b_layout, self.tile_shape_mnk, cfg.ab_dtype, self.ab_stages)
 
-        # C blocks (128 x 64, row-major, 128B-swizzled: conflict-free reads of the WGMMA
-        # fragment's row pattern), MATH_WARPGROUPS x c_stages of them
+        # C blocks (wg_rows x 64: a warpgroup's rows of one gate/up block pair; row-major,
+        # 128B-swizzled: conflict-free reads of the WGMMA fragment's row pattern),
+        # MATH_WARPGROUPS x c_stages of them
         c_layout = utils.LayoutEnum.ROW_MAJOR
         c_atom = cute.nvgpu.warpgroup.make_smem_layout_atom(
             sm90_utils.get_smem_layout_atom(c_layout, cfg.c_dtype, C_BLOCK_COLS), cfg.c_dtype)
+        c_box = (self.wg_rows, C_BLOCK_COLS)
         c_smem_staged = cute.tile_to_shape(
-            c_atom, (TILE_M, C_BLOCK_COLS, MATH_WARPGROUPS * self.c_stages), order=(0, 1, 2))
+            c_atom, (*c_box, MATH_WARPGROUPS * self.c_stages), order=(0, 1, 2))
         c_smem = cute.slice_(c_smem_staged, (None, None, 0))
         tma_atom_c, tma_c = cute.nvgpu.cpasync.make_tiled_tma_atom(
-            cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp(), mC, c_smem, (TILE_M, C_BLOCK_COLS))
+            cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp(), mC, c_smem, c_box)
         # D blocks go out from the C block's shared memory (same box and layout)
         tma_atom_d, tma_d = tma_atom_c, tma_c  # placeholders: unused without d_via_smem
         if cutlass.const_expr(cfg.d_via_smem()):
             tma_atom_d, tma_d = cute.nvgpu.cpasync.make_tiled_tma_atom(
-                cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(), mD, c_smem, (TILE_M, C_BLOCK_COLS))
+                cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(), mD, c_smem, c_box)
 
         a_smem = cute.slice_(a_smem_staged, (None, None, 0))
         b_smem = cute.slice_(b_smem_staged, (None, None, 0))
@@ -506,10 +532,13 @@ class GroupedDgluSm90:
             barrier_storage=storage.ab_mbar.data_ptr(),
             num_stages=self.ab_stages,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
-            # each stage is consumed by one math warpgroup of every CTA of the cluster: one
-            # release per warp and CTA (lane r of each warp arrives on CTA r's barrier)
-            # (cm + cn - 1 CTAs: itself, its M peer, its N peer; create() picks the lanes)
-            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 4 * (cm + cn - 1)),
+            # each stage is consumed by one math warpgroup (ping-pong) or both (cooperative)
+            # of every CTA of the cluster: one release per warp and CTA (lane r of each warp
+            # arrives on CTA r's barrier) (cm + cn - 1 CTAs: itself, its M peer, its N peer;
+            # create() picks the lanes)
+            consumer_group=pipeline.CooperativeGroup(
+                pipeline.Agent.Thread,
+                4 * (MATH_WARPGROUPS if self.coop else 1) * (cm + cn - 1)),
             tx_count=tx_bytes,
             # (v, m, n, k) cluster layout; with cl > 1 create() also syncs the cluster so no
             # remote arrive can reach a barrier before it is initialized
@@ -544,14 +573,14 @@ class GroupedDgluSm90:
         tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
             tma_atom_b, rank_m, cute.make_layout(cm), cute.group_modes(sB, 0, 2),
             cute.group_modes(gB, 0, 2))
-        gC = cute.local_tile(mC_tma, (TILE_M, C_BLOCK_COLS), (None, None))
+        gC = cute.local_tile(mC_tma, (self.wg_rows, C_BLOCK_COLS), (None, None))
         tCsC_tma, tCgC_tma = cute.nvgpu.cpasync.tma_partition(
             tma_atom_c, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2),
             cute.group_modes(gC, 0, 2))
 
         d_store = None
         if cutlass.const_expr(self.cfg.d_via_smem()):
-            gD = cute.local_tile(mD_tma, (TILE_M, C_BLOCK_COLS), (None, None))
+            gD = cute.local_tile(mD_tma, (self.wg_rows, C_BLOCK_COLS), (None, None))
             tDsD, tDgD = cute.nvgpu.cpasync.tma_partition(
                 tma_atom_d, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2),
                 cute.group_modes(gD, 0, 2))
@@ -568,7 +597,8 @@ class GroupedDgluSm90:
         else:
             cute.arch.setmaxregister_increase(self.math_regs)
             wg = warp_group - 1
-            thr_mma = tiled_mma.get_slice(tidx % 128)
+            # cooperative: one tiled MMA over both warpgroups (256 threads), each its 64 rows
+            thr_mma = tiled_mma.get_slice(tidx - 128 if self.coop else tidx % 128)
             tCsA = thr_mma.partition_A(sA)
             tCsB = thr_mma.partition_B(sB)
             tCrA = tiled_mma.make_fragment_A(tCsA)
@@ -582,30 +612,48 @@ class GroupedDgluSm90:
             # the tensor cores to one warpgroup at a time, this is what makes the mbarrier
             # parity waits sound: when we first wait on ring position p, every position < p
             # has been consumed, so p's stage is at most one phase ahead of its barrier.
+            # (Cooperative: both warpgroups wait on every position in order; the producer
+            # refills a stage only once both released it.)
             mine_done = pipeline.NamedBarrier(barrier_id=2 + wg, num_threads=256)
             other_done = pipeline.NamedBarrier(barrier_id=3 - wg, num_threads=256)
             # this warpgroup's 4 warps: their dbias partials are in shared memory
             wg_sync = pipeline.NamedBarrier(barrier_id=4 + wg, num_threads=128)
-            unit = unit0 + wg * nunits
-            pos = wg * self.k_tile_cnt  # ring position of this warpgroup's first k-tile
+            unit = unit0 + self.first_unit_offset(wg, nunits)
+            pos = Int32(0) if self.coop else wg * self.k_tile_cnt  # first k-tile's ring position
             cpos = Int32(0)  # position in this warpgroup's private C FIFO
             while unit < num_units:
                 m_tile, n_tile = self.tile_of(unit, walk)
                 expert = expert_of_row(mOffs, num_experts, m_tile * TILE_M)
-                if unit >= nunits:  # a previous unit (the other warpgroup's) exists
-                    other_done.arrive_and_wait()
-                self.mma_mainloop(ab_pipe, tiled_mma, tCrA, tCrB, acc, pos, mine_done,
-                                  unit + nunits < num_units)
+                if cutlass.const_expr(self.coop):
+                    self.mma_mainloop(ab_pipe, tiled_mma, tCrA, tCrB, acc, pos, mine_done,
+                                      False)
+                else:
+                    if unit >= nunits:  # a previous unit (the other warpgroup's) exists
+                        other_done.arrive_and_wait()
+                    self.mma_mainloop(ab_pipe, tiled_mma, tCrA, tCrB, acc, pos, mine_done,
+                                      unit + nunits < num_units)
                 self.epilogue(acc, tCcC, c_pipe, sC, wg, cpos, mD, mAlpha, mBeta, mProb,
                               mDprob, mDbias, geglu_alpha, clamp_max, clamp_min,
                               linear_offset, m_tile, n_tile, expert, tidx, sDb, wg_sync,
                               d_store)
                 cpos += self.nblk
-                unit += MATH_WARPGROUPS * nunits
-                pos += MATH_WARPGROUPS * self.k_tile_cnt
+                unit += self.unit_step(nunits)
+                pos += self.unit_step(1) * self.k_tile_cnt
             if cutlass.const_expr(self.cfg.d_via_smem()):
                 if (tidx % 128) // 32 == 0:
                     cute.arch.cp_async_bulk_wait_group(0)  # D stores complete before exit
+
+    def first_unit_offset(self, wg, nunits):
+        """Ping-pong: warpgroup w starts at the CTA's unit w; cooperative: both at unit 0."""
+        return 0 if self.coop else wg * nunits
+
+    def unit_step(self, nunits):
+        """Units between a warpgroup's consecutive tiles (every CTA tile when cooperative)."""
+        return nunits if self.coop else MATH_WARPGROUPS * nunits
+
+    def c_row_block(self, m_tile, w):
+        """Row-block coordinate (in wg_rows units) of warpgroup w's C/D rows of M-tile m_tile."""
+        return m_tile * MATH_WARPGROUPS + w if self.coop else m_tile
 
     @cute.jit
     def tile_of(self, unit, walk):
@@ -689,20 +737,21 @@ class GroupedDgluSm90:
         epilogue starts. No producer tail: there is no cluster, and the consumers' arrives
         are their own shared-memory operations, complete before the CTA can exit."""
         nunits, num_units, _, _ = walk
-        unit = unit0 + w * nunits
+        unit = unit0 + self.first_unit_offset(w, nunits)
         p = Int32(0)
         while unit < num_units:
             m_tile, n_tile = self.tile_of(unit, walk)
+            m_blk = self.c_row_block(m_tile, w)
             for j in cutlass.range_constexpr(self.nblk):
                 st = self.c_state(w, p + j, True)
                 c_pipe.producer_acquire(st)
                 # a block past column 2N is entirely out of bounds: TMA zero-fills it (and
                 # still counts the full box bytes), the epilogue never stores it
-                cute.copy(tma_atom_c, tCgC[(None, m_tile, n_tile * self.nblk + j)],
+                cute.copy(tma_atom_c, tCgC[(None, m_blk, n_tile * self.nblk + j)],
                           tCsC[(None, st.index)], tma_bar_ptr=c_pipe.producer_get_barrier(st))
                 c_pipe.producer_commit(st)
             p += self.nblk
-            unit += MATH_WARPGROUPS * nunits
+            unit += self.unit_step(nunits)
 
     @cute.jit
     def prefetch_c_tile(self, mC, m_tile, n_tile, lane):
@@ -768,7 +817,7 @@ class GroupedDgluSm90:
 
     def _thread_rows(self, tCcC, row0):
         half = self.tile_n // 2
-        return [row0 + tCcC[h * half + 2 * r][0] for h in range(2) for r in range(2)]
+        return [row0 + tCcC[h * half + 2 * r][0] for h in range(self.halves) for r in range(2)]
 
     def _gather(self, mT, idx):
         return [mT[i] for i in idx]
@@ -824,15 +873,16 @@ class GroupedDgluSm90:
     def epilogue(self, acc, tCcC, c_pipe, sC, wg, cpos, mD, mAlpha, mBeta, mProb, mDprob,
                  mDbias, geglu_alpha, clamp_max, clamp_min, linear_offset, m_tile, n_tile,
                  expert, tidx, sDb, wg_sync, d_store):
-        """Fused dGLU epilogue from one warpgroup's 128 x TILE_N accumulator registers.
+        """Fused dGLU epilogue from one warpgroup's wg_rows x TILE_N accumulator registers
+        (ping-pong: the whole 128-row tile, two 64-row halves; cooperative: its 64 rows).
 
         WGMMA 64xN fp32 fragment (per 64-row half ``h``): value v -> column bit v%2, row +8
         when (v//2)%2 == 1, 8-column group v//4; a thread holds rows lane//4 (+8) of its
         warp's 16 and columns 2*(lane%4) + {0,1} of every 8-column group. Flat index over the
-        two halves: v + h*(TILE_N/2). So a thread owns 4 rows (static slot 2h + row bit) and,
+        halves: v + h*(TILE_N/2). So a thread owns 2 rows per half (static slot 2h + row bit) and,
         per 32-column block j, the 4 groups 4j..4j+3 (8 columns) in each half. Block j's
-        gate/up C values come from shared memory (C block j of this tile: columns
-        [0, 32) gate, [32, 64) up, loaded by TMA ahead of time).
+        gate/up C values come from shared memory (C block j of this warpgroup's rows:
+        columns [0, 32) gate, [32, 64) up, loaded by TMA ahead of time).
         """
         cfg = self.cfg
         two_n = 2 * cfg.n
@@ -845,7 +895,10 @@ class GroupedDgluSm90:
 
         rows = self._thread_rows(tCcC, row0)
         probs = self._gather(mProb, rows)
-        dprob = self._zeros(4)
+        dprob = self._zeros(2 * self.halves)
+        # the warpgroup's first row inside the tile: C/D blocks hold only its rows
+        blk_row0 = 64 * wg if self.coop else 0
+        m_blk = self.c_row_block(m_tile, wg)
         for j in cutlass.range_constexpr(self.nblk):
             st = self.c_state(wg, cpos + j, False)
             c_pipe.consumer_wait(st)
@@ -853,17 +906,18 @@ class GroupedDgluSm90:
             valid = (n0 + 32 * j) < cfg.n
             col_gate = self._zeros(8)
             col_up = self._zeros(8)
-            for h in cutlass.range_constexpr(2):
+            for h in cutlass.range_constexpr(self.halves):
                 pvals = self._pair_values(j, h)
                 for pi in cutlass.range_constexpr(len(pvals)):
                     v = pvals[pi]
                     coord = tCcC[v]
-                    r_loc = coord[0]
+                    r_loc = coord[0]  # row in the tile
+                    r_blk = r_loc - blk_row0  # row in the C block
                     c_loc = coord[1] % 32
                     slot = 2 * h + (v // 2) % 2
                     p = probs[slot]
                     outs = []
-                    gates, ups = self._load_gate_up(sCj, r_loc, c_loc)
+                    gates, ups = self._load_gate_up(sCj, r_blk, c_loc)
                     for c in cutlass.range_constexpr(2):
                         gate = gates[c] * beta
                         up = ups[c] * beta
@@ -882,14 +936,14 @@ class GroupedDgluSm90:
                             col_up[col] = col_up[col] + outs[c][1]
                     if cutlass.const_expr(cfg.d_via_smem()):
                         # over the gate/up elements this thread (alone) just read
-                        self._put_pair(sCj, r_loc, c_loc, outs[0][0], outs[1][0])
-                        self._put_pair(sCj, r_loc, c_loc + 32, outs[0][1], outs[1][1])
+                        self._put_pair(sCj, r_blk, c_loc, outs[0][0], outs[1][0])
+                        self._put_pair(sCj, r_blk, c_loc + 32, outs[0][1], outs[1][1])
                     elif valid:
                         off = (row0 + r_loc) * two_n + 2 * n0 + 64 * j + c_loc
                         self._store_pair(mD, off, outs[0][0], outs[1][0])
                         self._store_pair(mD, off + 32, outs[0][1], outs[1][1])
             if cutlass.const_expr(cfg.d_via_smem()):
-                self._store_d_block(d_store, c_pipe, st, wg_sync, m_tile,
+                self._store_d_block(d_store, c_pipe, st, wg_sync, m_blk,
                                     n_tile * self.nblk + j, tidx)
             else:
                 # every read of this block is done (values are in registers): free the stage
@@ -898,19 +952,19 @@ class GroupedDgluSm90:
                 self._dbias_block(col_gate, col_up, sDb, wg, j, tidx)
 
         # dprob: the 4 lanes of a quad hold the same rows -> butterfly over lane bits 0-1
-        for s in cutlass.range_constexpr(4):
+        for s in cutlass.range_constexpr(len(dprob)):
             x = dprob[s]
             x = x + cute.arch.shuffle_sync_bfly(x, offset=1)
             x = x + cute.arch.shuffle_sync_bfly(x, offset=2)
             dprob[s] = x
         if lane % 4 == 0:
-            for s in cutlass.range_constexpr(4):
+            for s in cutlass.range_constexpr(len(dprob)):
                 cute.arch.atomic_add((mDprob.iterator + rows[s]).llvm_ptr, dprob[s])
         if cutlass.const_expr(cfg.generate_dbias):
             self._dbias_flush(sDb, wg, wg_sync, mDbias, expert, n0, tidx)
 
     @cute.jit
-    def _store_d_block(self, d_store, c_pipe, st, wg_sync, m_tile, c_block, tidx):
+    def _store_d_block(self, d_store, c_pipe, st, wg_sync, m_blk, c_block, tidx):
         """TMA-store the D block the warpgroup wrote over C block ``st``, then free the stage.
 
         Order: every thread's shared-memory writes are made visible to the async proxy and the
@@ -921,7 +975,7 @@ class GroupedDgluSm90:
         cute.arch.fence_proxy("async.shared", space="cta")
         wg_sync.arrive_and_wait()
         if (tidx % 128) // 32 == 0:
-            cute.copy(tma_atom_d, tDsD[(None, st.index)], tDgD[(None, m_tile, c_block)])
+            cute.copy(tma_atom_d, tDsD[(None, st.index)], tDgD[(None, m_blk, c_block)])
             cute.arch.cp_async_bulk_commit_group()
             cute.arch.cp_async_bulk_wait_group(0, read=True)
             # the store was issued (and is waited for) by one elected lane; the release comes
@@ -961,9 +1015,10 @@ class GroupedDgluSm90:
         """After every block: sum the 4 warps' partials of each of the tile's 2*TILE_N C
         columns and add them to the fp32 workspace, one atomic per column.
 
-        The next tile's writes to ``sDb`` cannot overtake these reads: each warp of this
-        warpgroup passes the ping-pong barrier (other_done, all 128 threads) before its next
-        mainloop, hence before its next epilogue."""
+        The next tile's writes to ``sDb`` cannot overtake these reads: ping-pong, each warp
+        of this warpgroup passes the ping-pong barrier (other_done, all 128 threads) before
+        its next mainloop, hence before its next epilogue; cooperative (no such barrier),
+        the warpgroup meets once more after the reads."""
         wg_sync.arrive_and_wait()  # every warp's partials are in shared memory
         two_n = 2 * self.cfg.n
         t = tidx % 128
@@ -973,3 +1028,5 @@ class GroupedDgluSm90:
                 s = sDb[(col, 0, wg)] + sDb[(col, 1, wg)] + sDb[(col, 2, wg)] + sDb[(col, 3, wg)]
                 cute.arch.atomic_add(
                     (mDbias.iterator + (expert * two_n + 2 * n0 + col)).llvm_ptr, s)
+        if cutlass.const_expr(self.coop):
+            wg_sync.arrive_and_wait()  # every read of sDb is done before the next tile's writes
