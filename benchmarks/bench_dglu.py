@@ -225,8 +225,7 @@ def main(argv=None):
     ap.add_argument("--variants", default="",
                     help="extra cudnn_ext knob sets, e.g. 't128c1,t128c1m2' (tile_n, c_stages, "
                          "optional m<cluster_m>, n<cluster_n>, s<ab_stages>, r<raster_group_m>, "
-                         "h<tile_m>, and a trailing k for the cooperative schedule, e.g. "
-                         "'t256c2m2k', 't256c1m2h64')")
+                         "and a trailing k for the cooperative schedule, e.g. 't256c2m2k')")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
 
@@ -256,17 +255,16 @@ def main(argv=None):
                     from cudnn_ext.engines.base import Knobs
                     v = impl.split(":", 1)[1]
                     mt = re.fullmatch(
-                        r"t(\d+)c(\d+)(?:m(\d+))?(?:n(\d+))?(?:s(\d+))?(?:r(\d+))?(?:h(\d+))?(k?)", v)
+                        r"t(\d+)c(\d+)(?:m(\d+))?(?:n(\d+))?(?:s(\d+))?(?:r(\d+))?(k?)", v)
                     if not mt:
                         raise ValueError(f"variant {v!r}: expected t<tile_n>c<c_stages>[m<cluster_m>]"
-                                         "[n<cluster_n>][s<ab_stages>][r<raster_group_m>][h<tile_m>][k]")
+                                         "[n<cluster_n>][s<ab_stages>][r<raster_group_m>][k]")
                     from cudnn_ext.engines.sm90 import RASTER_GROUP_M
                     cl = int(mt[3] or 1)
                     knobs = Knobs.of(tile_n=int(mt[1]), c_stages=int(mt[2]),
                                      cluster_m=cl, cluster_n=int(mt[4] or 1), stages=int(mt[5] or 0),
                                      raster_group_m=int(mt[6] or RASTER_GROUP_M[cl]),
-                                     tile_m=int(mt[7] or 128), cooperative=bool(mt[8]),
-                                     scheduler="static_persistent")
+                                     cooperative=bool(mt[7]), scheduler="static_persistent")
                     fn, extra = run_cudnn_ext(pack, K, N, knobs)
                     row.update(impl="cudnn_ext", variant=v)
                 elif impl == "cudnn_ext_discrete":

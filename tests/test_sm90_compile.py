@@ -30,7 +30,7 @@ def test_compile_key_fields_are_pinned():
     assert names == ["arch", "n", "k", "ab_dtype", "c_dtype", "d_dtype", "act_func",
                      "generate_dbias", "weight_mode", "b_major", "tile_n", "ab_stages",
                      "raster_group_m", "c_stages", "cluster_m", "cluster_n", "init_outputs", "cooperative",
-                     "tile_m", "tvm_ffi"]
+                     "tvm_ffi"]
 
 
 def test_compile_key_ignores_runtime_sizes_and_constants():

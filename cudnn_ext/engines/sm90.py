@@ -68,8 +68,6 @@ class Sm90CompileKey:
     #: schedule of the math warpgroups: False = ping-pong 128 x tile_n tiles each, True =
     #: cooperative (both share each 128 x tile_n tile; tile_n up to 256)
     cooperative: bool = False
-    #: rows per tile: 128, or 64 with ping-pong (then tile_n up to 256)
-    tile_m: int = 128
     #: host calling convention (TVM-FFI when apache-tvm-ffi is installed); not device code
     tvm_ffi: bool = False
 
@@ -88,7 +86,6 @@ class Sm90CompileKey:
             cluster_m=int(knobs.get("cluster_m", 1)),
             cluster_n=int(knobs.get("cluster_n", 1)),
             cooperative=bool(knobs.get("cooperative", False)),
-            tile_m=int(knobs.get("tile_m", 128)),
             tvm_ffi=importlib.util.find_spec("tvm_ffi") is not None,
         )
 
@@ -105,7 +102,7 @@ class Sm90CompileKey:
             raster_group_m=self.raster_group_m, c_stages=self.c_stages,
             weight_mode=self.weight_mode, b_major=self.b_major, cluster_m=self.cluster_m,
             cluster_n=self.cluster_n, init_outputs=self.init_outputs,
-            cooperative=self.cooperative, tile_m=self.tile_m)
+            cooperative=self.cooperative)
 
 
 _compiled: Dict[Sm90CompileKey, object] = {}

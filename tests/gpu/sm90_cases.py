@@ -33,7 +33,6 @@ class Case:
     cluster_n: int = 1  # 2 (with cluster_m 2): 2x2 clusters, A k-tiles multicast too
     raster_group_m: int = 0  # 0: the engine's default for the cluster size
     cooperative: bool = False  # both math warpgroups share each tile (tile_n up to 256)
-    tile_m: int = 128  # 64: ping-pong 64-row tiles (tile_n up to 256)
 
     def label(self) -> str:
         dt = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
@@ -44,8 +43,7 @@ class Case:
                 f"{wm}{'-cl%d' % self.cluster_m if self.cluster_m > 1 else ''}"
                 f"{'x%d' % self.cluster_n if self.cluster_n > 1 else ''}"
                 f"{'-r%d' % self.raster_group_m if self.raster_group_m else ''}"
-                f"{'-coop' if self.cooperative else ''}"
-                f"{'-m%d' % self.tile_m if self.tile_m != 128 else ''}")
+                f"{'-coop' if self.cooperative else ''}")
 
 
 def make_pack(case: Case, device="cuda"):
@@ -188,7 +186,7 @@ def run_and_check(case: Case, engine=None, knobs=None, fresh: bool = False) -> d
 
         knobs = Knobs.of(tile_n=case.tile_n, cluster_m=case.cluster_m, cluster_n=case.cluster_n,
                          raster_group_m=case.raster_group_m or RASTER_GROUP_M[case.cluster_m],
-                         cooperative=case.cooperative, tile_m=case.tile_m)
+                         cooperative=case.cooperative)
     plan = engine.build(problem, knobs)
     ws = torch.empty(max(plan.workspace_size, 1), dtype=torch.uint8, device="cuda")
     if case.weight_mode == "discrete":
@@ -315,29 +313,6 @@ def cooperative_cases() -> list:
              cluster_m=2, **co),
         Case([2048, 256, 0, 4096, 1024, 512, 256, 2048], 512, 1416, "dgeglu", dbias=False,
              tile_n=256, cluster_m=2, **co),
-    ]
-
-
-def tile_m64_cases() -> list:
-    """Ping-pong 64-row tiles (tile_n up to 256): N tails inside and below the tile, empty
-    experts, K tails, L = 128, mixed dtypes, no dbias, 2x1 and 2x2 clusters (a 128-row slab
-    per cluster), dense N-major and discrete B, and a many-tile walk."""
-    h = dict(tile_m=64)
-    return [
-        Case([512], 256, 512, tile_n=256, **h),
-        Case([256, 0, 768, 256], 96, 200, "dswiglu", tile_n=256, cluster_m=2, **h),
-        Case([0, 512, 256], 320, 264, "dgeglu", tile_n=256, cluster_m=2, **h),
-        Case([256] * 128, 64, 64, "dswiglu", tile_n=128, **h),
-        Case([512, 256], 160, 128, "dgeglu", torch.float32, torch.float16, dbias=False,
-             tile_n=256, cluster_m=2, **h),
-        Case([0, 512, 256], 320, 264, "dgeglu", torch.float16, torch.float16, tile_n=192, **h),
-        Case([256, 0, 768, 256], 352, 200, "dgeglu", b_major="n", tile_n=256, cluster_m=2, **h),
-        Case([256, 0, 768, 256], 352, 200, "dswiglu", tile_n=256, cluster_m=2, cluster_n=2,
-             **h),
-        Case([256, 0, 768, 256], 288, 200, "dgeglu", weight_mode="discrete", b_major="k",
-             tile_n=256, **h),
-        Case([2048, 256, 0, 4096, 1024, 512, 256, 2048], 768, 1416, "dswiglu", tile_n=256,
-             cluster_m=2, **h),
     ]
 
 

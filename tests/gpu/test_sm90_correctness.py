@@ -9,8 +9,7 @@ tolerances of ``sm90_cases.TOL``. Reproduce one case with
 import pytest
 
 from sm90_cases import (Case, cluster_2x2_cases, cluster_cases, cooperative_cases,
-                        dense_n_major_cases, run_and_check, skip_unless_sm90, standard_cases,
-                        tile_m64_cases)
+                        dense_n_major_cases, run_and_check, skip_unless_sm90, standard_cases)
 
 pytestmark = pytest.mark.gpu
 
@@ -35,12 +34,6 @@ def test_sm90_cluster_2x2_matches_reference(case):
 
 @pytest.mark.parametrize("case", cooperative_cases(), ids=lambda c: c.label())
 def test_sm90_cooperative_matches_reference(case):
-    skip_unless_sm90()
-    print(case.label(), run_and_check(case))
-
-
-@pytest.mark.parametrize("case", tile_m64_cases(), ids=lambda c: c.label())
-def test_sm90_tile_m64_matches_reference(case):
     skip_unless_sm90()
     print(case.label(), run_and_check(case))
 

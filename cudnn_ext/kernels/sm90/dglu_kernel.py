@@ -121,19 +121,14 @@ class Sm90KernelConfig:
     # 128 x 256 moves about 20% fewer shared-memory bytes per MMA than 128 x 128 ping-pong
     # (operand reads + TMA writes), at the price of an epilogue the MMAs do not hide.
     cooperative: bool = False
-    # Rows per tile: 128, or 64 with ping-pong (one 64-row WGMMA half per warpgroup tile, so
-    # tile_n up to 256: a WGMMA reads 64 A rows + 256 B rows per 64 x 256 MACs instead of
-    # 64 + 128 per 64 x 128; A is reloaded per tile, and with B multicast over a 2-CTA
-    # cluster a CTA still pulls 192 rows per k-tile from L2, as with 128 x 128).
-    tile_m: int = TILE_M
 
     def wg_rows(self) -> int:
         """Rows of a tile one math warpgroup owns (and of its C/D blocks)."""
-        return self.tile_m // MATH_WARPGROUPS if self.cooperative else self.tile_m
+        return TILE_M // MATH_WARPGROUPS if self.cooperative else TILE_M
 
     def max_tile_n(self) -> int:
         # the accumulator is wg_rows x tile_n fp32 over 128 threads: 128 registers at most
-        return 128 * 128 // self.wg_rows()
+        return 256 if self.cooperative else 128
 
     def cluster_size(self) -> int:
         return self.cluster_m * self.cluster_n
@@ -167,7 +162,7 @@ class Sm90KernelConfig:
         return 2 * self.tile_n * 4 * MATH_WARPGROUPS if self.generate_dbias else 1
 
     def stages(self) -> int:
-        per_stage = (self.tile_m + self.tile_n) * TILE_K * (self.ab_dtype.width // 8)
+        per_stage = (TILE_M + self.tile_n) * TILE_K * (self.ab_dtype.width // 8)
         c_bytes = MATH_WARPGROUPS * self.c_ring() * self.c_block_bytes()
         # Besides the buffers: the barriers, padded to sA's 1024-B alignment (they take ~100
         # B). Ping-pong keeps the 4 KB margin its stage counts were measured with; a 128 x
@@ -191,13 +186,9 @@ class GroupedDgluSm90:
         # Ping-pong 160/192 compile but spill (ptxas: ~450 B with a 192-column accumulator
         # next to the epilogue's live values) and measured slower on the H200 than 128 with
         # clusters; cooperative tiles hold half the rows per warpgroup, so up to 256.
-        if cfg.tile_m not in (64, 128) or (cfg.cooperative and cfg.tile_m != 128):
-            raise ValueError(f"tile_m must be 128, or 64 with the ping-pong schedule, got "
-                             f"{cfg.tile_m} (cooperative={cfg.cooperative})")
         if cfg.tile_n % 32 != 0 or not 32 <= cfg.tile_n <= cfg.max_tile_n():
             raise ValueError(f"tile_n must be a multiple of 32 in [32, {cfg.max_tile_n()}] "
-                             f"(tile_m={cfg.tile_m}, cooperative={cfg.cooperative}), got "
-                             f"{cfg.tile_n}")
+                             f"(cooperative={cfg.cooperative}), got {cfg.tile_n}")
         if cfg.act_func not in ("dswiglu", "dgeglu"):
             raise ValueError(f"act_func {cfg.act_func!r} is not supported by the SM90 kernel")
         if cfg.weight_mode not in ("dense", "discrete") or cfg.b_major not in ("k", "n"):
@@ -213,8 +204,7 @@ class GroupedDgluSm90:
         self.cfg = cfg
         self.tile_n = cfg.tile_n
         self.ab_stages = cfg.stages()
-        self.tile_m = cfg.tile_m
-        self.tile_shape_mnk = (cfg.tile_m, cfg.tile_n, TILE_K)
+        self.tile_shape_mnk = (TILE_M, cfg.tile_n, TILE_K)
         self.num_n_tiles = cfg.num_n_tiles()
         self.k_tile_cnt = (cfg.k + TILE_K - 1) // TILE_K
         self.c_stages = cfg.c_ring()
@@ -315,7 +305,7 @@ class GroupedDgluSm90:
         a_op = (cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp() if cn > 1
                 else cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp())
         tma_atom_a, tma_a = cute.nvgpu.cpasync.make_tiled_tma_atom(
-            a_op, mA, a_smem, (self.tile_m, TILE_K), num_multicast=cn)
+            a_op, mA, a_smem, (TILE_M, TILE_K), num_multicast=cn)
         b_op = (cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp() if cm > 1
                 else cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp())
         tma_atom_b, tma_b = cute.nvgpu.cpasync.make_tiled_tma_atom(
@@ -340,7 +330,7 @@ class GroupedDgluSm90:
         # Upper bound of the tile count from M alone (the true count needs offs[L-1], which
         # only the device reads); surplus CTAs find no tile and exit. ``sm_count`` is how
         # many CTAs can be resident at once (for clusters: max active clusters x cl).
-        max_units = (m // (self.tile_m * cm)) * cfg.num_n_units()
+        max_units = (m // (TILE_M * cm)) * cfg.num_n_units()
         grid = (cutlass.min(max_units, sm_count // cl) * cl, 1, 1)
         fold = cfg.generate_dbias and cfg.fold_dbias
         total = num_experts * 2 * n
@@ -521,7 +511,7 @@ class GroupedDgluSm90:
             rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
         unit0 = bid // cl
         nunits = nblocks // cl
-        valid_m_units = mOffs[num_experts - 1] // (self.tile_m * cm)
+        valid_m_units = mOffs[num_experts - 1] // (TILE_M * cm)
         num_units = valid_m_units * self.cfg.num_n_units()
         walk = (nunits, num_units, valid_m_units, rank)
 
@@ -572,7 +562,7 @@ class GroupedDgluSm90:
         )
 
         # (bM, bK, RestM, RestK) and (bN, bK, RestN, RestK, L) tiled global views
-        gA = cute.local_tile(mA, (self.tile_m, TILE_K), (None, None))
+        gA = cute.local_tile(mA, (TILE_M, TILE_K), (None, None))
         gB = cute.local_tile(mB, (self.tile_n, TILE_K), (None, None, None))
         # with a cluster each CTA loads its 1/cn slice of the A tile (multicast to the CTAs
         # of its row) and its 1/cm slice of the B tile (to the CTAs of its column)
@@ -613,7 +603,7 @@ class GroupedDgluSm90:
             tCsB = thr_mma.partition_B(sB)
             tCrA = tiled_mma.make_fragment_A(tCsA)
             tCrB = tiled_mma.make_fragment_B(tCsB)
-            tCcC = thr_mma.partition_C(cute.make_identity_tensor((self.tile_m, self.tile_n)))
+            tCcC = thr_mma.partition_C(cute.make_identity_tensor((TILE_M, self.tile_n)))
             acc = cute.make_rmem_tensor(tCcC.shape, Float32)
             tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
 
@@ -633,7 +623,7 @@ class GroupedDgluSm90:
             cpos = Int32(0)  # position in this warpgroup's private C FIFO
             while unit < num_units:
                 m_tile, n_tile = self.tile_of(unit, walk)
-                expert = expert_of_row(mOffs, num_experts, m_tile * self.tile_m)
+                expert = expert_of_row(mOffs, num_experts, m_tile * TILE_M)
                 if cutlass.const_expr(self.coop):
                     self.mma_mainloop(ab_pipe, tiled_mma, tCrA, tCrB, acc, pos, mine_done,
                                       False)
@@ -695,7 +685,7 @@ class GroupedDgluSm90:
         unit = unit0
         while unit < num_units:
             m_tile, n_tile = self.tile_of(unit, walk)
-            expert = expert_of_row(mOffs, num_experts, m_tile * self.tile_m)
+            expert = expert_of_row(mOffs, num_experts, m_tile * TILE_M)
             # Warm L2 with this tile's C window now; its epilogue reads it about one
             # mainloop later (the ring keeps us at most `ab_stages` k-tiles ahead).
             self.prefetch_c_tile(mC, m_tile, n_tile, tidx % 32)
@@ -770,9 +760,9 @@ class GroupedDgluSm90:
         two_n = 2 * self.cfg.n
         elems_per_line = 128 * 8 // self.cfg.c_dtype.width
         lines_per_row = (2 * self.tile_n) // elems_per_line
-        row0 = m_tile * self.tile_m
+        row0 = m_tile * TILE_M
         col0 = 2 * n_tile * self.tile_n
-        for i in cutlass.range_constexpr(self.tile_m * lines_per_row // 32):
+        for i in cutlass.range_constexpr(TILE_M * lines_per_row // 32):
             idx = i * 32 + lane
             col = col0 + (idx % lines_per_row) * elems_per_line
             if col < two_n:
@@ -896,7 +886,7 @@ class GroupedDgluSm90:
         """
         cfg = self.cfg
         two_n = 2 * cfg.n
-        row0 = m_tile * self.tile_m
+        row0 = m_tile * TILE_M
         n0 = n_tile * self.tile_n
         alpha = mAlpha[expert]
         g_scale = alpha * alpha
