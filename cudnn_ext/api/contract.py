@@ -12,7 +12,7 @@ Block-scaled operands are routed to ``cudnn_ext.api.contract_blockscaled``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Dict, Optional, Tuple
 
 import torch
@@ -224,6 +224,16 @@ class CallConfig:
     use_single_group_runtime_offsets: bool = False
     round_dgrad_to_input_dtype: bool = False
     deterministic: bool = False
+
+    def __hash__(self) -> int:
+        # Computed once per instance: the torch op's memo key holds this config and is hashed
+        # on every eager call; the generated hash rebuilds a 22-field tuple each time (about
+        # 1.5 us of host time per call). Equality stays the generated field-wise one.
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash(tuple(getattr(self, f.name) for f in fields(self)))
+            object.__setattr__(self, "_hash", h)
+        return h
 
 
 def resolve_act(cfg: CallConfig, *, block_scaled: bool) -> ActConfig:

@@ -99,7 +99,10 @@ class CompiledPlan(abc.ABC):
 
     @abc.abstractmethod
     def execute(self, pack: Mapping[str, Any], workspace=None, stream=None) -> None:
-        """Run on ``pack`` (slot name -> tensor or None); writes/accumulates output slots."""
+        """Run on ``pack`` (slot name -> tensor or None); writes/accumulates output slots.
+
+        ``stream``: a torch stream, or None for the current stream of the tensors' device
+        (GPU engines read its raw handle: building a Stream object costs microseconds)."""
 
 
 class Engine(abc.ABC):

@@ -21,6 +21,7 @@ from typing import Dict, Optional
 
 import torch
 
+from ..api.streams import current_stream_handle
 from ..problem import DgluProblem
 from ..plan.workspace import WorkspaceLayout
 from .base import CompiledPlan, Engine, Knobs, WorkspaceRequest, compile_deferred
@@ -225,8 +226,6 @@ class Sm90Plan(CompiledPlan):
         a, c = pack["a"], pack["c"]
         m = int(c.shape[0])
         num_experts = int(pack["padded_offsets"].shape[0])
-        if stream is None:
-            stream = torch.cuda.current_stream(c.device)
         dbias = pack.get("dbias") if self.problem.generate_dbias else None
         if (dbias is not None or self._discrete) and workspace is None:
             raise ValueError(f"workspace: this plan needs {self.workspace_size} bytes, got None")
@@ -255,12 +254,15 @@ class Sm90Plan(CompiledPlan):
             dbias.data_ptr() if dbias is not None else a.data_ptr(),
         )
         fn = self._fn(init)
+        # None: the current stream of the tensors' device (its raw handle: no Stream object)
+        handle = (current_stream_handle(c.get_device()) if stream is None
+                  else stream.cuda_stream)
         if self.key.tvm_ffi:
             launch_tvm_ffi(fn, addrs, m, num_experts, self._resident_ctas(c.device),
-                           *self._consts, stream.cuda_stream)
+                           *self._consts, handle)
         else:
             launch(fn, self._cfg, addrs, m, num_experts, self._resident_ctas(c.device),
-                   *self._consts, stream.cuda_stream)
+                   *self._consts, handle)
 
 
 class Sm90DgluEngine(Engine):

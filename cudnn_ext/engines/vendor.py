@@ -190,6 +190,9 @@ class _VendorPlan(CompiledPlan):
     def execute(self, pack, workspace=None, stream=None) -> None:
         obj = self._vendor_object(pack)  # first call: the vendor compiles, with this call's tensors as samples
         ws = workspace.narrow(0, 0, self._ws) if workspace is not None else None
+        dev = pack["c"].device
+        if stream is None and dev.type == "cuda":  # the tensors' device's current stream
+            stream = torch.cuda.current_stream(dev)
         ctx = torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
         with ctx:  # current_stream=None: the vendor launches on the current torch stream
             obj.execute(**execute_kwargs(pack), current_stream=None, workspace=ws)

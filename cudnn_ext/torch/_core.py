@@ -23,6 +23,7 @@ import torch
 
 from ..api import contract
 from ..api.hot_path import tensor_meta as _meta
+from ..api.streams import current_stream_handle
 from ..engines.base import defer_compile
 from ..graph.from_call import graph_for_call
 from ..plan import ExecutionPlan
@@ -151,10 +152,8 @@ def run(a: torch.Tensor, c: torch.Tensor, offsets: torch.Tensor, alpha: torch.Te
     else:
         pack["b_ptrs"] = b_ptrs
     plan = e.plan
-    current = dev.type == "cuda" and stream is None
-    if current:
-        stream = torch.cuda.current_stream(dev)
-    ws = _workspace(e.ws_size, dev, stream, current) if e.ws_size else None
+    # stream None stays None: engines launch on the device's current stream (no Stream object)
+    ws = _workspace(e.ws_size, dev, stream) if e.ws_size else None
     if fresh:  # only ever set without out=
         plan.execute_fresh(pack, ws, stream)
     else:
@@ -167,15 +166,15 @@ _scratch: Dict[Tuple[int, int, int], torch.Tensor] = {}
 _SCRATCH_MAX = 64
 
 
-def _workspace(nbytes: int, dev, stream, current: bool):
+def _workspace(nbytes: int, dev, stream):
     """The plan's scratch for this call. On the current CUDA stream: one buffer per (device,
     stream, size), shared by every plan and call of that size on that stream (stream order
     serializes them; the size depends on L and N, never on M), so the hot path allocates
     nothing. Inside a CUDA-graph capture, on a stream other than the current one, or on the
     CPU: a fresh buffer (a replay must not share scratch with eager calls or other graphs)."""
-    if not current or torch.cuda.is_current_stream_capturing():
+    if dev.type != "cuda" or stream is not None or torch.cuda.is_current_stream_capturing():
         return torch.empty(nbytes, dtype=torch.uint8, device=dev)
-    slot = (dev.index, stream.cuda_stream, nbytes)
+    slot = (dev.index, current_stream_handle(dev.index), nbytes)
     ws = _scratch.get(slot)
     if ws is None:
         with _lock:
