@@ -19,7 +19,7 @@ from ..plan import ExecutionPlan
 from ..plan.workspace import check_workspace
 from ..problem import DgluProblem
 from . import contract, hot_path
-from .streams import as_torch_stream, on_stream
+from .streams import launch_stream, on_stream, stream_key
 
 
 class GroupedGemmDglu:
@@ -210,10 +210,10 @@ class GroupedGemmDglu:
                 self._hot[key] = remembered
         need = self._plan.workspace_size
         device = pack["c"].device
-        stream = as_torch_stream(current_stream, device)
+        stream = launch_stream(current_stream, device)
         if workspace is None and need:
             # one owned workspace per (device, stream): executes on two streams never share scratch
-            slot = (device, stream.cuda_stream if stream is not None else None)
+            slot = (device, stream_key(stream, device))
             workspace = self._workspace.get(slot)
             if workspace is None:
                 with on_stream(stream):

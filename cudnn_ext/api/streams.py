@@ -22,6 +22,23 @@ def as_torch_stream(current_stream, device: torch.device):
 _raw_current = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
+def launch_stream(current_stream, device: torch.device):
+    """Like :func:`as_torch_stream`, but None when the work can go to the current stream as
+    is: no stream given and the tensors on the current device (then engines launch on the
+    current stream's raw handle and no stream context is entered; a Stream object plus a
+    context cost several microseconds per call on a slow host). Otherwise the torch stream."""
+    if current_stream is None and device.type == "cuda" and device.index == torch._C._cuda_getDevice():
+        return None
+    return as_torch_stream(current_stream, device)
+
+
+def stream_key(stream, device: torch.device):
+    """A hashable identity of the stream work goes to (None: the current stream's handle)."""
+    if stream is not None:
+        return stream.cuda_stream
+    return current_stream_handle(device.index) if device.type == "cuda" else None
+
+
 def current_stream_handle(device_index: int) -> int:
     """Raw handle of ``device_index``'s current torch stream, without building a Stream object:
     ``torch.cuda.current_stream`` costs about 5.4 us of host time per call on the H200's host

@@ -15,7 +15,7 @@ import torch
 from ..graph.from_call import graph_for_call
 from ..problem import DgluProblem
 from . import contract, contract_blockscaled, hot_path
-from .streams import as_torch_stream, on_stream
+from .streams import launch_stream, on_stream
 from .tupledict import TupleDict
 
 RESULT_KEYS = ("d_row_tensor", "d_col_tensor", "dprob_tensor", "dbias_tensor", "amax_tensor",
@@ -78,7 +78,7 @@ def grouped_gemm_dglu_wrapper(
         hot_path.remember(key, ops, problem, graph, pack)
     plan = graph.execution_plan
     device = pack["c"].device
-    stream = as_torch_stream(current_stream, device)
+    stream = launch_stream(current_stream, device)
     m, two_n = pack["c"].shape
     with on_stream(stream):
         result = {k: None for k in RESULT_KEYS}

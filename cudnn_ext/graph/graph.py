@@ -390,13 +390,13 @@ class Graph:
         caller-owned ``workspace`` of ``get_workspace_size()`` bytes (None when that is 0)
         on ``stream`` (None: the current stream). Outputs are written in place; ``dprob``
         and ``dbias`` accumulate."""
-        from ..api.streams import as_torch_stream, on_stream
+        from ..api.streams import launch_stream, on_stream
         from ..plan.workspace import check_workspace
 
         plan = self.execution_plan
         pack = self._binder.bind(variant_pack)
         check_workspace(workspace, plan.layout, pack["c"].device, pack)
-        stream = as_torch_stream(stream, pack["c"].device)
+        stream = launch_stream(stream, pack["c"].device)
         with on_stream(stream):
             plan.execute(pack, workspace, stream)
 
