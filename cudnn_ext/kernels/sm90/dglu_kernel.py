@@ -33,7 +33,7 @@ gets one fp32 atomic per (row, tile) after a quad shuffle; dbias: per-warp colum
 (8-row-group shuffle) go to shared memory, and after the tile's last block the warpgroup adds
 the 4 warps' sums with one fp32 atomic per column into a workspace, zeroed before and folded
 into the caller's bf16 dbias after the main kernel by two tiny kernels of the same launch
-(one rounding): the ``prologue`` (which also initializes fresh outputs) and ``dbias_fold``.
+(one rounding).
 
 Runtime sizes (M, L, the offsets, the SM count) are kernel arguments; N, K, dtypes, tile and
 activation are compile-time. TMA zero-fills the K and N tails, so K need not be a multiple
@@ -337,15 +337,14 @@ class GroupedDgluSm90:
         mWs = cute.make_tensor(dbias_ws_ptr, cute.make_layout((total,)))
         mDb = cute.make_tensor(dbias_ptr, cute.make_layout((total,)))
         fold_grid = (cutlass.min((total + 255) // 256, 4 * sm_count), 1, 1)
-        if cutlass.const_expr(cfg.init_outputs or fold):
-            # fresh outputs: dprob (M), D's tail rows and the dbias workspace; the contract
-            # with dbias: the workspace alone (a grid-stride pass each)
+        if cutlass.const_expr(cfg.init_outputs):
+            # dprob (M), D's tail rows and the dbias workspace: a grid-stride pass each
             mDflat = cute.make_tensor(d_ptr, cute.make_layout((m * 2 * n,)))
-            init_grid = fold_grid
-            if cutlass.const_expr(cfg.init_outputs):
-                init_grid = (cutlass.min((m + 255) // 256 + 1, 4 * sm_count), 1, 1)
-            self.prologue(mWs, mDprob, mDflat, mOffs, num_experts).launch(
+            init_grid = (cutlass.min((m + 255) // 256 + 1, 4 * sm_count), 1, 1)
+            self.init_outputs(mWs, mDprob, mDflat, mOffs, num_experts).launch(
                 grid=init_grid, block=[256, 1, 1], stream=stream)
+        elif cutlass.const_expr(fold):
+            self.dbias_zero(mWs).launch(grid=fold_grid, block=[256, 1, 1], stream=stream)
         if cutlass.const_expr(cfg.discrete()):
             # Same stream, before the main kernel: stream order makes the descriptors
             # complete before any CTA of the main kernel reads them.
@@ -368,25 +367,35 @@ class GroupedDgluSm90:
 
     # ------------------------------------------------------------------ device side
     @cute.kernel
-    def prologue(self, mWs: cute.Tensor, mDprob: cute.Tensor, mDflat: cute.Tensor,
-                 mOffs: cute.Tensor, num_experts: Int32):
-        """Grid-stride, before the main kernel. Fresh outputs: dprob := 0 and D rows at/past
-        offs[L-1] := 0 (the main kernel writes every row before it). With dbias: the fp32
-        workspace (L x 2N) := 0 before the main kernel adds its partial sums (whatever it
-        held: caller-provided or reused)."""
+    def dbias_zero(self, mWs: cute.Tensor):
+        """Grid-stride: the fp32 dbias workspace (L x 2N) := 0 before the main kernel adds
+        its partial sums (whatever the workspace held: caller-provided or reused)."""
+        tidx, _, _ = cute.arch.thread_idx()
+        bid, _, _ = cute.arch.block_idx()
+        nblocks, _, _ = cute.arch.grid_dim()
+        i = bid * 256 + tidx
+        while i < cute.size(mWs):
+            mWs[i] = Float32(0.0)
+            i += nblocks * 256
+
+    @cute.kernel
+    def init_outputs(self, mWs: cute.Tensor, mDprob: cute.Tensor, mDflat: cute.Tensor,
+                     mOffs: cute.Tensor, num_experts: Int32):
+        """Grid-stride, before the main kernel (fresh outputs): dprob := 0, D rows at/past
+        offs[L-1] := 0 (the main kernel writes every row before it), and with dbias the fp32
+        workspace := 0."""
         tidx, _, _ = cute.arch.thread_idx()
         bid, _, _ = cute.arch.block_idx()
         nblocks, _, _ = cute.arch.grid_dim()
         step = nblocks * 256
-        if cutlass.const_expr(self.cfg.init_outputs):
-            i = bid * 256 + tidx
-            while i < cute.size(mDprob):
-                mDprob[i] = Float32(0.0)
-                i += step
-            i = mOffs[num_experts - 1] * (2 * self.cfg.n) + bid * 256 + tidx
-            while i < cute.size(mDflat):
-                mDflat[i] = mDflat.element_type(0)
-                i += step
+        i = bid * 256 + tidx
+        while i < cute.size(mDprob):
+            mDprob[i] = Float32(0.0)
+            i += step
+        i = mOffs[num_experts - 1] * (2 * self.cfg.n) + bid * 256 + tidx
+        while i < cute.size(mDflat):
+            mDflat[i] = mDflat.element_type(0)
+            i += step
         if cutlass.const_expr(self.cfg.generate_dbias):
             i = bid * 256 + tidx
             while i < cute.size(mWs):
