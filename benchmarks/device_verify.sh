@@ -14,7 +14,7 @@ t() { local name=$1; shift; local t0=$SECONDS
 t gpu_tests python3 -m pytest -m gpu tests/gpu -q -p no:cacheprovider -rs
 t framework_tests python3 -m pytest -m gpu tests/test_jax_ffi.py tests/test_torch_integration.py \
   tests/test_jax.py tests/test_plan.py tests/test_api.py -q -p no:cacheprovider -rs
-for mode in ${SANITIZE_MODES:-dense discrete cluster cluster2x2}; do
+for mode in ${SANITIZE_MODES:-dense discrete cluster cluster2x2 coop}; do
   for tool in memcheck racecheck; do
     t "sanitize_${tool}_$mode" timeout 150 compute-sanitizer --report-api-errors no --tool $tool python3 tests/gpu/sanitize_sm90.py $mode
     grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_${tool}_$mode.log" | tail -1
