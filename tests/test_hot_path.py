@@ -105,3 +105,32 @@ def test_bad_pointer_table_fails_before_any_output_is_written(bad):
     with pytest.raises(ValueError, match=r"b_ptrs\[1\]"):
         cudnn_ext.grouped_gemm_dglu_wrapper(**kw, b_ptrs=ptrs, n=N, b_dtype=torch.bfloat16)
     assert dprob.eq(0).all()  # expert 0's contribution was not added before the failure
+
+
+def test_call_config_hash_is_cached_and_consistent_with_equality():
+    """The torch op's memo key holds a CallConfig: its hash is computed once per instance and
+    stays consistent with the field-wise equality (replace, copy and pickle included)."""
+    import copy
+    import dataclasses
+    import pickle
+
+    cfg = contract.CallConfig(act_func="dgeglu", geglu_alpha=1.5)
+    same = contract.CallConfig(act_func="dgeglu", geglu_alpha=1.5)
+    other = dataclasses.replace(cfg, geglu_alpha=1.0)
+    assert cfg == same and hash(cfg) == hash(same) and {cfg: 1}[same] == 1
+    assert cfg != other and other not in {cfg: 1}
+    assert cfg.__dict__["_hash"] == hash(cfg)  # cached after the first hash
+    for twin in (copy.copy(cfg), copy.deepcopy(cfg), pickle.loads(pickle.dumps(cfg))):
+        assert twin == cfg and hash(twin) == hash(cfg)
+    # str hashes are salted per process: a pickled config must not carry its cached hash
+    assert "_hash" not in cfg.__getstate__() and "_hash" in cfg.__dict__
+    assert "_hash" not in dataclasses.asdict(cfg) and "_hash" not in repr(cfg)
+
+
+def test_launch_stream_off_gpu_is_none():
+    """CPU tensors have no stream: the wrapper/class API enter no stream context for them."""
+    from cudnn_ext.api.streams import launch_stream, stream_key
+
+    cpu = torch.device("cpu")
+    assert launch_stream(None, cpu) is None
+    assert stream_key(None, cpu) is None

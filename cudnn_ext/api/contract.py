@@ -235,6 +235,12 @@ class CallConfig:
             object.__setattr__(self, "_hash", h)
         return h
 
+    def __getstate__(self):
+        # never carry the cached hash across processes: str hashes are salted per process
+        state = dict(self.__dict__)
+        state.pop("_hash", None)
+        return state
+
 
 def resolve_act(cfg: CallConfig, *, block_scaled: bool) -> ActConfig:
     check_choice("act_func", cfg.act_func, ACT_FUNCS)
