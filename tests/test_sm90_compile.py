@@ -184,6 +184,45 @@ def test_build_compiles_unless_deferred(monkeypatch):
     assert [k.init_outputs for k in compiled] == [False, True]
 
 
+@pytest.mark.parametrize("fresh", [False, True])
+def test_launch_passes_addresses_in_the_kernels_argument_order(monkeypatch, fresh):
+    """The plan's launch (no GPU: a recording stand-in for the compiled function, CPU tensors):
+    the 13 addresses in ``launch._ptr_specs`` order, then M, L, resident CTAs, the activation
+    constants and the stream handle; the fresh-outputs variant is a separate compiled function."""
+    import types
+
+    from cudnn_ext.engines import sm90
+
+    calls = []
+
+    def fake_compile(key):
+        return lambda *args: calls.append((key.init_outputs, args))
+
+    monkeypatch.setattr(sm90, "compile_cached", fake_compile)
+    monkeypatch.setitem(sm90.Sm90Plan._resident, (-1, 1), 132)  # CPU tensors: device index -1
+    L, n, k, m = 4, 96, 200, 1024
+    p = dataclasses.replace(_problem(n=n, k=k, m=m, L=L, act="dgeglu"), device_type="cpu")
+    p = dataclasses.replace(p, act=ActConfig(act_func="dgeglu", geglu_alpha=1.5, clamp_max=6.0,
+                                             clamp_min=-5.0, linear_offset=0.25))
+    plan = Sm90DgluEngine().build(p, Knobs.of(tile_n=128))
+    if not plan.key.tvm_ffi:
+        pytest.skip("apache-tvm-ffi is not installed: the launch packs DSL pointer objects")
+    t = lambda *shape, dt=torch.float32: torch.zeros(*shape, dtype=dt)  # noqa: E731
+    pack = {"a": t(m, k, dt=torch.bfloat16), "b": t(n, k, L, dt=torch.bfloat16),
+            "c": t(m, 2 * n, dt=torch.bfloat16), "d_row": t(m, 2 * n, dt=torch.bfloat16),
+            "padded_offsets": t(L, dt=torch.int32), "alpha": t(L), "beta": t(L), "prob": t(m),
+            "dprob": t(m), "dbias": t(L, 2 * n, dt=torch.bfloat16)}
+    ws = torch.empty(plan.workspace_size, dtype=torch.uint8)
+    (plan.execute_fresh if fresh else plan.execute)(pack, ws, types.SimpleNamespace(cuda_stream=77))
+    (init, args), = calls
+    ptr = {name: v.data_ptr() for name, v in pack.items()}
+    assert init is fresh
+    assert args[:13] == (ptr["a"], ptr["b"], ptr["c"], ptr["d_row"], ptr["padded_offsets"],
+                         ptr["alpha"], ptr["beta"], ptr["prob"], ptr["dprob"], ws.data_ptr(),
+                         ptr["a"], ptr["a"], ptr["dbias"])
+    assert args[13:] == (m, L, 132, 1.5, 6.0, -5.0, 0.25, 77)
+
+
 def test_clusters_only_for_dense_weights():
     """B multicast needs one B tensor map for the pair: discrete plans stay at cluster_m=1,
     and the kernel refuses the combination if asked directly."""

@@ -154,6 +154,9 @@ class Sm90Plan(CompiledPlan):
         # compiled functions by init_outputs (False: the contract, True: fresh outputs)
         self._fns = {False: compiled} if compiled is not None else {}
         self._cfg = key.kernel_config()
+        # the launch helpers, bound once (an import statement per call costs ~1 us of host time)
+        from ..kernels.sm90 import launch as _launch_mod
+        self._launch_helpers = _launch_mod
         act = problem.act
         self._consts = (float(act.geglu_alpha), float(act.clamp_max), float(act.clamp_min),
                         float(act.linear_offset))
@@ -185,13 +188,13 @@ class Sm90Plan(CompiledPlan):
             return self._layout.size
         return 4 * self._dbias_ws_elems
 
+    #: (device index, cluster size) -> resident CTAs, shared by every plan of the process
     _resident: Dict[tuple, int] = {}
 
-    def _resident_ctas(self, device) -> int:
-        """CTAs of this plan that can be resident at once on ``device`` (the persistent grid):
-        the SM count, or for clusters max active clusters x cluster size (a GPC's SM count
-        need not divide by the cluster size, so this can be below the SM count)."""
-        idx = device.index if device.index is not None else torch.cuda.current_device()
+    def _resident_ctas(self, idx: int) -> int:
+        """CTAs of this plan that can be resident at once on device ``idx`` (the persistent
+        grid): the SM count, or for clusters max active clusters x cluster size (a GPC's SM
+        count need not divide by the cluster size, so this can be below the SM count)."""
         cl = self.key.cluster_m * self.key.cluster_n
         n = self._resident.get((idx, cl))
         if n is None:
@@ -221,11 +224,9 @@ class Sm90Plan(CompiledPlan):
         self._launch(pack, workspace, stream, True)
 
     def _launch(self, pack, workspace, stream, init: bool) -> None:
-        from ..kernels.sm90.launch import launch, launch_tvm_ffi
-
         a, c = pack["a"], pack["c"]
-        m = int(c.shape[0])
-        num_experts = int(pack["padded_offsets"].shape[0])
+        m = c.shape[0]
+        num_experts = pack["padded_offsets"].shape[0]
         dbias = pack.get("dbias") if self.problem.generate_dbias else None
         if (dbias is not None or self._discrete) and workspace is None:
             raise ValueError(f"workspace: this plan needs {self.workspace_size} bytes, got None")
@@ -253,16 +254,17 @@ class Sm90Plan(CompiledPlan):
             # the kernel zeroes the fp32 workspace first and folds it into dbias last
             dbias.data_ptr() if dbias is not None else a.data_ptr(),
         )
-        fn = self._fn(init)
+        fn = self._fns.get(init) or self._fn(init)
+        dev = c.get_device()
         # None: the current stream of the tensors' device (its raw handle: no Stream object)
-        handle = (current_stream_handle(c.get_device()) if stream is None
-                  else stream.cuda_stream)
+        handle = current_stream_handle(dev) if stream is None else stream.cuda_stream
+        ctas = self._resident_ctas(dev)
         if self.key.tvm_ffi:
-            launch_tvm_ffi(fn, addrs, m, num_experts, self._resident_ctas(c.device),
-                           *self._consts, handle)
+            self._launch_helpers.launch_tvm_ffi(fn, addrs, m, num_experts, ctas, *self._consts,
+                                                handle)
         else:
-            launch(fn, self._cfg, addrs, m, num_experts, self._resident_ctas(c.device),
-                   *self._consts, handle)
+            self._launch_helpers.launch(fn, self._cfg, addrs, m, num_experts, ctas,
+                                        *self._consts, handle)
 
 
 class Sm90DgluEngine(Engine):
