@@ -107,6 +107,13 @@ def test_op_rejects_bad_input_with_named_errors():
     call(p)  # warm the memo for this metadata: alignment is still checked on the hot path
     with pytest.raises(ValueError, match="a_tensor: data pointer"):
         ct.grouped_gemm_dglu(misaligned, p["c"], p["offs"], p["alpha"], p["beta"], p["prob"], b=p["b"])
+    # and on the out= hot path, for a caller's output: named, nothing written
+    d_row, dprob = torch.zeros(1024, 128, dtype=BF), torch.zeros(1024)
+    call(p, out=(d_row, dprob, None))  # warm the memo for this metadata
+    off_dprob = torch.zeros(1024 + 1)[1:]
+    with pytest.raises(ValueError, match="out: dprob_tensor: data pointer"):
+        call(p, out=(d_row, off_dprob, None))
+    assert not off_dprob.any()
 
 
 def test_hot_path_does_not_revalidate(monkeypatch):

@@ -113,14 +113,21 @@ def run(a: torch.Tensor, c: torch.Tensor, offsets: torch.Tensor, alpha: torch.Te
         key += (_meta(out[0]), _meta(out[1]), _meta(out[2]))
     e = _memo.get(key) or _entry(key, a, c, b, b_ptrs, n, b_major, offsets, alpha, beta, prob, act,
                                  generate_dbias, d_dtype, engine, out)
-    # data pointers are not in the key: the contract's 16-byte rule is re-checked here (cheap)
-    named = (("a_tensor", a), ("c_tensor", c), ("prob_tensor", prob), ("alpha_tensor", alpha),
-             ("beta_tensor", beta), ("padded_offsets", offsets))
+    # data pointers are not in the key: the contract's 16-byte rule is re-checked here, on
+    # all pointers OR-ed together (the per-tensor loop, which names the culprit, only when
+    # one is off)
+    ptrs = (a.data_ptr() | c.data_ptr() | prob.data_ptr() | alpha.data_ptr() | beta.data_ptr()
+            | offsets.data_ptr())
     if out is not None:
-        named += (("d_row_tensor", out[0]), ("dprob_tensor", out[1]), ("dbias_tensor", out[2]))
-    for name, t in named:
-        if t is not None and t.data_ptr() & 15 and t.numel():
-            contract.check_aligned(name, t)
+        ptrs |= out[0].data_ptr() | out[1].data_ptr() | (out[2].data_ptr() if out[2] is not None else 0)
+    if ptrs & 15:
+        named = (("a_tensor", a), ("c_tensor", c), ("prob_tensor", prob), ("alpha_tensor", alpha),
+                 ("beta_tensor", beta), ("padded_offsets", offsets))
+        if out is not None:
+            named += (("d_row_tensor", out[0]), ("dprob_tensor", out[1]), ("dbias_tensor", out[2]))
+        for name, t in named:
+            if t is not None and t.data_ptr() & 15 and t.numel():
+                contract.check_aligned(name, t)
     problem = e.problem
     m, two_n = c.shape[0], c.shape[1]
     dev = c.device
