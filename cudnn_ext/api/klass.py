@@ -211,7 +211,13 @@ class GroupedGemmDglu:
         need = self._plan.workspace_size
         device = pack["c"].device
         stream = launch_stream(current_stream, device)
-        if workspace is None and need:
+        if workspace is None and need and device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            # inside a CUDA-graph capture: scratch from the graph's pool, owned by that graph
+            # (graphs captured on torch's shared default capture stream must not share one,
+            # nor with eager calls)
+            with on_stream(stream):
+                workspace = torch.empty(need, dtype=torch.uint8, device=device)
+        elif workspace is None and need:
             # one owned workspace per (device, stream): executes on two streams never share scratch
             slot = (device, stream_key(stream, device))
             workspace = self._workspace.get(slot)

@@ -37,6 +37,8 @@ CLUSTER_SHAPES = tuple((cm, 1) for cm in CLUSTER_MS) + ((2, 2),)
 #: M-tiles per raster group, per cluster size (the schedule sweeps N-tiles inside a group).
 RASTER_GROUP_M = {1: 8, 2: 4}
 _INT32_MAX = 2**31 - 1
+#: the current CUDA device's index without torch.cuda's Python layers (-1 on CPU-only torch)
+_current_device = getattr(torch._C, "_cuda_getDevice", lambda: -1)
 #: Bytes of one expert's B TMA descriptor in the workspace (discrete weights), vendor_facts 4.5.
 DESC_BYTES = 128
 
@@ -259,6 +261,13 @@ class Sm90Plan(CompiledPlan):
         # None: the current stream of the tensors' device (its raw handle: no Stream object)
         handle = current_stream_handle(dev) if stream is None else stream.cuda_stream
         ctas = self._resident_ctas(dev)
+        if dev != _current_device():  # tensors on another GPU: launch in that device's context
+            with torch.cuda.device(dev):
+                self._call(fn, addrs, m, num_experts, ctas, handle)
+        else:
+            self._call(fn, addrs, m, num_experts, ctas, handle)
+
+    def _call(self, fn, addrs, m, num_experts, ctas, handle) -> None:
         if self.key.tvm_ffi:
             self._launch_helpers.launch_tvm_ffi(fn, addrs, m, num_experts, ctas, *self._consts,
                                                 handle)

@@ -25,6 +25,12 @@ unit also spans 2 N-tiles and A k-tiles are multicast the same way along N.
   the accumulator registers. The mainloops alternate strictly (named barriers 2 and 3), so
   one warpgroup's epilogue runs while the other's mainloop keeps the tensor cores busy.
 
+Cooperative schedule (``cooperative``, an explicit knob: measured slower than ping-pong on
+the benchmark shapes, see docs/kernels.md): both math warpgroups share every 128-row tile,
+warpgroup w owning rows 64w..64w+63 (tile_n up to 256), both consume every A/B stage, and
+each has a private ring of 64-row C blocks (its C producer warp loads only its rows) and
+TMA-stores its own D half-blocks; no ping-pong barriers.
+
 Epilogue (per 32-column block j, both 64-row halves): gate/up come from shared memory (C
 block j), the activation derivative is computed in fp32 (``epilogue_math``); when D has C's
 type, each thread writes its D values over the C elements it read and the warpgroup's warp 0
@@ -204,6 +210,14 @@ class GroupedDgluSm90:
         self.cfg = cfg
         self.tile_n = cfg.tile_n
         self.ab_stages = cfg.stages()
+        if self.ab_stages < 2:
+            # one stage would deadlock the mainloop (it waits for the next k-tile before it
+            # releases the current one)
+            raise ValueError(
+                f"ab_stages: {self.ab_stages} A/B shared-memory stage(s) with tile_n="
+                f"{cfg.tile_n}, c_stages={cfg.c_ring()}, C {cfg.c_dtype.__name__}, dbias="
+                f"{cfg.generate_dbias}, cooperative={cfg.cooperative}; the kernel needs at least 2 "
+                f"(fewer C stages or a narrower tile leave room for them)")
         self.tile_shape_mnk = (TILE_M, cfg.tile_n, TILE_K)
         self.num_n_tiles = cfg.num_n_tiles()
         self.k_tile_cnt = (cfg.k + TILE_K - 1) // TILE_K
