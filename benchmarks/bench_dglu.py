@@ -128,6 +128,23 @@ def run_cudnn_ext(pack, K, N, knobs=None, dbias=True, weight_mode="dense"):
         knobs=dict(knobs.values), first_compile_s=compile_seconds(plan.key) or build_s)
 
 
+def variant_knobs(v):
+    """Knobs of a variant string t<tile_n>c<c_stages>[m<cluster_m>][n<cluster_n>][s<ab_stages>]
+    [r<raster_group_m>][k] (k: the cooperative schedule), e.g. 't128c1m2', 't256c2m2k'."""
+    from cudnn_ext.engines.base import Knobs
+    from cudnn_ext.engines.sm90 import RASTER_GROUP_M
+
+    mt = re.fullmatch(r"t(\d+)c(\d+)(?:m(\d+))?(?:n(\d+))?(?:s(\d+))?(?:r(\d+))?(k?)", v)
+    if not mt:
+        raise ValueError(f"variant {v!r}: expected t<tile_n>c<c_stages>[m<cluster_m>]"
+                         "[n<cluster_n>][s<ab_stages>][r<raster_group_m>][k]")
+    cl = int(mt[3] or 1)
+    return Knobs.of(tile_n=int(mt[1]), c_stages=int(mt[2]), cluster_m=cl,
+                    cluster_n=int(mt[4] or 1), stages=int(mt[5] or 0),
+                    raster_group_m=int(mt[6] or RASTER_GROUP_M[cl]), cooperative=bool(mt[7]),
+                    scheduler="static_persistent")
+
+
 def run_grouped_mm(pack):
     a, offs = pack["a"], pack["padded_offsets"]
     bt = pack["b"].permute(2, 1, 0)  # (L, K, N), K contiguous
@@ -252,20 +269,8 @@ def main(argv=None):
                                          scheduler="static_persistent")
                     fn, extra = run_cudnn_ext(pack, K, N, knobs)
                 elif impl.startswith("cudnn_ext:"):
-                    from cudnn_ext.engines.base import Knobs
                     v = impl.split(":", 1)[1]
-                    mt = re.fullmatch(
-                        r"t(\d+)c(\d+)(?:m(\d+))?(?:n(\d+))?(?:s(\d+))?(?:r(\d+))?(k?)", v)
-                    if not mt:
-                        raise ValueError(f"variant {v!r}: expected t<tile_n>c<c_stages>[m<cluster_m>]"
-                                         "[n<cluster_n>][s<ab_stages>][r<raster_group_m>][k]")
-                    from cudnn_ext.engines.sm90 import RASTER_GROUP_M
-                    cl = int(mt[3] or 1)
-                    knobs = Knobs.of(tile_n=int(mt[1]), c_stages=int(mt[2]),
-                                     cluster_m=cl, cluster_n=int(mt[4] or 1), stages=int(mt[5] or 0),
-                                     raster_group_m=int(mt[6] or RASTER_GROUP_M[cl]),
-                                     cooperative=bool(mt[7]), scheduler="static_persistent")
-                    fn, extra = run_cudnn_ext(pack, K, N, knobs)
+                    fn, extra = run_cudnn_ext(pack, K, N, variant_knobs(v))
                     row.update(impl="cudnn_ext", variant=v)
                 elif impl == "cudnn_ext_discrete":
                     fn, extra = run_cudnn_ext_discrete(pack, K, N)
