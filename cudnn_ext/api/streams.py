@@ -20,6 +20,8 @@ def as_torch_stream(current_stream, device: torch.device):
 
 
 _raw_current = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+#: the current CUDA device's index without torch.cuda's Python layers (-1 on CPU-only torch)
+current_device_index = getattr(torch._C, "_cuda_getDevice", lambda: -1)
 
 
 def launch_stream(current_stream, device: torch.device):
@@ -27,7 +29,7 @@ def launch_stream(current_stream, device: torch.device):
     is: no stream given and the tensors on the current device (then engines launch on the
     current stream's raw handle and no stream context is entered; a Stream object plus a
     context cost several microseconds per call on a slow host). Otherwise the torch stream."""
-    if current_stream is None and device.type == "cuda" and device.index == torch._C._cuda_getDevice():
+    if current_stream is None and device.type == "cuda" and device.index == current_device_index():
         return None
     return as_torch_stream(current_stream, device)
 
