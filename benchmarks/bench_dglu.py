@@ -95,14 +95,14 @@ def _cumsum(xs):
         yield s
 
 
-def run_cudnn_ext_discrete(pack, K, N, dbias=True):
+def run_cudnn_ext_discrete(pack, K, N, dbias=True, knobs=None):
     """The engine on per-expert weight allocations (the same values as the dense B)."""
     b = pack["b"]  # (N, K, L) view of (L, N, K)
     weights = [b[:, :, e].contiguous() for e in range(b.shape[2])]
     dpack = dict(pack, b=None, b_ptrs=torch.tensor([w.data_ptr() for w in weights],
                                                     dtype=torch.int64, device="cuda"))
     dpack["_keep"] = weights  # the table does not own the experts' memory
-    fn, extra = run_cudnn_ext(dpack, K, N, dbias=dbias, weight_mode="discrete")
+    fn, extra = run_cudnn_ext(dpack, K, N, knobs=knobs, dbias=dbias, weight_mode="discrete")
     return fn, extra
 
 
@@ -243,13 +243,18 @@ def main(argv=None):
                     help="extra cudnn_ext knob sets, e.g. 't128c1,t128c1m2' (tile_n, c_stages, "
                          "optional m<cluster_m>, n<cluster_n>, s<ab_stages>, r<raster_group_m>, "
                          "and a trailing k for the cooperative schedule, e.g. 't256c2m2k')")
+    ap.add_argument("--discrete-variants", default="",
+                    help="knob sets for the discrete-weights engine (same syntax), e.g. 't128c1,t128c1m2'")
+    ap.add_argument("--no-dbias", action="store_true", help="run the cudnn_ext rows without dbias")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
+    dbias = not args.no_dbias
 
     dev_name = torch.cuda.get_device_name()
     rows = []
     impls = args.impls.split(",")
     impls += [f"cudnn_ext:{v}" for v in args.variants.split(",") if v]
+    impls += [f"cudnn_ext_discrete:{v}" for v in args.discrete_variants.split(",") if v]
     for name in args.shapes.split(","):
         L, per, K, N = SHAPES[name]
         sizes = group_sizes(name, L, per)
@@ -259,6 +264,8 @@ def main(argv=None):
         pack = make_inputs(sizes, K, N)
         for impl in impls:
             row = dict(shape=name, impl=impl, L=L, M=total, K=K, N=N)
+            if impl.startswith("cudnn_ext"):
+                row["dbias"] = dbias
             try:
                 extra = {}
                 if impl == "cudnn_ext":
@@ -267,13 +274,17 @@ def main(argv=None):
                         from cudnn_ext.engines.base import Knobs
                         knobs = Knobs.of(tile_n=args.tile_n, stages=0, raster_group_m=8,
                                          scheduler="static_persistent")
-                    fn, extra = run_cudnn_ext(pack, K, N, knobs)
+                    fn, extra = run_cudnn_ext(pack, K, N, knobs, dbias=dbias)
                 elif impl.startswith("cudnn_ext:"):
                     v = impl.split(":", 1)[1]
-                    fn, extra = run_cudnn_ext(pack, K, N, variant_knobs(v))
+                    fn, extra = run_cudnn_ext(pack, K, N, variant_knobs(v), dbias=dbias)
                     row.update(impl="cudnn_ext", variant=v)
+                elif impl.startswith("cudnn_ext_discrete:"):
+                    v = impl.split(":", 1)[1]
+                    fn, extra = run_cudnn_ext_discrete(pack, K, N, dbias=dbias, knobs=variant_knobs(v))
+                    row.update(impl="cudnn_ext", variant=f"discrete:{v}")
                 elif impl == "cudnn_ext_discrete":
-                    fn, extra = run_cudnn_ext_discrete(pack, K, N)
+                    fn, extra = run_cudnn_ext_discrete(pack, K, N, dbias=dbias)
                     row.update(impl="cudnn_ext", variant="discrete")  # the issue's impl names
                 elif impl == "torch_grouped_mm":
                     fn = run_grouped_mm(pack)

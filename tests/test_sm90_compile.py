@@ -223,12 +223,12 @@ def test_launch_passes_addresses_in_the_kernels_argument_order(monkeypatch, fres
     assert args[13:] == (m, L, 132, 1.5, 6.0, -5.0, 0.25, 77)
 
 
-def test_clusters_only_for_dense_weights():
-    """B multicast needs one B tensor map for the pair: discrete plans stay at cluster_m=1,
-    and the kernel refuses the combination if asked directly."""
+def test_cluster_shapes_per_weight_mode():
+    """Discrete weights get 2x1 clusters (the CTA pair shares one expert, hence one
+    device-built descriptor) but not 2x2."""
     eng = Sm90DgluEngine()
     assert {k.get("cluster_m") for k in eng.knob_space(_problem())} == set(CLUSTER_MS)
-    assert {k.get("cluster_m") for k in eng.knob_space(_problem(weight_mode="discrete"))} == {1}
+    assert {k.get("cluster_m") for k in eng.knob_space(_problem(weight_mode="discrete"))} == {1, 2}
     assert {k.get("cluster_n", 1) for k in eng.knob_space(_problem(weight_mode="discrete"))} == {1}
     assert {k.get("cluster_n", 1) for k in eng.knob_space(_problem())} == {1, 2}
     best = min(eng.knob_space(_problem(m=32768, n=2048, k=7168)),
@@ -236,8 +236,10 @@ def test_clusters_only_for_dense_weights():
     assert (best.get("tile_n"), best.get("cluster_m")) == (128, 2)
 
 
-#: Discrete B (b_ptrs): per-expert TMA descriptors built on the device by a helper kernel.
-_DISCRETE = [("k", 128, "dswiglu", True), ("n", 128, "dgeglu", True), ("n", 64, "dswiglu", False)]
+#: Discrete B (b_ptrs): per-expert TMA descriptors built on the device by a helper kernel,
+#: alone and in 2x1 clusters (multicast half-box descriptors)
+_DISCRETE = [("k", 128, "dswiglu", True, 1), ("n", 128, "dgeglu", True, 1),
+             ("n", 64, "dswiglu", False, 1), ("k", 128, "dgeglu", True, 2), ("n", 64, "dswiglu", True, 2)]
 
 #: Dense N-major B ((N, K, L) with strides (1, N, N*K)): both cluster sizes.
 _DENSE_N = [(128, 2, "dswiglu", True), (64, 1, "dgeglu", False)]
@@ -257,19 +259,21 @@ def test_dense_n_major_variant_compiles_for_sm90a(tile_n, cluster_m, act, dbias)
 
 
 @needs_dsl
-@pytest.mark.parametrize("b_major,tile_n,act,dbias", _DISCRETE,
-                         ids=[f"{b}major-t{t}-{a}-dbias{int(d)}" for b, t, a, d in _DISCRETE])
-def test_discrete_variant_compiles_for_sm90a(b_major, tile_n, act, dbias):
+@pytest.mark.parametrize("b_major,tile_n,act,dbias,cluster_m", _DISCRETE,
+                         ids=[f"{b}major-t{t}-{a}-dbias{int(d)}-cl{c}" for b, t, a, d, c in _DISCRETE])
+def test_discrete_variant_compiles_for_sm90a(b_major, tile_n, act, dbias, cluster_m):
     from cudnn_ext.engines.sm90 import compile_cached
 
     p = _problem(act=act, dbias=dbias, weight_mode="discrete", b_major=b_major)
     assert Sm90DgluEngine().check_support(p) == []
-    compiled = compile_cached(Sm90CompileKey.of(p, Knobs.of(tile_n=tile_n)))
-    assert compiled is not None
+    knobs = Knobs.of(tile_n=tile_n, stages=0, raster_group_m=RASTER_GROUP_M[cluster_m],
+                     scheduler="static_persistent", cluster_m=cluster_m)
+    assert knobs in Sm90DgluEngine().knob_space(p)
+    assert compile_cached(Sm90CompileKey.of(p, knobs)) is not None
 
 
 @needs_dsl
-def test_kernel_refuses_clusters_with_discrete_weights():
+def test_kernel_refuses_unsupported_cluster_shapes():
     import cutlass
 
     from cudnn_ext.kernels.sm90.dglu_kernel import GroupedDgluSm90, Sm90KernelConfig
@@ -277,8 +281,9 @@ def test_kernel_refuses_clusters_with_discrete_weights():
     cfg = Sm90KernelConfig(n=64, k=64, ab_dtype=cutlass.BFloat16, c_dtype=cutlass.BFloat16,
                            d_dtype=cutlass.BFloat16, act_func="dswiglu", generate_dbias=False,
                            weight_mode="discrete", cluster_m=2)
-    with pytest.raises(ValueError, match="cluster_m"):
-        GroupedDgluSm90(cfg)
+    GroupedDgluSm90(cfg)  # 2x1 with discrete B: accepted
+    with pytest.raises(ValueError, match="cluster_n must be 1 with discrete B"):
+        GroupedDgluSm90(dataclasses.replace(cfg, cluster_n=2))
     with pytest.raises(ValueError, match="cluster_m"):
         GroupedDgluSm90(dataclasses.replace(cfg, weight_mode="dense", cluster_m=4))
     with pytest.raises(ValueError, match="cluster_n"):

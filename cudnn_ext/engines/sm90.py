@@ -327,12 +327,13 @@ class Sm90DgluEngine(Engine):
         return why
 
     def knob_space(self, problem: DgluProblem):
-        """tile_n x cluster shape (1x1, 2x1: B multicast, 2x2: A and B multicast); clusters
-        for dense weights only (one B tensor map per cluster). Raster
+        """tile_n x cluster shape (1x1, 2x1: B multicast, 2x2: A and B multicast); discrete
+        weights get 1x1 and 2x1 (the CTA pair shares one expert, so one device-built
+        descriptor serves both halves of the multicast). Raster
         groups of 4 M-tiles with clusters: side by side on the H200 (bench_dglu variants
         t128c1m2r4 vs r8, results/NVIDIA_H200-2026-11-30-raster-stages.json) qwen3 0.135 vs
         0.147 ms, mixtral 3.17 vs 3.23, skew 0.492 vs 0.499, dsv3 1.444 vs 1.435."""
-        shapes = CLUSTER_SHAPES if problem.weight_mode == "dense" else ((1, 1),)
+        shapes = CLUSTER_SHAPES if problem.weight_mode == "dense" else ((1, 1), (2, 1))
         return [Knobs.of(tile_n=t, stages=0, raster_group_m=RASTER_GROUP_M[cm],
                          scheduler="static_persistent", cluster_m=cm,
                          **({"cluster_n": cn} if cn > 1 else {}))

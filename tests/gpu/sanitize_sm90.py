@@ -1,6 +1,6 @@
 """One small SM90 case, for compute-sanitizer (memcheck / racecheck) runs on the device:
 
-    compute-sanitizer --tool memcheck python3 tests/gpu/sanitize_sm90.py [dense|discrete|cluster|cluster2x2|densen|fresh|coop]
+    compute-sanitizer --tool memcheck python3 tests/gpu/sanitize_sm90.py [dense|discrete|discretecl|cluster|cluster2x2|densen|fresh|coop]
 
 ``discrete`` runs the per-expert pointer variant (N-major, device-built descriptors);
 ``cluster`` the 2-CTA cluster variant (B multicast); ``cluster2x2`` the 2x2 cluster (A and
@@ -25,6 +25,9 @@ if __name__ == "__main__":
         case = Case([512, 0, 768], 160, 200, "dgeglu", tile_n=128, cluster_m=2, cluster_n=2)
     elif mode == "densen":
         case = Case([512, 0, 768], 160, 200, "dgeglu", tile_n=128, cluster_m=2, b_major="n")
+    elif mode == "discretecl":  # discrete B in 2x1 clusters (multicast through one descriptor)
+        case = Case([512, 0, 768], 160, 200, "dgeglu", tile_n=128, weight_mode="discrete",
+                    b_major="k", cluster_m=2)
     elif mode == "discrete":
         case = Case([512, 0, 768], 160, 200, "dgeglu", tile_n=128, weight_mode="discrete",
                     b_major="n")

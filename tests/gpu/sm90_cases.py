@@ -341,5 +341,13 @@ def discrete_cases() -> list:
             Case([256] * 64, 64, 64, "dswiglu", weight_mode="discrete", b_major=bm),
             Case([2048, 256, 0, 4096, 1024, 512, 256, 2048], 512, 1416, "dgeglu",
                  weight_mode="discrete", b_major=bm),
+            # 2x1 clusters: the CTA pair multicasts its expert's B through one descriptor
+            Case([256, 0, 768, 256], 96, 200, "dswiglu", weight_mode="discrete", b_major=bm,
+                 cluster_m=2),
+            Case([512, 256], 160, 128, "dgeglu", torch.float32, torch.float16, dbias=False,
+                 tile_n=64, weight_mode="discrete", b_major=bm, cluster_m=2),
+            Case([256] * 64, 64, 64, "dswiglu", weight_mode="discrete", b_major=bm, cluster_m=2),
+            Case([2048, 256, 0, 4096, 1024, 512, 256, 2048], 512, 1416, "dgeglu",
+                 weight_mode="discrete", b_major=bm, cluster_m=2),
         ]
     return out

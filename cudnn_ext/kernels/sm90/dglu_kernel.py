@@ -110,7 +110,8 @@ class Sm90KernelConfig:
     # read of the offsets), and the dbias fold assigns instead of adding. Without it the
     # contract applies (dprob/dbias accumulated into, D's tail rows untouched).
     init_outputs: bool = False
-    # CTAs per cluster along M (1 or 2; dense B only). With 2, the two CTAs of a cluster own
+    # CTAs per cluster along M (1 or 2; with discrete B the pair shares its expert's
+    # descriptor). With 2, the two CTAs of a cluster own
     # the two 128-row halves of one 256-row slab (one expert: offsets are 256-aligned) and
     # the same N-tile, walk identical tile sequences, and each TMA-loads half of every B
     # k-tile multicast into both CTAs' shared memory: half the L2->SM traffic for B.
@@ -199,9 +200,10 @@ class GroupedDgluSm90:
             raise ValueError(f"act_func {cfg.act_func!r} is not supported by the SM90 kernel")
         if cfg.weight_mode not in ("dense", "discrete") or cfg.b_major not in ("k", "n"):
             raise ValueError(f"weight_mode/b_major {cfg.weight_mode!r}/{cfg.b_major!r} unsupported")
-        if cfg.cluster_m not in (1, 2) or (cfg.cluster_m == 2 and cfg.discrete()):
-            raise ValueError(f"cluster_m must be 1, or 2 with dense B, got {cfg.cluster_m} "
-                             f"({cfg.weight_mode} B)")
+        if cfg.cluster_m not in (1, 2):
+            raise ValueError(f"cluster_m must be 1 or 2, got {cfg.cluster_m}")
+        if cfg.discrete() and cfg.cluster_n != 1:
+            raise ValueError(f"cluster_n must be 1 with discrete B, got {cfg.cluster_n}")
         if cfg.init_outputs and cfg.generate_dbias and not cfg.fold_dbias:
             raise ValueError("init_outputs with dbias needs fold_dbias (the fold writes dbias)")
         if cfg.cluster_n not in (1, 2) or (cfg.cluster_n == 2 and cfg.cluster_m != 2):
@@ -362,6 +364,8 @@ class GroupedDgluSm90:
         if cutlass.const_expr(cfg.discrete()):
             # Same stream, before the main kernel: stream order makes the descriptors
             # complete before any CTA of the main kernel reads them.
+            # (with a 2-CTA cluster, the descriptors have the multicast half-box of the
+            # template, and both CTAs of a pair use their shared expert's descriptor)
             self.build_b_descriptors(b_ptrs_ptr, b_desc_ptr, b_smem).launch(
                 grid=(num_experts, 1, 1), block=[32, 1, 1], stream=stream)
         self.kernel(
@@ -448,9 +452,11 @@ class GroupedDgluSm90:
                                  assumed_align=16)
             mBe = cute.make_tensor(
                 base, cute.make_layout((self.cfg.n, self.cfg.k, 1), stride=self._b_stride()))
+            cm = self.cfg.cluster_m
+            op = (cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp() if cm > 1
+                  else cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp())
             atom, _ = cute.nvgpu.cpasync.make_tiled_tma_atom(
-                cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp(), mBe, b_smem,
-                (self.tile_n, TILE_K))
+                op, mBe, b_smem, (self.tile_n, TILE_K), num_multicast=cm)
             # The DSL's device-side encoding of this rank-2 map writes only the first 64
             # bytes (PTX: 4 x st.global.v2.b64); zero the rest so every byte of the 128-B
             # slot is defined whatever the workspace held before.
@@ -714,8 +720,11 @@ class GroupedDgluSm90:
                     bar = ab_pipe.producer_get_barrier(state)
                     cute.copy(tma_atom_a, tAgA[(None, m_tile, kt)], tAsA[(None, state.index)],
                               tma_bar_ptr=bar)
+                    # a cluster pair shares the expert (one 256-row slab): each CTA loads its
+                    # half of the B k-tile through the expert's descriptor, multicast to both
                     cute.copy(tma_atom_b, tBgB[(None, n_tile, kt, 0)],
-                              tBsB[(None, state.index)], tma_bar_ptr=bar, tma_desc_ptr=desc)
+                              tBsB[(None, state.index)], tma_bar_ptr=bar, tma_desc_ptr=desc,
+                              mcast_mask=b_mask)
                     ab_pipe.producer_commit(state)
                     state.advance()
             else:
