@@ -326,8 +326,8 @@ def test_kernel_tile_n_limit_depends_on_the_schedule():
         GroupedDgluSm90(dataclasses.replace(cfg, cooperative=True, tile_n=288))
 
 
-#: The cooperative schedule (both math warpgroups on one 128-row tile; explicit knob only,
-#: measured slower than ping-pong on the benchmark shapes, so never picked by heuristics)
+#: The cooperative schedule (both math warpgroups on one 128-row tile) in configurations the
+#: heuristics never pick (dbias on, N < 256, fp32 D): explicit knobs only
 _COOP = [(256, 2, "dswiglu", True, torch.bfloat16), (128, 1, "dgeglu", False, torch.float32)]
 
 
