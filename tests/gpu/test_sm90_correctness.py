@@ -68,3 +68,20 @@ def test_sm90_m_is_runtime():
     before = len(sm90._compiled)
     run_and_check(Case([1024, 256, 0, 512], 128, 128))
     assert len(sm90._compiled) == before
+
+
+@pytest.mark.parametrize("fresh", [False, True], ids=["contract", "fresh"])
+def test_sm90_heuristics_choice_without_dbias_is_cooperative_and_correct(fresh):
+    """What the engine itself picks without dbias on whole 256-column tiles (the cooperative
+    128 x 256 schedule in 2x1 clusters), run as the class API (contract) and the functional
+    op (fresh outputs) would: empty experts, rows past the last offset, a K tail."""
+    skip_unless_sm90()
+    from cudnn_ext.engines.sm90 import COOPERATIVE_KNOBS, Sm90DgluEngine
+    from sm90_cases import make_pack
+
+    case = Case([512, 0, 1024, 256, 768], 512, 1416, "dswiglu", dbias=False)
+    eng = Sm90DgluEngine()
+    problem, _ = make_pack(case)
+    knobs = min(eng.knob_space(problem), key=lambda k: eng.cost(problem, k))
+    assert knobs == COOPERATIVE_KNOBS
+    print(run_and_check(case, engine=eng, knobs=knobs, fresh=fresh))
