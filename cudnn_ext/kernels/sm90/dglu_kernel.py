@@ -1021,28 +1021,35 @@ class GroupedDgluSm90:
     def _dbias_block(self, col_gate, col_up, sDb, wg, j, tidx):
         """Column sums of one 32-column block over this warp's 16 rows of both halves.
 
-        The 8 quads of a warp hold the same columns -> butterfly over lane bits 2-4, then
-        lanes 0-3 write their 8 gate and 8 up column sums to the warp's slice of ``sDb``
-        (tile-local C column: accumulator column nl sits at nl + 32 * (nl // 32), up + 32)."""
+        The 8 quads of a warp (lane bits 2-4) hold the same 16 columns (8 gate, 8 up) for
+        different rows. A butterfly reduce-scatter sums them: at each lane bit the pair of
+        lanes swaps halves of its remaining values (send one half, keep and add the other),
+        so 8 + 4 + 2 = 14 shuffles leave every lane with 2 finished sums, instead of 3
+        shuffles per value (48) leaving lanes 0-3 with all 16. Lane bit 2 then holds gate
+        (0) or up (1), bits 3-4 the 8-column group, and every lane stores its 2 adjacent
+        columns to the warp's slice of ``sDb`` (tile-local C column: accumulator column nl
+        sits at nl + 32 * (nl // 32), up + 32)."""
         lane = tidx % 32
-        # this lane's slot of column 64 j + 8 (c // 2) + c % 2 (fragment layout: accumulator
-        # column 8 g + 2 (lane % 4) + bit, in block j = g // 4): one base register plus
-        # compile-time offsets (indexing through the coordinate tensor spilled: ptxas kept
-        # every block's addresses live)
-        base = 2 * (lane % 4) + sDb.layout(((0, (tidx % 128) // 32, wg)))
-        for c in cutlass.range_constexpr(8):
-            g = col_gate[c]
-            u = col_up[c]
-            for b in cutlass.range_constexpr(3):
-                g = g + cute.arch.shuffle_sync_bfly(g, offset=4 << b)
-                u = u + cute.arch.shuffle_sync_bfly(u, offset=4 << b)
-            col_gate[c] = g
-            col_up[c] = u
-        if lane < 4:
-            for c in cutlass.range_constexpr(8):
-                col = 64 * j + 8 * (c // 2) + c % 2
-                sDb[base + col] = col_gate[c]
-                sDb[base + col + 32] = col_up[c]
+        vals = list(col_gate) + list(col_up)  # slot s: gate s (< 8), up s - 8
+        for lvl in cutlass.range_constexpr(3):
+            half = len(vals) // 2
+            upper = ((lane >> (2 + lvl)) & 1) == 1
+            nxt = []
+            for i in cutlass.range_constexpr(half):
+                lo, hi = vals[i], vals[i + half]
+                send = Float32(cutlass.select_(upper, lo, hi))
+                keep = Float32(cutlass.select_(upper, hi, lo))
+                nxt.append(keep + cute.arch.shuffle_sync_bfly(send, offset=4 << lvl))
+            vals = nxt
+        # vals[i] is original slot i + 2*b4 + 4*b3 + 8*b2 (b_k = lane bit k): gate/up from b2,
+        # group (slot // 2) = b4 + 2*b3, column bit i
+        b2 = (lane >> 2) & 1
+        b3 = (lane >> 3) & 1
+        b4 = (lane >> 4) & 1
+        base = (sDb.layout(((0, (tidx % 128) // 32, wg))) + 2 * (lane % 4)
+                + 8 * (b4 + 2 * b3) + 32 * b2)
+        for i in cutlass.range_constexpr(2):
+            sDb[base + 64 * j + i] = vals[i]
 
     @cute.jit
     def _dbias_flush(self, sDb, wg, wg_sync, mDbias, expert, n0, tidx):
