@@ -17,3 +17,5 @@ t racecheck timeout 120 compute-sanitizer --report-api-errors no --tool racechec
 grep -E 'RACECHECK SUMMARY' "$OUT/racecheck.log" | tail -1
 t bench python3 benchmarks/bench_dglu.py --impls cudnn_ext,torch_grouped_mm --reps 20 --warmup 3 --out "$OUT/bench.json"
 grep -E "^(dsv3|qwen3|mixtral|skew) " "$OUT/bench.log"
+t bench_nodbias python3 benchmarks/bench_dglu.py --impls cudnn_ext --variants t128c1m2 --no-dbias --reps 20 --warmup 3 --out "$OUT/bench_nodbias.json"
+grep -E "^(dsv3|qwen3|mixtral|skew) " "$OUT/bench_nodbias.log"
