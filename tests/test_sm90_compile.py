@@ -144,10 +144,11 @@ def test_every_variant_compiles_for_sm90a(tile_n, cluster_m, act, dbias, c, d, c
     knobs = Knobs.of(tile_n=tile_n, stages=0, raster_group_m=RASTER_GROUP_M[cluster_m],
                      scheduler="static_persistent", cluster_m=cluster_m)
     assert knobs in Sm90DgluEngine().knob_space(p)
-    # fp32 C (twice the gate/up registers) spills a few bytes in the epilogue (12 B at
-    # tile 128 with dbias); the bf16 C/D kernels, the ones the benchmarks run, spill nothing
+    # fp32 C (twice the gate/up registers) spills a few bytes in the epilogue of a partial
+    # last N-tile (N = 96 here: 20-32 B at tile 128); the bf16 C/D kernels, the ones the
+    # benchmarks run, spill nothing
     bf16 = c == d == torch.bfloat16
-    assert _compile_checked(Sm90CompileKey.of(p, knobs), capfd, 0 if bf16 else 64) is not None
+    assert _compile_checked(Sm90CompileKey.of(p, knobs), capfd, 0 if bf16 else 32) is not None
 
 
 #: 2x2 clusters (A and B multicast): both tiles, both activations, dbias on/off, N-major B
@@ -360,7 +361,8 @@ def test_cooperative_is_selected_only_without_dbias_on_whole_256_column_tiles():
     assert best(dbias=False, act="dgeglu", c=torch.float16, d=torch.float16) == COOPERATIVE_KNOBS
     for kw in (dict(dbias=True), dict(dbias=False, weight_mode="discrete"),
                dict(dbias=False, d=torch.float32), dict(dbias=False, c=torch.float32),
-               dict(dbias=False, n=96), dict(dbias=False, n=640)):
+               dict(dbias=False, n=96), dict(dbias=False, n=640),
+               dict(dbias=False, m=4096, n=512)):  # 64 wide tiles: too few for 132 SMs
         choice = best(**kw)
         assert not choice.get("cooperative", False), (kw, choice)
         assert choice.get("tile_n") == 128 and choice.get("cluster_m") == 2

@@ -40,6 +40,8 @@ RASTER_GROUP_M = {1: 8, 2: 4}
 #: The cooperative schedule's one selectable configuration (see _cooperative_applies)
 COOPERATIVE_KNOBS = Knobs.of(tile_n=256, c_stages=2, stages=0, raster_group_m=RASTER_GROUP_M[2],
                              scheduler="static_persistent", cluster_m=2, cooperative=True)
+#: 128 x 256 tiles below which ping-pong 128 x 128 keeps the GPU busier (two waves, 132 SMs)
+_COOP_MIN_TILES = 264
 _INT32_MAX = 2**31 - 1
 #: Bytes of one expert's B TMA descriptor in the workspace (discrete weights), vendor_facts 4.5.
 DESC_BYTES = 128
@@ -58,12 +60,12 @@ class Sm90CompileKey:
     act_func: str
     generate_dbias: bool
     weight_mode: str  # "dense" | "discrete" (b_ptrs: per-expert TMA descriptors)
-    b_major: str  # "k" | "n" (n only with discrete)
+    b_major: str  # "k" | "n" (dense or discrete)
     tile_n: int
     ab_stages: int
     raster_group_m: int
     c_stages: int = 0
-    #: CTAs per cluster along M (2: B k-tiles multicast to both CTAs; dense B only)
+    #: CTAs per cluster along M (2: B k-tiles multicast to both CTAs; dense or discrete B)
     cluster_m: int = 1
     #: CTAs per cluster along N (2, with cluster_m 2: A k-tiles multicast too; dense B only)
     cluster_n: int = 1
@@ -336,7 +338,8 @@ class Sm90DgluEngine(Engine):
         descriptor serves both halves of the multicast). Raster
         groups of 4 M-tiles with clusters: side by side on the H200 (bench_dglu variants
         t128c1m2r4 vs r8, results/NVIDIA_H200-2026-11-30-raster-stages.json) qwen3 0.135 vs
-        0.147 ms, mixtral 3.17 vs 3.23, skew 0.492 vs 0.499, dsv3 1.444 vs 1.435."""
+        0.147 ms, mixtral 3.17 vs 3.23, skew 0.492 vs 0.499, dsv3 1.444 vs 1.435. Plus the
+        cooperative 128 x 256 configuration where it applies (``_cooperative_applies``)."""
         shapes = CLUSTER_SHAPES if problem.weight_mode == "dense" else ((1, 1), (2, 1))
         space = [Knobs.of(tile_n=t, stages=0, raster_group_m=RASTER_GROUP_M[cm],
                           scheduler="static_persistent", cluster_m=cm,
@@ -353,12 +356,15 @@ class Sm90DgluEngine(Engine):
         other warpgroup's MMAs, so it wins only where the epilogue is light: on the H200
         without dbias it beat ping-pong on all four benchmark shapes (dsv3 1.356 vs 1.417 ms,
         qwen3 0.116 vs 0.118, mixtral 3.056 vs 3.133, skew 0.456 vs 0.472;
+        the smallest of them has 384 such tiles; below _COOP_MIN_TILES, two waves on a
+        132-SM GPU, the halved tile count of the wider tiles is not worth it (unmeasured);
         results/NVIDIA_H200-2026-11-30-nodbias.json), with dbias it lost on three
         (results/NVIDIA_H200-2026-11-30-cooperative.json). Two C stages per warpgroup: with
         one, the same schedule measured qwen3 0.128 against 0.115-0.118 ms
         (results/NVIDIA_H200-2026-11-30-coop-c-stages-ab.json)."""
+        tiles = (max(problem.m, 256) // 128) * (problem.n // 256)
         return (not problem.generate_dbias and problem.weight_mode == "dense"
-                and problem.n % 256 == 0
+                and problem.n % 256 == 0 and tiles >= _COOP_MIN_TILES
                 and problem.c_dtype in _HALF_DTYPES and problem.d_dtype in _HALF_DTYPES)
 
     def cost(self, problem: DgluProblem, knobs: Knobs) -> float:

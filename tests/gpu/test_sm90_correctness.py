@@ -73,13 +73,16 @@ def test_sm90_m_is_runtime():
 @pytest.mark.parametrize("fresh", [False, True], ids=["contract", "fresh"])
 def test_sm90_heuristics_choice_without_dbias_is_cooperative_and_correct(fresh):
     """What the engine itself picks without dbias on whole 256-column tiles (the cooperative
-    128 x 256 schedule in 2x1 clusters), run as the class API (contract) and the functional
-    op (fresh outputs) would: empty experts, rows past the last offset, a K tail."""
+    128 x 256 schedule in 2x1 clusters, 2 C stages), run as the class API (contract) and the
+    functional op (fresh outputs) would: empty experts, rows past the last offset, a K tail,
+    and enough tiles (164 units) that every CTA walks several (accumulator overwrite and the
+    C FIFO carried across tiles)."""
     skip_unless_sm90()
     from cudnn_ext.engines.sm90 import COOPERATIVE_KNOBS, Sm90DgluEngine
     from sm90_cases import make_pack
 
-    case = Case([512, 0, 1024, 256, 768], 512, 1416, "dswiglu", dbias=False)
+    case = Case([2048, 0, 4096, 1024, 3072, 2048, 512, 8192], 512, 1416, "dswiglu",
+                dbias=False)
     eng = Sm90DgluEngine()
     problem, _ = make_pack(case)
     knobs = min(eng.knob_space(problem), key=lambda k: eng.cost(problem, k))

@@ -25,8 +25,8 @@ unit also spans 2 N-tiles and A k-tiles are multicast the same way along N.
   the accumulator registers. The mainloops alternate strictly (named barriers 2 and 3), so
   one warpgroup's epilogue runs while the other's mainloop keeps the tensor cores busy.
 
-Cooperative schedule (``cooperative``, an explicit knob: measured slower than ping-pong on
-the benchmark shapes, see docs/kernels.md): both math warpgroups share every 128-row tile,
+Cooperative schedule (``cooperative``; the engine picks it without dbias, where it measured
+faster than ping-pong; with dbias ping-pong wins, see docs/kernels.md): both math warpgroups share every 128-row tile,
 warpgroup w owning rows 64w..64w+63 (tile_n up to 256), both consume every A/B stage, and
 each has a private ring of 64-row C blocks (its C producer warp loads only its rows) and
 TMA-stores its own D half-blocks; no ping-pong barriers.
