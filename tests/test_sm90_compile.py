@@ -379,7 +379,7 @@ _COOP_SELECTABLE = [("dswiglu", torch.bfloat16, "k"), ("dgeglu", torch.bfloat16,
 def test_selectable_cooperative_variant_compiles_for_sm90a(act, cd, b_major, capfd):
     from cudnn_ext.engines.sm90 import COOPERATIVE_KNOBS
 
-    p = _problem(act=act, c=cd, d=cd, dbias=False, n=512, b_major=b_major)
+    p = _problem(act=act, c=cd, d=cd, dbias=False, n=512, m=32768, b_major=b_major)
     assert COOPERATIVE_KNOBS in Sm90DgluEngine().knob_space(p)
     assert _compile_checked(Sm90CompileKey.of(p, COOPERATIVE_KNOBS), capfd) is not None
 
@@ -389,7 +389,8 @@ def test_selectable_cooperative_fresh_outputs_variant_compiles_for_sm90a(capfd):
     """The functional torch op runs the fresh-outputs variant of whatever the heuristics pick."""
     from cudnn_ext.engines.sm90 import COOPERATIVE_KNOBS
 
-    p = _problem(dbias=False, n=512)
+    p = _problem(dbias=False, n=512, m=32768)
+    assert COOPERATIVE_KNOBS in Sm90DgluEngine().knob_space(p)
     key = dataclasses.replace(Sm90CompileKey.of(p, COOPERATIVE_KNOBS), init_outputs=True)
     assert key.cooperative
     assert _compile_checked(key, capfd) is not None
