@@ -5,10 +5,7 @@
 # four benchmark shapes with dbias next to torch._grouped_mm.
 #   source .gpu/env/setup.sh && bash benchmarks/device_dbias_rs.sh
 set -o pipefail
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-t() { local name=$1; shift; local t0=$SECONDS
-  "$@" > "$OUT/$name.log" 2>&1; local rc=$?
-  echo "[$name rc=$rc $((SECONDS - t0))s] $(tail -1 "$OUT/$name.log")"; }
+source "$(dirname "$0")/device_common.sh"
 K='heuristics or (dbias1 and (M10240-N512 or M32768 or Cfp32-Dfp32 or (M768-N320 and coop)))'
 t gpu_tests python3 -m pytest -m gpu tests/gpu/test_sm90_correctness.py tests/gpu/test_sm90_discrete.py \
   -k "$K" -q -p no:cacheprovider

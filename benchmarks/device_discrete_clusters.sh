@@ -4,11 +4,8 @@
 # side by side with the dense default and torch._grouped_mm. On the lent H200:
 #   source .gpu/env/setup.sh && bash benchmarks/device_discrete_clusters.sh
 set -o pipefail
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+source "$(dirname "$0")/device_common.sh"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-t() { local name=$1; shift; local t0=$SECONDS
-  "$@" > "$OUT/$name.log" 2>&1; local rc=$?
-  echo "[$name rc=$rc $((SECONDS - t0))s] $(tail -1 "$OUT/$name.log")"; }
 t discrete_tests python3 -m pytest -m gpu tests/gpu/test_sm90_discrete.py -q -p no:cacheprovider -rs
 grep -E "FAILED|Error" "$OUT/discrete_tests.log" | head -8
 for tool in memcheck racecheck; do

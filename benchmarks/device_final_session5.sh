@@ -4,10 +4,7 @@
 # mainloop (2x2 clusters, cooperative, 2 C stages) next to the default and torch._grouped_mm.
 #   source .gpu/env/setup.sh && bash benchmarks/device_final_session5.sh
 set -o pipefail
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-t() { local name=$1; shift; local t0=$SECONDS
-  "$@" > "$OUT/$name.log" 2>&1; local rc=$?
-  echo "[$name rc=$rc $((SECONDS - t0))s] $(tail -1 "$OUT/$name.log")"; }
+source "$(dirname "$0")/device_common.sh"
 t framework_tests python3 -m pytest -m gpu tests/test_torch_integration.py tests/test_api.py tests/test_plan.py \
   tests/test_jax.py -q -p no:cacheprovider -rs
 t coop_tests python3 -m pytest -m gpu tests/gpu/test_sm90_correctness.py -k cooperative -q -p no:cacheprovider

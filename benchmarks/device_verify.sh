@@ -5,12 +5,9 @@
 #   source .gpu/env/setup.sh && bash benchmarks/device_verify.sh
 # Logs and JSON go to $OUT; what it prints is a short summary.
 set -o pipefail
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+source "$(dirname "$0")/device_common.sh"
 export CUDNN_EXT_JAX_FFI=1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-t() { local name=$1; shift; local t0=$SECONDS
-  "$@" > "$OUT/$name.log" 2>&1; local rc=$?
-  echo "[$name rc=$rc $((SECONDS - t0))s] $(tail -1 "$OUT/$name.log")"; }
 t gpu_tests python3 -m pytest -m gpu tests/gpu -q -p no:cacheprovider -rs
 t framework_tests python3 -m pytest -m gpu tests/test_jax_ffi.py tests/test_torch_integration.py \
   tests/test_jax.py tests/test_plan.py tests/test_api.py -q -p no:cacheprovider -rs
