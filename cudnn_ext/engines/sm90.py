@@ -351,17 +351,19 @@ class Sm90DgluEngine(Engine):
 
     @staticmethod
     def _cooperative_applies(problem: DgluProblem) -> bool:
-        """The cooperative 128 x 256 schedule (2x1 clusters) is offered without dbias, for
-        dense weights with 16-bit C and D and N a multiple of 256 (no padded tile). Its epilogue is not hidden under the
-        other warpgroup's MMAs, so it wins only where the epilogue is light: on the H200
-        without dbias it beat ping-pong on all four benchmark shapes (dsv3 1.356 vs 1.417 ms,
-        qwen3 0.116 vs 0.118, mixtral 3.056 vs 3.133, skew 0.456 vs 0.472;
-        the smallest of them has 384 such tiles; below _COOP_MIN_TILES, two waves on a
-        132-SM GPU, the halved tile count of the wider tiles is not worth it (unmeasured);
-        results/NVIDIA_H200-2026-11-30-nodbias.json), with dbias it lost on three
-        (results/NVIDIA_H200-2026-11-30-cooperative.json). Two C stages per warpgroup: with
-        one, the same schedule measured qwen3 0.128 against 0.115-0.118 ms
-        (results/NVIDIA_H200-2026-11-30-coop-c-stages-ab.json)."""
+        """The cooperative 128 x 256 schedule (2x1 clusters, 2 C stages per warpgroup) is
+        offered without dbias, for dense weights, 16-bit C and D, N a multiple of 256 (no
+        padded tile) and at least _COOP_MIN_TILES such tiles.
+
+        Its epilogue is not hidden under the other warpgroup's MMAs, so it wins only where
+        the epilogue is light: on the H200 without dbias it beat ping-pong on all four
+        benchmark shapes (results/NVIDIA_H200-2026-11-30-nodbias.json: dsv3 1.356 vs 1.417
+        ms, qwen3 0.116 vs 0.118, mixtral 3.056 vs 3.133, skew 0.456 vs 0.472); with dbias it
+        lost on three (results/NVIDIA_H200-2026-11-30-cooperative.json). With one C stage
+        the same schedule measured qwen3 0.128 against 0.115-0.118 ms
+        (results/NVIDIA_H200-2026-11-30-coop-c-stages-ab.json). The smallest benchmark shape
+        has 384 wide tiles; the _COOP_MIN_TILES floor (two waves on 132 SMs, below which
+        halving the tile count costs parallelism) is a guess, not a measurement."""
         tiles = (max(problem.m, 256) // 128) * (problem.n // 256)
         return (not problem.generate_dbias and problem.weight_mode == "dense"
                 and problem.n % 256 == 0 and tiles >= _COOP_MIN_TILES

@@ -26,10 +26,11 @@ unit also spans 2 N-tiles and A k-tiles are multicast the same way along N.
   one warpgroup's epilogue runs while the other's mainloop keeps the tensor cores busy.
 
 Cooperative schedule (``cooperative``; the engine picks it without dbias, where it measured
-faster than ping-pong; with dbias ping-pong wins, see docs/kernels.md): both math warpgroups share every 128-row tile,
-warpgroup w owning rows 64w..64w+63 (tile_n up to 256), both consume every A/B stage, and
-each has a private ring of 64-row C blocks (its C producer warp loads only its rows) and
-TMA-stores its own D half-blocks; no ping-pong barriers.
+faster than ping-pong; with dbias ping-pong wins, see docs/kernels.md): both math
+warpgroups share every 128-row tile, warpgroup w owning rows 64w..64w+63 (tile_n up to
+256), both consume every A/B stage, and each has a private ring of 64-row C blocks (its C
+producer warp loads only its rows) and TMA-stores its own D half-blocks; no ping-pong
+barriers.
 
 Epilogue (per 32-column block j, both 64-row halves): gate/up come from shared memory (C
 block j), the activation derivative is computed in fp32 (``epilogue_math``); when D has C's
