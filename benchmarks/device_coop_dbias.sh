@@ -6,10 +6,7 @@
 # the cooperative variant next to the ping-pong default and torch._grouped_mm.
 #   source .gpu/env/setup.sh && bash benchmarks/device_coop_dbias.sh
 set -o pipefail
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-t() { local name=$1; shift; local t0=$SECONDS
-  "$@" > "$OUT/$name.log" 2>&1; local rc=$?
-  echo "[$name rc=$rc $((SECONDS - t0))s] $(tail -1 "$OUT/$name.log")"; }
+source "$(dirname "$0")/device_common.sh"
 t coop_tests python3 -m pytest -m gpu tests/gpu/test_sm90_correctness.py -k "cooperative or heuristics" -q -p no:cacheprovider
 grep -E "FAILED|Error" "$OUT/coop_tests.log" | head -6
 t racecheck timeout 120 compute-sanitizer --report-api-errors no --tool racecheck python3 tests/gpu/sanitize_sm90.py coop
