@@ -166,8 +166,14 @@ class Sm90KernelConfig:
         """fp32 partial column sums of one tile per warp (dbias only): (2 TILE_N, 4 warps,
         math warpgroups). Summed across the 4 warps in shared memory, they cost one atomic
         per column and tile instead of four (measured: dbias added ~9% on qwen3 with
-        per-warp atomics)."""
-        return 2 * self.tile_n * 4 * MATH_WARPGROUPS if self.generate_dbias else 1
+        per-warp atomics). The cooperative schedule keeps none: at tile 256 the 16 KB cost it
+        an A/B stage (3 instead of 4 with 2 C stages), so its warps add their finished sums
+        to the workspace directly (``dbias_in_smem``)."""
+        return 2 * self.tile_n * 4 * MATH_WARPGROUPS if self.dbias_in_smem() else 1
+
+    def dbias_in_smem(self) -> bool:
+        """Whether dbias partials are summed across warps in shared memory (ping-pong)."""
+        return self.generate_dbias and not self.cooperative
 
     def stages(self) -> int:
         per_stage = (TILE_M + self.tile_n) * TILE_K * (self.ab_dtype.width // 8)
@@ -549,7 +555,7 @@ class GroupedDgluSm90:
         sC = storage.sC.get_tensor(c_smem_staged.outer, swizzle=c_smem_staged.inner)
         # (column of the tile's 2*TILE_N C columns, warp of the warpgroup, warpgroup)
         sDb = storage.sDb.get_tensor(cute.make_layout(
-            (2 * self.tile_n, 4, MATH_WARPGROUPS) if self.cfg.generate_dbias else (1, 1, 1)))
+            (2 * self.tile_n, 4, MATH_WARPGROUPS) if self.cfg.dbias_in_smem() else (1, 1, 1)))
 
         a_smem = cute.slice_(a_smem_staged, (None, None, 0))
         b_smem = cute.slice_(b_smem_staged, (None, None, 0))
@@ -984,7 +990,7 @@ class GroupedDgluSm90:
                 # every read of this block is done (values are in registers): free the stage
                 c_pipe.consumer_release(st)
             if cutlass.const_expr(cfg.generate_dbias):
-                self._dbias_block(col_gate, col_up, sDb, wg, j, tidx)
+                self._dbias_block(col_gate, col_up, sDb, wg, j, tidx, mDbias, expert, n0)
 
         # dprob: the 4 lanes of a quad hold the same rows -> butterfly over lane bits 0-1
         for s in cutlass.range_constexpr(len(dprob)):
@@ -995,7 +1001,7 @@ class GroupedDgluSm90:
         if lane % 4 == 0:
             for s in cutlass.range_constexpr(len(dprob)):
                 cute.arch.atomic_add((mDprob.iterator + rows[s]).llvm_ptr, dprob[s])
-        if cutlass.const_expr(cfg.generate_dbias):
+        if cutlass.const_expr(cfg.dbias_in_smem()):
             self._dbias_flush(sDb, wg, wg_sync, mDbias, expert, n0, tidx)
 
     @cute.jit
@@ -1019,7 +1025,7 @@ class GroupedDgluSm90:
             c_pipe.consumer_release(st)
 
     @cute.jit
-    def _dbias_block(self, col_gate, col_up, sDb, wg, j, tidx):
+    def _dbias_block(self, col_gate, col_up, sDb, wg, j, tidx, mDbias, expert, n0):
         """Column sums of one 32-column block over this warp's 16 rows of both halves.
 
         The 8 quads of a warp (lane bits 2-4) hold the same 16 columns (8 gate, 8 up) for
@@ -1047,10 +1053,19 @@ class GroupedDgluSm90:
         b2 = (lane >> 2) & 1
         b3 = (lane >> 3) & 1
         b4 = (lane >> 4) & 1
-        base = (sDb.layout(((0, (tidx % 128) // 32, wg))) + 2 * (lane % 4)
-                + 8 * (b4 + 2 * b3) + 32 * b2)
-        for i in cutlass.range_constexpr(2):
-            sDb[base + 64 * j + i] = vals[i]
+        col = 2 * (lane % 4) + 8 * (b4 + 2 * b3) + 32 * b2 + 64 * j  # tile-local C column
+        if cutlass.const_expr(self.cfg.dbias_in_smem()):
+            base = sDb.layout(((0, (tidx % 128) // 32, wg))) + col
+            for i in cutlass.range_constexpr(2):
+                sDb[base + i] = vals[i]
+        else:
+            # cooperative: straight to the fp32 workspace (columns past 2N: partial tile)
+            two_n = 2 * self.cfg.n
+            gcol = 2 * n0 + col
+            for i in cutlass.range_constexpr(2):
+                if gcol + i < two_n:
+                    cute.arch.atomic_add(
+                        (mDbias.iterator + (expert * two_n + gcol + i)).llvm_ptr, vals[i])
 
     @cute.jit
     def _dbias_flush(self, sDb, wg, wg_sync, mDbias, expert, n0, tidx):
