@@ -1,16 +1,20 @@
 """Benchmark: host (CPU) overhead of one eager call with a built plan, per entry point.
 
-The engine's ``execute`` body is replaced by a no-op (after one real call) so that only what runs on the host around
-it is timed: argument handling, the memo lookup / validation, output allocation (three
-``torch.zeros``: on CUDA these are kernel launches, on CPU small memsets) and dispatch.
+After the rows with the real engine, the engine's ``execute`` body and the replay's launch
+are replaced by no-ops so that only what runs on the host around them is timed: argument
+handling, the memo lookup / validation or the replay's guard check, output allocation and
+dispatch.
 
 Entry points timed (per call over batches of 50 back-to-back calls after warm-up, median and
-best batch, ``time.perf_counter_ns``; on CUDA the launches are asynchronous, so this is host time):
+best batch, ``time.perf_counter_ns``, the device synchronized before each batch, untimed: on
+CUDA the launches are asynchronous, so this is host time):
   core_run            cudnn_ext.torch._core.run (the shared functional path)
   custom_op           torch.ops.cudnn_ext.grouped_gemm_dglu (dispatcher + core_run)
   python_fn           cudnn_ext.torch.grouped_gemm_dglu (the user function: in eager mode it runs
                       the op's body directly, skipping the dispatcher)
   python_fn_out       the same with out=(d_row, dprob, dbias): caller's buffers, no allocation
+                      (both replay remembered calls after one guard check: _core.run_fast;
+                      "no replay" rows time the validated path every call takes otherwise)
   custom_op_out       torch.ops.cudnn_ext.grouped_gemm_dglu_out (what torch.compile calls)
   wrapper             cudnn_ext.grouped_gemm_dglu_wrapper (vendor-compatible; validates each call)
   zeros_only          the three output allocations alone (a floor for any functional op)
@@ -39,7 +43,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import cudnn_ext  # noqa: E402
 import cudnn_ext.torch as ct  # noqa: E402
-from cudnn_ext.torch import _core  # noqa: E402
+from cudnn_ext.plan.execution import ExecutionPlan  # noqa: E402
+from cudnn_ext.torch import _core, _guards  # noqa: E402
 
 
 def timeit(fn, reps, sync, batch=50):
@@ -49,9 +54,11 @@ def timeit(fn, reps, sync, batch=50):
     """
     for _ in range(max(50, reps // 10)):
         fn()
-    sync()
     per_call = []
     for _ in range(max(1, reps // batch)):
+        # an empty launch queue at each batch: a tiny kernel can outlast one call's host
+        # work, and a full queue would make back-to-back calls time the GPU instead
+        sync()
         t0 = time.perf_counter_ns()
         for _ in range(batch):
             fn()
@@ -106,10 +113,30 @@ def main():
         a, c, offs, alpha, beta, prob, b=b, generate_dbias=True, out=real_outs))
     record(f"python_fn_out+{real_engine} (no dbias)", lambda: ct.grouped_gemm_dglu(
         a, c, offs, alpha, beta, prob, b=b, out=(real_outs[0], real_outs[1], None)))
+    record(f"python_fn+{real_engine}", lambda: ct.grouped_gemm_dglu(
+        a, c, offs, alpha, beta, prob, b=b, generate_dbias=True))
+    record(f"python_fn+{real_engine} (no dbias)", lambda: ct.grouped_gemm_dglu(
+        a, c, offs, alpha, beta, prob, b=b))
+    # the same calls without the guarded replay (run_fast): every call keys the memo in Python
+    # and runs plan.execute (the hot path before the replay existed), side by side
+    _guards.AVAILABLE = False  # nothing is remembered, and nothing remembered is replayed
+    saved_slots = dict(_core._fast)
+    _core._fast.clear()
+    record(f"python_fn_out+{real_engine} (no dbias, no replay)", lambda: ct.grouped_gemm_dglu(
+        a, c, offs, alpha, beta, prob, b=b, out=(real_outs[0], real_outs[1], None)))
+    record(f"python_fn+{real_engine} (no dbias, no replay)", lambda: ct.grouped_gemm_dglu(
+        a, c, offs, alpha, beta, prob, b=b))
+    _guards.AVAILABLE = True
+    _core._fast.update(saved_slots)
 
     # from here on the engine's execute does nothing: every entry point keeps its own host work
     # (the wrapper its graph, the op its memo) and only the engine's body is removed
     type(entry.plan.compiled).execute = lambda self, pack, workspace=None, stream=None: None
+    # ... and the replay's launch (remembered calls, and any remembered from here on)
+    ExecutionPlan.address_launcher = lambda self, m, init, device_index: (lambda *args: None)
+    for slots in _core._fast.values():
+        for slot in slots:
+            slot.launch = lambda *args: None
     bt = b.permute(1, 2, 0)
     record("zeros_only", lambda: (torch.zeros((M, 2 * N), dtype=bf, device=dev),
                                   torch.zeros((M,), dtype=torch.float32, device=dev),
@@ -132,9 +159,9 @@ def main():
     device_name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"cpu ({platform.processor() or platform.machine()})"
     print(f"host overhead per call, {device_name}, torch {torch.__version__}, "
           f"problem L={L} N={N} K={K} M={M}, {args.reps} reps")
-    print(f"{'entry':<28}{'median us':>12}{'best us':>10}   (per call, batches of 50)")
+    print(f"{'entry':<50}{'median us':>12}{'best us':>10}   (per call, batches of 50)")
     for r in rows:
-        print(f"{r['entry']:<28}{r['us_median']:>12.2f}{r['us_best']:>10.2f}")
+        print(f"{r['entry']:<50}{r['us_median']:>12.2f}{r['us_best']:>10.2f}")
     date = datetime.date.today().isoformat()
     out = args.out or os.path.join(os.path.dirname(__file__), "results",
                                    f"host_overhead-{dev.type}-{date}.json")

@@ -1,11 +1,14 @@
 """Breakdown of the eager host path with the SM90 kernel (GPU only): what one out= call costs and
-what its pieces cost alone, on a tiny problem, median/best of 10 batches of back-to-back calls.
+what its pieces cost alone, on a tiny problem, median/best of batches of 50 back-to-back calls, each
+batch starting from an empty launch queue (synchronized, untimed).
 
     python3 benchmarks/host_path_breakdown.py
 
 Rows: a trivial torch op, torch.zeros, torch.cuda.current_stream vs the raw handle, the out=
-call, ExecutionPlan.execute / Sm90Plan.execute with an explicit stream, and the compiled
-kernel's call with prebuilt arguments. Prints only; not imported by the library.
+call, ExecutionPlan.execute / Sm90Plan.execute with an explicit stream, the compiled kernel's
+call with prebuilt arguments, then the guarded replay's pieces (``_core.run_fast``, the mode
+check, the version bump), the functional call and the validated path the replay skips.
+Prints only; not imported by the library.
 """
 import os
 import statistics
@@ -29,11 +32,12 @@ def T(name, fn, n=3000):
         fn()
     torch.cuda.synchronize()
     res = []
-    for _ in range(10):
+    for _ in range(n // 50):  # batches of 50 from an empty launch queue: host time, not GPU time
+        torch.cuda.synchronize()
         t = time.perf_counter_ns()
-        for _ in range(n // 10):
+        for _ in range(50):
             fn()
-        res.append((time.perf_counter_ns() - t) / (n // 10) / 1e3)
+        res.append((time.perf_counter_ns() - t) / 50 / 1e3)
     torch.cuda.synchronize()
     print(f"{name:44s} median {statistics.median(res):7.2f} best {min(res):7.2f} us")
 L, N, K, M = 4, 64, 64, 1024; bf = torch.bfloat16
@@ -66,3 +70,14 @@ nres = cp._resident_ctas(a.get_device())
 h = s.cuda_stream
 T("compiled TVM-FFI call, prebuilt args", lambda: launch_tvm_ffi(fn, addrs, M, L, nres, *cp._consts, h))
 T("compiled call, fn(*args) direct", lambda: fn(*addrs, M, L, nres, 1.702, 7.0, -7.0, 0.0, h))
+# the guarded replay (cudnn_ext.torch._core.run_fast) that the calls above take
+from cudnn_ext.torch import ops  # noqa: E402
+
+sig = (False, None, "k", "dswiglu", None, 1.702, 7.0, -7.0, False, None, False)  # ops builds it
+ts = (a, b, c, offs, alpha, beta, prob, outs[0], outs[1])
+T("_core.run_fast(out=, no dbias)", lambda: _core.run_fast(sig, ts, outs))
+T("ops._eager()", ops._eager)
+T("ops._mutated (2 tensors)", lambda: ops._mutated(outs))
+T("python_fn functional (no dbias)", lambda: ct.grouped_gemm_dglu(a, c, offs, alpha, beta, prob, b=b))
+T("_core.run out=, validated path (no replay)",
+  lambda: _core.run(a, c, offs, alpha, beta, prob, b=bt, out=outs))

@@ -104,6 +104,12 @@ class CompiledPlan(abc.ABC):
         ``stream``: a torch stream, or None for the current stream of the tensors' device
         (GPU engines read its raw handle: building a Stream object costs microseconds)."""
 
+    def address_launcher(self, init: bool, device_index: int):
+        """An optional fast launch on raw addresses for callers that have already validated
+        the operands' metadata (the eager torch hot path), or None (the default: callers use
+        ``execute``). See ``Sm90Plan.address_launcher`` for the calling convention."""
+        return None
+
 
 class Engine(abc.ABC):
     name: str = "engine"

@@ -273,6 +273,41 @@ class Sm90Plan(CompiledPlan):
         else:
             self._call(fn, addrs, m, num_experts, ctas, handle)
 
+    def address_launcher(self, init: bool, device_index: int):
+        """The launch on raw addresses for the eager hot path (``torch._core``), bound once
+        per (plan, variant, device): ``go(a, b, c, offsets, alpha, beta, prob, d_row, dprob,
+        dbias, workspace, m)``, each an address (``b`` is the pointer table in discrete mode;
+        ``dbias`` and ``workspace`` 0 when absent), launching on the current stream of
+        ``device_index``, which must be the current device. The caller guarantees what
+        ``execute`` checks per call (operand metadata, M > 0, L > 0, the workspace when this
+        plan needs one). It skips the pack and the per-call lookups of ``execute``."""
+        fn = self._fn(init)
+        call = self._launch_helpers.launch_tvm_ffi if self.key.tvm_ffi else None
+        cfg, consts = self._cfg, self._consts
+        num_experts = self.problem.num_experts
+        ctas = self._resident_ctas(device_index)
+        discrete, desc_off, dbias_off = self._discrete, self._desc_off, self._dbias_off
+        raw_stream = current_stream_handle
+        plain = self._launch_helpers.launch
+
+        def go(a, b, c, offsets, alpha, beta, prob, d_row, dprob, dbias, workspace, m):
+            if discrete:  # b: the pointer table; the kernel writes B's descriptors here
+                b_addr, b_ptrs_addr, desc_addr = a, b, workspace + desc_off
+                if desc_addr % DESC_BYTES:
+                    raise ValueError(f"workspace: must be {DESC_BYTES}-byte aligned for the B "
+                                     f"descriptors, got address {desc_addr:#x}")
+            else:
+                b_addr, b_ptrs_addr, desc_addr = b, a, a
+            addrs = (a, b_addr, c, d_row, offsets, alpha, beta, prob, dprob,
+                     (workspace + dbias_off) if dbias else dprob, b_ptrs_addr, desc_addr,
+                     dbias if dbias else a)
+            if call is not None:
+                call(fn, addrs, m, num_experts, ctas, *consts, raw_stream(device_index))
+            else:
+                plain(fn, cfg, addrs, m, num_experts, ctas, *consts, raw_stream(device_index))
+
+        return go
+
     def _call(self, fn, addrs, m, num_experts, ctas, handle) -> None:
         if self.key.tvm_ffi:
             self._launch_helpers.launch_tvm_ffi(fn, addrs, m, num_experts, ctas, *self._consts,

@@ -6,11 +6,14 @@ from the call's graph (``graph.from_call.graph_for_call``), then, on every later
 same metadata, allocate fresh zero-initialized outputs and execute the plan. It owns no math, no engine choice and no
 user-facing argument names (those belong to ``api`` and to the bindings).
 
-Hot path with a built plan (``run``): one dict lookup keyed on dtypes, shapes and strides, a
-16-byte alignment check on data pointers, three ``torch.zeros`` and ``plan.execute``. It never
-reads tensor *data*, so it never synchronizes with the host; whether the *engine* does is the
-engine's property (the reference engine reads ``padded_offsets`` on the host; a GPU engine
-must not).
+Validated path with a built plan (``run``): one dict lookup keyed on dtypes, shapes and
+strides, a 16-byte alignment check on data pointers, the outputs (``torch.empty`` for engines
+that initialize them, else ``torch.zeros``; none with ``out=``) and ``plan.execute``. Replay
+(``run_fast``): after a validated call whose plan offers an address launcher, later calls
+with the same signature and metadata (one C++ guard check, ``_guards``) skip the key, the
+pack and ``execute``. Neither reads tensor *data*, so neither synchronizes with the host;
+whether the *engine* does is the engine's property (the reference engine reads
+``padded_offsets`` on the host; a GPU engine must not).
 """
 from __future__ import annotations
 
@@ -23,11 +26,12 @@ import torch
 
 from ..api import contract
 from ..api.hot_path import tensor_meta as _meta
-from ..api.streams import current_stream_handle
+from ..api.streams import current_device_index, current_stream_handle
 from ..engines.base import defer_compile
 from ..graph.from_call import graph_for_call
 from ..plan import ExecutionPlan
 from ..problem import DgluProblem
+from . import _guards
 
 #: Bound on the memo (one entry per distinct operand metadata, including M).
 _MEMO_MAX = 1024
@@ -87,7 +91,8 @@ def _entry(key, a, c, b, b_ptrs, n, b_major, offsets, alpha, beta, prob, act: Ac
 def run(a: torch.Tensor, c: torch.Tensor, offsets: torch.Tensor, alpha: torch.Tensor, beta: torch.Tensor,
         prob: torch.Tensor, *, b: Optional[torch.Tensor] = None, b_ptrs: Optional[torch.Tensor] = None,
         n: Optional[int] = None, b_major: str = "k", act: ActArgs = ActArgs(), generate_dbias: bool = False,
-        d_dtype: torch.dtype = torch.bfloat16, engine: Optional[str] = None, stream=None, out=None):
+        d_dtype: torch.dtype = torch.bfloat16, engine: Optional[str] = None, stream=None, out=None,
+        fast=None):
     """Run the operation; returns ``(d_row (M, 2N), dprob (M,), dbias (L, 2N) | None)``.
 
     ``b`` is the vendor's dense ``(N, K, L)`` tensor (K- or N-major) or ``b_ptrs`` the discrete
@@ -97,6 +102,9 @@ def run(a: torch.Tensor, c: torch.Tensor, offsets: torch.Tensor, alpha: torch.Te
     ``generate_dbias``) nothing is allocated and the class API's contract applies: ``d_row`` rows
     past the last offset are untouched, ``dprob``/``dbias`` are accumulated into. ``a``, ``c``,
     ``prob`` may carry the vendor's trailing unit dims.
+
+    ``fast=(sig, tensors)`` (eager bindings only, see ``run_fast``): after this call succeeds,
+    remember it so that later calls with the same signature and metadata take ``run_fast``.
     """
     w = b if b is not None else b_ptrs  # exactly one is given (the bindings check)
     # the api's metadata key (api.hot_path.tensor_meta per tensor), written out flat: this is
@@ -116,13 +124,18 @@ def run(a: torch.Tensor, c: torch.Tensor, offsets: torch.Tensor, alpha: torch.Te
     # data pointers are not in the key: the contract's 16-byte rule is re-checked here, on
     # all pointers OR-ed together (the per-tensor loop, which names the culprit, only when
     # one is off)
+    # (the pointer table of discrete weights needs 8 bytes: int64 entries)
     ptrs = (a.data_ptr() | c.data_ptr() | prob.data_ptr() | alpha.data_ptr() | beta.data_ptr()
-            | offsets.data_ptr())
+            | offsets.data_ptr() | (w.data_ptr() if b is not None else w.data_ptr() & 7))
     if out is not None:
         ptrs |= out[0].data_ptr() | out[1].data_ptr() | (out[2].data_ptr() if out[2] is not None else 0)
     if ptrs & 15:
         named = (("a_tensor", a), ("c_tensor", c), ("prob_tensor", prob), ("alpha_tensor", alpha),
                  ("beta_tensor", beta), ("padded_offsets", offsets))
+        if b is not None:
+            named += (("b_tensor", b),)
+        elif b_ptrs.numel():
+            contract.check_aligned("b_ptrs", b_ptrs, 8)
         if out is not None:
             named += (("d_row_tensor", out[0]), ("dprob_tensor", out[1]), ("dbias_tensor", out[2]))
         for name, t in named:
@@ -165,6 +178,103 @@ def run(a: torch.Tensor, c: torch.Tensor, offsets: torch.Tensor, alpha: torch.Te
         plan.execute_fresh(pack, ws, stream)
     else:
         plan.execute(pack, ws, stream)
+    if fast is not None and stream is None and m > 0 and problem.num_experts > 0 and (
+            out is not None or fresh):
+        _remember(fast, e, dev, m, two_n, fresh, d_dtype if out is None else None, generate_dbias)
+    return d_row, dprob, dbias
+
+
+# --------------------------------------------------------------------------- guarded fast path
+@dataclass
+class _Fast:
+    """One call metadata the fast path replays: its guard, the plan's address launcher and
+    what the outputs need (fixed by the guard: M, 2N, L, dtypes)."""
+
+    guard: object
+    launch: object
+    device_index: int  # -1: not CUDA (no current-device rule)
+    device: torch.device
+    m: int
+    two_n: int
+    num_experts: int
+    d_dtype: Optional[torch.dtype]  # functional calls: D's dtype (None: caller's outputs)
+    generate_dbias: bool
+    ws_size: int
+    dense: bool
+
+
+#: (call signature (the non-tensor arguments, see ``ops``), M) -> recent _Fast slots, newest
+#: first. M is in the key because MoE token counts change from step to step: every M seen
+#: keeps its slot (up to _MEMO_MAX keys) and a lookup checks the guards of that M's few
+#: layouts only (each check ~1 us)
+_fast: Dict[Tuple, Tuple[_Fast, ...]] = {}
+_FAST_PER_SIG = 4
+
+
+def _remember(fast, e: _Entry, dev, m, two_n, fresh, d_dtype, generate_dbias) -> None:
+    """After a successful validated call: keep a guard of its tensors so that the next call
+    with the same metadata (``run_fast``) skips the Python-side key, the pack and ``execute``.
+    Only where the plan offers an address launcher (the Hopper kernel) and torch a guard."""
+    if not _guards.AVAILABLE:
+        return
+    sig, ts = fast
+    idx = dev.index if dev.type == "cuda" else -1
+    if idx >= 0 and idx != current_device_index():
+        return
+    launch = e.plan.address_launcher(m, fresh, idx)
+    if launch is None:
+        return
+    guard = _guards.make(ts)
+    if guard is None:
+        return
+    slot = _Fast(guard, launch, idx, dev, m, two_n, e.problem.num_experts, d_dtype,
+                 generate_dbias, e.ws_size, e.problem.weight_mode != "discrete")
+    key = (sig, m)
+    with _lock:
+        if len(_fast) >= _MEMO_MAX:
+            _fast.clear()
+        _fast[key] = (slot,) + _fast.get(key, ())[:_FAST_PER_SIG - 1]
+
+
+def run_fast(sig, ts, out=None):
+    """The eager hot path: ``(d_row, dprob, dbias | None)`` when an earlier validated call had
+    exactly this signature and these tensors' metadata (one C++ guard check), else None (the
+    caller takes ``run``, which validates and may remember this call).
+
+    ``ts``: ``(a, w, c, offsets, alpha, beta, prob)`` as the caller passed them (``w`` the
+    dense weights or the pointer table), then for ``out=`` calls ``d_row, dprob`` and ``dbias``
+    when given; plain ``torch.Tensor``s only (the caller checks). Alignment is checked on every
+    call; a misaligned pointer returns None so that ``run`` raises the named error."""
+    slots = _fast.get((sig, ts[2].shape[0]))  # keyed by M too: one slot per key, typically
+    if slots is None:
+        return None
+    for s in slots:
+        if s.guard.check(*ts):
+            break
+    else:
+        return None
+    if s.device_index >= 0 and s.device_index != current_device_index():
+        return None
+    a, w, c, offsets, alpha, beta, prob = ts[:7]
+    pa, pw, pc = a.data_ptr(), w.data_ptr(), c.data_ptr()
+    po, pal, pbe, ppr = offsets.data_ptr(), alpha.data_ptr(), beta.data_ptr(), prob.data_ptr()
+    bad = pa | pc | po | pal | pbe | ppr | (pw if s.dense else pw & 7)
+    if out is None:
+        if bad & 15:
+            return None
+        dev = s.device
+        d_row = torch.empty((s.m, s.two_n), dtype=s.d_dtype, device=dev)
+        dprob = torch.empty((s.m,), dtype=torch.float32, device=dev)
+        dbias = (torch.empty((s.num_experts, s.two_n), dtype=torch.bfloat16, device=dev)
+                 if s.generate_dbias else None)
+    else:
+        d_row, dprob, dbias = out
+    pd, pdp = d_row.data_ptr(), dprob.data_ptr()
+    pdb = dbias.data_ptr() if dbias is not None else 0
+    if (bad | pd | pdp | pdb) & 15:
+        return None
+    pws = _workspace(s.ws_size, s.device, None).data_ptr() if s.ws_size else 0
+    s.launch(pa, pw, pc, po, pal, pbe, ppr, pd, pdp, pdb, pws, s.m)
     return d_row, dprob, dbias
 
 
@@ -194,3 +304,4 @@ def _workspace(nbytes: int, dev, stream):
 def clear_memo() -> None:
     with _lock:
         _memo.clear()
+        _fast.clear()
