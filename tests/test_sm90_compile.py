@@ -320,7 +320,7 @@ def test_kernel_tile_n_limit_depends_on_the_schedule():
     # a configuration that leaves room for one A/B stage would deadlock: refused by name
     with pytest.raises(ValueError, match=r"ab_stages: 1 .*at least 2"):
         GroupedDgluSm90(dataclasses.replace(cfg, cooperative=True, c_dtype=cutlass.Float32,
-                                            d_dtype=cutlass.Float32, c_stages=4))
+                                            d_dtype=cutlass.Float32, c_stages=5))
     with pytest.raises(ValueError, match=r"ab_stages: 1 .*at least 2"):
         GroupedDgluSm90(dataclasses.replace(cfg, tile_n=128, ab_stages=1))
     with pytest.raises(ValueError, match=r"\[32, 256\].*got 288"):
