@@ -30,7 +30,7 @@ def test_compile_key_fields_are_pinned():
     assert names == ["arch", "n", "k", "ab_dtype", "c_dtype", "d_dtype", "act_func",
                      "generate_dbias", "weight_mode", "b_major", "tile_n", "ab_stages",
                      "raster_group_m", "c_stages", "cluster_m", "cluster_n", "init_outputs", "cooperative",
-                     "tvm_ffi"]
+                     "ws_zeroed", "tvm_ffi"]
 
 
 def test_compile_key_ignores_runtime_sizes_and_constants():
@@ -72,8 +72,10 @@ def test_discrete_is_supported(b_major):
 @needs_dsl
 @pytest.mark.parametrize("dbias", [True, False])
 def test_discrete_workspace_layout(dbias):
-    """Discrete plans: L x 128-B descriptors first, then the fp32 dbias partials, each region
-    128-B aligned; dense plans keep one scratch region of the dbias partials."""
+    """Discrete plans: L x 128-B descriptors first, then the dbias region (fp32 sums (L, 2N)
+    and an int32 arrival counter per (expert, N-tile)), each region 128-B aligned; dense
+    plans keep one scratch region of the dbias sums and counters. The dbias region is what
+    a launch leaves zero (``zeroed_region``)."""
     from cudnn_ext.engines.sm90 import Sm90Plan
     from cudnn_ext.plan.workspace import WorkspaceLayout
 
@@ -89,12 +91,19 @@ def test_discrete_workspace_layout(dbias):
         assert lay.region("b_descriptors").offset == 0
         if dbias:
             r = lay.region("dbias_partials")
-            assert r.offset == 128 * L and r.offset % 128 == 0 and r.nbytes == 4 * L * 2 * 96
+            assert r.offset == 128 * L and r.offset % 128 == 0 and r.nbytes == 4 * L * (2 * 96 + 1)
+            assert plan.zeroed_region == r.offset
+        else:
+            assert plan.zeroed_region is None
         assert plan.workspace_size == lay.size and lay.size % 128 == 0
     dense = _problem(L=3, dbias=dbias)
     plan = Sm90Plan(dense, knobs, Sm90CompileKey.of(dense, knobs), compiled=None)
-    assert plan.workspace_size == (4 * 3 * 2 * 96 if dbias else 0)
+    assert plan.workspace_size == (4 * 3 * (2 * 96 + 1) if dbias else 0)
+    assert plan.zeroed_region == (0 if dbias else None)
     assert [r.name for r in plan.workspace_requests()] == (["scratch"] if dbias else [])
+    n300 = _problem(L=3, n=300)  # 3 N-tiles of 128: 3 counters per expert
+    plan = Sm90Plan(n300, knobs, Sm90CompileKey.of(n300, knobs), compiled=None)
+    assert plan.workspace_size == 4 * 3 * (2 * 300 + 3)
 
 
 def _compile_checked(key, capfd, max_spill=0):
@@ -182,6 +191,16 @@ def test_fresh_outputs_variant_compiles_for_sm90a(tile_n, cluster_m, act, dbias,
     assert _compile_checked(key, capfd) is not None
 
 
+@needs_dsl
+def test_zeroed_workspace_variant_compiles_for_sm90a(capfd):
+    """The contract launch without its zeroing kernel (a scratch kept zero: the torch replay)."""
+    p = _problem()
+    knobs = Knobs.of(tile_n=128, cluster_m=2, raster_group_m=RASTER_GROUP_M[2])
+    key = dataclasses.replace(Sm90CompileKey.of(p, knobs), ws_zeroed=True)
+    assert key != Sm90CompileKey.of(p, knobs)
+    assert _compile_checked(key, capfd) is not None
+
+
 def test_build_compiles_unless_deferred(monkeypatch):
     """build() compiles the contract variant (class API/graph users expect build = compile);
     under defer_compile (the functional torch path) nothing compiles until an execute picks
@@ -199,6 +218,15 @@ def test_build_compiles_unless_deferred(monkeypatch):
     assert len(compiled) == 1
     plan._fn(True)
     assert [k.init_outputs for k in compiled] == [False, True]
+
+
+def _cpu_pack(m, n, k, L, dbias=True):
+    """A variant pack of zero CPU tensors (the launch tests only read their addresses)."""
+    t = lambda *shape, dt=torch.float32: torch.zeros(*shape, dtype=dt)  # noqa: E731
+    return {"a": t(m, k, dt=torch.bfloat16), "b": t(n, k, L, dt=torch.bfloat16),
+            "c": t(m, 2 * n, dt=torch.bfloat16), "d_row": t(m, 2 * n, dt=torch.bfloat16),
+            "padded_offsets": t(L, dt=torch.int32), "alpha": t(L), "beta": t(L), "prob": t(m),
+            "dprob": t(m), "dbias": t(L, 2 * n, dt=torch.bfloat16) if dbias else None}
 
 
 @pytest.mark.parametrize("fresh", [False, True])
@@ -224,11 +252,7 @@ def test_launch_passes_addresses_in_the_kernels_argument_order(monkeypatch, fres
     plan = Sm90DgluEngine().build(p, Knobs.of(tile_n=128))
     if not plan.key.tvm_ffi:
         pytest.skip("apache-tvm-ffi is not installed: the launch packs DSL pointer objects")
-    t = lambda *shape, dt=torch.float32: torch.zeros(*shape, dtype=dt)  # noqa: E731
-    pack = {"a": t(m, k, dt=torch.bfloat16), "b": t(n, k, L, dt=torch.bfloat16),
-            "c": t(m, 2 * n, dt=torch.bfloat16), "d_row": t(m, 2 * n, dt=torch.bfloat16),
-            "padded_offsets": t(L, dt=torch.int32), "alpha": t(L), "beta": t(L), "prob": t(m),
-            "dprob": t(m), "dbias": t(L, 2 * n, dt=torch.bfloat16)}
+    pack = _cpu_pack(m, n, k, L)
     ws = torch.empty(plan.workspace_size, dtype=torch.uint8)
     (plan.execute_fresh if fresh else plan.execute)(pack, ws, types.SimpleNamespace(cuda_stream=77))
     (init, args), = calls
@@ -238,6 +262,38 @@ def test_launch_passes_addresses_in_the_kernels_argument_order(monkeypatch, fres
                          ptr["alpha"], ptr["beta"], ptr["prob"], ptr["dprob"], ws.data_ptr(),
                          ptr["a"], ptr["a"], ptr["dbias"])
     assert args[13:] == (m, L, 132, 1.5, 6.0, -5.0, 0.25, 77)
+
+
+@pytest.mark.parametrize("dbias", [True, False])
+def test_address_launcher_passes_what_execute_passes(monkeypatch, dbias):
+    """The replay's launch on raw addresses hands the compiled function exactly the
+    arguments ``execute`` does; with ``zeroed_workspace`` it is the ws_zeroed variant (only
+    when there is a dbias region to keep zero)."""
+    import types
+
+    from cudnn_ext.engines import sm90
+
+    calls = []
+    monkeypatch.setattr(sm90, "compile_cached",
+                        lambda key: (lambda *args: calls.append((key, args))))
+    monkeypatch.setitem(sm90.Sm90Plan._resident, (-1, 1), 132)
+    monkeypatch.setattr(sm90, "current_stream_handle", lambda idx: 77)
+    L, n, k, m = 4, 96, 200, 1024
+    p = dataclasses.replace(_problem(n=n, k=k, m=m, L=L, dbias=dbias), device_type="cpu")
+    plan = Sm90DgluEngine().build(p, Knobs.of(tile_n=128))
+    if not plan.key.tvm_ffi:
+        pytest.skip("apache-tvm-ffi is not installed: the launch packs DSL pointer objects")
+    pack = _cpu_pack(m, n, k, L, dbias)
+    ws = torch.empty(max(plan.workspace_size, 1), dtype=torch.uint8)
+    plan.execute(pack, ws, types.SimpleNamespace(cuda_stream=77))
+    addr = lambda name: pack[name].data_ptr() if pack[name] is not None else 0  # noqa: E731
+    args = (addr("a"), addr("b"), addr("c"), addr("padded_offsets"), addr("alpha"), addr("beta"),
+            addr("prob"), addr("d_row"), addr("dprob"), addr("dbias"), ws.data_ptr() if dbias else 0, m)
+    plan.address_launcher(False, -1)(*args)
+    plan.address_launcher(False, -1, zeroed_workspace=True)(*args)
+    (k0, a0), (k1, a1), (k2, a2) = calls
+    assert a1 == a0 and a2 == a0
+    assert (k0.ws_zeroed, k1.ws_zeroed, k2.ws_zeroed) == (False, False, dbias)
 
 
 def test_cluster_shapes_per_weight_mode():

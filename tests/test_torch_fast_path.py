@@ -297,3 +297,40 @@ def test_gpu_fast_path_replays_match_the_oracle(monkeypatch, weights, generate_d
             assert rel_err(dbias, ref["dbias"]) < 2e-2, i
     assert hits == [False, True, True], hits
     _core.clear_memo()
+
+
+@pytest.mark.gpu
+def test_gpu_zero_kept_scratch_is_shared_and_survives_bad_offsets():
+    """out= calls with dbias replay as one kernel on a scratch that every launch leaves zero
+    (the fold zeroes the sums and counters it consumed). Two plans of the same scratch size
+    and layout (same L and N, different K) alternate on it, and a call whose offsets break
+    the 256-row rule (device data: not checked on the host, results undefined) must still
+    leave it zero for the calls after it. Each result is checked against the oracle."""
+    _sm90_or_skip()
+    _core.clear_memo()
+    _core._zeroed.clear()
+
+    def run(p, bad_offs=None):
+        pc = {k: v.cuda() for k, v in p.items()}
+        offs = pc["offs"] if bad_offs is None else torch.tensor(bad_offs, dtype=torch.int32, device="cuda")
+        outs = (torch.full((1024, 128), float("nan"), dtype=BF, device="cuda"),
+                torch.zeros(1024, device="cuda"), torch.zeros(3, 128, dtype=BF, device="cuda"))
+        ct.grouped_gemm_dglu(pc["a"], pc["c"], offs, pc["alpha"], pc["beta"], pc["prob"], b=pc["b"],
+                             generate_dbias=True, out=outs)
+        return [t.cpu() for t in outs]
+
+    for step in range(3):
+        for k in (32, 48):
+            p = make_problem(k=k)
+            got = run(p)
+            ref = oracle(p, True)
+            assert rel_err(got[0][:768], ref["d_row"][:768]) < 2e-2, (step, k)
+            assert rel_err(got[1], ref["dprob"]) < 1e-3, (step, k)
+            assert rel_err(got[2], ref["dbias"]) < 2e-2, (step, k)
+        if step == 0:
+            run(make_problem(k=32), bad_offs=(200, 300, 700))  # breaks the contract
+    assert len(_core._zeroed) == 1  # both plans used the one zero-kept scratch
+    ws = next(iter(_core._zeroed.values()))
+    torch.cuda.synchronize()
+    assert not ws.any()  # and it is zero at rest
+    _core.clear_memo()

@@ -104,11 +104,15 @@ class CompiledPlan(abc.ABC):
         ``stream``: a torch stream, or None for the current stream of the tensors' device
         (GPU engines read its raw handle: building a Stream object costs microseconds)."""
 
-    def address_launcher(self, init: bool, device_index: int):
+    def address_launcher(self, init: bool, device_index: int, zeroed_workspace: bool = False):
         """An optional fast launch on raw addresses for callers that have already validated
         the operands' metadata (the eager torch hot path), or None (the default: callers use
         ``execute``). See ``Sm90Plan.address_launcher`` for the calling convention."""
         return None
+
+    #: Workspace offset from which a launch leaves the bytes zero (so a scratch kept for such
+    #: launches needs no zeroing), or None: see ``Sm90Plan.zeroed_region``.
+    zeroed_region = None
 
 
 class Engine(abc.ABC):

@@ -7,8 +7,10 @@ into a launch. It never imports the CuTe DSL at module import (``import cudnn_ex
 light): the kernel package is imported inside :meth:`Sm90DgluEngine.build`.
 
 Execute does no validation (the contract layer did), no allocation, no host sync and no torch
-op: one launch of the compiled function, which (with dbias) zeroes the fp32 workspace, runs
-the main kernel and folds the partial sums into the caller's bf16 dbias with one rounding.
+op: one launch of the compiled function, which (with dbias) zeroes the workspace's dbias
+region and runs the main kernel, whose folder warp adds the fp32 column sums into the caller's
+bf16 dbias with one rounding and leaves the region zero again. The torch replay's address
+launcher can skip the zeroing kernel on a scratch kept zero (``zeroed_region``).
 """
 from __future__ import annotations
 
@@ -75,6 +77,9 @@ class Sm90CompileKey:
     #: schedule of the math warpgroups: False = ping-pong 128 x tile_n tiles each, True =
     #: cooperative (both share each 128 x tile_n tile; tile_n up to 256)
     cooperative: bool = False
+    #: the workspace's dbias region arrives zero (a scratch kept zero by these launches):
+    #: no zeroing kernel before the main one (host convention; same device code)
+    ws_zeroed: bool = False
     #: host calling convention (TVM-FFI when apache-tvm-ffi is installed); not device code
     tvm_ffi: bool = False
 
@@ -109,7 +114,7 @@ class Sm90CompileKey:
             raster_group_m=self.raster_group_m, c_stages=self.c_stages,
             weight_mode=self.weight_mode, b_major=self.b_major, cluster_m=self.cluster_m,
             cluster_n=self.cluster_n, init_outputs=self.init_outputs,
-            cooperative=self.cooperative)
+            cooperative=self.cooperative, ws_zeroed=self.ws_zeroed)
 
 
 _compiled: Dict[Sm90CompileKey, object] = {}
@@ -168,7 +173,11 @@ class Sm90Plan(CompiledPlan):
         act = problem.act
         self._consts = (float(act.geglu_alpha), float(act.clamp_max), float(act.clamp_min),
                         float(act.linear_offset))
-        self._dbias_ws_elems = problem.num_experts * 2 * problem.n if problem.generate_dbias else 0
+        # fp32 column sums (L, 2N) and one int32 arrival counter per (expert, N-tile): the
+        # kernel folds dbias itself and leaves this region zero (Sm90KernelConfig.fold_dbias)
+        n_tiles = -(-problem.n // key.tile_n)
+        self._dbias_ws_elems = (problem.num_experts * (2 * problem.n + n_tiles)
+                                if problem.generate_dbias else 0)
         self._discrete = problem.weight_mode == "discrete"
         # Discrete: [b_descriptors: L x 128 B][dbias_partials: L x 2N fp32], each 128-B
         # aligned (WorkspaceLayout rule). Dense: the fp32 dbias partials alone at offset 0.
@@ -211,11 +220,20 @@ class Sm90Plan(CompiledPlan):
             self._resident[(idx, cl)] = n
         return n
 
-    def _fn(self, init: bool):
-        fn = self._fns.get(init)
+    def _fn(self, init: bool, ws_zeroed: bool = False):
+        fn = self._fns.get((init, ws_zeroed) if ws_zeroed else init)
         if fn is None:
-            fn = self._fns[init] = compile_cached(dataclasses.replace(self.key, init_outputs=init))
+            fn = compile_cached(dataclasses.replace(self.key, init_outputs=init, ws_zeroed=ws_zeroed))
+            self._fns[(init, ws_zeroed) if ws_zeroed else init] = fn
         return fn
+
+    @property
+    def zeroed_region(self) -> Optional[int]:
+        """Offset in the workspace of the region a launch can keep zero (the dbias sums and
+        counters: every launch leaves them zero), or None without dbias. A scratch whose
+        bytes from here on are zero lets ``address_launcher(..., zeroed_workspace=True)``
+        skip the zeroing kernel."""
+        return self._dbias_off if self._dbias_ws_elems else None
 
     def warmup(self) -> None:
         """Compile the contract variant now (what ``execute`` runs)."""
@@ -259,7 +277,8 @@ class Sm90Plan(CompiledPlan):
             (workspace.data_ptr() + self._dbias_off) if dbias is not None
             else pack["dprob"].data_ptr(),
             b_ptrs_addr, desc_addr,
-            # the kernel zeroes the fp32 workspace first and folds it into dbias last
+            # the launch zeroes the workspace's dbias region first; the kernel folds it into
+            # dbias (and leaves it zero)
             dbias.data_ptr() if dbias is not None else a.data_ptr(),
         )
         fn = self._fn(init)
@@ -273,15 +292,20 @@ class Sm90Plan(CompiledPlan):
         else:
             self._call(fn, addrs, m, num_experts, ctas, handle)
 
-    def address_launcher(self, init: bool, device_index: int):
+    def address_launcher(self, init: bool, device_index: int, zeroed_workspace: bool = False):
         """The launch on raw addresses for the eager hot path (``torch._core``), bound once
         per (plan, variant, device): ``go(a, b, c, offsets, alpha, beta, prob, d_row, dprob,
         dbias, workspace, m)``, each an address (``b`` is the pointer table in discrete mode;
         ``dbias`` and ``workspace`` 0 when absent), launching on the current stream of
         ``device_index``, which must be the current device. The caller guarantees what
         ``execute`` checks per call (operand metadata, M > 0, L > 0, the workspace when this
-        plan needs one). It skips the pack and the per-call lookups of ``execute``."""
-        fn = self._fn(init)
+        plan needs one). It skips the pack and the per-call lookups of ``execute``.
+
+        ``zeroed_workspace`` (the contract variant with dbias): the workspace's bytes from
+        ``zeroed_region`` on are zero, and the launch leaves them zero: one kernel instead
+        of a zeroing kernel and the main one. The caller must keep that scratch for such
+        launches only."""
+        fn = self._fn(init, bool(zeroed_workspace and self._dbias_ws_elems and not init))
         call = self._launch_helpers.launch_tvm_ffi if self.key.tvm_ffi else None
         cfg, consts = self._cfg, self._consts
         num_experts = self.problem.num_experts

@@ -79,11 +79,16 @@ class ExecutionPlan:
         self.check_m(pack["c"].shape[0])
         self.compiled.execute_fresh(pack, workspace, stream)
 
-    def address_launcher(self, m: int, init: bool, device_index: int):
+    def address_launcher(self, m: int, init: bool, device_index: int, zeroed_workspace: bool = False):
         """The engine's launch on raw addresses at token count ``m`` (checked here, once), or
         None when the engine has none (see ``CompiledPlan.address_launcher``)."""
         self.check_m(m)
-        return self.compiled.address_launcher(init, device_index)
+        return self.compiled.address_launcher(init, device_index, zeroed_workspace)
+
+    @property
+    def zeroed_region(self):
+        """See ``CompiledPlan.zeroed_region``."""
+        return self.compiled.zeroed_region
 
     def describe(self) -> str:
         return f"{self.engine_name}{dict(self.knobs.values)}"

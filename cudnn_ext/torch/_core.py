@@ -201,6 +201,10 @@ class _Fast:
     generate_dbias: bool
     ws_size: int
     dense: bool
+    #: the launch on a scratch kept zero from ``zero_from`` on (one kernel instead of a
+    #: zeroing kernel + the kernel; the contract with dbias), used outside graph capture
+    launch_zeroed: object = None
+    zero_from: int = 0
 
 
 #: (call signature (the non-tensor arguments, see ``ops``), M) -> recent _Fast slots, newest
@@ -229,6 +233,10 @@ def _remember(fast, e: _Entry, dev, m, two_n, fresh, d_dtype, generate_dbias) ->
         return
     slot = _Fast(guard, launch, idx, dev, m, two_n, e.problem.num_experts, d_dtype,
                  generate_dbias, e.ws_size, e.problem.weight_mode != "discrete")
+    zero_from = e.plan.zeroed_region
+    if zero_from is not None and not fresh and dev.type == "cuda":
+        slot.launch_zeroed = e.plan.address_launcher(m, False, idx, zeroed_workspace=True)
+        slot.zero_from = zero_from
     key = (sig, m)
     with _lock:
         if len(_fast) >= _MEMO_MAX:
@@ -273,8 +281,14 @@ def run_fast(sig, ts, out=None):
     pdb = dbias.data_ptr() if dbias is not None else 0
     if (bad | pd | pdp | pdb) & 15:
         return None
-    pws = _workspace(s.ws_size, s.device, None).data_ptr() if s.ws_size else 0
-    s.launch(pa, pw, pc, po, pal, pbe, ppr, pd, pdp, pdb, pws, s.m)
+    launch, pws = s.launch, 0
+    if s.ws_size:
+        if s.launch_zeroed is not None and not torch.cuda.is_current_stream_capturing():
+            launch = s.launch_zeroed
+            pws = _zeroed_workspace(s.ws_size, s.zero_from, s.device_index).data_ptr()
+        else:
+            pws = _workspace(s.ws_size, s.device, None).data_ptr()
+    launch(pa, pw, pc, po, pal, pbe, ppr, pd, pdp, pdb, pws, s.m)
     return d_row, dprob, dbias
 
 
@@ -298,6 +312,27 @@ def _workspace(nbytes: int, dev, stream):
             if len(_scratch) >= _SCRATCH_MAX:
                 _scratch.clear()
             ws = _scratch[slot] = torch.empty(nbytes, dtype=torch.uint8, device=dev)
+    return ws
+
+
+#: Scratch kept zero from an offset on: (device index, stream handle, bytes, offset) -> tensor
+_zeroed: Dict[Tuple[int, int, int, int], torch.Tensor] = {}
+
+
+def _zeroed_workspace(nbytes: int, zero_from: int, idx: int) -> torch.Tensor:
+    """Scratch for launches that find and leave its bytes from ``zero_from`` on zero (plans'
+    ``zeroed_region``): allocated zeroed once per (device, current stream, size, offset) and
+    used by no other launch (``_workspace``'s buffers are not zero). Plans that share one
+    agree on its layout: bytes before the offset are theirs to overwrite every launch, bytes
+    after are dbias sums and counters, zero at rest. Never during graph capture (a replay
+    would share it with eager launches)."""
+    slot = (idx, current_stream_handle(idx), nbytes, zero_from)
+    ws = _zeroed.get(slot)
+    if ws is None:
+        with _lock:
+            if len(_zeroed) >= _SCRATCH_MAX:
+                _zeroed.clear()
+            ws = _zeroed[slot] = torch.zeros(nbytes, dtype=torch.uint8, device=torch.device("cuda", idx))
     return ws
 
 

@@ -101,11 +101,18 @@ class Sm90KernelConfig:
     # the descriptor workspace (DESC_BYTES per expert): no host read of pointers.
     weight_mode: str = "dense"
     b_major: str = "k"
-    # With generate_dbias: zero the fp32 dbias workspace before the main kernel and fold it
-    # into the caller's bf16 dbias after it (two tiny kernels in the same launch, same
-    # stream: no host-side torch ops, one rounding). False leaves the workspace as the
-    # result (the JAX FFI path hands XLA zeroed buffers and rounds in JAX).
+    # With generate_dbias: the kernel folds the fp32 column sums into the caller's bf16 dbias
+    # itself. Each (expert, N-tile) has an arrival counter after the sums in the workspace;
+    # warp 3 (``dbias_folder``) counts each finished tile, and the count that reaches the
+    # expert's tile count adds that tile's columns to dbias (one rounding) and puts the sums
+    # and the counter back to zero. So every launch leaves the workspace's dbias region zero. A zeroing kernel runs first unless
+    # ``ws_zeroed``. False leaves the fp32 sums as the result (the JAX FFI path hands XLA
+    # zeroed buffers and rounds in JAX; no counters).
     fold_dbias: bool = True
+    # The dbias region of the workspace (sums and counters) arrives zero (a cached scratch
+    # that only this kernel's launches use, each leaving it zero): no zeroing kernel, so the
+    # contract's launch is one kernel. Host convention only; the device code is the same.
+    ws_zeroed: bool = False
     # Fresh outputs (the functional torch op): D, dprob and dbias arrive uninitialized. The
     # launch's prologue kernel zeroes dprob and the rows of D at/past offs[L-1] (no host
     # read of the offsets), and the dbias fold assigns instead of adding. Without it the
@@ -188,9 +195,23 @@ class Sm90KernelConfig:
     def num_n_tiles(self) -> int:
         return (self.n + self.tile_n - 1) // self.tile_n
 
+    def fold_in_kernel(self) -> bool:
+        """dbias is folded by the kernel (arrival counters in the workspace)."""
+        return self.generate_dbias and self.fold_dbias
+
     def raster_group(self) -> int:
         """Raster group size in schedule units (cluster_m M-tiles each)."""
         return max(1, self.raster_group_m // self.cluster_m)
+
+
+@cute.jit
+def _zero_from(mT: cute.Tensor, start: Int32, step: Int32):
+    """Grid-stride fill of the flat tensor ``mT`` with zeros: elements start, start + step,
+    ... (each thread passes its own start; step = the grid's thread count)."""
+    i = start
+    while i < cute.size(mT):
+        mT[i] = mT.element_type(0)
+        i += step
 
 
 class GroupedDgluSm90:
@@ -359,19 +380,24 @@ class GroupedDgluSm90:
         # many CTAs can be resident at once (for clusters: max active clusters x cl).
         max_units = (m // (TILE_M * cm)) * cfg.num_n_units()
         grid = (cutlass.min(max_units, sm_count // cl) * cl, 1, 1)
-        fold = cfg.generate_dbias and cfg.fold_dbias
+        fold = cfg.fold_in_kernel()
         total = num_experts * 2 * n
-        mWs = cute.make_tensor(dbias_ws_ptr, cute.make_layout((total,)))
+        # the workspace's dbias region: fp32 sums (L, 2N), then (fold) one int32 arrival
+        # counter per (expert, N-tile); zero is the same bit pattern for both
+        ws_total = total + (num_experts * self.num_n_tiles if fold else 0)
+        mWs = cute.make_tensor(dbias_ws_ptr, cute.make_layout((ws_total,)))
+        mCount = cute.make_tensor(cute.recast_ptr(dbias_ws_ptr + total, dtype=Int32),
+                                  cute.make_layout((num_experts * self.num_n_tiles,)))
         mDb = cute.make_tensor(dbias_ptr, cute.make_layout((total,)))
-        fold_grid = (cutlass.min((total + 255) // 256, 4 * sm_count), 1, 1)
         if cutlass.const_expr(cfg.init_outputs):
-            # dprob (M), D's tail rows and the dbias workspace: a grid-stride pass each
+            # dprob (M), D's tail rows, dbias and its workspace: a grid-stride pass each
             mDflat = cute.make_tensor(d_ptr, cute.make_layout((m * 2 * n,)))
             init_grid = (cutlass.min((m + 255) // 256 + 1, 4 * sm_count), 1, 1)
-            self.init_outputs(mWs, mDprob, mDflat, mOffs, num_experts).launch(
+            self.init_outputs(mWs, mDprob, mDflat, mDb, mOffs, num_experts).launch(
                 grid=init_grid, block=[256, 1, 1], stream=stream)
-        elif cutlass.const_expr(fold):
-            self.dbias_zero(mWs).launch(grid=fold_grid, block=[256, 1, 1], stream=stream)
+        elif cutlass.const_expr(fold and not cfg.ws_zeroed):
+            zero_grid = (cutlass.min((ws_total + 255) // 256, 4 * sm_count), 1, 1)
+            self.dbias_zero(mWs).launch(grid=zero_grid, block=[256, 1, 1], stream=stream)
         if cutlass.const_expr(cfg.discrete()):
             # Same stream, before the main kernel: stream order makes the descriptors
             # complete before any CTA of the main kernel reads them.
@@ -382,13 +408,11 @@ class GroupedDgluSm90:
         self.kernel(
             tma_atom_a, tma_a, tma_atom_b, tma_b, tma_atom_c, tma_c, tma_atom_d, tma_d, mC, mD,
             mOffs, mAlpha,
-            mBeta, mProb, mDprob, mDbias, b_desc_ptr, num_experts, geglu_alpha, clamp_max,
-            clamp_min, linear_offset, tiled_mma, tiled_mma_first, a_smem_staged, b_smem_staged,
-            c_smem_staged,
+            mBeta, mProb, mDprob, mDbias, mCount, mDb, b_desc_ptr, num_experts, geglu_alpha,
+            clamp_max, clamp_min, linear_offset, tiled_mma, tiled_mma_first, a_smem_staged,
+            b_smem_staged, c_smem_staged,
         ).launch(grid=grid, block=[NUM_THREADS, 1, 1], cluster=(cl, 1, 1), min_blocks_per_mp=1,
                  stream=stream)
-        if cutlass.const_expr(fold):
-            self.dbias_fold(mWs, mDb).launch(grid=fold_grid, block=[256, 1, 1], stream=stream)
 
     def _b_stride(self):
         """(N, K, L=1) strides of one discrete expert, in elements."""
@@ -398,54 +422,29 @@ class GroupedDgluSm90:
     # ------------------------------------------------------------------ device side
     @cute.kernel
     def dbias_zero(self, mWs: cute.Tensor):
-        """Grid-stride: the fp32 dbias workspace (L x 2N) := 0 before the main kernel adds
-        its partial sums (whatever the workspace held: caller-provided or reused)."""
+        """Grid-stride: the workspace's dbias region (fp32 sums, arrival counters) := 0
+        before the main kernel adds to it (whatever it held: caller-provided scratch)."""
         tidx, _, _ = cute.arch.thread_idx()
         bid, _, _ = cute.arch.block_idx()
         nblocks, _, _ = cute.arch.grid_dim()
-        i = bid * 256 + tidx
-        while i < cute.size(mWs):
-            mWs[i] = Float32(0.0)
-            i += nblocks * 256
+        _zero_from(mWs, bid * 256 + tidx, nblocks * 256)
 
     @cute.kernel
     def init_outputs(self, mWs: cute.Tensor, mDprob: cute.Tensor, mDflat: cute.Tensor,
-                     mOffs: cute.Tensor, num_experts: Int32):
+                     mDb: cute.Tensor, mOffs: cute.Tensor, num_experts: Int32):
         """Grid-stride, before the main kernel (fresh outputs): dprob := 0, D rows at/past
-        offs[L-1] := 0 (the main kernel writes every row before it), and with dbias the fp32
-        workspace := 0."""
+        offs[L-1] := 0 (the main kernel writes every row before it), and with dbias the bf16
+        dbias and the workspace's dbias region := 0 (the kernel's fold then adds to zero;
+        empty experts stay zero)."""
         tidx, _, _ = cute.arch.thread_idx()
         bid, _, _ = cute.arch.block_idx()
         nblocks, _, _ = cute.arch.grid_dim()
         step = nblocks * 256
-        i = bid * 256 + tidx
-        while i < cute.size(mDprob):
-            mDprob[i] = Float32(0.0)
-            i += step
-        i = mOffs[num_experts - 1] * (2 * self.cfg.n) + bid * 256 + tidx
-        while i < cute.size(mDflat):
-            mDflat[i] = mDflat.element_type(0)
-            i += step
+        _zero_from(mDprob, bid * 256 + tidx, step)
+        _zero_from(mDflat, mOffs[num_experts - 1] * (2 * self.cfg.n) + bid * 256 + tidx, step)
         if cutlass.const_expr(self.cfg.generate_dbias):
-            i = bid * 256 + tidx
-            while i < cute.size(mWs):
-                mWs[i] = Float32(0.0)
-                i += step
-
-    @cute.kernel
-    def dbias_fold(self, mWs: cute.Tensor, mDb: cute.Tensor):
-        """Grid-stride: dbias := bf16(fp32(dbias) + workspace), the one rounding (fresh
-        outputs: dbias := bf16(workspace))."""
-        tidx, _, _ = cute.arch.thread_idx()
-        bid, _, _ = cute.arch.block_idx()
-        nblocks, _, _ = cute.arch.grid_dim()
-        i = bid * 256 + tidx
-        while i < cute.size(mWs):
-            if cutlass.const_expr(self.cfg.init_outputs):
-                mDb[i] = mWs[i].to(mDb.element_type)
-            else:
-                mDb[i] = (mDb[i].to(Float32) + mWs[i]).to(mDb.element_type)
-            i += nblocks * 256
+            _zero_from(mWs, bid * 256 + tidx, step)
+            _zero_from(mDb, bid * 256 + tidx, step)
 
     @cute.kernel
     def build_b_descriptors(self, b_ptrs_ptr: cute.Pointer, b_desc_ptr: cute.Pointer,
@@ -510,6 +509,8 @@ class GroupedDgluSm90:
         mProb: cute.Tensor,
         mDprob: cute.Tensor,
         mDbias: cute.Tensor,
+        mCount: cute.Tensor,
+        mDbOut: cute.Tensor,
         b_desc_ptr: cute.Pointer,
         num_experts: Int32,
         geglu_alpha: Float32,
@@ -627,6 +628,10 @@ class GroupedDgluSm90:
             if (warp_idx == 1) | (warp_idx == 2):
                 self.c_producer(c_pipe, tma_atom_c, tCgC_tma, tCsC_tma, warp_idx - 1, unit0,
                                 walk)
+            if cutlass.const_expr(self.cfg.fold_in_kernel()):
+                if warp_idx == 3:
+                    self.dbias_folder(mOffs, num_experts, mDbias, mCount, mDbOut, unit0, walk,
+                                      valid_m_units * cm, tidx)
         else:
             cute.arch.setmaxregister_increase(self.math_regs)
             wg = warp_group - 1
@@ -653,6 +658,8 @@ class GroupedDgluSm90:
             other_done = pipeline.NamedBarrier(barrier_id=3 - wg, num_threads=256)
             # this warpgroup's 4 warps: their dbias partials are in shared memory
             wg_sync = pipeline.NamedBarrier(barrier_id=4 + wg, num_threads=128)
+            # this warpgroup + the dbias folder warp, once per tile (fold_in_kernel only)
+            fold_bar = pipeline.NamedBarrier(barrier_id=6 + wg, num_threads=128 + 32)
             unit = unit0 + self.first_unit_offset(wg, nunits)
             pos = Int32(0) if self.coop else wg * self.k_tile_cnt  # first k-tile's ring position
             cpos = Int32(0)  # position in this warpgroup's private C FIFO
@@ -670,6 +677,11 @@ class GroupedDgluSm90:
                               mDprob, mDbias, geglu_alpha, clamp_max, clamp_min,
                               linear_offset, m_tile, n_tile, expert, tidx, sDb, wg_sync,
                               d_store)
+                if cutlass.const_expr(self.cfg.fold_in_kernel()):
+                    # this thread's dbias atomics are visible device-wide before the folder
+                    # warp counts the tile (see dbias_folder)
+                    cute.arch.fence_acq_rel_gpu()
+                    fold_bar.arrive_and_wait()
                 cpos += self.nblk
                 unit += self.unit_step(nunits)
                 pos += self.unit_step(1) * self.k_tile_cnt
@@ -1066,6 +1078,71 @@ class GroupedDgluSm90:
                 if gcol + i < two_n:
                     cute.arch.atomic_add(
                         (mDbias.iterator + (expert * two_n + gcol + i)).llvm_ptr, vals[i])
+
+    @cute.jit
+    def dbias_folder(self, mOffs, num_experts, mWs, mCount, mDbOut, unit0, walk, m_tiles,
+                     tidx):
+        """Warp 3 (otherwise idle): folds the fp32 dbias column sums into the caller's bf16
+        dbias from inside the kernel, so that no second kernel is needed.
+
+        It walks the CTA's units in order (ping-pong: unit k is math warpgroup k % 2's;
+        cooperative: both warpgroups share each) and, per tile, meets the warpgroup(s) on
+        their fold barrier once they have added the tile's sums and fenced them (gpu scope:
+        the threadFenceReduction pattern, with the barrier carrying the order to this warp).
+        Lane 0 then counts the arrival on (expert, N-tile) with an acq_rel atomic. The count
+        that completes the expert's tiles (the scheduled 128-row M-tiles whose first row is
+        the expert's, among the first ``m_tiles``: (offs[e] - offs[e-1]) / 128 with
+        256-aligned offsets, and still a count every counter reaches when offsets break that
+        contract) folds the tile's 2*TILE_N columns: each sum read by atomic exchange with 0
+        (coherent at L2, leaves zero), dbias = bf16(fp32(dbias) + sum), then the counter
+        reset. So every launch leaves the dbias region of the workspace zero. The math
+        warpgroups only fence and meet this warp (no atomic with a result in their loop:
+        that cost ptxas ~50 B of spills in the fp32-C epilogue). The phantom N-tile of an
+        odd cluster_n pair is met but not counted (no columns, no counter)."""
+        nunits, num_units, _, _ = walk
+        lane = tidx % 32
+        two_n = 2 * self.cfg.n
+        bars = [pipeline.NamedBarrier(barrier_id=6 + w, num_threads=128 + 32)
+                for w in range(MATH_WARPGROUPS)]
+        unit = unit0
+        k = Int32(0)
+        while unit < num_units:
+            m_tile, n_tile = self.tile_of(unit, walk)
+            if cutlass.const_expr(self.coop):
+                for w in cutlass.range_constexpr(MATH_WARPGROUPS):
+                    bars[w].arrive_and_wait()
+            else:
+                if k % 2 == 0:
+                    bars[0].arrive_and_wait()
+                else:
+                    bars[1].arrive_and_wait()
+            n0 = n_tile * self.tile_n
+            if n0 < self.cfg.n:
+                expert = expert_of_row(mOffs, num_experts, m_tile * TILE_M)
+                counter = (mCount.iterator + (expert * self.num_n_tiles + n_tile)).llvm_ptr
+                last = Int32(0)
+                if lane == 0:
+                    lo = Int32(0)
+                    if expert > 0:
+                        lo = (mOffs[expert - 1] + (TILE_M - 1)) // TILE_M
+                    hi = cutlass.min((mOffs[expert] + (TILE_M - 1)) // TILE_M, m_tiles)
+                    old = cute.arch.atomic_add(counter, Int32(1), sem="acq_rel", scope="gpu")
+                    if old == hi - lo - 1:
+                        last = Int32(1)
+                last = cute.arch.shuffle_sync(last, 0)
+                if last == Int32(1):
+                    cute.arch.fence_acq_rel_gpu()
+                    for i in cutlass.range_constexpr((2 * self.tile_n) // 32):
+                        g = 2 * n0 + 32 * i + lane
+                        if g < two_n:
+                            idx = expert * two_n + g
+                            v = cute.arch.atomic_exch((mWs.iterator + idx).llvm_ptr,
+                                                      Float32(0.0), sem="relaxed", scope="gpu")
+                            mDbOut[idx] = (mDbOut[idx].to(Float32) + v).to(mDbOut.element_type)
+                    if lane == 0:
+                        cute.arch.atomic_exch(counter, Int32(0), sem="relaxed", scope="gpu")
+            unit += nunits
+            k += 1
 
     @cute.jit
     def _dbias_flush(self, sDb, wg, wg_sync, mDbias, expert, n0, tidx):
