@@ -133,7 +133,8 @@ def main():
     # (the wrapper its graph, the op its memo) and only the engine's body is removed
     type(entry.plan.compiled).execute = lambda self, pack, workspace=None, stream=None: None
     # ... and the replay's launch (remembered calls, and any remembered from here on)
-    ExecutionPlan.address_launcher = lambda self, m, init, device_index: (lambda *args: None)
+    ExecutionPlan.address_launcher = (lambda self, m, init, device_index, zeroed_workspace=False:
+                                      (lambda *args: None))
     for slots in _core._fast.values():
         for slot in slots:
             slot.launch = lambda *args: None

@@ -22,18 +22,25 @@ from test_torch_integration import BF, make_problem, oracle, rel_err
 
 pytestmark = pytest.mark.skipif(not _guards.AVAILABLE, reason="this torch has no tensor guards")
 
+#: the stand-in plans' scratch size with dbias
+WS_BYTES = 256
+
 
 @pytest.fixture
 def launches(monkeypatch):
     """Give every plan a stand-in address launcher; yields the list of its launches."""
     seen = []
 
-    def address_launcher(self, m, init, device_index):
+    def address_launcher(self, m, init, device_index, zeroed_workspace=False):
         self.check_m(m)
         pr = self.problem
 
         def go(a, b, c, offsets, alpha, beta, prob, d_row, dprob, dbias, workspace, mm):
-            seen.append(dict(m=mm, init=init, workspace=workspace))
+            ws = tensor_at(workspace, WS_BYTES, torch.uint8, torch.device("cpu")) if workspace else None
+            seen.append(dict(m=mm, init=init, workspace=workspace, zeroed=zeroed_workspace,
+                             ws_was_zero=ws is not None and not ws.any()))
+            if ws is not None and not zeroed_workspace:
+                ws.fill_(7)  # scratch of unknown content: the plain launch owes it nothing
             L, n, k, dev = pr.num_experts, pr.n, pr.k, torch.device("cpu")
             at = lambda addr, shape, dt: tensor_at(addr, int(torch.Size(shape).numel()), dt, dev).view(shape)
             pack = dict(a=at(a, (mm, k), pr.ab_dtype), c=at(c, (mm, 2 * n), pr.c_dtype),
@@ -60,6 +67,12 @@ def launches(monkeypatch):
         self.execute(pack, workspace, stream)
 
     monkeypatch.setattr(ExecutionPlan, "address_launcher", address_launcher)
+    # with dbias the stand-in plan has a scratch whose bytes it keeps zero (like the kernel's
+    # dbias region), so replays take the zero-kept scratch and its variant
+    monkeypatch.setattr(ExecutionPlan, "workspace_size",
+                        property(lambda self: WS_BYTES if self.problem.generate_dbias else 0))
+    monkeypatch.setattr(ExecutionPlan, "zeroed_region",
+                        property(lambda self: 0 if self.problem.generate_dbias else None))
     monkeypatch.setattr(reference._ReferencePlan, "execute_fresh", execute_fresh, raising=False)
     _core.clear_memo()
     yield seen
@@ -119,10 +132,17 @@ def test_out_calls_replay_and_keep_the_contract(launches, monkeypatch):
     got = call(p, generate_dbias=True, out=(d_row, dprob, dbias))
     assert got[0] is d_row and d_row._version > before  # version bumped like the op's
     assert len(launches) == 1 and launches[0]["init"] is False
+    # the contract launch with dbias on the zero-kept scratch: its variant, found zero
+    assert launches[0]["zeroed"] and launches[0]["ws_was_zero"]
+    assert len(_core._zeroed) == 1
     ref = oracle(p, True)
     assert rel_err(d_row[:768], ref["d_row"][:768]) < 2e-2 and (d_row[768:] == 5).all()
     assert rel_err(dprob - 2.0, ref["dprob"]) < 1e-3  # accumulated into
     assert rel_err(dbias.double() - 1.0, ref["dbias"]) < 2e-2
+    call(p, generate_dbias=True, out=(d_row, dprob, dbias))
+    assert launches[1]["zeroed"] and launches[1]["ws_was_zero"]
+    _core.clear_memo()  # forgets the zero-kept scratch too
+    assert not _core._zeroed
 
 
 def test_discrete_weights_replay(launches, monkeypatch):
@@ -190,23 +210,88 @@ def test_token_counts_changing_every_step_all_replay(launches):
     assert [x["m"] for x in launches] == ms
 
 
-def test_misaligned_pointers_are_named_on_the_fast_path(launches):
+def _misaligned(t, elems=1):
+    """A copy of ``t`` with the same metadata at an address ``elems`` elements past 16 B."""
+    buf = torch.empty(t.numel() + elems, dtype=t.dtype)
+    out = buf[elems:].view(t.shape)
+    out.copy_(t)
+    return out
+
+
+@pytest.mark.parametrize("slot,name", [("a", "a_tensor"), ("b", "b_tensor"), ("c", "c_tensor"),
+                                       ("offs", "padded_offsets"), ("alpha", "alpha_tensor"),
+                                       ("beta", "beta_tensor"), ("prob", "prob_tensor")])
+def test_misaligned_pointers_are_named_on_the_fast_path(launches, slot, name):
     p = make_problem()
     call(p)
-    call(p, out=(torch.zeros(1024, 128, dtype=BF), torch.zeros(1024), None))
+    call(p)
     n0 = len(launches)
-    a = torch.empty(1024 * 32 + 1, dtype=BF)[1:].view(1024, 32)
-    a.copy_(p["a"])
-    with pytest.raises(ValueError, match="a_tensor: data pointer"):
-        call({**p, "a": a})
-    b = torch.empty(3 * 64 * 32 + 1, dtype=BF)[1:].view(3, 64, 32)
-    b.copy_(p["b"])
-    with pytest.raises(ValueError, match="b_tensor: data pointer"):
-        call({**p, "b": b})
-    dprob = torch.zeros(1024 + 1)[1:]
+    assert n0 == 1
+    with pytest.raises(ValueError, match=f"{name}: data pointer"):
+        call({**p, slot: _misaligned(p[slot])})
+    assert len(launches) == n0
+
+
+def test_misaligned_outputs_and_pointer_table_are_named_on_the_fast_path(launches):
+    p = make_problem()
+    outs = lambda: (torch.zeros(1024, 128, dtype=BF), torch.zeros(1024), None)  # noqa: E731
+    call(p, out=outs())
+    call(p, out=outs())
+    n0 = len(launches)
+    dprob = _misaligned(torch.zeros(1024))
     with pytest.raises(ValueError, match="out: dprob_tensor: data pointer"):
         call(p, out=(torch.zeros(1024, 128, dtype=BF), dprob, None))
     assert not dprob.any() and len(launches) == n0
+    weights = [p["b"][e].contiguous() for e in range(3)]
+    ptrs = ct.expert_pointers(weights)
+    run = lambda t: ct.grouped_gemm_dglu(p["a"], p["c"], p["offs"], p["alpha"], p["beta"], p["prob"],  # noqa: E731
+                                         b_ptrs=t, n=64)
+    run(ptrs)
+    run(ptrs)
+    n0 = len(launches)
+    raw = torch.empty(3 * 8 + 16, dtype=torch.uint8)  # an int64 table 4 bytes past 16-B
+    start = (-raw.data_ptr()) % 16 + 4
+    bad = tensor_at(raw.data_ptr() + start, 3, torch.int64, torch.device("cpu"))
+    bad.copy_(ptrs)
+    with pytest.raises(ValueError, match="b_ptrs: data pointer must be 8-byte aligned"):
+        run(bad)
+    assert len(launches) == n0
+
+
+def test_typed_arguments_do_not_replay_a_different_call(launches):
+    """Scalars that compare equal across types (64 == 64.0) are different calls: validation
+    tells them apart, so the replay must too."""
+    p = make_problem()
+    weights = [p["b"][e].contiguous() for e in range(3)]
+    ptrs = ct.expert_pointers(weights)
+    run = lambda **kw: ct.grouped_gemm_dglu(p["a"], p["c"], p["offs"], p["alpha"], p["beta"], p["prob"],  # noqa: E731
+                                            b_ptrs=ptrs, **kw)
+    run(n=64)
+    run(n=64)
+    assert len(launches) == 1
+    with pytest.raises(TypeError, match="n: expected an int"):
+        run(n=64.0)
+    assert len(launches) == 1
+    call(p, act_func="dgeglu", glu_clamp_max=1.0)  # validated (a new signature)
+    call(p, act_func="dgeglu", glu_clamp_max=1.0)  # replayed
+    assert len(launches) == 2
+    with pytest.raises(TypeError, match="glu_clamp_max: expected a float, got bool"):
+        call(p, act_func="dgeglu", glu_clamp_max=True)
+    _core.clear_memo()  # the validated path's memo must tell them apart as well
+    call(p, act_func="dgeglu", glu_clamp_max=1.0)
+    with pytest.raises(TypeError, match="glu_clamp_max: expected a float, got bool"):
+        call(p, act_func="dgeglu", glu_clamp_max=True)
+    call(p, act_func="dgeglu", glu_clamp_max=1.0)  # and a rejected True does not poison 1.0
+
+
+def test_parameter_weights_take_the_replay(launches):
+    """Expert weights are usually nn.Parameters: plain tensors for the op (no torch-function
+    dispatch), so they run the body directly and replay."""
+    p = make_problem()
+    p["b"] = torch.nn.Parameter(p["b"], requires_grad=False)
+    call(p)
+    _check(p, call(p), False)
+    assert len(launches) == 1
 
 
 def test_without_guards_calls_stay_on_the_validated_path(launches, monkeypatch):

@@ -88,6 +88,17 @@ def _entry(key, a, c, b, b_ptrs, n, b_major, offsets, alpha, beta, prob, act: Ac
     return e
 
 
+def _scalar_types(act: ActArgs) -> Tuple[type, ...]:
+    """The types of the activation's numbers, cached on the (frozen) config: 1.0 and True
+    compare equal, but validation tells them apart, so the memo key must too."""
+    t = act.__dict__.get("_types")
+    if t is None:
+        t = tuple(type(getattr(act, f)) for f in ("linear_offset", "geglu_alpha", "glu_clamp_max",
+                                                  "glu_clamp_min"))
+        object.__setattr__(act, "_types", t)
+    return t
+
+
 def run(a: torch.Tensor, c: torch.Tensor, offsets: torch.Tensor, alpha: torch.Tensor, beta: torch.Tensor,
         prob: torch.Tensor, *, b: Optional[torch.Tensor] = None, b_ptrs: Optional[torch.Tensor] = None,
         n: Optional[int] = None, b_major: str = "k", act: ActArgs = ActArgs(), generate_dbias: bool = False,
@@ -114,7 +125,8 @@ def run(a: torch.Tensor, c: torch.Tensor, offsets: torch.Tensor, alpha: torch.Te
            offsets.dtype, offsets.shape, offsets.stride(), offsets.get_device(),
            alpha.dtype, alpha.shape, alpha.stride(), alpha.get_device(),
            beta.dtype, beta.shape, beta.stride(), beta.get_device(),
-           prob.dtype, prob.shape, prob.stride(), prob.get_device(), act, generate_dbias, engine)
+           prob.dtype, prob.shape, prob.stride(), prob.get_device(), act, generate_dbias, engine,
+           type(n), _scalar_types(act), type(generate_dbias))
     if out is None:
         key += (d_dtype,)
     else:
@@ -179,8 +191,11 @@ def run(a: torch.Tensor, c: torch.Tensor, offsets: torch.Tensor, alpha: torch.Te
     else:
         plan.execute(pack, ws, stream)
     if fast is not None and stream is None and m > 0 and problem.num_experts > 0 and (
-            out is not None or fresh):
-        _remember(fast, e, dev, m, two_n, fresh, d_dtype if out is None else None, generate_dbias)
+            out is not None or fresh) and not (dev.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+        try:  # an optimization: never let it fail a call whose kernel already ran
+            _remember(fast, e, dev, m, two_n, fresh, d_dtype if out is None else None, generate_dbias)
+        except Exception:
+            pass
     return d_row, dprob, dbias
 
 
@@ -202,9 +217,11 @@ class _Fast:
     ws_size: int
     dense: bool
     #: the launch on a scratch kept zero from ``zero_from`` on (one kernel instead of a
-    #: zeroing kernel + the kernel; the contract with dbias), used outside graph capture
+    #: zeroing kernel + the kernel; the contract with dbias), used outside graph capture;
+    #: built on the first replay that can use it (it is another compiled variant)
     launch_zeroed: object = None
-    zero_from: int = 0
+    zero_from: Optional[int] = None
+    plan: object = None
 
 
 #: (call signature (the non-tensor arguments, see ``ops``), M) -> recent _Fast slots, newest
@@ -233,10 +250,8 @@ def _remember(fast, e: _Entry, dev, m, two_n, fresh, d_dtype, generate_dbias) ->
         return
     slot = _Fast(guard, launch, idx, dev, m, two_n, e.problem.num_experts, d_dtype,
                  generate_dbias, e.ws_size, e.problem.weight_mode != "discrete")
-    zero_from = e.plan.zeroed_region
-    if zero_from is not None and not fresh and dev.type == "cuda":
-        slot.launch_zeroed = e.plan.address_launcher(m, False, idx, zeroed_workspace=True)
-        slot.zero_from = zero_from
+    if not fresh and e.plan.zeroed_region is not None:
+        slot.zero_from, slot.plan = e.plan.zeroed_region, e.plan
     key = (sig, m)
     with _lock:
         if len(_fast) >= _MEMO_MAX:
@@ -281,14 +296,20 @@ def run_fast(sig, ts, out=None):
     pdb = dbias.data_ptr() if dbias is not None else 0
     if (bad | pd | pdp | pdb) & 15:
         return None
-    launch, pws = s.launch, 0
+    launch, ws = s.launch, None
     if s.ws_size:
-        if s.launch_zeroed is not None and not torch.cuda.is_current_stream_capturing():
+        if s.zero_from is not None and not (s.device_index >= 0
+                                            and torch.cuda.is_current_stream_capturing()):
+            if s.launch_zeroed is None:
+                s.launch_zeroed = s.plan.address_launcher(s.m, False, s.device_index,
+                                                          zeroed_workspace=True)
             launch = s.launch_zeroed
-            pws = _zeroed_workspace(s.ws_size, s.zero_from, s.device_index).data_ptr()
+            ws = _zeroed_workspace(s.ws_size, s.zero_from, s.device)
         else:
-            pws = _workspace(s.ws_size, s.device, None).data_ptr()
-    launch(pa, pw, pc, po, pal, pbe, ppr, pd, pdp, pdb, pws, s.m)
+            ws = _workspace(s.ws_size, s.device, None)
+    # ws stays referenced until the launch is queued (a fresh scratch is freed after it,
+    # stream-ordered)
+    launch(pa, pw, pc, po, pal, pbe, ppr, pd, pdp, pdb, ws.data_ptr() if ws is not None else 0, s.m)
     return d_row, dprob, dbias
 
 
@@ -319,24 +340,30 @@ def _workspace(nbytes: int, dev, stream):
 _zeroed: Dict[Tuple[int, int, int, int], torch.Tensor] = {}
 
 
-def _zeroed_workspace(nbytes: int, zero_from: int, idx: int) -> torch.Tensor:
+def _zeroed_workspace(nbytes: int, zero_from: int, dev: torch.device) -> torch.Tensor:
     """Scratch for launches that find and leave its bytes from ``zero_from`` on zero (plans'
     ``zeroed_region``): allocated zeroed once per (device, current stream, size, offset) and
     used by no other launch (``_workspace``'s buffers are not zero). Plans that share one
     agree on its layout: bytes before the offset are theirs to overwrite every launch, bytes
     after are dbias sums and counters, zero at rest. Never during graph capture (a replay
-    would share it with eager launches)."""
-    slot = (idx, current_stream_handle(idx), nbytes, zero_from)
+    would share it with eager launches). A launch whose offsets break the contract (device data:
+    not checked on the host) can leave it dirty; ``clear_memo`` drops these buffers."""
+    cuda = dev.type == "cuda"
+    slot = (dev.index if cuda else -1, current_stream_handle(dev.index) if cuda else 0, nbytes,
+            zero_from)
     ws = _zeroed.get(slot)
     if ws is None:
         with _lock:
             if len(_zeroed) >= _SCRATCH_MAX:
                 _zeroed.clear()
-            ws = _zeroed[slot] = torch.zeros(nbytes, dtype=torch.uint8, device=torch.device("cuda", idx))
+            ws = _zeroed[slot] = torch.zeros(nbytes, dtype=torch.uint8, device=dev)
     return ws
 
 
 def clear_memo() -> None:
+    """Forget every validated call, replay and zero-kept scratch (the next calls validate
+    again)."""
     with _lock:
         _memo.clear()
         _fast.clear()
+        _zeroed.clear()

@@ -38,7 +38,7 @@ from ._core import ActArgs, run, run_fast
 _LIB = "cudnn_ext"
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=256, typed=True)  # typed: a rejected True must not answer for 1.0
 def _act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min) -> ActArgs:
     # cached: a frozen dataclass costs microseconds to build, and the hot path keys on it
     return ActArgs(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min)
@@ -52,11 +52,17 @@ def _eager() -> bool:
                 or torch._C._are_functorch_transforms_active())
 
 
+#: Tensor types the op's body may run on directly: ``nn.Parameter`` disables torch-function
+#: dispatch (``_disabled_torch_function_impl``), so for the op it is a plain tensor (expert
+#: weights are usually Parameters)
+_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
+
+
 def _plain_tensors(tensors) -> bool:
-    """Every tensor exactly a ``torch.Tensor`` (no subclass) and not a meta tensor (those get
-    the fake implementation)."""
+    """Every tensor exactly a ``torch.Tensor`` or ``nn.Parameter`` (no other subclass) and
+    not a meta tensor (those get the fake implementation)."""
     for t in tensors:
-        if type(t) is not torch.Tensor or t.is_meta:
+        if type(t) not in _PLAIN_TYPES or t.is_meta:
             return False
     return True
 
@@ -222,9 +228,12 @@ def grouped_gemm_dglu(
         raise ValueError(f"n: dense weights (b) forbid n, got n={n!r}")
     if b_ptrs is not None and n is None:
         raise ValueError("n: discrete weights (b_ptrs) require n, got None")
-    # every non-tensor argument: with the tensors' metadata it identifies a validated call
+    # every non-tensor argument, with the numbers' types (64 == 64.0 == True-ish values compare
+    # equal but validation tells them apart): with the tensors' metadata it identifies a
+    # validated call
     sig = (b is None, n, b_major, act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min,
-           generate_dbias, d_dtype, out is None)
+           generate_dbias, d_dtype, out is None, type(n), type(linear_offset), type(geglu_alpha),
+           type(glu_clamp_max), type(glu_clamp_min), type(generate_dbias))
     w = b if b is not None else b_ptrs
     if out is not None:
         # replay first (a guard hit implies every check of _call_out passed on an earlier call

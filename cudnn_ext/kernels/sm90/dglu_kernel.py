@@ -1092,8 +1092,8 @@ class GroupedDgluSm90:
         Lane 0 then counts the arrival on (expert, N-tile) with an acq_rel atomic. The count
         that completes the expert's tiles (the scheduled 128-row M-tiles whose first row is
         the expert's, among the first ``m_tiles``: (offs[e] - offs[e-1]) / 128 with
-        256-aligned offsets, and still a count every counter reaches when offsets break that
-        contract) folds the tile's 2*TILE_N columns: each sum read by atomic exchange with 0
+        256-aligned offsets, and still a count every counter reaches when offsets are not
+        256-aligned or negative; decreasing offsets can leave one short) folds the tile's 2*TILE_N columns: each sum read by atomic exchange with 0
         (coherent at L2, leaves zero), dbias = bf16(fp32(dbias) + sum), then the counter
         reset. So every launch leaves the dbias region of the workspace zero. The math
         warpgroups only fence and meet this warp (no atomic with a result in their loop:
@@ -1123,8 +1123,8 @@ class GroupedDgluSm90:
                 last = Int32(0)
                 if lane == 0:
                     lo = Int32(0)
-                    if expert > 0:
-                        lo = (mOffs[expert - 1] + (TILE_M - 1)) // TILE_M
+                    if expert > 0:  # (clamped: a negative offset breaks the contract)
+                        lo = cutlass.max((mOffs[expert - 1] + (TILE_M - 1)) // TILE_M, Int32(0))
                     hi = cutlass.min((mOffs[expert] + (TILE_M - 1)) // TILE_M, m_tiles)
                     old = cute.arch.atomic_add(counter, Int32(1), sem="acq_rel", scope="gpu")
                     if old == hi - lo - 1:
