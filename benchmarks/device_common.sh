@@ -5,3 +5,12 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 t() { local name=$1; shift; local t0=$SECONDS
   "$@" > "$OUT/$name.log" 2>&1; local rc=$?
   echo "[$name rc=$rc $((SECONDS - t0))s] $(tail -1 "$OUT/$name.log")"; }
+# tp NAME PYTEST_ARGS...: t NAME python3 -m pytest ..., then the log's first failures.
+tp() { local name=$1; shift
+  t "$name" python3 -m pytest "$@" -q -p no:cacheprovider
+  grep -E "FAILED|Error" "$OUT/$name.log" | head -6; }
+# san TOOL MODE: compute-sanitizer TOOL on tests/gpu/sanitize_sm90.py MODE, then its summary.
+san() { local tool=$1 mode=$2
+  t "${tool}_$mode" timeout 120 compute-sanitizer --report-api-errors no --tool "$tool" \
+    python3 tests/gpu/sanitize_sm90.py "$mode"
+  grep -E 'SUMMARY' "$OUT/${tool}_$mode.log" | tail -1; }

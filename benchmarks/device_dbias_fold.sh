@@ -9,17 +9,11 @@ set -o pipefail
 source "$(dirname "$0")/device_common.sh"
 if [ "$1" = tests ]; then
   K='heuristics or fresh or (dbias1 and (M10240-N512 or M32768 or Cfp32-Dfp32 or (M768-N320 and coop)))'
-  t gpu_tests python3 -m pytest -m gpu tests/gpu/test_sm90_correctness.py tests/gpu/test_sm90_discrete.py \
-    -k "$K" -q -p no:cacheprovider
-  grep -E "FAILED|Error" "$OUT/gpu_tests.log" | head -6
-  t torch_tests python3 -m pytest -m gpu tests/test_torch_fast_path.py tests/test_torch_integration.py -q -p no:cacheprovider
-  grep -E "FAILED|Error" "$OUT/torch_tests.log" | head -6
-  for mode in dense coop; do
-    t racecheck_$mode timeout 120 compute-sanitizer --report-api-errors no --tool racecheck python3 tests/gpu/sanitize_sm90.py $mode
-    grep -E 'RACECHECK SUMMARY' "$OUT/racecheck_$mode.log" | tail -1
-  done
-  t memcheck timeout 120 compute-sanitizer --report-api-errors no --tool memcheck python3 tests/gpu/sanitize_sm90.py dense
-  grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1
+  tp gpu_tests -m gpu tests/gpu/test_sm90_correctness.py tests/gpu/test_sm90_discrete.py -k "$K"
+  tp torch_tests -m gpu tests/test_torch_fast_path.py tests/test_torch_integration.py
+  san racecheck dense
+  san racecheck coop
+  san memcheck dense
 else
   t host python3 benchmarks/bench_host_overhead.py --device cuda --reps 500 --out "$OUT/host.json"
   grep -E "python_fn|zeros_only|wrapper" "$OUT/host.log"

@@ -326,14 +326,19 @@ def _workspace(nbytes: int, dev, stream):
     CPU: a fresh buffer (a replay must not share scratch with eager calls or other graphs)."""
     if dev.type != "cuda" or stream is not None or torch.cuda.is_current_stream_capturing():
         return torch.empty(nbytes, dtype=torch.uint8, device=dev)
-    slot = (dev.index, current_stream_handle(dev.index), nbytes)
-    ws = _scratch.get(slot)
-    if ws is None:
+    return _cached(_scratch, (dev.index, current_stream_handle(dev.index), nbytes),
+                   lambda: torch.empty(nbytes, dtype=torch.uint8, device=dev))
+
+
+def _cached(table: Dict, slot, make) -> torch.Tensor:
+    """``table[slot]``, made by ``make()`` on first use (the table is cleared when full)."""
+    buf = table.get(slot)
+    if buf is None:
         with _lock:
-            if len(_scratch) >= _SCRATCH_MAX:
-                _scratch.clear()
-            ws = _scratch[slot] = torch.empty(nbytes, dtype=torch.uint8, device=dev)
-    return ws
+            if len(table) >= _SCRATCH_MAX:
+                table.clear()
+            buf = table[slot] = make()
+    return buf
 
 
 #: Scratch kept zero from an offset on: (device index, stream handle, bytes, offset) -> tensor
@@ -351,13 +356,7 @@ def _zeroed_workspace(nbytes: int, zero_from: int, dev: torch.device) -> torch.T
     cuda = dev.type == "cuda"
     slot = (dev.index if cuda else -1, current_stream_handle(dev.index) if cuda else 0, nbytes,
             zero_from)
-    ws = _zeroed.get(slot)
-    if ws is None:
-        with _lock:
-            if len(_zeroed) >= _SCRATCH_MAX:
-                _zeroed.clear()
-            ws = _zeroed[slot] = torch.zeros(nbytes, dtype=torch.uint8, device=dev)
-    return ws
+    return _cached(_zeroed, slot, lambda: torch.zeros(nbytes, dtype=torch.uint8, device=dev))
 
 
 def clear_memo() -> None:
