@@ -264,6 +264,36 @@ def test_launch_passes_addresses_in_the_kernels_argument_order(monkeypatch, fres
     assert args[13:] == (m, L, 132, 1.5, 6.0, -5.0, 0.25, 77)
 
 
+def test_discrete_launch_passes_the_table_and_workspace_regions(monkeypatch):
+    """Discrete weights: B's slot holds A's address (never loaded), the pointer table and the
+    descriptor region follow, the dbias sums sit after the descriptors."""
+    import types
+
+    from cudnn_ext.engines import sm90
+
+    calls = []
+    monkeypatch.setattr(sm90, "compile_cached", lambda key: (lambda *args: calls.append(args)))
+    monkeypatch.setitem(sm90.Sm90Plan._resident, (-1, 1), 132)
+    L, n, k, m = 4, 96, 200, 1024
+    p = dataclasses.replace(_problem(n=n, k=k, m=m, L=L, weight_mode="discrete"), device_type="cpu")
+    plan = Sm90DgluEngine().build(p, Knobs.of(tile_n=128))
+    if not plan.key.tvm_ffi:
+        pytest.skip("apache-tvm-ffi is not installed: the launch packs DSL pointer objects")
+    pack = _cpu_pack(m, n, k, L)
+    del pack["b"]
+    pack["b_ptrs"] = torch.zeros(L, dtype=torch.int64)
+    ws = torch.empty(plan.workspace_size + 128, dtype=torch.uint8)
+    ws = ws[(-ws.data_ptr()) % 128:][:plan.workspace_size]  # 128-B aligned descriptors
+    plan.execute(pack, ws, types.SimpleNamespace(cuda_stream=77))
+    (args,) = calls
+    ptr = {name: v.data_ptr() for name, v in pack.items()}
+    assert args[:13] == (ptr["a"], ptr["a"], ptr["c"], ptr["d_row"], ptr["padded_offsets"],
+                         ptr["alpha"], ptr["beta"], ptr["prob"], ptr["dprob"],
+                         ws.data_ptr() + 128 * L, ptr["b_ptrs"], ws.data_ptr(), ptr["dbias"])
+    with pytest.raises(ValueError, match="128-byte aligned"):
+        plan.execute(pack, ws[4:], types.SimpleNamespace(cuda_stream=77))
+
+
 @pytest.mark.parametrize("dbias", [True, False])
 def test_address_launcher_passes_what_execute_passes(monkeypatch, dbias):
     """The replay's launch on raw addresses hands the compiled function exactly the

@@ -258,29 +258,12 @@ class Sm90Plan(CompiledPlan):
             raise ValueError(f"workspace: this plan needs {self.workspace_size} bytes, got None")
         if m == 0 or num_experts == 0:
             return
-        if self._discrete:
-            # the kernel's helper reads the table and writes the descriptors on the device
-            b_addr = a.data_ptr()
-            b_ptrs_addr = pack["b_ptrs"].data_ptr()
-            desc_addr = workspace.data_ptr() + self._desc_off
-            if desc_addr % DESC_BYTES:
-                raise ValueError(f"workspace: must be {DESC_BYTES}-byte aligned for the B "
-                                 f"descriptors, got address {desc_addr:#x}")
-        else:
-            b_addr = pack["b"].data_ptr()
-            b_ptrs_addr = desc_addr = a.data_ptr()  # unused by the dense kernel
-        addrs = (
-            a.data_ptr(), b_addr, c.data_ptr(), pack["d_row"].data_ptr(),
-            pack["padded_offsets"].data_ptr(), pack["alpha"].data_ptr(),
-            pack["beta"].data_ptr(), pack["prob"].data_ptr(), pack["dprob"].data_ptr(),
-            # fp32 dbias partial sums (never read without dbias)
-            (workspace.data_ptr() + self._dbias_off) if dbias is not None
-            else pack["dprob"].data_ptr(),
-            b_ptrs_addr, desc_addr,
-            # the launch zeroes the workspace's dbias region first; the kernel folds it into
-            # dbias (and leaves it zero)
-            dbias.data_ptr() if dbias is not None else a.data_ptr(),
-        )
+        addrs = self._kernel_addrs(
+            a.data_ptr(), (pack["b_ptrs"] if self._discrete else pack["b"]).data_ptr(),
+            c.data_ptr(), pack["padded_offsets"].data_ptr(), pack["alpha"].data_ptr(),
+            pack["beta"].data_ptr(), pack["prob"].data_ptr(), pack["d_row"].data_ptr(),
+            pack["dprob"].data_ptr(), dbias.data_ptr() if dbias is not None else 0,
+            workspace.data_ptr() if workspace is not None else 0)
         fn = self._fn(init)
         dev = c.get_device()
         # None: the current stream of the tensors' device (its raw handle: no Stream object)
@@ -291,6 +274,24 @@ class Sm90Plan(CompiledPlan):
                 self._call(fn, addrs, m, num_experts, ctas, handle)
         else:
             self._call(fn, addrs, m, num_experts, ctas, handle)
+
+    def _kernel_addrs(self, a, b, c, offsets, alpha, beta, prob, d_row, dprob, dbias, workspace):
+        """The 13 kernel addresses in ``launch._ptr_specs`` order from the operands' addresses
+        (``b``: the pointer table in discrete mode; ``dbias``/``workspace`` 0 when absent)."""
+        if self._discrete:
+            # the kernel's helper reads the table and writes the descriptors on the device
+            b_addr, b_ptrs_addr, desc_addr = a, b, workspace + self._desc_off
+            if desc_addr % DESC_BYTES:
+                raise ValueError(f"workspace: must be {DESC_BYTES}-byte aligned for the B "
+                                 f"descriptors, got address {desc_addr:#x}")
+        else:
+            b_addr, b_ptrs_addr, desc_addr = b, a, a  # (table, descriptors: unused when dense)
+        # without dbias the sums' slot gets dprob's address and dbias A's: never read. With
+        # dbias the launch zeroes the workspace's dbias region first (unless kept zero) and the
+        # kernel folds it into dbias, leaving it zero.
+        return (a, b_addr, c, d_row, offsets, alpha, beta, prob, dprob,
+                (workspace + self._dbias_off) if dbias else dprob, b_ptrs_addr, desc_addr,
+                dbias if dbias else a)
 
     def address_launcher(self, init: bool, device_index: int, zeroed_workspace: bool = False):
         """The launch on raw addresses for the eager hot path (``torch._core``), bound once
@@ -306,29 +307,13 @@ class Sm90Plan(CompiledPlan):
         of a zeroing kernel and the main one. The caller must keep that scratch for such
         launches only."""
         fn = self._fn(init, bool(zeroed_workspace and self._dbias_ws_elems and not init))
-        call = self._launch_helpers.launch_tvm_ffi if self.key.tvm_ffi else None
-        cfg, consts = self._cfg, self._consts
         num_experts = self.problem.num_experts
         ctas = self._resident_ctas(device_index)
-        discrete, desc_off, dbias_off = self._discrete, self._desc_off, self._dbias_off
-        raw_stream = current_stream_handle
-        plain = self._launch_helpers.launch
+        kernel_addrs, call, raw_stream = self._kernel_addrs, self._call, current_stream_handle
 
         def go(a, b, c, offsets, alpha, beta, prob, d_row, dprob, dbias, workspace, m):
-            if discrete:  # b: the pointer table; the kernel writes B's descriptors here
-                b_addr, b_ptrs_addr, desc_addr = a, b, workspace + desc_off
-                if desc_addr % DESC_BYTES:
-                    raise ValueError(f"workspace: must be {DESC_BYTES}-byte aligned for the B "
-                                     f"descriptors, got address {desc_addr:#x}")
-            else:
-                b_addr, b_ptrs_addr, desc_addr = b, a, a
-            addrs = (a, b_addr, c, d_row, offsets, alpha, beta, prob, dprob,
-                     (workspace + dbias_off) if dbias else dprob, b_ptrs_addr, desc_addr,
-                     dbias if dbias else a)
-            if call is not None:
-                call(fn, addrs, m, num_experts, ctas, *consts, raw_stream(device_index))
-            else:
-                plain(fn, cfg, addrs, m, num_experts, ctas, *consts, raw_stream(device_index))
+            call(fn, kernel_addrs(a, b, c, offsets, alpha, beta, prob, d_row, dprob, dbias, workspace),
+                 m, num_experts, ctas, raw_stream(device_index))
 
         return go
 
