@@ -88,6 +88,12 @@ def _entry(key, a, c, b, b_ptrs, n, b_major, offsets, alpha, beta, prob, act: Ac
     return e
 
 
+def _misalignment(a, w, dense, c, offsets, alpha, beta, prob) -> int:
+    """The inputs' addresses OR-ed for the contract's alignment rule: nonzero under ``& 15``
+    when one is off (16 bytes; the pointer table of discrete weights ``w`` needs only 8)."""
+    return a | c | offsets | alpha | beta | prob | (w if dense else w & 7)
+
+
 def _scalar_types(act: ActArgs) -> Tuple[type, ...]:
     """The types of the activation's numbers, cached on the (frozen) config: 1.0 and True
     compare equal, but validation tells them apart, so the memo key must too."""
@@ -136,9 +142,8 @@ def run(a: torch.Tensor, c: torch.Tensor, offsets: torch.Tensor, alpha: torch.Te
     # data pointers are not in the key: the contract's 16-byte rule is re-checked here, on
     # all pointers OR-ed together (the per-tensor loop, which names the culprit, only when
     # one is off)
-    # (the pointer table of discrete weights needs 8 bytes: int64 entries)
-    ptrs = (a.data_ptr() | c.data_ptr() | prob.data_ptr() | alpha.data_ptr() | beta.data_ptr()
-            | offsets.data_ptr() | (w.data_ptr() if b is not None else w.data_ptr() & 7))
+    ptrs = _misalignment(a.data_ptr(), w.data_ptr(), b is not None, c.data_ptr(), offsets.data_ptr(),
+                         alpha.data_ptr(), beta.data_ptr(), prob.data_ptr())
     if out is not None:
         ptrs |= out[0].data_ptr() | out[1].data_ptr() | (out[2].data_ptr() if out[2] is not None else 0)
     if ptrs & 15:
@@ -281,7 +286,7 @@ def run_fast(sig, ts, out=None):
     a, w, c, offsets, alpha, beta, prob = ts[:7]
     pa, pw, pc = a.data_ptr(), w.data_ptr(), c.data_ptr()
     po, pal, pbe, ppr = offsets.data_ptr(), alpha.data_ptr(), beta.data_ptr(), prob.data_ptr()
-    bad = pa | pc | po | pal | pbe | ppr | (pw if s.dense else pw & 7)
+    bad = _misalignment(pa, pw, s.dense, pc, po, pal, pbe, ppr)
     if out is None:
         if bad & 15:
             return None
