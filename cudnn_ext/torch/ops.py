@@ -73,7 +73,7 @@ def _direct_ok(tensors) -> bool:
     ``torch.ops`` so that fake tensors, functionalization, vmap and modes see the op. Saves
     the dispatcher's ~20-30 us per call on a slow host (bench_host_overhead.py: python_fn vs
     custom_op). Eager calls first try ``run_fast``, whose guard only matches metadata an
-    earlier direct call had (so exact ``torch.Tensor``s on a real device)."""
+    earlier direct call had (so plain tensors of the same exact type, not meta)."""
     return _eager() and _plain_tensors(tensors)
 
 
@@ -243,18 +243,19 @@ def grouped_gemm_dglu(
             if run_fast(sig, ts, out) is not None:
                 _mutated(out)
                 return out
-        return _call_out(a, c, padded_offsets, alpha, beta, prob, b, b_ptrs, n, b_major, out,
-                         generate_dbias, d_dtype, sig)
-    ts = (a, w, c, padded_offsets, alpha, beta, prob)
-    eager = _eager()
-    if eager:
-        res = run_fast(sig, ts)
+    else:
+        ts = (a, w, c, padded_offsets, alpha, beta, prob)
+        res = run_fast(sig, ts) if _eager() else None
         if res is not None:
             return res
-    direct = eager and _plain_tensors(ts)
-    common = dict(act_func=act_func, linear_offset=linear_offset, geglu_alpha=geglu_alpha,
-                  glu_clamp_max=glu_clamp_max, glu_clamp_min=glu_clamp_min, generate_dbias=generate_dbias,
-                  d_dtype=d_dtype)
+    # the validated path (a first call, or one the replay does not cover)
+    act = dict(act_func=act_func, linear_offset=linear_offset, geglu_alpha=geglu_alpha,
+               glu_clamp_max=glu_clamp_max, glu_clamp_min=glu_clamp_min)
+    if out is not None:
+        return _call_out(a, c, padded_offsets, alpha, beta, prob, b, b_ptrs, n, b_major, out,
+                         generate_dbias, d_dtype, act, sig)
+    direct = _direct_ok(ts)
+    common = dict(act, generate_dbias=generate_dbias, d_dtype=d_dtype)
     if direct:
         common["fast"] = (sig, ts)
     if b is not None:
@@ -268,7 +269,7 @@ def grouped_gemm_dglu(
 
 
 def _call_out(a, c, padded_offsets, alpha, beta, prob, b, b_ptrs, n, b_major, out, generate_dbias, d_dtype,
-              sig):
+              act, sig):
     if not isinstance(out, (tuple, list)) or len(out) != 3:
         raise TypeError(f"out: must be a tuple (d_row, dprob, dbias), got {type(out).__name__}"
                         + (f" of length {len(out)}" if isinstance(out, (tuple, list)) else ""))
@@ -285,10 +286,8 @@ def _call_out(a, c, padded_offsets, alpha, beta, prob, b, b_ptrs, n, b_major, ou
     outs = (d_row, dprob, dbias)
     ts = (a, w, c, padded_offsets, alpha, beta, prob, d_row, dprob) + ((dbias,) if dbias is not None else ())
     direct = _direct_ok(ts)
-    act = dict(act_func=sig[3], linear_offset=sig[4], geglu_alpha=sig[5], glu_clamp_max=sig[6],
-               glu_clamp_min=sig[7])
     if direct:
-        act["fast"] = (sig, ts)
+        act = dict(act, fast=(sig, ts))
     try:
         if b is not None:
             fn = _dense_out_impl if direct else torch.ops.cudnn_ext.grouped_gemm_dglu_out
