@@ -195,8 +195,9 @@ def run(a: torch.Tensor, c: torch.Tensor, offsets: torch.Tensor, alpha: torch.Te
         plan.execute_fresh(pack, ws, stream)
     else:
         plan.execute(pack, ws, stream)
-    if fast is not None and stream is None and m > 0 and problem.num_experts > 0 and (
-            out is not None or fresh) and not (dev.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+    if (fast is not None and stream is None and m > 0 and problem.num_experts > 0
+            and (out is not None or fresh)
+            and not (dev.type == "cuda" and torch.cuda.is_current_stream_capturing())):
         try:  # an optimization: never let it fail a call whose kernel already ran
             _remember(fast, e, dev, m, two_n, fresh, d_dtype if out is None else None, generate_dbias)
         except Exception:

@@ -105,17 +105,17 @@ class Sm90KernelConfig:
     # itself. Each (expert, N-tile) has an arrival counter after the sums in the workspace;
     # warp 3 (``dbias_folder``) counts each finished tile, and the count that reaches the
     # expert's tile count adds that tile's columns to dbias (one rounding) and puts the sums
-    # and the counter back to zero. So every launch leaves the workspace's dbias region zero. A zeroing kernel runs first unless
-    # ``ws_zeroed``. False leaves the fp32 sums as the result (the JAX FFI path hands XLA
-    # zeroed buffers and rounds in JAX; no counters).
+    # and the counter back to zero. So every launch leaves the workspace's dbias region zero.
+    # A zeroing kernel runs first unless ``ws_zeroed``. False leaves the fp32 sums as the
+    # result (the JAX FFI path hands XLA zeroed buffers and rounds in JAX; no counters).
     fold_dbias: bool = True
     # The dbias region of the workspace (sums and counters) arrives zero (a cached scratch
     # that only this kernel's launches use, each leaving it zero): no zeroing kernel, so the
     # contract's launch is one kernel. Host convention only; the device code is the same.
     ws_zeroed: bool = False
     # Fresh outputs (the functional torch op): D, dprob and dbias arrive uninitialized. The
-    # launch's prologue kernel zeroes dprob and the rows of D at/past offs[L-1] (no host
-    # read of the offsets), and the dbias fold assigns instead of adding. Without it the
+    # launch's prologue kernel zeroes dprob, the rows of D at/past offs[L-1] (no host read of
+    # the offsets) and dbias, which the kernel's fold then adds to. Without it the
     # contract applies (dprob/dbias accumulated into, D's tail rows untouched).
     init_outputs: bool = False
     # CTAs per cluster along M (1 or 2; with discrete B the pair shares its expert's
@@ -1093,12 +1093,13 @@ class GroupedDgluSm90:
         that completes the expert's tiles (the scheduled 128-row M-tiles whose first row is
         the expert's, among the first ``m_tiles``: (offs[e] - offs[e-1]) / 128 with
         256-aligned offsets, and still a count every counter reaches when offsets are not
-        256-aligned or negative; decreasing offsets can leave one short) folds the tile's 2*TILE_N columns: each sum read by atomic exchange with 0
-        (coherent at L2, leaves zero), dbias = bf16(fp32(dbias) + sum), then the counter
-        reset. So every launch leaves the dbias region of the workspace zero. The math
-        warpgroups only fence and meet this warp (no atomic with a result in their loop:
-        that cost ptxas ~50 B of spills in the fp32-C epilogue). The phantom N-tile of an
-        odd cluster_n pair is met but not counted (no columns, no counter)."""
+        256-aligned or negative; decreasing offsets can leave one short) folds the tile's
+        2*TILE_N columns: each sum read by atomic exchange with 0 (coherent at L2, leaves
+        zero), dbias = bf16(fp32(dbias) + sum), then the counter reset. So every launch
+        leaves the dbias region of the workspace zero. The math warpgroups only fence and
+        meet this warp (no atomic with a result in their loop: that cost ptxas ~50 B of
+        spills in the fp32-C epilogue). The phantom N-tile of an odd cluster_n pair is met
+        but not counted (no columns, no counter)."""
         nunits, num_units, _, _ = walk
         lane = tidx % 32
         two_n = 2 * self.cfg.n
