@@ -19,7 +19,8 @@ unit also spans 2 N-tiles and A k-tiles are multicast the same way along N.
   the consuming warpgroup's 4 warps). It also issues L2 prefetches of each tile's C window.
 * warpgroup 0, warps 1 and 2: C TMA producers, one per math warpgroup. Each walks the tiles
   of its math warpgroup and loads their C windows, 128 x 64 block by block (gate 32 + up 32
-  columns), into that warpgroup's private ``c_stages``-deep ring.
+  columns), into that warpgroup's private ``c_stages``-deep ring, and TMA-stores the D blocks
+  the warpgroup writes over them.
 * warpgroups 1 and 2: math. Warpgroup w takes the CTA's tiles i = w, w+2, ...: WGMMA
   64 x TILE_N x 16 over two 64-row halves for the whole K, then the epilogue straight from
   the accumulator registers. The mainloops alternate strictly (named barriers 2 and 3), so
@@ -29,18 +30,19 @@ Cooperative schedule (``cooperative``; the engine picks it without dbias, where 
 faster than ping-pong; with dbias ping-pong wins, see docs/kernels.md): both math
 warpgroups share every 128-row tile, warpgroup w owning rows 64w..64w+63 (tile_n up to
 256), both consume every A/B stage, and each has a private ring of 64-row C blocks (its C
-producer warp loads only its rows) and TMA-stores its own D half-blocks; no ping-pong
+producer warp loads only its rows and stores its D half-blocks); no ping-pong
 barriers.
 
 Epilogue (per 32-column block j, both 64-row halves): gate/up come from shared memory (C
 block j), the activation derivative is computed in fp32 (``epilogue_math``); when D has C's
-type, each thread writes its D values over the C elements it read and the warpgroup's warp 0
-TMA-stores the whole block (otherwise 32-bit register stores, 2 columns at a time); dprob
-gets one fp32 atomic per (row, tile) after a quad shuffle; dbias: per-warp column sums
-(8-row-group shuffle) go to shared memory, and after the tile's last block the warpgroup adds
-the 4 warps' sums with one fp32 atomic per column into a workspace, zeroed before and folded
-into the caller's bf16 dbias after the main kernel by two tiny kernels of the same launch
-(one rounding).
+type, each thread writes its D values over the C elements it read, the warps release the
+block and its C producer warp TMA-stores it before reloading the stage (otherwise 32-bit
+register stores, 2 columns at a time); dprob gets one fp32 atomic per (row, tile) after a
+quad shuffle; dbias: per-warp column sums (butterfly reduce-scatter) go to shared memory,
+and after the tile's last block the warpgroup adds the 4 warps' sums with one fp32 atomic
+per column into the workspace (cooperative: each warp adds its own), which warp 3 folds
+into the caller's bf16 dbias once an (expert, N-tile)'s last tile is in (one rounding; see
+``dbias_folder``).
 
 Runtime sizes (M, L, the offsets, the SM count) are kernel arguments; N, K, dtypes, tile and
 activation are compile-time. TMA zero-fills the K and N tails, so K need not be a multiple
@@ -585,11 +587,10 @@ class GroupedDgluSm90:
             barrier_storage=storage.c_mbar.data_ptr(),
             num_stages=MATH_WARPGROUPS * self.c_stages,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
-            # released by each of the warpgroup's 4 warps, or, when D goes out through the
-            # block's shared memory, by the one warp that issued its TMA store once the store
-            # has read it
-            consumer_group=pipeline.CooperativeGroup(
-                pipeline.Agent.Thread, 1 if self.cfg.d_via_smem() else 4),
+            # released by each of the warpgroup's 4 warps (lane 0) once it has read the block
+            # or, when D goes out through the block's shared memory, written its D values
+            # over it (the C producer warp then TMA-stores the block before reloading it)
+            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 4),
             tx_count=cute.size_in_bytes(self.cfg.c_dtype,
                                         cute.slice_(c_smem_staged, (None, None, 0))),
             cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)),
@@ -627,7 +628,7 @@ class GroupedDgluSm90:
                               num_experts, unit0, walk, mC, tidx, b_desc_ptr)
             if (warp_idx == 1) | (warp_idx == 2):
                 self.c_producer(c_pipe, tma_atom_c, tCgC_tma, tCsC_tma, warp_idx - 1, unit0,
-                                walk)
+                                walk, d_store)
             if cutlass.const_expr(self.cfg.fold_in_kernel()):
                 if warp_idx == 3:
                     self.dbias_folder(mOffs, num_experts, mDbias, mCount, mDbOut, unit0, walk,
@@ -675,8 +676,7 @@ class GroupedDgluSm90:
                                       unit + nunits < num_units)
                 self.epilogue(acc, tCcC, c_pipe, sC, wg, cpos, mD, mAlpha, mBeta, mProb,
                               mDprob, mDbias, geglu_alpha, clamp_max, clamp_min,
-                              linear_offset, m_tile, n_tile, expert, tidx, sDb, wg_sync,
-                              d_store)
+                              linear_offset, m_tile, n_tile, expert, tidx, sDb, wg_sync)
                 if cutlass.const_expr(self.cfg.fold_in_kernel()):
                     # this thread's dbias atomics are visible device-wide before the folder
                     # warp counts the tile (see dbias_folder)
@@ -685,9 +685,6 @@ class GroupedDgluSm90:
                 cpos += self.nblk
                 unit += self.unit_step(nunits)
                 pos += self.unit_step(1) * self.k_tile_cnt
-            if cutlass.const_expr(self.cfg.d_via_smem()):
-                if (tidx % 128) // 32 == 0:
-                    cute.arch.cp_async_bulk_wait_group(0)  # D stores complete before exit
 
     def first_unit_offset(self, wg, nunits):
         """Ping-pong: warpgroup w starts at the CTA's unit w; cooperative: both at unit 0."""
@@ -779,12 +776,21 @@ class GroupedDgluSm90:
                                       w * self.c_stages + p % self.c_stages, phase)
 
     @cute.jit
-    def c_producer(self, c_pipe, tma_atom_c, tCgC, tCsC, w, unit0, walk):
+    def c_producer(self, c_pipe, tma_atom_c, tCgC, tCsC, w, unit0, walk, d_store):
         """Warp 1 + w: TMA-loads, block by block, the C window of every tile math warpgroup
         w will process (the same walk as that warpgroup). It runs ahead into the next tile
         while the warpgroup is in its mainloop, so the first blocks are resident before the
-        epilogue starts. No producer tail: there is no cluster, and the consumers' arrives
-        are their own shared-memory operations, complete before the CTA can exit."""
+        epilogue starts.
+
+        When D goes out through shared memory (``d_store``), a released stage holds the D
+        block the warpgroup wrote over the C block it read: this warp TMA-stores it, waits
+        until the store has read it, then loads the next C block into the stage. The math
+        warps only fence their writes and release: before, one of them issued each store and
+        waited for its read, and the warpgroup met on a barrier per block, all on the
+        epilogue's critical path. The last ``c_stages`` blocks are stored after the walk,
+        and this warp waits for every store before it exits. Otherwise no producer tail:
+        there is no cluster, and the consumers' arrives are their own shared-memory
+        operations, complete before the CTA can exit."""
         nunits, num_units, _, _ = walk
         unit = unit0 + self.first_unit_offset(w, nunits)
         p = Int32(0)
@@ -794,6 +800,9 @@ class GroupedDgluSm90:
             for j in cutlass.range_constexpr(self.nblk):
                 st = self.c_state(w, p + j, True)
                 c_pipe.producer_acquire(st)
+                if cutlass.const_expr(d_store is not None):
+                    if p + j >= self.c_stages:
+                        self._store_d_block(d_store, st, w, p + j - self.c_stages, unit0, walk)
                 # a block past column 2N is entirely out of bounds: TMA zero-fills it (and
                 # still counts the full box bytes), the epilogue never stores it
                 cute.copy(tma_atom_c, tCgC[(None, m_blk, n_tile * self.nblk + j)],
@@ -801,6 +810,37 @@ class GroupedDgluSm90:
                 c_pipe.producer_commit(st)
             p += self.nblk
             unit += self.unit_step(nunits)
+        if cutlass.const_expr(d_store is not None):
+            for i in cutlass.range_constexpr(self.c_stages):
+                if p + i >= self.c_stages:
+                    st = self.c_state(w, p + i, True)
+                    # the stage's last block is released (its D written); no load follows
+                    c_pipe.sync_object_empty.wait(st.index, st.phase)
+                    self._store_d_block(d_store, st, w, p + i - self.c_stages, unit0, walk)
+            cute.arch.cp_async_bulk_wait_group(0)  # D stores complete before exit
+
+    @cute.jit
+    def _store_d_block(self, d_store, st, w, q, unit0, walk):
+        """TMA-store the D block in C stage ``st``: warpgroup w's block at position ``q`` of
+        its C FIFO (its (q // nblk)-th tile, 32-column block q % nblk), then wait until the
+        store has read the stage, which the next C load overwrites.
+
+        The math warps wrote it over the C block, fenced their writes to the async proxy and
+        released the stage (lane 0 of each warp, after a warp sync); the acquire that got us
+        here orders the store after them. A block past 2N lies outside the tensor map: TMA
+        writes nothing."""
+        tma_atom_d, tDsD, tDgD = d_store
+        nunits = walk[0]
+        t = q // self.nblk
+        m_tile, n_tile = self.tile_of(
+            unit0 + self.first_unit_offset(w, nunits) + t * self.unit_step(nunits), walk)
+        cute.copy(tma_atom_d, tDsD[(None, st.index)],
+                  tDgD[(None, self.c_row_block(m_tile, w), n_tile * self.nblk + q % self.nblk)])
+        cute.arch.cp_async_bulk_commit_group()
+        # by the issuing lane (the others have no bulk group); the warp sync keeps every lane,
+        # hence the next load, after it
+        cute.arch.cp_async_bulk_wait_group(0, read=True)
+        cute.arch.sync_warp()
 
     @cute.jit
     def prefetch_c_tile(self, mC, m_tile, n_tile, lane):
@@ -925,7 +965,7 @@ class GroupedDgluSm90:
     @cute.jit
     def epilogue(self, acc, tCcC, c_pipe, sC, wg, cpos, mD, mAlpha, mBeta, mProb, mDprob,
                  mDbias, geglu_alpha, clamp_max, clamp_min, linear_offset, m_tile, n_tile,
-                 expert, tidx, sDb, wg_sync, d_store):
+                 expert, tidx, sDb, wg_sync):
         """Fused dGLU epilogue from one warpgroup's wg_rows x TILE_N accumulator registers
         (ping-pong: the whole 128-row tile, two 64-row halves; cooperative: its 64 rows).
 
@@ -951,7 +991,6 @@ class GroupedDgluSm90:
         dprob = self._zeros(2 * self.halves)
         # the warpgroup's first row inside the tile: C/D blocks hold only its rows
         blk_row0 = 64 * wg if self.coop else 0
-        m_blk = self.c_row_block(m_tile, wg)
         for j in cutlass.range_constexpr(self.nblk):
             st = self.c_state(wg, cpos + j, False)
             c_pipe.consumer_wait(st)
@@ -996,11 +1035,12 @@ class GroupedDgluSm90:
                         self._store_pair(mD, off, outs[0][0], outs[1][0])
                         self._store_pair(mD, off + 32, outs[0][1], outs[1][1])
             if cutlass.const_expr(cfg.d_via_smem()):
-                self._store_d_block(d_store, c_pipe, st, wg_sync, m_blk,
-                                    n_tile * self.nblk + j, tidx)
-            else:
-                # every read of this block is done (values are in registers): free the stage
-                c_pipe.consumer_release(st)
+                # the D block over C is complete in this warp: visible to the TMA store that
+                # the C producer warp issues once all 4 warps released the stage
+                cute.arch.fence_proxy("async.shared", space="cta")
+                cute.arch.sync_warp()
+            # every read of this block is done (values are in registers): free the stage
+            c_pipe.consumer_release(st)
             if cutlass.const_expr(cfg.generate_dbias):
                 self._dbias_block(col_gate, col_up, sDb, wg, j, tidx, mDbias, expert, n0)
 
@@ -1015,26 +1055,6 @@ class GroupedDgluSm90:
                 cute.arch.atomic_add((mDprob.iterator + rows[s]).llvm_ptr, dprob[s])
         if cutlass.const_expr(cfg.dbias_in_smem()):
             self._dbias_flush(sDb, wg, wg_sync, mDbias, expert, n0, tidx)
-
-    @cute.jit
-    def _store_d_block(self, d_store, c_pipe, st, wg_sync, m_blk, c_block, tidx):
-        """TMA-store the D block the warpgroup wrote over C block ``st``, then free the stage.
-
-        Order: every thread's shared-memory writes are made visible to the async proxy and the
-        warpgroup meets at a barrier; warp 0 issues the store (a block past 2N lies outside
-        the tensor map: TMA writes nothing) and releases the stage only once the store has
-        read it, since the C producer's next load overwrites it."""
-        tma_atom_d, tDsD, tDgD = d_store
-        cute.arch.fence_proxy("async.shared", space="cta")
-        wg_sync.arrive_and_wait()
-        if (tidx % 128) // 32 == 0:
-            cute.copy(tma_atom_d, tDsD[(None, st.index)], tDgD[(None, m_blk, c_block)])
-            cute.arch.cp_async_bulk_commit_group()
-            cute.arch.cp_async_bulk_wait_group(0, read=True)
-            # the store was issued (and is waited for) by one elected lane; the release comes
-            # from lane 0: no lane passes this point before the issuing lane's wait
-            cute.arch.sync_warp()
-            c_pipe.consumer_release(st)
 
     @cute.jit
     def _dbias_block(self, col_gate, col_up, sDb, wg, j, tidx, mDbias, expert, n0):
