@@ -5,7 +5,12 @@
 # memcheck. Part "ab": the four shapes, default and cooperative with dbias, next to
 # torch._grouped_mm, for the code before the change (ab_old/, an unpacked older commit,
 # not tracked) and after, twice each, alternating processes on one machine.
-#   source .gpu/env/setup.sh && bash benchmarks/device_session7.sh tests|ab
+# Part "coopdb": the cooperative schedule's dbias sums added in shared memory (one global
+# atomic per column and tile): its GPU cases, racecheck/memcheck, then the four shapes with
+# dbias, default and cooperative, twice.
+# Part "final": the engine's own choice (now cooperative with dbias for K >= 4096) against the
+# float64 reference, contract and fresh outputs, then the full benchmark.
+#   source .gpu/env/setup.sh && bash benchmarks/device_session7.sh tests|ab|coopdb|final
 set -o pipefail
 source "$(dirname "$0")/device_common.sh"
 if [ "$1" = tests ]; then
@@ -17,6 +22,19 @@ if [ "$1" = tests ]; then
   san racecheck densen
   san memcheck fresh
   san memcheck coop
+elif [ "$1" = final ]; then
+  tp heur_tests -m gpu tests/gpu/test_sm90_correctness.py -k "heuristics"
+  t bench python3 benchmarks/bench_dglu.py --reps 30 --warmup 5 --out "$OUT/bench.json"
+  grep -E "^(dsv3|qwen3|mixtral|skew) " "$OUT/bench.log"
+elif [ "$1" = coopdb ]; then
+  tp coop_tests -m gpu tests/gpu/test_sm90_correctness.py -k "coop or heuristics or fresh"
+  san racecheck coop
+  san memcheck coop
+  for r in 1 2; do
+    t "coopdb_$r" python3 benchmarks/bench_dglu.py --impls cudnn_ext,torch_grouped_mm \
+      --variants t256c2m2k --reps 20 --warmup 3 --out "$OUT/coopdb_$r.json"
+    grep -E "^(dsv3|qwen3|mixtral|skew) " "$OUT/coopdb_$r.log"
+  done
 else
   for r in 1 2; do
     for v in old new; do

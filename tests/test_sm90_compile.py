@@ -414,7 +414,7 @@ def test_kernel_tile_n_limit_depends_on_the_schedule():
 
 
 #: The cooperative schedule (both math warpgroups on one 128-row tile) in configurations the
-#: heuristics never pick (dbias on, N < 256, fp32 D): explicit knobs only
+#: heuristics never pick (dbias on with K < 4096, N < 256, fp32 D): explicit knobs only
 _COOP = [(256, 2, "dswiglu", True, torch.bfloat16), (128, 1, "dgeglu", False, torch.float32)]
 
 
@@ -431,10 +431,11 @@ def test_cooperative_variant_compiles_for_sm90a(tile_n, cluster_m, act, dbias, d
     assert _compile_checked(key, capfd) is not None
 
 
-def test_cooperative_is_selected_only_without_dbias_on_whole_256_column_tiles():
+def test_cooperative_is_selected_on_whole_256_column_tiles_and_with_dbias_for_long_k():
     """Heuristics: the cooperative 128 x 256 schedule (measured 2-4% faster than ping-pong
-    without dbias, slower with it) is ranked first only for dense weights, no dbias, 16-bit
-    C/D and N % 256 == 0; everything else keeps ping-pong."""
+    without dbias; with dbias faster for K >= 4096 and N <= 2048, slower for K 2048 or N
+    14336) is ranked first only for dense weights, 16-bit C/D, N % 256 == 0, enough tiles
+    and, with dbias, K >= 4096 and N <= 2048; everything else keeps ping-pong."""
     from cudnn_ext.engines.sm90 import COOPERATIVE_KNOBS
 
     eng = Sm90DgluEngine()
@@ -445,7 +446,11 @@ def test_cooperative_is_selected_only_without_dbias_on_whole_256_column_tiles():
 
     assert best(dbias=False) == COOPERATIVE_KNOBS
     assert best(dbias=False, act="dgeglu", c=torch.float16, d=torch.float16) == COOPERATIVE_KNOBS
-    for kw in (dict(dbias=True), dict(dbias=False, weight_mode="discrete"),
+    assert best(dbias=True, k=4096, n=1024) == COOPERATIVE_KNOBS  # skew
+    assert best(dbias=True, k=7168, n=2048, L=8, m=32768) == COOPERATIVE_KNOBS  # dsv3
+    for kw in (dict(dbias=True), dict(dbias=True, k=4096, n=14336, L=8),  # qwen3, mixtral
+               dict(dbias=True, k=4000, n=1024), dict(dbias=True, k=4096, n=2304),
+               dict(dbias=False, weight_mode="discrete"),
                dict(dbias=False, d=torch.float32), dict(dbias=False, c=torch.float32),
                dict(dbias=False, n=96), dict(dbias=False, n=640),
                dict(dbias=False, m=4096, n=512)):  # 64 wide tiles: too few for 132 SMs
@@ -454,20 +459,33 @@ def test_cooperative_is_selected_only_without_dbias_on_whole_256_column_tiles():
         assert choice.get("tile_n") == 128 and choice.get("cluster_m") == 2
 
 
-#: The cooperative configurations the heuristics can select (no dbias, 16-bit C/D)
-_COOP_SELECTABLE = [("dswiglu", torch.bfloat16, "k"), ("dgeglu", torch.bfloat16, "k"),
-                    ("dswiglu", torch.float16, "n")]
+#: The cooperative configurations the heuristics can select (16-bit C/D; dbias with K >= 4096)
+_COOP_SELECTABLE = [("dswiglu", torch.bfloat16, "k", False), ("dgeglu", torch.bfloat16, "k", False),
+                    ("dswiglu", torch.float16, "n", False), ("dswiglu", torch.bfloat16, "k", True),
+                    ("dgeglu", torch.float16, "n", True)]
 
 
 @needs_dsl
-@pytest.mark.parametrize("act,cd,b_major", _COOP_SELECTABLE,
-                         ids=[f"{a}-{_DT[c]}-{b}major" for a, c, b in _COOP_SELECTABLE])
-def test_selectable_cooperative_variant_compiles_for_sm90a(act, cd, b_major, capfd):
+@pytest.mark.parametrize("act,cd,b_major,dbias", _COOP_SELECTABLE,
+                         ids=[f"{a}-{_DT[c]}-{b}major-dbias{int(db)}"
+                              for a, c, b, db in _COOP_SELECTABLE])
+def test_selectable_cooperative_variant_compiles_for_sm90a(act, cd, b_major, dbias, capfd):
     from cudnn_ext.engines.sm90 import COOPERATIVE_KNOBS
 
-    p = _problem(act=act, c=cd, d=cd, dbias=False, n=512, m=32768, b_major=b_major)
+    p = _problem(act=act, c=cd, d=cd, dbias=dbias, n=512, k=4096, m=32768, b_major=b_major)
     assert COOPERATIVE_KNOBS in Sm90DgluEngine().knob_space(p)
     assert _compile_checked(Sm90CompileKey.of(p, COOPERATIVE_KNOBS), capfd) is not None
+
+
+@needs_dsl
+def test_selectable_cooperative_zeroed_workspace_variant_compiles_for_sm90a(capfd):
+    """The torch replay runs the selected plan's zero-kept-scratch variant (dbias only)."""
+    from cudnn_ext.engines.sm90 import COOPERATIVE_KNOBS
+
+    p = _problem(dbias=True, n=512, k=4096, m=32768)
+    assert COOPERATIVE_KNOBS in Sm90DgluEngine().knob_space(p)
+    key = dataclasses.replace(Sm90CompileKey.of(p, COOPERATIVE_KNOBS), ws_zeroed=True)
+    assert _compile_checked(key, capfd) is not None
 
 
 @needs_dsl
@@ -475,7 +493,7 @@ def test_selectable_cooperative_fresh_outputs_variant_compiles_for_sm90a(capfd):
     """The functional torch op runs the fresh-outputs variant of whatever the heuristics pick."""
     from cudnn_ext.engines.sm90 import COOPERATIVE_KNOBS
 
-    p = _problem(dbias=False, n=512, m=32768)
+    p = _problem(dbias=True, n=512, k=4096, m=32768)
     assert COOPERATIVE_KNOBS in Sm90DgluEngine().knob_space(p)
     key = dataclasses.replace(Sm90CompileKey.of(p, COOPERATIVE_KNOBS), init_outputs=True)
     assert key.cooperative

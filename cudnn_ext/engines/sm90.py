@@ -44,6 +44,10 @@ COOPERATIVE_KNOBS = Knobs.of(tile_n=256, c_stages=2, stages=0, raster_group_m=RA
                              scheduler="static_persistent", cluster_m=2, cooperative=True)
 #: 128 x 256 tiles below which ping-pong 128 x 128 keeps the GPU busier (two waves, 132 SMs)
 _COOP_MIN_TILES = 264
+#: With dbias the cooperative schedule is offered only for K >= this and N <= _COOP_DBIAS_MAX_N
+#: (where it measured faster than ping-pong; see _cooperative_applies)
+_COOP_DBIAS_MIN_K = 4096
+_COOP_DBIAS_MAX_N = 2048
 _INT32_MAX = 2**31 - 1
 #: Bytes of one expert's B TMA descriptor in the workspace (discrete weights), vendor_facts 4.5.
 DESC_BYTES = 128
@@ -396,20 +400,33 @@ class Sm90DgluEngine(Engine):
     @staticmethod
     def _cooperative_applies(problem: DgluProblem) -> bool:
         """The cooperative 128 x 256 schedule (2x1 clusters, 2 C stages per warpgroup) is
-        offered without dbias, for dense weights, 16-bit C and D, N a multiple of 256 (no
-        padded tile) and at least _COOP_MIN_TILES such tiles.
+        offered for dense weights, 16-bit C and D, N a multiple of 256 (no padded tile) and
+        at least _COOP_MIN_TILES such tiles; with dbias only for K >= _COOP_DBIAS_MIN_K and
+        N <= _COOP_DBIAS_MAX_N.
+
+        With dbias, since its 8 warps add their column sums in shared memory (one global
+        atomic per column and tile, as ping-pong), it measured faster than ping-pong on
+        dsv3 (K 7168, N 2048: 1.354 / 1.357 vs 1.396 / 1.370 ms) and skew (K 4096, N 1024:
+        0.466 / 0.465 vs 0.470 / 0.470) and slower on mixtral (K 4096, N 14336: 3.130 /
+        3.107 vs 3.028 / 2.993) and qwen3 (K 2048: 0.135 / 0.143 vs 0.134 / 0.132), two runs
+        on one H200 (results/NVIDIA_H200-2026-11-30-coop-dbias-smem-{1,2}.json). Long K
+        hides its epilogue better; why wide N loses is not measured, so the N bound is only
+        where the evidence ends.
 
         Its epilogue is not hidden under the other warpgroup's MMAs, so it wins only where
         the epilogue is light: on the H200 without dbias it beat ping-pong on all four
         benchmark shapes (results/NVIDIA_H200-2026-11-30-nodbias.json: dsv3 1.356 vs 1.417
-        ms, qwen3 0.116 vs 0.118, mixtral 3.056 vs 3.133, skew 0.456 vs 0.472); with dbias it
-        lost on three (results/NVIDIA_H200-2026-11-30-cooperative.json). With one C stage
+        ms, qwen3 0.116 vs 0.118, mixtral 3.056 vs 3.133, skew 0.456 vs 0.472); with dbias its
+        first versions (per-warp slices, then per-warp global atomics) lost on three
+        (results/NVIDIA_H200-2026-11-30-cooperative.json, ...-coop-dbias-atomics.json). With one C stage
         the same schedule measured qwen3 0.128 against 0.115-0.118 ms
         (results/NVIDIA_H200-2026-11-30-coop-c-stages-ab.json). The smallest benchmark shape
         has 384 wide tiles; the _COOP_MIN_TILES floor (two waves on 132 SMs, below which
         halving the tile count costs parallelism) is a guess, not a measurement."""
         tiles = (max(problem.m, 256) // 128) * (problem.n // 256)
-        return (not problem.generate_dbias and problem.weight_mode == "dense"
+        dbias_ok = (not problem.generate_dbias
+                    or (problem.k >= _COOP_DBIAS_MIN_K and problem.n <= _COOP_DBIAS_MAX_N))
+        return (dbias_ok and problem.weight_mode == "dense"
                 and problem.n % 256 == 0 and tiles >= _COOP_MIN_TILES
                 and problem.c_dtype in _HALF_DTYPES and problem.d_dtype in _HALF_DTYPES)
 

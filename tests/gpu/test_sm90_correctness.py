@@ -71,18 +71,20 @@ def test_sm90_m_is_runtime():
 
 
 @pytest.mark.parametrize("fresh", [False, True], ids=["contract", "fresh"])
-def test_sm90_heuristics_choice_without_dbias_is_cooperative_and_correct(fresh):
-    """What the engine itself picks without dbias on whole 256-column tiles (the cooperative
-    128 x 256 schedule in 2x1 clusters, 2 C stages), run as the class API (contract) and the
-    functional op (fresh outputs) would: empty experts, rows past the last offset, a K tail,
-    and enough tiles (164 units) that every CTA walks several (accumulator overwrite and the
-    C FIFO carried across tiles)."""
+@pytest.mark.parametrize("dbias", [False, True], ids=["nodbias", "dbias"])
+def test_sm90_heuristics_choice_is_cooperative_and_correct(fresh, dbias):
+    """What the engine itself picks on whole 256-column tiles without dbias, and with dbias
+    for K >= 4096 (the cooperative 128 x 256 schedule in 2x1 clusters, 2 C stages), run as
+    the class API (contract) and the functional op (fresh outputs) would: empty experts,
+    rows past the last offset, a K tail, and enough tiles (164 units) that every CTA walks
+    several (accumulator overwrite, the C FIFO and the shared dbias sums carried across
+    tiles)."""
     skip_unless_sm90()
     from cudnn_ext.engines.sm90 import COOPERATIVE_KNOBS, Sm90DgluEngine
     from sm90_cases import make_pack
 
-    case = Case([2048, 0, 4096, 1024, 3072, 2048, 512, 8192], 512, 1416, "dswiglu",
-                dbias=False)
+    case = Case([2048, 0, 4096, 1024, 3072, 2048, 512, 8192], 512, 4104 if dbias else 1416,
+                "dgeglu" if dbias else "dswiglu", dbias=dbias)
     eng = Sm90DgluEngine()
     problem, _ = make_pack(case)
     knobs = min(eng.knob_space(problem), key=lambda k: eng.cost(problem, k))

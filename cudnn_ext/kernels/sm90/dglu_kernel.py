@@ -38,9 +38,9 @@ block j), the activation derivative is computed in fp32 (``epilogue_math``); whe
 type, each thread writes its D values over the C elements it read, the warps release the
 block and its C producer warp TMA-stores it before reloading the stage (otherwise 32-bit
 register stores, 2 columns at a time); dprob gets one fp32 atomic per (row, tile) after a
-quad shuffle; dbias: per-warp column sums (butterfly reduce-scatter) go to shared memory,
-and after the tile's last block the warpgroup adds the 4 warps' sums with one fp32 atomic
-per column into the workspace (cooperative: each warp adds its own), which warp 3 folds
+quad shuffle; dbias: per-warp column sums (butterfly reduce-scatter) go to shared memory
+(cooperative: added into one shared copy of the tile's columns), and after the tile's last
+block one fp32 atomic per column adds them to the workspace, which warp 3 folds
 into the caller's bf16 dbias once an (expert, N-tile)'s last tile is in (one rounding; see
 ``dbias_folder``).
 
@@ -172,25 +172,25 @@ class Sm90KernelConfig:
         return self.wg_rows() * C_BLOCK_COLS * self.c_dtype.width // 8
 
     def dbias_smem_floats(self) -> int:
-        """fp32 partial column sums of one tile per warp (dbias only): (2 TILE_N, 4 warps,
-        math warpgroups). Summed across the 4 warps in shared memory, they cost one atomic
-        per column and tile instead of four (measured: dbias added ~9% on qwen3 with
-        per-warp atomics). The cooperative schedule keeps none: at tile 256 the 16 KB cost it
-        an A/B stage (3 instead of 4 with 2 C stages), so its warps add their finished sums
-        to the workspace directly (``dbias_in_smem``)."""
-        return 2 * self.tile_n * 4 * MATH_WARPGROUPS if self.dbias_in_smem() else 1
-
-    def dbias_in_smem(self) -> bool:
-        """Whether dbias partials are summed across warps in shared memory (ping-pong)."""
-        return self.generate_dbias and not self.cooperative
+        """fp32 partial column sums of one tile in shared memory (dbias only), so that the
+        tile costs one global atomic per column instead of one per warp and column
+        (measured: dbias added ~9% on qwen3 with per-warp atomics). Ping-pong: one slice per
+        warp, (2 TILE_N, 4 warps, math warpgroups), summed by the warpgroup after its tile.
+        Cooperative: the tile's 2 TILE_N columns once, which all 8 warps add into with
+        shared-memory atomics (2 KB at tile 256; per-warp slices, 16 KB, would cost an A/B
+        stage)."""
+        if not self.generate_dbias:
+            return 1
+        return 2 * self.tile_n * (1 if self.cooperative else 4 * MATH_WARPGROUPS)
 
     def stages(self) -> int:
         per_stage = (TILE_M + self.tile_n) * TILE_K * (self.ab_dtype.width // 8)
         c_bytes = MATH_WARPGROUPS * self.c_ring() * self.c_block_bytes()
-        # Besides the buffers: the barriers, padded to sA's 1024-B alignment (they take ~100
-        # B). Ping-pong keeps the 4 KB margin its stage counts were measured with; a 128 x
-        # 256 cooperative stage is 48 KB, and 2 KB is what lets it keep 4 stages with dbias.
-        fixed = (2048 if self.cooperative else 4096) + c_bytes + 4 * self.dbias_smem_floats()
+        # Besides the buffers: the mbarriers (at most ~400 B; they follow the 1024-B aligned
+        # buffers, so no padding) and the dbias sums. Ping-pong keeps the 4 KB margin its
+        # stage counts were measured with; a 128 x 256 cooperative stage is 48 KB, and a
+        # 1 KB margin is what lets it keep 4 stages next to its 2 KB of dbias sums.
+        fixed = (1024 if self.cooperative else 4096) + c_bytes + 4 * self.dbias_smem_floats()
         fit = (SMEM_CAPACITY - fixed) // per_stage
         return min(fit, 8) if self.ab_stages == 0 else self.ab_stages
 
@@ -362,16 +362,18 @@ class GroupedDgluSm90:
             b_op, mB, b_smem, (self.tile_n, TILE_K), num_multicast=cm)
         cl = cfg.cluster_size()
 
+        # the 1024-B aligned buffers first: barriers in front of them would cost up to 1 KB
+        # of padding (Sm90KernelConfig.stages counts on it)
         @cute.struct
         class SharedStorage:
-            ab_mbar: cute.struct.MemRange[cutlass.Int64, self.ab_stages * 2]
-            c_mbar: cute.struct.MemRange[cutlass.Int64, MATH_WARPGROUPS * self.c_stages * 2]
             sA: cute.struct.Align[
                 cute.struct.MemRange[cfg.ab_dtype, cute.cosize(a_smem_staged)], 1024]
             sB: cute.struct.Align[
                 cute.struct.MemRange[cfg.ab_dtype, cute.cosize(b_smem_staged)], 1024]
             sC: cute.struct.Align[
                 cute.struct.MemRange[cfg.c_dtype, cute.cosize(c_smem_staged)], 1024]
+            ab_mbar: cute.struct.MemRange[cutlass.Int64, self.ab_stages * 2]
+            c_mbar: cute.struct.MemRange[cutlass.Int64, MATH_WARPGROUPS * self.c_stages * 2]
             sDb: cute.struct.Align[
                 cute.struct.MemRange[Float32, cfg.dbias_smem_floats()], 16]
 
@@ -556,9 +558,11 @@ class GroupedDgluSm90:
         sA = storage.sA.get_tensor(a_smem_staged.outer, swizzle=a_smem_staged.inner)
         sB = storage.sB.get_tensor(b_smem_staged.outer, swizzle=b_smem_staged.inner)
         sC = storage.sC.get_tensor(c_smem_staged.outer, swizzle=c_smem_staged.inner)
-        # (column of the tile's 2*TILE_N C columns, warp of the warpgroup, warpgroup)
+        # ping-pong: (column of the tile's 2*TILE_N C columns, warp, warpgroup); cooperative:
+        # (column,), shared by all 8 math warps
         sDb = storage.sDb.get_tensor(cute.make_layout(
-            (2 * self.tile_n, 4, MATH_WARPGROUPS) if self.cfg.dbias_in_smem() else (1, 1, 1)))
+            (1, 1, 1) if not self.cfg.generate_dbias else (2 * self.tile_n,) if self.coop
+            else (2 * self.tile_n, 4, MATH_WARPGROUPS)))
 
         a_smem = cute.slice_(a_smem_staged, (None, None, 0))
         b_smem = cute.slice_(b_smem_staged, (None, None, 0))
@@ -661,6 +665,14 @@ class GroupedDgluSm90:
             wg_sync = pipeline.NamedBarrier(barrier_id=4 + wg, num_threads=128)
             # this warpgroup + the dbias folder warp, once per tile (fold_in_kernel only)
             fold_bar = pipeline.NamedBarrier(barrier_id=6 + wg, num_threads=128 + 32)
+            if cutlass.const_expr(self.coop and self.cfg.generate_dbias):
+                # both warpgroups: the shared dbias sums start at zero (the flush puts them
+                # back to zero after each tile)
+                for i in cutlass.range_constexpr((2 * self.tile_n + 255) // 256):
+                    col = tidx - 128 + 256 * i
+                    if col < 2 * self.tile_n:
+                        sDb[col] = Float32(0.0)
+                self.math_sync().arrive_and_wait()
             unit = unit0 + self.first_unit_offset(wg, nunits)
             pos = Int32(0) if self.coop else wg * self.k_tile_cnt  # first k-tile's ring position
             cpos = Int32(0)  # position in this warpgroup's private C FIFO
@@ -1042,7 +1054,7 @@ class GroupedDgluSm90:
             # every read of this block is done (values are in registers): free the stage
             c_pipe.consumer_release(st)
             if cutlass.const_expr(cfg.generate_dbias):
-                self._dbias_block(col_gate, col_up, sDb, wg, j, tidx, mDbias, expert, n0)
+                self._dbias_block(col_gate, col_up, sDb, wg, j, tidx)
 
         # dprob: the 4 lanes of a quad hold the same rows -> butterfly over lane bits 0-1
         for s in cutlass.range_constexpr(len(dprob)):
@@ -1053,11 +1065,14 @@ class GroupedDgluSm90:
         if lane % 4 == 0:
             for s in cutlass.range_constexpr(len(dprob)):
                 cute.arch.atomic_add((mDprob.iterator + rows[s]).llvm_ptr, dprob[s])
-        if cutlass.const_expr(cfg.dbias_in_smem()):
-            self._dbias_flush(sDb, wg, wg_sync, mDbias, expert, n0, tidx)
+        if cutlass.const_expr(cfg.generate_dbias):
+            if cutlass.const_expr(self.coop):
+                self._dbias_flush_shared(sDb, mDbias, expert, n0, tidx)
+            else:
+                self._dbias_flush(sDb, wg, wg_sync, mDbias, expert, n0, tidx)
 
     @cute.jit
-    def _dbias_block(self, col_gate, col_up, sDb, wg, j, tidx, mDbias, expert, n0):
+    def _dbias_block(self, col_gate, col_up, sDb, wg, j, tidx):
         """Column sums of one 32-column block over this warp's 16 rows of both halves.
 
         The 8 quads of a warp (lane bits 2-4) hold the same 16 columns (8 gate, 8 up) for
@@ -1066,8 +1081,9 @@ class GroupedDgluSm90:
         so 8 + 4 + 2 = 14 shuffles leave every lane with 2 finished sums, instead of 3
         shuffles per value (48) leaving lanes 0-3 with all 16. Lane bit 2 then holds gate
         (0) or up (1), bits 3-4 the 8-column group, and every lane stores its 2 adjacent
-        columns to the warp's slice of ``sDb`` (tile-local C column: accumulator column nl
-        sits at nl + 32 * (nl // 32), up + 32)."""
+        columns to the warp's slice of ``sDb`` (cooperative: adds them to the tile's shared
+        sums) (tile-local C column: accumulator column nl sits at nl + 32 * (nl // 32), up +
+        32)."""
         lane = tidx % 32
         vals = list(col_gate) + list(col_up)  # slot s: gate s (< 8), up s - 8
         for lvl in cutlass.range_constexpr(3):
@@ -1086,18 +1102,14 @@ class GroupedDgluSm90:
         b3 = (lane >> 3) & 1
         b4 = (lane >> 4) & 1
         col = 2 * (lane % 4) + 8 * (b4 + 2 * b3) + 32 * b2 + 64 * j  # tile-local C column
-        if cutlass.const_expr(self.cfg.dbias_in_smem()):
+        if cutlass.const_expr(self.coop):
+            # the 8 warps' sums of these columns meet in shared memory (flushed per tile)
+            for i in cutlass.range_constexpr(2):
+                cute.arch.atomic_add((sDb.iterator + (col + i)).llvm_ptr, vals[i], scope="cta")
+        else:
             base = sDb.layout(((0, (tidx % 128) // 32, wg))) + col
             for i in cutlass.range_constexpr(2):
                 sDb[base + i] = vals[i]
-        else:
-            # cooperative: straight to the fp32 workspace (columns past 2N: partial tile)
-            two_n = 2 * self.cfg.n
-            gcol = 2 * n0 + col
-            for i in cutlass.range_constexpr(2):
-                if gcol + i < two_n:
-                    cute.arch.atomic_add(
-                        (mDbias.iterator + (expert * two_n + gcol + i)).llvm_ptr, vals[i])
 
     @cute.jit
     def dbias_folder(self, mOffs, num_experts, mWs, mCount, mDbOut, unit0, walk, m_tiles,
@@ -1170,10 +1182,9 @@ class GroupedDgluSm90:
         """After every block: sum the 4 warps' partials of each of the tile's 2*TILE_N C
         columns and add them to the fp32 workspace, one atomic per column.
 
-        The next tile's writes to ``sDb`` cannot overtake these reads: ping-pong, each warp
-        of this warpgroup passes the ping-pong barrier (other_done, all 128 threads) before
-        its next mainloop, hence before its next epilogue; cooperative (no such barrier),
-        the warpgroup meets once more after the reads."""
+        The next tile's writes to ``sDb`` cannot overtake these reads: each warp of this
+        warpgroup passes the ping-pong barrier (other_done, all 128 threads) before its next
+        mainloop, hence before its next epilogue."""
         wg_sync.arrive_and_wait()  # every warp's partials are in shared memory
         two_n = 2 * self.cfg.n
         t = tidx % 128
@@ -1183,5 +1194,26 @@ class GroupedDgluSm90:
                 s = sDb[(col, 0, wg)] + sDb[(col, 1, wg)] + sDb[(col, 2, wg)] + sDb[(col, 3, wg)]
                 cute.arch.atomic_add(
                     (mDbias.iterator + (expert * two_n + 2 * n0 + col)).llvm_ptr, s)
-        if cutlass.const_expr(self.coop):
-            wg_sync.arrive_and_wait()  # every read of sDb is done before the next tile's writes
+
+    def math_sync(self):
+        """Both math warpgroups (cooperative dbias: the shared column sums)."""
+        return pipeline.NamedBarrier(barrier_id=8, num_threads=128 * MATH_WARPGROUPS)
+
+    @cute.jit
+    def _dbias_flush_shared(self, sDb, mDbias, expert, n0, tidx):
+        """Cooperative, after the tile's last block: the 8 warps' shared-memory sums of the
+        tile's 2*TILE_N C columns go to the fp32 workspace, one atomic per column, and back
+        to zero. Both warpgroups meet before (every warp has added) and after (with few
+        k-tiles one warpgroup could reach its next tile's epilogue while the other still
+        flushes: both consume every A/B stage, but only ab_stages k-tiles bound the lead)."""
+        sync = self.math_sync()
+        sync.arrive_and_wait()
+        two_n = 2 * self.cfg.n
+        for i in cutlass.range_constexpr((2 * self.tile_n + 255) // 256):
+            col = tidx - 128 + 256 * i
+            if col < 2 * self.tile_n:
+                if 2 * n0 + col < two_n:
+                    cute.arch.atomic_add(
+                        (mDbias.iterator + (expert * two_n + 2 * n0 + col)).llvm_ptr, sDb[col])
+                sDb[col] = Float32(0.0)
+        sync.arrive_and_wait()
