@@ -409,9 +409,10 @@ class Sm90DgluEngine(Engine):
         dsv3 (K 7168, N 2048: 1.354 / 1.357 vs 1.396 / 1.370 ms) and skew (K 4096, N 1024:
         0.466 / 0.465 vs 0.470 / 0.470) and slower on mixtral (K 4096, N 14336: 3.130 /
         3.107 vs 3.028 / 2.993) and qwen3 (K 2048: 0.135 / 0.143 vs 0.134 / 0.132), two runs
-        on one H200 (results/NVIDIA_H200-2026-11-30-coop-dbias-smem-{1,2}.json). Long K
-        hides its epilogue better; why wide N loses is not measured, so the N bound is only
-        where the evidence ends.
+        on one H200 (results/NVIDIA_H200-2026-11-30-coop-dbias-smem-{1,2}.json); on a third
+        host dsv3 1.393 vs 1.402 and skew 0.501 vs 0.499 ms (...-coop-dbias-heuristics-ab.json).
+        Long K hides its epilogue better; why wide N loses is not measured, so the N bound
+        is only where the evidence ends.
 
         Its epilogue is not hidden under the other warpgroup's MMAs, so it wins only where
         the epilogue is light: on the H200 without dbias it beat ping-pong on all four
