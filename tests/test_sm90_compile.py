@@ -334,9 +334,12 @@ def test_cluster_shapes_per_weight_mode():
     assert {k.get("cluster_m") for k in eng.knob_space(_problem(weight_mode="discrete"))} == {1, 2}
     assert {k.get("cluster_n", 1) for k in eng.knob_space(_problem(weight_mode="discrete"))} == {1}
     assert {k.get("cluster_n", 1) for k in eng.knob_space(_problem())} == {1, 2}
-    best = min(eng.knob_space(_problem(m=32768, n=2048, k=7168)),
-               key=lambda k: eng.cost(_problem(m=32768, n=2048, k=7168), k))
-    assert (best.get("tile_n"), best.get("cluster_m")) == (128, 2)
+    # the chosen dense schedules run in 2x1 clusters: ping-pong 128 x 128 (mixtral-like,
+    # dbias) and cooperative 128 x 256 (dsv3-like, dbias: K >= 4096, N <= 2048)
+    for kw, tile_n in ((dict(m=16384, n=14336, k=4096), 128), (dict(m=32768, n=2048, k=7168), 256)):
+        best = min(eng.knob_space(_problem(**kw)), key=lambda k: eng.cost(_problem(**kw), k))
+        assert (best.get("tile_n"), best.get("cluster_m"), best.get("cluster_n", 1)) == (
+            tile_n, 2, 1), (kw, best)
 
 
 #: Discrete B (b_ptrs): per-expert TMA descriptors built on the device by a helper kernel,
