@@ -10,7 +10,9 @@
 # dbias, default and cooperative, twice.
 # Part "final": the engine's own choice (now cooperative with dbias for K >= 4096) against the
 # float64 reference, contract and fresh outputs, then the full benchmark.
-#   source .gpu/env/setup.sh && bash benchmarks/device_session7.sh tests|ab|coopdb|final
+# Part "producer": one k-tile loop for dense and discrete B in the A/B producer: discrete,
+# cluster and N-major cases, racecheck on discrete B in clusters.
+#   source .gpu/env/setup.sh && bash benchmarks/device_session7.sh tests|ab|coopdb|final|producer
 set -o pipefail
 source "$(dirname "$0")/device_common.sh"
 if [ "$1" = tests ]; then
@@ -26,6 +28,9 @@ elif [ "$1" = final ]; then
   tp heur_tests -m gpu tests/gpu/test_sm90_correctness.py -k "heuristics"
   t bench python3 benchmarks/bench_dglu.py --reps 30 --warmup 5 --out "$OUT/bench.json"
   grep -E "^(dsv3|qwen3|mixtral|skew) " "$OUT/bench.log"
+elif [ "$1" = producer ]; then
+  tp producer_tests -m gpu tests/gpu/test_sm90_discrete.py tests/gpu/test_sm90_correctness.py -k "discrete or cluster or n_major"
+  san racecheck discretecl
 elif [ "$1" = coopdb ]; then
   tp coop_tests -m gpu tests/gpu/test_sm90_correctness.py -k "coop or heuristics or fresh"
   san racecheck coop

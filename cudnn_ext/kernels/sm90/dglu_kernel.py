@@ -744,34 +744,27 @@ class GroupedDgluSm90:
             # Warm L2 with this tile's C window now; its epilogue reads it about one
             # mainloop later (the ring keeps us at most `ab_stages` k-tiles ahead).
             self.prefetch_c_tile(mC, m_tile, n_tile, tidx % 32)
+            # dense: the expert is B's L coordinate; discrete: its device-built descriptor
+            desc, l_idx = None, expert
             if cutlass.const_expr(self.cfg.discrete()):
-                # Expert's device-built descriptor. The acquire fence drops any stale copy
-                # of these 128 bytes from the descriptor cache (it survives launches: CUDA
-                # graph replays and reused workspaces rewrite the same addresses).
+                # The acquire fence drops any stale copy of these 128 bytes from the
+                # descriptor cache (it survives launches: CUDA graph replays and reused
+                # workspaces rewrite the same addresses). A cluster pair shares the expert
+                # (one 256-row slab): each CTA loads its half of the B k-tile through it,
+                # multicast to both.
                 desc = self._desc_ptr(b_desc_ptr, expert, cute.AddressSpace.generic)
                 cute.nvgpu.cpasync.fence_tma_desc_acquire(desc)
-                for kt in range(self.k_tile_cnt):
-                    ab_pipe.producer_acquire(state)
-                    bar = ab_pipe.producer_get_barrier(state)
-                    cute.copy(tma_atom_a, tAgA[(None, m_tile, kt)], tAsA[(None, state.index)],
-                              tma_bar_ptr=bar)
-                    # a cluster pair shares the expert (one 256-row slab): each CTA loads its
-                    # half of the B k-tile through the expert's descriptor, multicast to both
-                    cute.copy(tma_atom_b, tBgB[(None, n_tile, kt, 0)],
-                              tBsB[(None, state.index)], tma_bar_ptr=bar, tma_desc_ptr=desc,
-                              mcast_mask=b_mask)
-                    ab_pipe.producer_commit(state)
-                    state.advance()
-            else:
-                for kt in range(self.k_tile_cnt):
-                    ab_pipe.producer_acquire(state)
-                    bar = ab_pipe.producer_get_barrier(state)
-                    cute.copy(tma_atom_a, tAgA[(None, m_tile, kt)], tAsA[(None, state.index)],
-                              tma_bar_ptr=bar, mcast_mask=a_mask)
-                    cute.copy(tma_atom_b, tBgB[(None, n_tile, kt, expert)],
-                              tBsB[(None, state.index)], tma_bar_ptr=bar, mcast_mask=b_mask)
-                    ab_pipe.producer_commit(state)
-                    state.advance()
+                l_idx = 0
+            for kt in range(self.k_tile_cnt):
+                ab_pipe.producer_acquire(state)
+                bar = ab_pipe.producer_get_barrier(state)
+                cute.copy(tma_atom_a, tAgA[(None, m_tile, kt)], tAsA[(None, state.index)],
+                          tma_bar_ptr=bar, mcast_mask=a_mask)
+                cute.copy(tma_atom_b, tBgB[(None, n_tile, kt, l_idx)],
+                          tBsB[(None, state.index)], tma_bar_ptr=bar, tma_desc_ptr=desc,
+                          mcast_mask=b_mask)
+                ab_pipe.producer_commit(state)
+                state.advance()
             unit += nunits
         # do not exit while the math warpgroups may still arrive on our empty barriers
         ab_pipe.producer_tail(state)
