@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Session 8: where the cooperative epilogue's time goes, and the trimmed epilogue.
+# Part "profile": ncu warp-stall sampling per SASS instruction (SourceCounters) of the
+# cooperative 128x256 kernel without and with dbias and of the default ping-pong kernel with
+# dbias, qwen3; each report is printed as a per-instruction CSV (source page) for offline
+# attribution to mainloop / epilogue / waits. Then the cooperative kernel with and without
+# dbias next to torch._grouped_mm (two processes: bench_dglu's dbias switch is per process).
+#   source .gpu/env/setup.sh && bash benchmarks/device_session8.sh profile|tests|ab|final
+set -o pipefail
+source "$(dirname "$0")/device_common.sh"
+SRC_SECTIONS="--section SourceCounters --section WarpStateStats --section SpeedOfLight --section SchedulerStats"
+srcprof() { local tag=$1; shift
+  timeout 200 ncu --clock-control none --kernel-name regex:cutlass_kernel_cudnn --launch-skip 2 \
+    --launch-count 1 $SRC_SECTIONS -f -o "$OUT/src_$tag" python3 benchmarks/profile_one.py qwen3 "$@" \
+    > "$OUT/src_$tag.log" 2>&1
+  echo "== $tag rc=$?"
+  ncu -i "$OUT/src_$tag.ncu-rep" --page source --csv --print-source sass > "$OUT/src_$tag.csv" 2> "$OUT/src_$tag.err"
+  ncu -i "$OUT/src_$tag.ncu-rep" --page details > "$OUT/src_$tag.txt" 2>&1
+  grep -E "Duration|Issued Warp|No Eligible|Warp Cycles Per Issued" "$OUT/src_$tag.txt" | head -6
+  wc -l "$OUT/src_$tag.csv"; head -c 300 "$OUT/src_$tag.err"
+}
+if [ "$1" = profile ]; then
+  srcprof coop_nodb --no-dbias --variant t256c2m2k
+  srcprof coop_db --variant t256c2m2k
+  srcprof pp_db --variant t128c1m2
+  for db in dbias nodbias; do
+    flag=""; [ $db = nodbias ] && flag="--no-dbias"
+    t "coop_$db" python3 benchmarks/bench_dglu.py --impls cudnn_ext,torch_grouped_mm \
+      --variants t256c2m2k,t128c1m2 $flag --reps 20 --warmup 3 --out "$OUT/coop_$db.json"
+    grep -E "^(dsv3|qwen3|mixtral|skew) " "$OUT/coop_$db.log"
+  done
+fi
