@@ -5,6 +5,14 @@
 # dbias, qwen3; each report is printed as a per-instruction CSV (source page) for offline
 # attribution to mainloop / epilogue / waits. Then the cooperative kernel with and without
 # dbias next to torch._grouped_mm (two processes: bench_dglu's dbias switch is per process).
+# Part "tests": the kernel's GPU cases (every schedule; dbias now added by global atomics in
+# the cooperative schedule and signalled a tile late in both; the dSwiGLU math with beta
+# pulled out, new signed-beta cases), the framework GPU tests, racecheck and memcheck.
+# Part "ab": the four shapes with dbias, default / cooperative / ping-pong, for c1fefff
+# (ab_old/), 831a953 (ab_mid/: the dbias change alone) and the working tree, alternating
+# processes twice; then without dbias, old and new once.
+# Part "final": the engine's own choice against the float64 reference, then the full
+# benchmark and the demo.
 #   source .gpu/env/setup.sh && bash benchmarks/device_session8.sh profile|tests|ab|final
 set -o pipefail
 source "$(dirname "$0")/device_common.sh"
@@ -29,4 +37,36 @@ if [ "$1" = profile ]; then
       --variants t256c2m2k,t128c1m2 $flag --reps 20 --warmup 3 --out "$OUT/coop_$db.json"
     grep -E "^(dsv3|qwen3|mixtral|skew) " "$OUT/coop_$db.log"
   done
+fi
+if [ "$1" = tests ]; then
+  tp gpu_tests -m gpu tests/gpu/test_sm90_correctness.py -k "not M0-"
+  tp discrete_tests -m gpu tests/gpu/test_sm90_discrete.py -k "dbias1"
+  tp fw_tests -m gpu tests/test_torch_fast_path.py tests/test_torch_integration.py tests/test_jax_ffi.py
+  san racecheck coop
+  san racecheck dense
+  san memcheck coop
+  san memcheck fresh
+elif [ "$1" = ab ]; then
+  for r in 1 2; do
+    for v in old mid new; do
+      pp=$PYTHONPATH; [ $v != new ] && pp="$PWD/ab_$v:$PYTHONPATH"
+      env PYTHONPATH="$pp" python3 -c "import cudnn_ext; print('$v:', cudnn_ext.__file__)"
+      t "ab_${v}_$r" env PYTHONPATH="$pp" python3 benchmarks/bench_dglu.py \
+        --impls cudnn_ext,torch_grouped_mm --variants t256c2m2k,t128c1m2 --reps 20 --warmup 3 \
+        --out "$OUT/ab_${v}_$r.json"
+      grep -E "^(dsv3|qwen3|mixtral|skew) " "$OUT/ab_${v}_$r.log" | grep cudnn
+    done
+  done
+  for v in old new; do
+    pp=$PYTHONPATH; [ $v != new ] && pp="$PWD/ab_$v:$PYTHONPATH"
+    t "ab_nodbias_$v" env PYTHONPATH="$pp" python3 benchmarks/bench_dglu.py --no-dbias \
+      --impls cudnn_ext,torch_grouped_mm --variants t256c2m2k,t128c1m2 --reps 20 --warmup 3 \
+      --out "$OUT/ab_nodbias_$v.json"
+    grep -E "^(dsv3|qwen3|mixtral|skew) " "$OUT/ab_nodbias_$v.log" | grep cudnn
+  done
+elif [ "$1" = final ]; then
+  tp heur_tests -m gpu tests/gpu/test_sm90_correctness.py -k "heuristics"
+  t bench python3 benchmarks/bench_dglu.py --reps 30 --warmup 5 --out "$OUT/bench.json"
+  grep -E "^(dsv3|qwen3|mixtral|skew) " "$OUT/bench.log"
+  t demo python3 -m cudnn_ext demo
 fi

@@ -33,6 +33,9 @@ class Case:
     cluster_n: int = 1  # 2 (with cluster_m 2): 2x2 clusters, A k-tiles multicast too
     raster_group_m: int = 0  # 0: the engine's default for the cluster size
     cooperative: bool = False  # both math warpgroups share each tile (tile_n up to 256)
+    # beta 0 for the first expert and negative for the last (the dSwiGLU epilogue pulls beta
+    # out of its per-element products: that must hold for every sign), alpha negative
+    signed_beta: bool = False
 
     def label(self) -> str:
         dt = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
@@ -43,7 +46,7 @@ class Case:
                 f"{wm}{'-cl%d' % self.cluster_m if self.cluster_m > 1 else ''}"
                 f"{'x%d' % self.cluster_n if self.cluster_n > 1 else ''}"
                 f"{'-r%d' % self.raster_group_m if self.raster_group_m else ''}"
-                f"{'-coop' if self.cooperative else ''}")
+                f"{'-coop' if self.cooperative else ''}{'-sbeta' if self.signed_beta else ''}")
 
 
 def make_pack(case: Case, device="cuda"):
@@ -71,6 +74,10 @@ def make_pack(case: Case, device="cuda"):
         "dprob": torch.randn(m, device=device).float(),  # accumulated into, not overwritten
         "dbias": (torch.randn(L, 2 * n, device=device).to(torch.bfloat16) if case.dbias else None),
     }
+    if case.signed_beta:
+        pack["beta"][0] = 0.0
+        pack["beta"][-1] = -1.3
+        pack["alpha"][-1] = -0.8
     if b_ptrs is not None:
         pack["b_ptrs"] = b_ptrs
         pack["_b_keep"] = keep  # owns the experts' memory (not a slot; engines ignore it)
@@ -231,6 +238,8 @@ def standard_cases() -> list:
         Case([512], 256, 512),  # single expert
         Case([256, 0, 768, 256], 96, 200, "dswiglu"),  # N < tile, K % 64 != 0, empty group
         Case([256, 0, 768, 256], 96, 200, "dgeglu"),
+        Case([256, 512, 256], 128, 192, "dswiglu", signed_beta=True),
+        Case([256, 512, 256], 128, 192, "dgeglu", torch.float16, torch.float32, signed_beta=True),
         Case([0, 512, 256], 320, 264, "dgeglu", tile_n=128),  # N % tile != 0
         Case([512, 256], 160, 128, "dswiglu", torch.float16, torch.float32),
         Case([512, 256], 160, 128, "dgeglu", torch.float32, torch.float16, dbias=False),
@@ -296,6 +305,8 @@ def cooperative_cases() -> list:
     return [
         Case([512], 256, 512, tile_n=256, **co),
         Case([256, 0, 768, 256], 96, 200, "dswiglu", tile_n=256, **co),
+        Case([256, 512, 256], 256, 192, "dswiglu", tile_n=256, cluster_m=2, signed_beta=True,
+             **co),
         Case([0, 512, 256], 320, 264, "dgeglu", tile_n=256, cluster_m=2, **co),
         Case([256] * 128, 64, 64, "dswiglu", tile_n=128, **co),
         Case([512, 256], 160, 128, "dgeglu", torch.float32, torch.float16, dbias=False,

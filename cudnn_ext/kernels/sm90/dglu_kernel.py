@@ -66,7 +66,7 @@ import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass import Float32, Int32
 from cutlass.tensor_utils.tensormap import TensorMapManager, TensorMapUpdateMode
 
-from .epilogue_math import dgeglu_local, dswiglu_local
+from .epilogue_math import LOG2_E, dgeglu_local, dswiglu_unscaled
 from .tile_walk import expert_of_row, grouped_raster
 
 TILE_M = 128  # one math warpgroup x two 64-row WGMMA halves; 256-aligned offsets => one expert
@@ -998,9 +998,19 @@ class GroupedDgluSm90:
         g_scale = alpha * alpha
         beta = mBeta[expert]
         lane = tidx % 32
+        swiglu = cfg.act_func == "dswiglu"
+        # Scalars hoisted out of the per-element math (see epilogue_math): dgate/dup =
+        # acc * row_scale[slot] * (local derivative), row_scale = alpha^2 * p (times beta for
+        # dswiglu, whose local derivatives come from the unscaled C values), and the dprob
+        # row sum collects acc * act, times dprob_scale = alpha^2 (beta^2 for dswiglu) once.
+        c_scale = Float32(1.0)
+        if cutlass.const_expr(swiglu):
+            c_scale = beta
+        neg_log2e_beta = beta * Float32(-LOG2_E)
+        dprob_scale = g_scale * c_scale * c_scale
 
         rows = self._thread_rows(tCcC, row0)
-        probs = self._gather(mProb, rows)
+        row_scale = [g_scale * c_scale * p for p in self._gather(mProb, rows)]
         dprob = self._zeros(2 * self.halves)
         # the warpgroup's first row inside the tile: C/D blocks hold only its rows
         blk_row0 = 64 * wg if self.coop else 0
@@ -1020,21 +1030,19 @@ class GroupedDgluSm90:
                     r_blk = r_loc - blk_row0  # row in the C block
                     c_loc = coord[1] % 32
                     slot = 2 * h + (v // 2) % 2
-                    p = probs[slot]
                     outs = []
                     gates, ups = self._load_gate_up(sCj, r_blk, c_loc)
                     for c in cutlass.range_constexpr(2):
-                        gate = gates[c] * beta
-                        up = ups[c] * beta
-                        g0 = acc[v + c] * g_scale
-                        if cutlass.const_expr(cfg.act_func == "dswiglu"):
-                            dg_l, du_l, act = dswiglu_local(gate, up)
+                        if cutlass.const_expr(swiglu):
+                            dg_l, du_l, act = dswiglu_unscaled(gates[c], ups[c], beta,
+                                                               neg_log2e_beta)
                         else:
-                            dg_l, du_l, act = dgeglu_local(gate, up, geglu_alpha, clamp_max,
-                                                           clamp_min, linear_offset)
-                        gp = g0 * p
-                        outs.append((gp * dg_l, gp * du_l))
-                        dprob[slot] = dprob[slot] + g0 * act
+                            dg_l, du_l, act = dgeglu_local(gates[c] * beta, ups[c] * beta,
+                                                           geglu_alpha, clamp_max, clamp_min,
+                                                           linear_offset)
+                        r = acc[v + c] * row_scale[slot]
+                        outs.append((r * dg_l, r * du_l))
+                        dprob[slot] = dprob[slot] + acc[v + c] * act
                         if cutlass.const_expr(cfg.generate_dbias):
                             col = ((pi // 2) * 2) + c  # group-in-block * 2 + column bit
                             col_gate[col] = col_gate[col] + outs[c][0]
@@ -1062,7 +1070,7 @@ class GroupedDgluSm90:
             x = dprob[s]
             x = x + cute.arch.shuffle_sync_bfly(x, offset=1)
             x = x + cute.arch.shuffle_sync_bfly(x, offset=2)
-            dprob[s] = x
+            dprob[s] = x * dprob_scale
         if lane % 4 == 0:
             for s in cutlass.range_constexpr(len(dprob)):
                 cute.arch.atomic_add((mDprob.iterator + rows[s]).llvm_ptr, dprob[s])
