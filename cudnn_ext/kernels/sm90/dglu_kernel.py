@@ -38,12 +38,12 @@ block j), the activation derivative is computed in fp32 (``epilogue_math``); whe
 type, each thread writes its D values over the C elements it read, the warps release the
 block and its C producer warp TMA-stores it before reloading the stage (otherwise 32-bit
 register stores, 2 columns at a time); dprob gets one fp32 atomic per (row, tile) after a
-quad shuffle; dbias: per-warp column sums (butterfly reduce-scatter), added to the fp32
-workspace (ping-pong: through per-warp slices in shared memory, one atomic per column after
-the tile's last block; cooperative: one fire-and-forget atomic per warp and column, straight
-from the block), which warp 3 folds into the caller's bf16 dbias once an (expert, N-tile)'s
-last tile is in (one rounding; see ``dbias_folder``). A warpgroup fences a tile's atomics
-and tells warp 3 only after its next mainloop, when they have long landed.
+quad shuffle; dbias: per-warp column sums (butterfly reduce-scatter) go to shared memory
+(cooperative: added into one shared copy of the tile's columns), and after the tile's last
+block one fp32 atomic per column adds them to the workspace, which warp 3 folds
+into the caller's bf16 dbias once an (expert, N-tile)'s last tile is in (one rounding; see
+``dbias_folder``). A warpgroup fences a tile's atomics and tells warp 3 only after its next
+mainloop, when they have long landed.
 
 Runtime sizes (M, L, the offsets, the SM count) are kernel arguments; N, K, dtypes, tile and
 activation are compile-time. TMA zero-fills the K and N tails, so K need not be a multiple
@@ -174,18 +174,16 @@ class Sm90KernelConfig:
         return self.wg_rows() * C_BLOCK_COLS * self.c_dtype.width // 8
 
     def dbias_smem_shape(self) -> tuple:
-        """Shape of the fp32 partial column sums of one tile in shared memory (ping-pong with
-        dbias), so that the tile costs one global atomic per column instead of one per warp
-        and column (measured: dbias added ~9% on qwen3 with per-warp atomics): one slice per
+        """Shape of the fp32 partial column sums of one tile in shared memory (dbias only), so
+        that the tile costs one global atomic per column instead of one per warp and column
+        (measured: dbias added ~9% on qwen3 with per-warp atomics). Ping-pong: one slice per
         warp, (2 TILE_N columns, 4 warps, math warpgroups), summed by the warpgroup after its
-        tile. Otherwise a 1-element placeholder. The cooperative schedule has no room for
-        per-warp slices (16 KB at tile 256, an A/B stage), and one shared copy that its 8
-        warps add into needs float atomics, which shared memory runs as compare-and-swap
-        loops (ncu on qwen3: 2.3-3.4 tries per add, the 8 warps reaching each block
-        together); its warps add each block's sums to the workspace with global atomics."""
-        if not self.generate_dbias or self.cooperative:
+        tile. Cooperative: (2 TILE_N,) once, which all 8 warps add into with shared-memory
+        atomics (2 KB at tile 256; per-warp slices, 16 KB, would cost an A/B stage). Without
+        dbias a 1-element placeholder."""
+        if not self.generate_dbias:
             return (1, 1, 1)
-        return (2 * self.tile_n, 4, MATH_WARPGROUPS)
+        return (2 * self.tile_n,) if self.cooperative else (2 * self.tile_n, 4, MATH_WARPGROUPS)
 
     def dbias_smem_floats(self) -> int:
         return math.prod(self.dbias_smem_shape())
@@ -196,7 +194,7 @@ class Sm90KernelConfig:
         # Besides the buffers: the mbarriers (at most ~400 B; they follow the 1024-B aligned
         # buffers, so no padding) and the dbias sums. Ping-pong keeps the 4 KB margin its
         # stage counts were measured with; a 128 x 256 cooperative stage is 48 KB, and a
-        # 1 KB margin is what lets it keep 4 stages next to its C rings.
+        # 1 KB margin is what lets it keep 4 stages next to its 2 KB of dbias sums.
         fixed = (1024 if self.cooperative else 4096) + c_bytes + 4 * self.dbias_smem_floats()
         fit = (SMEM_CAPACITY - fixed) // per_stage
         return min(fit, 8) if self.ab_stages == 0 else self.ab_stages
@@ -668,6 +666,14 @@ class GroupedDgluSm90:
             wg_sync = pipeline.NamedBarrier(barrier_id=4 + wg, num_threads=128)
             # this warpgroup + the dbias folder warp, once per tile (fold_in_kernel only)
             fold_bar = pipeline.NamedBarrier(barrier_id=6 + wg, num_threads=128 + 32)
+            if cutlass.const_expr(self.coop and self.cfg.generate_dbias):
+                # both warpgroups: the shared dbias sums start at zero (the flush puts them
+                # back to zero after each tile)
+                for i in cutlass.range_constexpr((2 * self.tile_n + 255) // 256):
+                    col = tidx - 128 + 256 * i
+                    if col < 2 * self.tile_n:
+                        sDb[col] = Float32(0.0)
+                self.math_sync().arrive_and_wait()
             unit = unit0 + self.first_unit_offset(wg, nunits)
             first_unit = unit
             pos = Int32(0) if self.coop else wg * self.k_tile_cnt  # first k-tile's ring position
@@ -1063,7 +1069,7 @@ class GroupedDgluSm90:
             # every read of this block is done (values are in registers): free the stage
             c_pipe.consumer_release(st)
             if cutlass.const_expr(cfg.generate_dbias):
-                self._dbias_block(col_gate, col_up, sDb, mDbias, expert, n0, wg, j, tidx)
+                self._dbias_block(col_gate, col_up, sDb, wg, j, tidx)
 
         # dprob: the 4 lanes of a quad hold the same rows -> butterfly over lane bits 0-1
         for s in cutlass.range_constexpr(len(dprob)):
@@ -1074,11 +1080,14 @@ class GroupedDgluSm90:
         if lane % 4 == 0:
             for s in cutlass.range_constexpr(len(dprob)):
                 cute.arch.atomic_add((mDprob.iterator + rows[s]).llvm_ptr, dprob[s])
-        if cutlass.const_expr(cfg.generate_dbias and not self.coop):
-            self._dbias_flush(sDb, wg, wg_sync, mDbias, expert, n0, tidx)
+        if cutlass.const_expr(cfg.generate_dbias):
+            if cutlass.const_expr(self.coop):
+                self._dbias_flush_shared(sDb, mDbias, expert, n0, tidx)
+            else:
+                self._dbias_flush(sDb, wg, wg_sync, mDbias, expert, n0, tidx)
 
     @cute.jit
-    def _dbias_block(self, col_gate, col_up, sDb, mDbias, expert, n0, wg, j, tidx):
+    def _dbias_block(self, col_gate, col_up, sDb, wg, j, tidx):
         """Column sums of one 32-column block over this warp's 16 rows of both halves.
 
         The 8 quads of a warp (lane bits 2-4) hold the same 16 columns (8 gate, 8 up) for
@@ -1087,8 +1096,9 @@ class GroupedDgluSm90:
         so 8 + 4 + 2 = 14 shuffles leave every lane with 2 finished sums, instead of 3
         shuffles per value (48) leaving lanes 0-3 with all 16. Lane bit 2 then holds gate
         (0) or up (1), bits 3-4 the 8-column group, and every lane stores its 2 adjacent
-        columns to the warp's slice of ``sDb`` (cooperative: adds them to the workspace)
-        (tile-local C column: accumulator column nl sits at nl + 32 * (nl // 32), up + 32)."""
+        columns to the warp's slice of ``sDb`` (cooperative: adds them to the tile's shared
+        sums) (tile-local C column: accumulator column nl sits at nl + 32 * (nl // 32), up +
+        32)."""
         lane = tidx % 32
         vals = list(col_gate) + list(col_up)  # slot s: gate s (< 8), up s - 8
         for lvl in cutlass.range_constexpr(3):
@@ -1108,13 +1118,9 @@ class GroupedDgluSm90:
         b4 = (lane >> 4) & 1
         col = 2 * (lane % 4) + 8 * (b4 + 2 * b3) + 32 * b2 + 64 * j  # tile-local C column
         if cutlass.const_expr(self.coop):
-            # straight to the workspace (no result: fire-and-forget reductions at L2)
-            two_n = 2 * self.cfg.n
-            g = 2 * n0 + col
-            if g < two_n:
-                for i in cutlass.range_constexpr(2):
-                    cute.arch.atomic_add(
-                        (mDbias.iterator + (expert * two_n + g + i)).llvm_ptr, vals[i])
+            # the 8 warps' sums of these columns meet in shared memory (flushed per tile)
+            for i in cutlass.range_constexpr(2):
+                cute.arch.atomic_add((sDb.iterator + (col + i)).llvm_ptr, vals[i], scope="cta")
         else:
             base = sDb.layout(((0, (tidx % 128) // 32, wg))) + col
             for i in cutlass.range_constexpr(2):
@@ -1205,3 +1211,26 @@ class GroupedDgluSm90:
                 s = sDb[(col, 0, wg)] + sDb[(col, 1, wg)] + sDb[(col, 2, wg)] + sDb[(col, 3, wg)]
                 cute.arch.atomic_add(
                     (mDbias.iterator + (expert * two_n + 2 * n0 + col)).llvm_ptr, s)
+
+    def math_sync(self):
+        """Both math warpgroups (cooperative dbias: the shared column sums)."""
+        return pipeline.NamedBarrier(barrier_id=8, num_threads=128 * MATH_WARPGROUPS)
+
+    @cute.jit
+    def _dbias_flush_shared(self, sDb, mDbias, expert, n0, tidx):
+        """Cooperative, after the tile's last block: the 8 warps' shared-memory sums of the
+        tile's 2*TILE_N C columns go to the fp32 workspace, one atomic per column, and back
+        to zero. Both warpgroups meet before (every warp has added) and after (with few
+        k-tiles one warpgroup could reach its next tile's epilogue while the other still
+        flushes: both consume every A/B stage, but only ab_stages k-tiles bound the lead)."""
+        sync = self.math_sync()
+        sync.arrive_and_wait()
+        two_n = 2 * self.cfg.n
+        for i in cutlass.range_constexpr((2 * self.tile_n + 255) // 256):
+            col = tidx - 128 + 256 * i
+            if col < 2 * self.tile_n:
+                if 2 * n0 + col < two_n:
+                    cute.arch.atomic_add(
+                        (mDbias.iterator + (expert * two_n + 2 * n0 + col)).llvm_ptr, sDb[col])
+                sDb[col] = Float32(0.0)
+        sync.arrive_and_wait()
