@@ -10,8 +10,15 @@ Peers, side by side in one process on the same inputs:
                           its own gate/up layout, no dbias), if quack-kernels is importable
 
 Prints ms (median of --reps timed runs after warm-up, CUDA events), TFLOP/s (2*rows*N*K) and
-ratios; writes JSON rows {"shape", "impl", "ms", "tflops", ...} plus the command, device and
-date to benchmarks/results/<device>-<date>.json (or --out). Not imported by the library.
+ratios; writes JSON rows {"shape", "impl", "ms", "tflops", ...} plus the command, device,
+date, the rounds and which cudnn_ext was imported to benchmarks/results/<device>-<date>.json
+(or --out). Not imported by the library.
+
+Timing is round-robin (--rounds, default 5): every row of a shape is built and warmed first,
+then each round times reps/rounds calls of every row, starting one row later than the round
+before. Sustained load lowers the clocks, so a row timed after the others used to read slower
+than the same kernel timed first (session 8, results/repeat-runs-a00af90/: 1-12% on dsv3);
+rotating spreads that over all rows. --rounds 1 times the rows one after another.
 
   python benchmarks/bench_dglu.py [--shapes dsv3,qwen3,mixtral,skew] [--reps 50]
 """
@@ -57,19 +64,56 @@ def group_sizes(name, L, rows, seed=0):
     return sizes
 
 
+def time_once(fn):
+    """Milliseconds of one call, CUDA events around it, synchronized."""
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    fn()
+    e.record()
+    torch.cuda.synchronize()
+    return s.elapsed_time(e)
+
+
 def bench(fn, warmup, reps):
+    """Median ms of one callable over ``reps`` timed calls after ``warmup`` untimed ones."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        torch.cuda.synchronize()
-        times.append(s.elapsed_time(e))
-    return statistics.median(times)
+    return statistics.median(time_once(fn) for _ in range(reps))
+
+
+def round_robin_order(names, rounds):
+    """The order of ``names`` in each of ``rounds`` rounds: rotated by one per round."""
+    n = len(names)
+    return [names[r % n:] + names[:r % n] for r in range(rounds)] if n else []
+
+
+def bench_round_robin(fns, warmup, reps, rounds, timer=time_once, sync=None):
+    """Median ms of each callable in ``fns`` (name -> fn): ``warmup`` calls each, then
+    ``rounds`` rounds of ceil(reps / rounds) timed calls of every entry in rotated order.
+    Returns (medians, errors): an entry that raises is dropped and its error reported."""
+    sync = sync or torch.cuda.synchronize
+    errors = {}
+    for name, fn in fns.items():
+        try:
+            for _ in range(warmup):
+                fn()
+            sync()
+        except Exception as exc:  # a peer that cannot run is recorded, not fatal
+            errors[name] = f"{type(exc).__name__}: {exc}"[:500]
+    live = [n for n in fns if n not in errors]
+    per_round = max(1, -(-reps // max(rounds, 1)))
+    times = {n: [] for n in live}
+    for order in round_robin_order(live, max(rounds, 1)):
+        for name in order:
+            if name in errors:
+                continue
+            try:
+                for _ in range(per_round):
+                    times[name].append(timer(fns[name]))
+            except Exception as exc:
+                errors[name] = f"{type(exc).__name__}: {exc}"[:500]
+    return {n: statistics.median(t) for n, t in times.items() if n not in errors}, errors
 
 
 def make_inputs(sizes, K, N, dev="cuda"):
@@ -232,6 +276,47 @@ def host_overhead_us(n_calls=2000, dbias=True):
     return (time.perf_counter() - t0) / n_calls * 1e6
 
 
+def build_impl(impl, pack, K, N, dbias, args, row):
+    """(fn, extra) for one --impls entry; sets the row's impl/variant names."""
+    extra = {}
+    if impl == "cudnn_ext":
+        knobs = None
+        if args.tile_n:
+            from cudnn_ext.engines.base import Knobs
+            knobs = Knobs.of(tile_n=args.tile_n, stages=0, raster_group_m=8,
+                             scheduler="static_persistent")
+        fn, extra = run_cudnn_ext(pack, K, N, knobs, dbias=dbias)
+    elif impl.startswith("cudnn_ext:"):
+        v = impl.split(":", 1)[1]
+        fn, extra = run_cudnn_ext(pack, K, N, variant_knobs(v), dbias=dbias)
+        row.update(impl="cudnn_ext", variant=v)
+    elif impl.startswith("cudnn_ext_discrete:"):
+        v = impl.split(":", 1)[1]
+        fn, extra = run_cudnn_ext_discrete(pack, K, N, dbias=dbias, knobs=variant_knobs(v))
+        row.update(impl="cudnn_ext", variant=f"discrete:{v}")
+    elif impl == "cudnn_ext_discrete":
+        fn, extra = run_cudnn_ext_discrete(pack, K, N, dbias=dbias)
+        row.update(impl="cudnn_ext", variant="discrete")  # the issue's impl names
+    elif impl == "torch_grouped_mm":
+        fn = run_grouped_mm(pack)
+    elif impl == "torch_unfused_compiled":
+        fn = make_unfused(pack, N)
+    elif impl == "quack":
+        fn = make_quack(pack, N)
+    else:
+        raise ValueError(impl)
+    return fn, extra
+
+
+def imported_cudnn_ext():
+    """Where the imported cudnn_ext lives (an A/B puts an older copy first on PYTHONPATH)."""
+    try:
+        import cudnn_ext
+        return os.path.dirname(os.path.abspath(cudnn_ext.__file__))
+    except Exception as exc:
+        return f"not importable: {type(exc).__name__}"
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default=",".join(SHAPES))
@@ -245,6 +330,8 @@ def main(argv=None):
                          "and a trailing k for the cooperative schedule, e.g. 't256c2m2k')")
     ap.add_argument("--discrete-variants", default="",
                     help="knob sets for the discrete-weights engine (same syntax), e.g. 't128c1,t128c1m2'")
+    ap.add_argument("--rounds", type=int, default=5,
+                    help="round-robin rounds per shape (1: time the rows one after another)")
     ap.add_argument("--no-dbias", action="store_true", help="run the cudnn_ext rows without dbias")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
@@ -262,49 +349,32 @@ def main(argv=None):
         flops = 2.0 * total * N * K
         torch.manual_seed(0)
         pack = make_inputs(sizes, K, N)
-        for impl in impls:
+        shape_rows, fns = [], {}
+        for pos, impl in enumerate(impls):  # rows keyed by position: an impl may repeat
             row = dict(shape=name, impl=impl, L=L, M=total, K=K, N=N)
             if impl.startswith("cudnn_ext"):
                 row["dbias"] = dbias
             try:
-                extra = {}
-                if impl == "cudnn_ext":
-                    knobs = None
-                    if args.tile_n:
-                        from cudnn_ext.engines.base import Knobs
-                        knobs = Knobs.of(tile_n=args.tile_n, stages=0, raster_group_m=8,
-                                         scheduler="static_persistent")
-                    fn, extra = run_cudnn_ext(pack, K, N, knobs, dbias=dbias)
-                elif impl.startswith("cudnn_ext:"):
-                    v = impl.split(":", 1)[1]
-                    fn, extra = run_cudnn_ext(pack, K, N, variant_knobs(v), dbias=dbias)
-                    row.update(impl="cudnn_ext", variant=v)
-                elif impl.startswith("cudnn_ext_discrete:"):
-                    v = impl.split(":", 1)[1]
-                    fn, extra = run_cudnn_ext_discrete(pack, K, N, dbias=dbias, knobs=variant_knobs(v))
-                    row.update(impl="cudnn_ext", variant=f"discrete:{v}")
-                elif impl == "cudnn_ext_discrete":
-                    fn, extra = run_cudnn_ext_discrete(pack, K, N, dbias=dbias)
-                    row.update(impl="cudnn_ext", variant="discrete")  # the issue's impl names
-                elif impl == "torch_grouped_mm":
-                    fn = run_grouped_mm(pack)
-                elif impl == "torch_unfused_compiled":
-                    fn = make_unfused(pack, N)
-                elif impl == "quack":
-                    fn = make_quack(pack, N)
-                else:
-                    raise ValueError(impl)
+                fn, extra = build_impl(impl, pack, K, N, dbias, args, row)
                 t0 = time.perf_counter()
                 fn()
                 torch.cuda.synchronize()
                 extra["first_call_s"] = round(time.perf_counter() - t0, 3)
-                ms = bench(fn, args.warmup, args.reps)
-                row.update(ms=ms, tflops=flops / ms / 1e9, **extra)
+                row.update(**extra)
+                fns[pos] = fn
             except Exception as exc:  # a peer that cannot run is recorded, not fatal
                 row.update(ms=None, tflops=None, error=f"{type(exc).__name__}: {exc}"[:500])
                 traceback.print_exc(limit=3)
+            shape_rows.append(row)
+        medians, errors = bench_round_robin(fns, args.warmup, args.reps, args.rounds)
+        for pos, row in enumerate(shape_rows):
+            if pos in medians:
+                row.update(ms=medians[pos], tflops=flops / medians[pos] / 1e9)
+            elif pos in errors:
+                row.update(ms=None, tflops=None, error=errors[pos])
             rows.append(row)
             print(json.dumps(row), flush=True)
+        del fns
         del pack
         torch.cuda.empty_cache()
 
@@ -337,6 +407,7 @@ def main(argv=None):
     with open(out, "w") as f:
         json.dump(dict(command=" ".join([os.path.basename(sys.argv[0])] + (argv or sys.argv[1:])),
                        device=dev_name, date=date, torch=torch.__version__,
+                       rounds=args.rounds, cudnn_ext=imported_cudnn_ext(),
                        host_overhead_us=overhead, rows=rows), f, indent=1)
     print("wrote", out)
 
