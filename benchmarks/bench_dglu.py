@@ -17,7 +17,7 @@ date, the rounds and which cudnn_ext was imported to benchmarks/results/<device>
 Timing is round-robin (--rounds, default 5): every row of a shape is built and warmed first,
 then each round times reps/rounds calls of every row, starting one row later than the round
 before. Sustained load lowers the clocks, so a row timed after the others used to read slower
-than the same kernel timed first (session 8, results/repeat-runs-a00af90/: 1-12% on dsv3);
+than the same kernel timed first (session 8, results/ab-session8-three-way/: 1-12% on dsv3);
 rotating spreads that over all rows. --rounds 1 times the rows one after another.
 
   python benchmarks/bench_dglu.py [--shapes dsv3,qwen3,mixtral,skew] [--reps 50]

@@ -52,8 +52,9 @@ elif [ "$1" = tests2 ]; then
   san memcheck coop
   san memcheck fresh
 elif [ "$1" = ab ]; then
-  # (run in session 8 with ab_old/ and ab_mid/ listed in .git/info/exclude: they did not
-  # travel, and all six processes ran the working tree; see results/repeat-runs-a00af90/)
+  # (run in session 8 with ab_old/ and ab_mid/ listed in .git/info/exclude and a python -c
+  # import check from the repo root, which always finds the working tree: which copy each
+  # process ran is not verified; see results/ab-session8-three-way/)
   for d in ab_old ab_mid; do
     [ -d $d/cudnn_ext ] || { echo "$d/ missing: it must be untracked, not ignored, to travel"; exit 1; }
   done

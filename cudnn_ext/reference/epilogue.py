@@ -8,8 +8,9 @@ kernels do (vendor_facts 1.5, 1.6, 2.4):
     dgate = g0 * p * dgate_local      dup = g0 * p * dup_local      dprob_term = g0 * act
 
 with ``g0 = alpha**2 * (A @ B^T)`` and ``gate``/``up`` the (beta-scaled) C values. The kernel
-epilogues mirror these functions one to one; tests check them against autograd of the forward
-activations, never against these formulas again.
+epilogues mirror these functions (the SM90 kernel's dSwiGLU with beta pulled out of its
+per-element products: ``cudnn_ext.kernels.sm90.epilogue_math.dswiglu_unscaled``); tests check
+them against autograd of the forward activations, never against these formulas again.
 
 Every function works elementwise on tensors of any floating dtype and returns
 ``(dgate_local, dup_local, act)``.

@@ -41,9 +41,9 @@ def fast_sigmoid(x: Float32) -> Float32:
 
 @cute.jit
 def dswiglu_unscaled(c_gate: Float32, c_up: Float32, beta: Float32, neg_log2e_beta: Float32):
-    """``dswiglu_local(beta*c_gate, beta*c_up)`` divided by (beta, beta, beta**2), computed
-    from the unscaled C values (``neg_log2e_beta`` = -log2(e)*beta). With gate = beta*c_gate,
-    s = sigma(gate) and t = c_gate*s (= silu(gate)/beta): dgate_local/beta =
+    """The reference ``dswiglu(beta*c_gate, beta*c_up)`` divided by (beta, beta, beta**2),
+    computed from the unscaled C values (``neg_log2e_beta`` = -log2(e)*beta). With gate =
+    beta*c_gate, s = sigma(gate) and t = c_gate*s (= silu(gate)/beta): dgate_local/beta =
     c_up*s*(1 + gate*(1-s)) = c_up*s*(1 + beta*(c_gate - t)), dup_local/beta = t,
     act/beta**2 = t*c_up. Holds for any beta, 0 included."""
     s = sigmoid_of_neg_log2(c_gate * neg_log2e_beta)
