@@ -1010,9 +1010,10 @@ class GroupedDgluSm90:
         # dswiglu, whose local derivatives come from the unscaled C values), and the dprob
         # row sum collects acc * act, times dprob_scale = alpha^2 (beta^2 for dswiglu) once.
         c_scale = Float32(1.0)
+        neg_log2e_beta = None  # the exp2 argument's scale, dswiglu only
         if cutlass.const_expr(swiglu):
             c_scale = beta
-        neg_log2e_beta = beta * Float32(-LOG2_E)
+            neg_log2e_beta = beta * Float32(-LOG2_E)
         dprob_scale = g_scale * c_scale * c_scale
 
         rows = self._thread_rows(tCcC, row0)
