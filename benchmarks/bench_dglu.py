@@ -93,6 +93,7 @@ def bench_round_robin(fns, warmup, reps, rounds, timer=time_once, sync=None):
     ``rounds`` rounds of ceil(reps / rounds) timed calls of every entry in rotated order.
     Returns (medians, errors): an entry that raises is dropped and its error reported."""
     sync = sync or torch.cuda.synchronize
+    rounds = max(rounds, 1)
     errors = {}
     for name, fn in fns.items():
         try:
@@ -102,9 +103,9 @@ def bench_round_robin(fns, warmup, reps, rounds, timer=time_once, sync=None):
         except Exception as exc:  # a peer that cannot run is recorded, not fatal
             errors[name] = f"{type(exc).__name__}: {exc}"[:500]
     live = [n for n in fns if n not in errors]
-    per_round = max(1, -(-reps // max(rounds, 1)))
+    per_round = max(1, -(-reps // rounds))
     times = {n: [] for n in live}
-    for order in round_robin_order(live, max(rounds, 1)):
+    for order in round_robin_order(live, rounds):
         for name in order:
             if name in errors:
                 continue
