@@ -1,0 +1,114 @@
+"""Each row run back to back for a few seconds while nvidia-smi samples SM clock and power.
+
+    python3 benchmarks/sustained.py dsv3 [--seconds 3] [--passes 2] [--variants t128c1m2,...]
+        [--no-dbias] [--out F.json]
+
+Why: a row's median in bench_dglu.py can depend on what ran before it (the H200 lowers its
+clocks under sustained power). This prints, per row and pass, the median ms of the calls of
+that stretch with the mean SM clock (MHz), mean power (W) and top temperature (C) that
+nvidia-smi reported during it, so that kernels are compared at the clocks they run at.
+"""
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+import torch
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from bench_dglu import (SHAPES, group_sizes, make_inputs, run_cudnn_ext, run_grouped_mm,  # noqa: E402
+                        variant_knobs)
+
+
+class SmiSampler:
+    """nvidia-smi's clocks.sm, power.draw and temperature.gpu every 100 ms, time-stamped
+    on arrival (host clock), in a background thread."""
+
+    def __init__(self):
+        self.samples = []
+        self.proc = subprocess.Popen(
+            ["nvidia-smi", "--query-gpu=clocks.sm,power.draw,temperature.gpu",
+             "--format=csv,noheader,nounits", "-lms", "100"],
+            stdout=subprocess.PIPE, text=True)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            try:
+                mhz, watts, temp = (float(x) for x in line.split(","))
+            except ValueError:
+                continue
+            self.samples.append((time.time(), mhz, watts, temp))
+
+    def window(self, t0, t1):
+        s = [x for x in self.samples if t0 <= x[0] <= t1]
+        if not s:
+            return {}
+        return {"sm_mhz": statistics.mean(x[1] for x in s),
+                "power_w": statistics.mean(x[2] for x in s),
+                "temp_c_max": max(x[3] for x in s), "samples": len(s)}
+
+    def stop(self):
+        self.proc.terminate()
+
+
+def stretch(fn, seconds):
+    """Call ``fn`` back to back for ``seconds``, timing each call with CUDA events; the
+    median ms of the calls."""
+    times, end = [], time.time() + seconds
+    while time.time() < end:
+        batch = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                 for _ in range(10)]
+        for s, e in batch:
+            s.record()
+            fn()
+            e.record()
+        torch.cuda.synchronize()
+        times += [s.elapsed_time(e) for s, e in batch]
+    return statistics.median(times), len(times)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("shape", choices=sorted(SHAPES))
+    ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--passes", type=int, default=2)
+    ap.add_argument("--variants", default="t128c1m2,t256c2m2k")
+    ap.add_argument("--no-dbias", action="store_true")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    L, per, K, N = SHAPES[args.shape]
+    pack = make_inputs(group_sizes(args.shape, L, per), K, N)
+    dbias = not args.no_dbias
+    if not dbias:
+        pack["dbias"] = None
+    rows = {"torch_grouped_mm": run_grouped_mm(pack)}
+    for v in filter(None, args.variants.split(",")):
+        rows[f"cudnn_ext[{v}]"] = run_cudnn_ext(pack, K, N, variant_knobs(v), dbias=dbias)[0]
+    for fn in rows.values():
+        fn()
+    torch.cuda.synchronize()
+    smi, out = SmiSampler(), []
+    time.sleep(1.0)
+    for p in range(args.passes):
+        for name, fn in rows.items():
+            t0 = time.time()
+            ms, n = stretch(fn, args.seconds)
+            row = {"shape": args.shape, "impl": name, "pass": p, "ms": ms, "calls": n,
+                   **smi.window(t0, time.time())}
+            out.append(row)
+            print(f"{args.shape:8s} {name:24s} pass {p}  {ms:7.3f} ms  "
+                  f"{row.get('sm_mhz', 0):6.0f} MHz  {row.get('power_w', 0):5.0f} W  "
+                  f"{row.get('temp_c_max', 0):3.0f} C  ({n} calls)", flush=True)
+    smi.stop()
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"command": " ".join(sys.argv), "device": torch.cuda.get_device_name(),
+                       "date": time.strftime("%Y-%m-%d"), "dbias": dbias, "rows": out}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
