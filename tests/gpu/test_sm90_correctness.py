@@ -72,13 +72,12 @@ def test_sm90_m_is_runtime():
 
 @pytest.mark.parametrize("fresh", [False, True], ids=["contract", "fresh"])
 @pytest.mark.parametrize("dbias", [False, True], ids=["nodbias", "dbias"])
-def test_sm90_heuristics_choice_is_cooperative_and_correct(fresh, dbias):
-    """What the engine itself picks on whole 256-column tiles without dbias, and with dbias
-    for K >= 4096 (the cooperative 128 x 256 schedule in 2x1 clusters, 2 C stages), run as
-    the class API (contract) and the functional op (fresh outputs) would: empty experts,
-    rows past the last offset, a K tail, and enough tiles (164 units) that every CTA walks
-    several (accumulator overwrite, the C FIFO and the shared dbias sums carried across
-    tiles)."""
+def test_sm90_heuristics_choice_is_correct(fresh, dbias):
+    """What the engine itself picks (without dbias at K <= 2048 the cooperative 128 x 256
+    schedule in 2x1 clusters with 2 C stages; with dbias ping-pong 128 x 128 in 2x1
+    clusters), run as the class API (contract) and the functional op (fresh outputs) would:
+    empty experts, rows past the last offset, a K tail, and enough tiles that every CTA walks
+    several (accumulator overwrite, the C FIFO and the dbias sums carried across tiles)."""
     skip_unless_sm90()
     from cudnn_ext.engines.sm90 import COOPERATIVE_KNOBS, Sm90DgluEngine
     from sm90_cases import make_pack
@@ -88,5 +87,9 @@ def test_sm90_heuristics_choice_is_cooperative_and_correct(fresh, dbias):
     eng = Sm90DgluEngine()
     problem, _ = make_pack(case)
     knobs = min(eng.knob_space(problem), key=lambda k: eng.cost(problem, k))
-    assert knobs == COOPERATIVE_KNOBS
+    if dbias:
+        assert not knobs.get("cooperative", False)
+        assert (knobs.get("tile_n"), knobs.get("cluster_m")) == (128, 2)
+    else:
+        assert knobs == COOPERATIVE_KNOBS
     print(run_and_check(case, engine=eng, knobs=knobs, fresh=fresh))
