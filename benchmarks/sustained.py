@@ -6,7 +6,8 @@
 Why: a row's median in bench_dglu.py can depend on what ran before it (the H200 lowers its
 clocks under sustained power). This prints, per row and pass, the median ms of the calls of
 that stretch with the mean SM clock (MHz), mean power (W) and top temperature (C) that
-nvidia-smi reported during it, so that kernels are compared at the clocks they run at.
+nvidia-smi reported during it, and the energy (mJ) and SM cycles (millions) per call
+derived from them, so that kernels are compared at the clocks they run at.
 """
 import argparse
 import json
@@ -55,6 +56,16 @@ class SmiSampler:
         self.proc.terminate()
 
 
+def per_call(row):
+    """Energy (mJ: mean W x median ms) and SM cycles (millions) per call of a stretch. At the
+    power cap the time of a call is its energy over the cap, so energy ranks kernels there;
+    cycles rank them at equal clocks."""
+    if "power_w" not in row:
+        return {}
+    return {"mj_per_call": row["power_w"] * row["ms"],
+            "mcycles_per_call": row["sm_mhz"] * row["ms"] / 1000.0}
+
+
 def stretch(fn, seconds):
     """Call ``fn`` back to back for ``seconds``, timing each call with CUDA events; the
     median ms of the calls."""
@@ -99,9 +110,11 @@ def main():
             ms, n = stretch(fn, args.seconds)
             row = {"shape": args.shape, "impl": name, "pass": p, "ms": ms, "calls": n,
                    **smi.window(t0, time.time())}
+            row.update(per_call(row))
             out.append(row)
             print(f"{args.shape:8s} {name:24s} pass {p}  {ms:7.3f} ms  "
                   f"{row.get('sm_mhz', 0):6.0f} MHz  {row.get('power_w', 0):5.0f} W  "
+                  f"{row.get('mj_per_call', 0):7.1f} mJ  {row.get('mcycles_per_call', 0):6.3f} Mcyc  "
                   f"{row.get('temp_c_max', 0):3.0f} C  ({n} calls)", flush=True)
     smi.stop()
     if args.out:

@@ -1,0 +1,41 @@
+"""benchmarks/sustained.py's bookkeeping on the CPU: nvidia-smi lines parsed into samples,
+samples averaged per time window, energy and cycles per call. (What it measures runs on a
+GPU only; these check that a stretch is credited with its own samples and nothing else.)"""
+import os
+import sys
+import time
+from types import SimpleNamespace
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+import sustained  # noqa: E402
+
+
+def _sampler(lines):
+    s = sustained.SmiSampler.__new__(sustained.SmiSampler)  # no nvidia-smi process
+    s.samples, s.proc = [], SimpleNamespace(stdout=iter(lines))
+    s._read()
+    return s
+
+
+def test_lines_parse_and_unreadable_ones_are_skipped():
+    s = _sampler(["1400, 690.5, 52\n", "[N/A], [N/A], 50\n", "\n", "1300, 600, 55\n"])
+    assert [x[1:] for x in s.samples] == [(1400.0, 690.5, 52.0), (1300.0, 600.0, 55.0)]
+
+
+def test_window_averages_only_its_own_samples():
+    s = _sampler([])
+    now = time.time()
+    s.samples = [(now - 10, 1980.0, 100.0, 40.0), (now, 1400.0, 700.0, 52.0),
+                 (now + 1, 1200.0, 690.0, 56.0), (now + 10, 345.0, 80.0, 35.0)]
+    w = s.window(now - 0.5, now + 1.5)
+    assert w["sm_mhz"] == pytest.approx(1300.0) and w["power_w"] == pytest.approx(695.0)
+    assert w["temp_c_max"] == 56.0 and w["samples"] == 2
+    assert s.window(now + 2, now + 3) == {}
+
+
+def test_per_call_energy_and_cycles():
+    assert sustained.per_call({"ms": 1.0}) == {}  # no samples in the window: nothing derived
+    got = sustained.per_call({"ms": 2.0, "power_w": 700.0, "sm_mhz": 1500.0})
+    assert got == {"mj_per_call": pytest.approx(1400.0), "mcycles_per_call": pytest.approx(3.0)}
