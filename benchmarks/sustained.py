@@ -1,4 +1,4 @@
-"""Each row run back to back for a few seconds while nvidia-smi samples SM clock and power.
+"""Each row run in a long stretch of calls while nvidia-smi samples SM clock and power.
 
     python3 benchmarks/sustained.py dsv3 [--seconds 3] [--passes 2] [--variants t128c1m2,...]
         [--no-dbias] [--out F.json]
@@ -7,10 +7,14 @@ Why: a row's median in bench_dglu.py can depend on what ran before it (the H200 
 clocks under sustained power). This prints, per row and pass, the median ms of the calls of
 that stretch with the mean SM clock (MHz), mean power (W) and top temperature (C) that
 nvidia-smi reported during it, and the energy (mJ) and SM cycles (millions) per call
-derived from them, so that kernels are compared at the clocks they run at.
+derived from them, so that kernels are compared at the clocks they run at. Calls are queued
+in batches of 50 and synchronized after each batch (a short idle gap per batch). nvidia-smi's
+power.draw is an average over about a second, so the first ``--settle`` seconds of each
+stretch (default 1) are left out of its figures; rows rotate by one place per pass.
 """
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -19,14 +23,14 @@ import time
 
 import torch
 
-sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from bench_dglu import (SHAPES, group_sizes, make_inputs, run_cudnn_ext, run_grouped_mm,  # noqa: E402
-                        variant_knobs)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_dglu import (SHAPES, group_sizes, make_inputs, round_robin_order,  # noqa: E402
+                        run_cudnn_ext, run_grouped_mm, variant_knobs)
 
 
 class SmiSampler:
     """nvidia-smi's clocks.sm, power.draw and temperature.gpu every 100 ms, time-stamped
-    on arrival (host clock), in a background thread."""
+    on arrival (host monotonic clock), in a background thread."""
 
     def __init__(self):
         self.samples = []
@@ -42,7 +46,7 @@ class SmiSampler:
                 mhz, watts, temp = (float(x) for x in line.split(","))
             except ValueError:
                 continue
-            self.samples.append((time.time(), mhz, watts, temp))
+            self.samples.append((time.monotonic(), mhz, watts, temp))
 
     def window(self, t0, t1):
         s = [x for x in self.samples if t0 <= x[0] <= t1]
@@ -66,13 +70,13 @@ def per_call(row):
             "mcycles_per_call": row["sm_mhz"] * row["ms"] / 1000.0}
 
 
-def stretch(fn, seconds):
-    """Call ``fn`` back to back for ``seconds``, timing each call with CUDA events; the
-    median ms of the calls."""
-    times, end = [], time.time() + seconds
-    while time.time() < end:
+def stretch(fn, seconds, batch_size=50):
+    """Call ``fn`` for ``seconds`` in batches of ``batch_size`` queued calls (synchronized
+    after each batch), timing each call with CUDA events. Returns (median ms, calls)."""
+    times, end = [], time.monotonic() + seconds
+    while time.monotonic() < end:
         batch = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                 for _ in range(10)]
+                 for _ in range(batch_size)]
         for s, e in batch:
             s.record()
             fn()
@@ -87,6 +91,8 @@ def main():
     ap.add_argument("shape", choices=sorted(SHAPES))
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--passes", type=int, default=2)
+    ap.add_argument("--settle", type=float, default=1.0,
+                    help="seconds at the start of each stretch left out of the nvidia-smi figures")
     ap.add_argument("--variants", default="t128c1m2,t256c2m2k")
     ap.add_argument("--no-dbias", action="store_true")
     ap.add_argument("--out", default=None)
@@ -103,20 +109,23 @@ def main():
         fn()
     torch.cuda.synchronize()
     smi, out = SmiSampler(), []
-    time.sleep(1.0)
-    for p in range(args.passes):
-        for name, fn in rows.items():
-            t0 = time.time()
-            ms, n = stretch(fn, args.seconds)
-            row = {"shape": args.shape, "impl": name, "pass": p, "ms": ms, "calls": n,
-                   **smi.window(t0, time.time())}
-            row.update(per_call(row))
-            out.append(row)
-            print(f"{args.shape:8s} {name:24s} pass {p}  {ms:7.3f} ms  "
-                  f"{row.get('sm_mhz', 0):6.0f} MHz  {row.get('power_w', 0):5.0f} W  "
-                  f"{row.get('mj_per_call', 0):7.1f} mJ  {row.get('mcycles_per_call', 0):6.3f} Mcyc  "
-                  f"{row.get('temp_c_max', 0):3.0f} C  ({n} calls)", flush=True)
-    smi.stop()
+    try:
+        time.sleep(1.0)
+        for p, order in enumerate(round_robin_order(list(rows), args.passes)):
+            for name in order:
+                t0 = time.monotonic()
+                ms, n = stretch(rows[name], args.seconds)
+                row = {"shape": args.shape, "impl": name, "pass": p, "ms": ms, "calls": n,
+                       **smi.window(t0 + args.settle, time.monotonic())}
+                row.update(per_call(row))
+                out.append(row)
+                print(f"{args.shape:8s} {name:24s} pass {p}  {ms:7.3f} ms  "
+                      f"{row.get('sm_mhz', 0):6.0f} MHz  {row.get('power_w', 0):5.0f} W  "
+                      f"{row.get('mj_per_call', 0):7.1f} mJ  "
+                      f"{row.get('mcycles_per_call', 0):6.3f} Mcyc  "
+                      f"{row.get('temp_c_max', 0):3.0f} C  ({n} calls)", flush=True)
+    finally:
+        smi.stop()
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"command": " ".join(sys.argv), "device": torch.cuda.get_device_name(),

@@ -1,6 +1,6 @@
 """benchmarks/sustained.py's bookkeeping on the CPU: nvidia-smi lines parsed into samples,
 samples averaged per time window, energy and cycles per call. (What it measures runs on a
-GPU only; these check that a stretch is credited with its own samples and nothing else.)"""
+GPU only; these check the bookkeeping: a window averages the samples stamped inside it.)"""
 import os
 import sys
 import time
@@ -26,7 +26,7 @@ def test_lines_parse_and_unreadable_ones_are_skipped():
 
 def test_window_averages_only_its_own_samples():
     s = _sampler([])
-    now = time.time()
+    now = time.monotonic()
     s.samples = [(now - 10, 1980.0, 100.0, 40.0), (now, 1400.0, 700.0, 52.0),
                  (now + 1, 1200.0, 690.0, 56.0), (now + 10, 345.0, 80.0, 35.0)]
     w = s.window(now - 0.5, now + 1.5)
