@@ -265,3 +265,25 @@ def test_build_without_the_package_is_an_import_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "cudnn", None)
     with pytest.raises(ImportError, match="nvidia-cudnn-frontend"):
         engine_by_name("vendor_sm100").build(bf16_call()[0], Knobs.of(tile_m=256, tile_n=256))
+
+
+@pytest.mark.parametrize("exc", [ValueError, NotImplementedError, RuntimeError])
+def test_vendor_refusal_at_first_execute_keeps_its_type_and_names_the_engine(fake_cudnn, monkeypatch,
+                                                                            exc):
+    def refuse(self):
+        raise exc("tile shape not supported for this K")
+    monkeypatch.setattr(FakeVendor, "check_support", refuse)
+    problem, pack = bf16_call()
+    d_before = pack["d_row"].clone()
+    with pytest.raises(exc, match=r"(?s)GroupedGemmDgluSm100.check_support \(engine vendor_sm100\) "
+                                  r"refused.*engine='reference'.*tile shape not supported for this K"):
+        run_plan(problem, pack)
+    assert not FakeVendor.made[-1].calls, "nothing may launch after a refusal"
+    assert torch.equal(pack["d_row"].view(torch.int16), d_before.view(torch.int16))  # untouched bits
+
+
+def test_vendor_check_support_returning_false_is_not_implemented(fake_cudnn, monkeypatch):
+    monkeypatch.setattr(FakeVendor, "check_support", lambda self: False)
+    problem, pack = bf16_call()
+    with pytest.raises(NotImplementedError, match="returned False"):
+        run_plan(problem, pack)

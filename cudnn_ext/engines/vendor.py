@@ -160,6 +160,25 @@ def vendor_workspace_bytes(problem: DgluProblem) -> int:
 
 
 # ----------------------------------------------------------------------------- plan
+_RETYPED = (ValueError, TypeError, NotImplementedError, RuntimeError)
+
+
+def _vendor_check(obj) -> None:
+    """The vendor's own check_support, run at the plan's first execute (it needs sample
+    tensors). A refusal here means cudnn_ext's check_support accepted a problem the vendor
+    does not: the error keeps the vendor's type (ValueError for shapes and strides,
+    NotImplementedError for disabled combinations, RuntimeError for the device; vendor_facts
+    3.7) and message, and says which engine refused and how to pick another."""
+    how = (f"{VENDOR_CLASS}.check_support (engine {VendorSm100Engine.name}) refused a problem that "
+           f"cudnn_ext's support check accepted; pass engine='reference' (or build the graph with "
+           f"another engine) to run it elsewhere")
+    try:
+        ok = obj.check_support()
+    except _RETYPED as exc:
+        raise type(exc)(f"{how}. {VENDOR_DIST} said: {exc}") from exc
+    if ok is False:
+        raise NotImplementedError(f"{how}. {VENDOR_DIST} returned False")
+
 class _VendorPlan(CompiledPlan):
     def __init__(self, problem: DgluProblem, knobs: Knobs, module):
         self.engine_name = VendorSm100Engine.name
@@ -177,7 +196,7 @@ class _VendorPlan(CompiledPlan):
         with self._lock:
             if self._obj is None:
                 obj = getattr(self._module, VENDOR_CLASS)(**constructor_kwargs(self.problem, self.knobs, pack))
-                obj.check_support()
+                _vendor_check(obj)
                 obj.compile()
                 need = int(obj.scratch_workspace_bytes())
                 if need > self._ws:
