@@ -6,6 +6,7 @@
 # Part "final": after the heuristics change (cooperative only without dbias at K <= 2048),
 # the engine's own choice against the float64 reference, the torch and JAX GPU tests, the
 # full benchmark (round-robin timing) and the demo.
+# Part "sweep": ping-pong knob variants with dbias, timed round-robin, one process.
 #   source .gpu/env/setup.sh && bash benchmarks/device_session9.sh sustained|final|sweep
 set -o pipefail
 source "$(dirname "$0")/device_common.sh"
@@ -20,9 +21,7 @@ elif [ "$1" = final ]; then
   t bench python3 benchmarks/bench_dglu.py --reps 30 --warmup 5 --out "$OUT/bench.json"
   grep -E "^(dsv3|qwen3|mixtral|skew) " "$OUT/bench.log"
   t demo python3 -m cudnn_ext demo
-fi
-# Part "sweep" (appended): ping-pong knob variants with dbias, timed round-robin, one process.
-if [ "$1" = sweep ]; then
+elif [ "$1" = sweep ]; then
   t sweep python3 benchmarks/bench_dglu.py --shapes qwen3,skew,dsv3 --impls cudnn_ext,torch_grouped_mm \
     --variants t128c1m2n2,t128c1m2r8,t128c1m2r2,t128c1m2r1,t64c1m2,t128c1,t96c1m2,t128c2m2n2 \
     --rounds 10 --reps 60 --warmup 5 --out "$OUT/sweep.json"

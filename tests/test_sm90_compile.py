@@ -437,9 +437,9 @@ def test_cooperative_variant_compiles_for_sm90a(tile_n, cluster_m, act, dbias, d
 
 def test_cooperative_is_selected_only_without_dbias_for_short_k():
     """Heuristics: the cooperative 128 x 256 schedule (measured clearly faster than
-    ping-pong with round-robin timing only without dbias at K 2048; a tie with dbias there) is ranked first only for dense
-    weights, 16-bit C/D, N % 256 == 0, enough tiles, no dbias and K <= 2048; everything
-    else keeps ping-pong 128 x 128 in 2x1 clusters."""
+    ping-pong with round-robin timing only without dbias at K 2048; a tie with dbias there)
+    is ranked first only for dense weights, 16-bit C/D, N % 256 == 0, enough tiles, no dbias
+    and K <= 2048; everything else keeps ping-pong 128 x 128 in 2x1 clusters."""
     from cudnn_ext.engines.sm90 import COOPERATIVE_KNOBS
 
     eng = Sm90DgluEngine()

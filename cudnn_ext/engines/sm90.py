@@ -424,9 +424,9 @@ class Sm90DgluEngine(Engine):
         1.653 ms (a tie, then 1.6% slower), qwen3 0.131 / 0.131 vs 0.130 / 0.129 (1% slower),
         skew 0.551 / 0.553 vs 0.559 / 0.560 and mixtral 3.518 / 3.520 vs 3.642 / 3.643
         (ping-pong faster); without dbias cooperative vs ping-pong: dsv3 1.588 / 1.590
-        vs 1.627 / 1.635, skew 0.525 / 0.525 vs 0.534 / 0.535 (cooperative 2-3% faster). The benchmark's round-robin timing is the protocol the
-        targets are stated in, so it decides; those 2-3% are the price without dbias in a
-        power-capped steady state.
+        vs 1.627 / 1.635, skew 0.525 / 0.525 vs 0.534 / 0.535 (cooperative 2-3% faster).
+        The benchmark's round-robin timing is the protocol the targets are stated in, so it
+        decides; those 2-3% are the price without dbias in a power-capped steady state.
 
         The smallest benchmark shape has 384 wide tiles; the _COOP_MIN_TILES floor (two
         waves on 132 SMs, below which halving the tile count costs parallelism) is a guess,

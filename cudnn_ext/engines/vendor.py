@@ -179,6 +179,7 @@ def _vendor_check(obj) -> None:
     if ok is False:
         raise NotImplementedError(f"{how}. {VENDOR_DIST} returned False")
 
+
 class _VendorPlan(CompiledPlan):
     def __init__(self, problem: DgluProblem, knobs: Knobs, module):
         self.engine_name = VendorSm100Engine.name
