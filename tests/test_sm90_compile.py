@@ -417,6 +417,46 @@ def test_kernel_tile_n_limit_depends_on_the_schedule():
         GroupedDgluSm90(dataclasses.replace(cfg, cooperative=True, tile_n=288))
 
 
+def test_pingpong_keeps_six_ab_stages_with_and_without_dbias():
+    """Shared memory budget (227 KiB): ping-pong 128 x 128 with one C stage per warpgroup
+    keeps 6 A/B stages of 32 KB with dbias too, because its dbias sums are one 64-column
+    slice per C stage (2 KB, summed by the C producer warps) inside a 1 KB margin; the
+    cooperative 128 x 256 schedule keeps 4 stages of 48 KB next to its 2 KB of sums."""
+    import cutlass
+
+    from cudnn_ext.kernels.sm90.dglu_kernel import SMEM_CAPACITY, Sm90KernelConfig
+
+    cfg = Sm90KernelConfig(n=768, k=2048, ab_dtype=cutlass.BFloat16, c_dtype=cutlass.BFloat16,
+                           d_dtype=cutlass.BFloat16, act_func="dswiglu", generate_dbias=True,
+                           c_stages=1)
+    assert cfg.dbias_smem_shape() == (64, 4, 2)
+    for db in (True, False):
+        c = dataclasses.replace(cfg, generate_dbias=db)
+        assert c.stages() == 6
+        used = 6 * 32768 + 2 * 16384 + 4 * c.dbias_smem_floats()
+        assert SMEM_CAPACITY - used >= 512  # room for the mbarriers (< 200 B here)
+    assert dataclasses.replace(cfg, c_stages=2).stages() == 4
+    coop = dataclasses.replace(cfg, cooperative=True, tile_n=256, c_stages=2)
+    assert coop.dbias_smem_shape() == (512,) and coop.stages() == 4
+
+
+@needs_dsl
+def test_pingpong_dbias_refuses_more_c_stages_than_blocks_per_tile():
+    """The C producer warp hands back a stage's dbias sums knowing only the current and the
+    previous tile, so with dbias a warpgroup may hold at most a tile's worth of C blocks."""
+    import cutlass
+
+    from cudnn_ext.kernels.sm90.dglu_kernel import GroupedDgluSm90, Sm90KernelConfig
+
+    cfg = Sm90KernelConfig(n=256, k=64, ab_dtype=cutlass.BFloat16, c_dtype=cutlass.BFloat16,
+                           d_dtype=cutlass.BFloat16, act_func="dswiglu", generate_dbias=True,
+                           tile_n=64, c_stages=2)
+    GroupedDgluSm90(cfg)  # 2 blocks of a 64-column tile: accepted
+    with pytest.raises(ValueError, match=r"c_stages must be at most tile_n / 32 = 2 .*got 3"):
+        GroupedDgluSm90(dataclasses.replace(cfg, c_stages=3))
+    GroupedDgluSm90(dataclasses.replace(cfg, c_stages=3, generate_dbias=False))  # no sums
+
+
 #: The cooperative schedule (both math warpgroups on one 128-row tile) in configurations the
 #: heuristics never pick (dbias on, K > 2048, N < 256, fp32 D): explicit knobs only
 _COOP = [(256, 2, "dswiglu", True, torch.bfloat16), (128, 1, "dgeglu", False, torch.float32)]

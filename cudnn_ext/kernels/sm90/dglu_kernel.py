@@ -95,7 +95,8 @@ class Sm90KernelConfig:
     # C blocks in flight per math warpgroup (0 = default 1). Measured on the H200 (bf16 C,
     # tile 128): 1 C stage + 5 A/B stages beat 2 + 4 on all four benchmark shapes (e.g.
     # mixtral 3.11 vs 3.38 ms, skew 0.56 vs 0.60 ms): the mainloop wants the shared memory
-    # more, and the producer's L2 prefetch of C keeps the single C stage fed.
+    # more, and the producer's L2 prefetch of C keeps the single C stage fed. One C stage
+    # now leaves room for 6 A/B stages (see stages()).
     c_stages: int = 0
     # B storage: "dense" = one (N, K, L) tensor, K-major ("k": strides (K, 1, N*K)) or N-major
     # ("n": strides (1, N, N*K), e.g. the transpose of an (L, K, N) weight); "discrete" = a device table of L
@@ -174,16 +175,21 @@ class Sm90KernelConfig:
         return self.wg_rows() * C_BLOCK_COLS * self.c_dtype.width // 8
 
     def dbias_smem_shape(self) -> tuple:
-        """Shape of the fp32 partial column sums of one tile in shared memory (dbias only), so
-        that the tile costs one global atomic per column instead of one per warp and column
+        """Shape of the fp32 partial column sums in shared memory (dbias only), so that a
+        tile costs one global atomic per column instead of one per warp and column
         (measured: dbias added ~9% on qwen3 with per-warp atomics). Ping-pong: one slice per
-        warp, (2 TILE_N columns, 4 warps, math warpgroups), summed by the warpgroup after its
-        tile. Cooperative: (2 TILE_N,) once, which all 8 warps add into with shared-memory
-        atomics (2 KB at tile 256; per-warp slices, 16 KB, would cost an A/B stage). Without
-        dbias a 1-element placeholder."""
+        C stage, (C_BLOCK_COLS columns, 4 warps, C stages): each warp puts its block's
+        column sums in the slice of the block's stage before it releases the stage, and the
+        warpgroup's C producer warp sums the 4 warps and adds them to the workspace before
+        it reloads the stage (2 KB with one C stage per warpgroup: what lets a sixth A/B
+        stage fit). Cooperative: (2 TILE_N,) once, which all 8 warps add into with
+        shared-memory atomics (2 KB at tile 256; per-warp slices, 16 KB, would cost an A/B
+        stage). Without dbias a 1-element placeholder."""
         if not self.generate_dbias:
             return (1, 1, 1)
-        return (2 * self.tile_n,) if self.cooperative else (2 * self.tile_n, 4, MATH_WARPGROUPS)
+        if self.cooperative:
+            return (2 * self.tile_n,)
+        return (C_BLOCK_COLS, 4, MATH_WARPGROUPS * self.c_ring())
 
     def dbias_smem_floats(self) -> int:
         return math.prod(self.dbias_smem_shape())
@@ -192,10 +198,12 @@ class Sm90KernelConfig:
         per_stage = (TILE_M + self.tile_n) * TILE_K * (self.ab_dtype.width // 8)
         c_bytes = MATH_WARPGROUPS * self.c_ring() * self.c_block_bytes()
         # Besides the buffers: the mbarriers (at most ~400 B; they follow the 1024-B aligned
-        # buffers, so no padding) and the dbias sums. Ping-pong keeps the 4 KB margin its
-        # stage counts were measured with; a 128 x 256 cooperative stage is 48 KB, and a
-        # 1 KB margin is what lets it keep 4 stages next to its 2 KB of dbias sums.
-        fixed = (1024 if self.cooperative else 4096) + c_bytes + 4 * self.dbias_smem_floats()
+        # buffers, so no padding) and the dbias sums, in a 1 KB margin. That margin is what
+        # lets ping-pong 128 x 128 keep 6 stages (one C stage, 2 KB of dbias slices: 231.5
+        # of 227 KiB) and a 128 x 256 cooperative stage (48 KB) keep 4 next to its 2 KB of
+        # dbias sums. (Ping-pong had 5 with a 4 KB margin and per-tile dbias slices; the
+        # sixth measured ~2% faster on the four benchmark shapes without dbias.)
+        fixed = 1024 + c_bytes + 4 * self.dbias_smem_floats()
         fit = (SMEM_CAPACITY - fixed) // per_stage
         return min(fit, 8) if self.ab_stages == 0 else self.ab_stages
 
@@ -255,6 +263,11 @@ class GroupedDgluSm90:
                 f"{cfg.tile_n}, c_stages={cfg.c_ring()}, C {cfg.c_dtype.__name__}, dbias="
                 f"{cfg.generate_dbias}, cooperative={cfg.cooperative}; the kernel needs at least 2 "
                 f"(fewer C stages or a narrower tile leave room for them)")
+        if cfg.generate_dbias and not cfg.cooperative and cfg.c_ring() > cfg.tile_n // 32:
+            # the C producer hands back a stage's dbias sums knowing only the current and
+            # the previous tile (see c_producer)
+            raise ValueError(f"c_stages must be at most tile_n / 32 = {cfg.tile_n // 32} with "
+                             f"dbias in the ping-pong schedule, got {cfg.c_ring()}")
         self.tile_shape_mnk = (TILE_M, cfg.tile_n, TILE_K)
         self.num_n_tiles = cfg.num_n_tiles()
         self.k_tile_cnt = (cfg.k + TILE_K - 1) // TILE_K
@@ -594,8 +607,11 @@ class GroupedDgluSm90:
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
             # released by each of the warpgroup's 4 warps (lane 0) once it has read the block
             # or, when D goes out through the block's shared memory, written its D values
-            # over it (the C producer warp then TMA-stores the block before reloading it)
-            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 4),
+            # over it (the C producer warp then TMA-stores the block before reloading it);
+            # by every thread when the block's dbias sums go to the C producer warp through
+            # shared memory (each thread's arrive releases its own writes: see epilogue)
+            consumer_group=pipeline.CooperativeGroup(
+                pipeline.Agent.Thread, 128 if self.dbias_via_producer() else 4),
             tx_count=cute.size_in_bytes(self.cfg.c_dtype,
                                         cute.slice_(c_smem_staged, (None, None, 0))),
             cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)),
@@ -632,8 +648,14 @@ class GroupedDgluSm90:
                 self.producer(ab_pipe, tma_atom_a, tAgA, tAsA, tma_atom_b, tBgB, tBsB, mOffs,
                               num_experts, unit0, walk, mC, tidx, b_desc_ptr)
             if (warp_idx == 1) | (warp_idx == 2):
+                dbias = None
+                if cutlass.const_expr(self.dbias_via_producer()):
+                    # ping-pong: this warp adds its warpgroup's dbias column sums and
+                    # tells the folder warp when a tile's are in the workspace
+                    dbias = (sDb, mOffs, num_experts, mDbias,
+                             self.producer_fold_bar(warp_idx - 1))
                 self.c_producer(c_pipe, tma_atom_c, tCgC_tma, tCsC_tma, warp_idx - 1, unit0,
-                                walk, d_store)
+                                walk, d_store, dbias)
             if cutlass.const_expr(self.cfg.fold_in_kernel()):
                 if warp_idx == 3:
                     self.dbias_folder(mOffs, num_experts, mDbias, mCount, mDbOut, unit0, walk,
@@ -662,9 +684,8 @@ class GroupedDgluSm90:
             # refills a stage only once both released it.)
             mine_done = pipeline.NamedBarrier(barrier_id=2 + wg, num_threads=256)
             other_done = pipeline.NamedBarrier(barrier_id=3 - wg, num_threads=256)
-            # this warpgroup's 4 warps: their dbias partials are in shared memory
-            wg_sync = pipeline.NamedBarrier(barrier_id=4 + wg, num_threads=128)
-            # this warpgroup + the dbias folder warp, once per tile (fold_in_kernel only)
+            # cooperative: this warpgroup + the dbias folder warp, once per tile
+            # (fold_in_kernel only; ping-pong: the C producer warp meets the folder)
             fold_bar = pipeline.NamedBarrier(barrier_id=6 + wg, num_threads=128 + 32)
             if cutlass.const_expr(self.coop and self.cfg.generate_dbias):
                 # both warpgroups: the shared dbias sums start at zero (the flush puts them
@@ -688,17 +709,17 @@ class GroupedDgluSm90:
                         other_done.arrive_and_wait()
                     self.mma_mainloop(ab_pipe, mmas, tCrA, tCrB, acc, pos, mine_done,
                                       unit + nunits < num_units)
-                if cutlass.const_expr(self.cfg.fold_in_kernel()):
+                if cutlass.const_expr(self.coop and self.cfg.fold_in_kernel()):
                     if unit != first_unit:
                         # the previous tile's dbias atomics, issued a whole mainloop ago
                         self._signal_fold(fold_bar)
                 self.epilogue(acc, tCcC, c_pipe, sC, wg, cpos, mD, mAlpha, mBeta, mProb,
                               mDprob, mDbias, geglu_alpha, clamp_max, clamp_min,
-                              linear_offset, m_tile, n_tile, expert, tidx, sDb, wg_sync)
+                              linear_offset, m_tile, n_tile, expert, tidx, sDb)
                 cpos += self.nblk
                 unit += self.unit_step(nunits)
                 pos += self.unit_step(1) * self.k_tile_cnt
-            if cutlass.const_expr(self.cfg.fold_in_kernel()):
+            if cutlass.const_expr(self.coop and self.cfg.fold_in_kernel()):
                 if first_unit < num_units:
                     self._signal_fold(fold_bar)  # the last tile's
 
@@ -794,55 +815,128 @@ class GroupedDgluSm90:
         return pipeline.PipelineState(MATH_WARPGROUPS * self.c_stages, p,
                                       w * self.c_stages + p % self.c_stages, phase)
 
+    def dbias_via_producer(self) -> bool:
+        """Ping-pong with dbias: the C producer warps add the column sums (c_producer)."""
+        return self.cfg.generate_dbias and not self.coop
+
+    def producer_fold_bar(self, w):
+        """Ping-pong with dbias: C producer warp 1 + w and the dbias folder warp, once per
+        tile of math warpgroup w (fold_in_kernel only)."""
+        return pipeline.NamedBarrier(barrier_id=6 + w, num_threads=32 + 32)
+
     @cute.jit
-    def c_producer(self, c_pipe, tma_atom_c, tCgC, tCsC, w, unit0, walk, d_store):
+    def c_producer(self, c_pipe, tma_atom_c, tCgC, tCsC, w, unit0, walk, d_store, dbias):
         """Warp 1 + w: TMA-loads, block by block, the C window of every tile math warpgroup
         w will process (the same walk as that warpgroup). It runs ahead into the next tile
         while the warpgroup is in its mainloop, so the first blocks are resident before the
         epilogue starts.
 
-        When D goes out through shared memory (``d_store``), a released stage holds the D
-        block the warpgroup wrote over the C block it read: this warp TMA-stores it, waits
-        until the store has read it, then loads the next C block into the stage. The math
-        warps only fence their writes and release: before, one of them issued each store and
-        waited for its read, and the warpgroup met on a barrier per block, all on the
-        epilogue's critical path. The last ``c_stages`` blocks are stored after the walk,
-        and this warp waits for every store before it exits. Otherwise no producer tail:
-        there is no cluster, and the consumers' arrives are their own shared-memory
-        operations, complete before the CTA can exit."""
+        A stage comes back released once the warpgroup is done with its block. Before this
+        warp reloads it:
+        * with ``d_store`` (D leaves through shared memory) the stage holds the D block the
+          warpgroup wrote over the C block it read: this warp TMA-stores it, and waits until
+          the store has read it. The math warps only fence their writes and release: before,
+          one of them issued each store and waited for its read, and the warpgroup met on a
+          barrier per block, all on the epilogue's critical path;
+        * with ``dbias`` (ping-pong) the stage's slice of ``sDb`` holds the 4 warps' column
+          sums of the block: this warp adds them up and to the workspace, one atomic per
+          column, and after a tile's last block tells the folder warp (``_fold_signal``). The
+          math warps used to do this after each tile, on a barrier of their own.
+        The last ``c_stages`` blocks are handled after the walk, and this warp waits for
+        every store before it exits. Otherwise no producer tail: there is no cluster, and the
+        consumers' arrives are their own shared-memory operations, complete before the CTA
+        can exit."""
         nunits, num_units, _, _ = walk
         unit = unit0 + self.first_unit_offset(w, nunits)
         p = Int32(0)
+        # (expert, N-tile) of the tile being loaded and of the one before (dbias only: the
+        # first c_stages blocks of a tile hand back the previous tile's last blocks)
+        cur = (Int32(0), Int32(0))
+        prev = cur
         while unit < num_units:
             m_tile, n_tile = self.tile_of(unit, walk)
             m_blk = self.c_row_block(m_tile, w)
+            if cutlass.const_expr(dbias is not None):
+                _, mOffs, num_experts, _, _ = dbias
+                prev = cur
+                cur = (expert_of_row(mOffs, num_experts, m_tile * TILE_M), n_tile)
             for j in cutlass.range_constexpr(self.nblk):
                 st = self.c_state(w, p + j, True)
-                c_pipe.producer_acquire(st)
-                if cutlass.const_expr(d_store is not None):
-                    if p + j >= self.c_stages:
-                        self._store_d_block(d_store, st, w, p + j - self.c_stages, unit0, walk)
+                # producer_acquire split in two: the hand-back's shared-memory reads of the
+                # dbias slice come before this warp's arrive on the stage's full barrier,
+                # whose phase the math warps wait on before they write the slice again
+                c_pipe.sync_object_empty.wait(st.index, st.phase)
+                if p + j >= self.c_stages:
+                    q = p + j - self.c_stages  # the block the stage last held
+                    self._hand_back(d_store, dbias, st, w, q, unit0, walk,
+                                    cur if j >= self.c_stages else prev)
+                c_pipe.sync_object_full.arrive(st.index, c_pipe.producer_mask)
                 # a block past column 2N is entirely out of bounds: TMA zero-fills it (and
                 # still counts the full box bytes), the epilogue never stores it
                 cute.copy(tma_atom_c, tCgC[(None, m_blk, n_tile * self.nblk + j)],
                           tCsC[(None, st.index)], tma_bar_ptr=c_pipe.producer_get_barrier(st))
                 c_pipe.producer_commit(st)
+                if cutlass.const_expr(dbias is not None):
+                    if p + j >= self.c_stages:
+                        # after the load is on its way: the fence waits for the atomics
+                        self._fold_signal(dbias, p + j - self.c_stages)
             p += self.nblk
             unit += self.unit_step(nunits)
-        if cutlass.const_expr(d_store is not None):
+        if cutlass.const_expr(d_store is not None or dbias is not None):
+            # (c_stages <= nblk: the last c_stages blocks are all the last tile's)
             for i in cutlass.range_constexpr(self.c_stages):
                 if p + i >= self.c_stages:
                     st = self.c_state(w, p + i, True)
                     # the stage's last block is released (its D written); no load follows
                     c_pipe.sync_object_empty.wait(st.index, st.phase)
-                    self._store_d_block(d_store, st, w, p + i - self.c_stages, unit0, walk)
-            cute.arch.cp_async_bulk_wait_group(0)  # D stores complete before exit
+                    self._hand_back(d_store, dbias, st, w, p + i - self.c_stages, unit0,
+                                    walk, cur)
+                    if cutlass.const_expr(dbias is not None):
+                        self._fold_signal(dbias, p + i - self.c_stages)
+            if cutlass.const_expr(d_store is not None):
+                cute.arch.cp_async_bulk_wait_group(0)  # D stores complete before exit
+
+    @cute.jit
+    def _hand_back(self, d_store, dbias, st, w, q, unit0, walk, tile):
+        """What a released C stage owes before its reload: block ``q`` of warpgroup w's C
+        FIFO (its (q // nblk)-th tile, 32-column block q % nblk; ``tile`` = (expert,
+        N-tile) of that tile). The D store is issued first, the dbias sums go out while it
+        reads the stage, then this warp waits for that read (the next load overwrites it)."""
+        if cutlass.const_expr(d_store is not None):
+            self._store_d_block(d_store, st, w, q, unit0, walk)
+        if cutlass.const_expr(dbias is not None):
+            sDb, _, _, mWs, _ = dbias
+            expert, n_tile = tile
+            two_n = 2 * self.cfg.n
+            lane = cute.arch.lane_idx()
+            # block-local C columns lane and lane + 32 (gate, up); past 2N: phantom columns
+            for i in cutlass.range_constexpr(2):
+                col = lane + 32 * i
+                g = 2 * n_tile * self.tile_n + C_BLOCK_COLS * (q % self.nblk) + col
+                s = (sDb[(col, 0, st.index)] + sDb[(col, 1, st.index)]
+                     + sDb[(col, 2, st.index)] + sDb[(col, 3, st.index)])
+                if g < two_n:
+                    cute.arch.atomic_add((mWs.iterator + (expert * two_n + g)).llvm_ptr, s)
+        if cutlass.const_expr(d_store is not None):
+            # by the issuing lane (the others have no bulk group); the warp sync keeps every
+            # lane, hence the next load, after it
+            cute.arch.cp_async_bulk_wait_group(0, read=True)
+            cute.arch.sync_warp()
+
+    @cute.jit
+    def _fold_signal(self, dbias, q):
+        """After block ``q``'s column sums went out: if it was its tile's last block, fence
+        this warp's atomics (gpu scope: see dbias_folder) and meet the folder warp."""
+        if cutlass.const_expr(self.cfg.fold_in_kernel()):
+            if q % self.nblk == self.nblk - 1:
+                cute.arch.fence_acq_rel_gpu()
+                dbias[4].arrive_and_wait()
 
     @cute.jit
     def _store_d_block(self, d_store, st, w, q, unit0, walk):
-        """TMA-store the D block in C stage ``st``: warpgroup w's block at position ``q`` of
-        its C FIFO (its (q // nblk)-th tile, 32-column block q % nblk), then wait until the
-        store has read the stage, which the next C load overwrites.
+        """Issue the TMA store of the D block in C stage ``st``: warpgroup w's block at
+        position ``q`` of its C FIFO (its (q // nblk)-th tile, 32-column block q % nblk).
+        The caller waits for the store's read of the stage before reloading it.
 
         The math warps wrote it over the C block, fenced their writes to the async proxy and
         released the stage (lane 0 of each warp, after a warp sync); the acquire that got us
@@ -856,10 +950,6 @@ class GroupedDgluSm90:
         cute.copy(tma_atom_d, tDsD[(None, st.index)],
                   tDgD[(None, self.c_row_block(m_tile, w), n_tile * self.nblk + q % self.nblk)])
         cute.arch.cp_async_bulk_commit_group()
-        # by the issuing lane (the others have no bulk group); the warp sync keeps every lane,
-        # hence the next load, after it
-        cute.arch.cp_async_bulk_wait_group(0, read=True)
-        cute.arch.sync_warp()
 
     @cute.jit
     def prefetch_c_tile(self, mC, m_tile, n_tile, lane):
@@ -984,7 +1074,7 @@ class GroupedDgluSm90:
     @cute.jit
     def epilogue(self, acc, tCcC, c_pipe, sC, wg, cpos, mD, mAlpha, mBeta, mProb, mDprob,
                  mDbias, geglu_alpha, clamp_max, clamp_min, linear_offset, m_tile, n_tile,
-                 expert, tidx, sDb, wg_sync):
+                 expert, tidx, sDb):
         """Fused dGLU epilogue from one warpgroup's wg_rows x TILE_N accumulator registers
         (ping-pong: the whole 128-row tile, two 64-row halves; cooperative: its 64 rows).
 
@@ -1062,15 +1152,26 @@ class GroupedDgluSm90:
                         off = (row0 + r_loc) * two_n + 2 * n0 + 64 * j + c_loc
                         self._store_pair(mD, off, outs[0][0], outs[1][0])
                         self._store_pair(mD, off + 32, outs[0][1], outs[1][1])
+            if cutlass.const_expr(self.dbias_via_producer()):
+                # the block's column sums go to the stage's slice: the C producer warp adds
+                # them to the workspace before it reloads the stage
+                self._dbias_block(col_gate, col_up, sDb, st.index, tidx)
             if cutlass.const_expr(cfg.d_via_smem()):
                 # the D block over C is complete in this warp: visible to the TMA store that
                 # the C producer warp issues once all 4 warps released the stage
                 cute.arch.fence_proxy("async.shared", space="cta")
-                cute.arch.sync_warp()
             # every read of this block is done (values are in registers): free the stage
-            c_pipe.consumer_release(st)
-            if cutlass.const_expr(cfg.generate_dbias):
-                self._dbias_block(col_gate, col_up, sDb, wg, j, tidx)
+            if cutlass.const_expr(self.dbias_via_producer()):
+                # every thread arrives after its own shared-memory writes (an arrive has
+                # release semantics), so the C producer warp's wait orders all of them
+                # before its reads of the slice without relying on a warp sync
+                c_pipe.sync_object_empty.arrive(st.index, c_pipe.consumer_mask)
+            else:
+                if cutlass.const_expr(cfg.d_via_smem()):
+                    cute.arch.sync_warp()  # every lane's writes before lane 0's release
+                c_pipe.consumer_release(st)
+            if cutlass.const_expr(cfg.generate_dbias and self.coop):
+                self._dbias_block(col_gate, col_up, sDb, j, tidx)
 
         # dprob: the 4 lanes of a quad hold the same rows -> butterfly over lane bits 0-1
         for s in cutlass.range_constexpr(len(dprob)):
@@ -1081,14 +1182,11 @@ class GroupedDgluSm90:
         if lane % 4 == 0:
             for s in cutlass.range_constexpr(len(dprob)):
                 cute.arch.atomic_add((mDprob.iterator + rows[s]).llvm_ptr, dprob[s])
-        if cutlass.const_expr(cfg.generate_dbias):
-            if cutlass.const_expr(self.coop):
-                self._dbias_flush_shared(sDb, mDbias, expert, n0, tidx)
-            else:
-                self._dbias_flush(sDb, wg, wg_sync, mDbias, expert, n0, tidx)
+        if cutlass.const_expr(cfg.generate_dbias and self.coop):
+            self._dbias_flush_shared(sDb, mDbias, expert, n0, tidx)
 
     @cute.jit
-    def _dbias_block(self, col_gate, col_up, sDb, wg, j, tidx):
+    def _dbias_block(self, col_gate, col_up, sDb, where, tidx):
         """Column sums of one 32-column block over this warp's 16 rows of both halves.
 
         The 8 quads of a warp (lane bits 2-4) hold the same 16 columns (8 gate, 8 up) for
@@ -1097,9 +1195,9 @@ class GroupedDgluSm90:
         so 8 + 4 + 2 = 14 shuffles leave every lane with 2 finished sums, instead of 3
         shuffles per value (48) leaving lanes 0-3 with all 16. Lane bit 2 then holds gate
         (0) or up (1), bits 3-4 the 8-column group, and every lane stores its 2 adjacent
-        columns to the warp's slice of ``sDb`` (cooperative: adds them to the tile's shared
-        sums) (tile-local C column: accumulator column nl sits at nl + 32 * (nl // 32), up +
-        32)."""
+        block columns (gate 0-31, up 32-63) to the warp's part of the slice of C stage
+        ``where`` (ping-pong), or adds them to the tile's shared sums at block ``where``
+        (cooperative)."""
         lane = tidx % 32
         vals = list(col_gate) + list(col_up)  # slot s: gate s (< 8), up s - 8
         for lvl in cutlass.range_constexpr(3):
@@ -1117,15 +1215,15 @@ class GroupedDgluSm90:
         b2 = (lane >> 2) & 1
         b3 = (lane >> 3) & 1
         b4 = (lane >> 4) & 1
-        col = 2 * (lane % 4) + 8 * (b4 + 2 * b3) + 32 * b2 + 64 * j  # tile-local C column
+        col = 2 * (lane % 4) + 8 * (b4 + 2 * b3) + 32 * b2  # block-local C column
         if cutlass.const_expr(self.coop):
             # the 8 warps' sums of these columns meet in shared memory (flushed per tile)
             for i in cutlass.range_constexpr(2):
-                cute.arch.atomic_add((sDb.iterator + (col + i)).llvm_ptr, vals[i], scope="cta")
+                cute.arch.atomic_add((sDb.iterator + (C_BLOCK_COLS * where + col + i)).llvm_ptr,
+                                     vals[i], scope="cta")
         else:
-            base = sDb.layout(((0, (tidx % 128) // 32, wg))) + col
             for i in cutlass.range_constexpr(2):
-                sDb[base + i] = vals[i]
+                sDb[(col + i, (tidx % 128) // 32, where)] = vals[i]
 
     @cute.jit
     def dbias_folder(self, mOffs, num_experts, mWs, mCount, mDbOut, unit0, walk, m_tiles,
@@ -1134,11 +1232,12 @@ class GroupedDgluSm90:
         dbias from inside the kernel, so that no second kernel is needed.
 
         It walks the CTA's units in order (ping-pong: unit k is math warpgroup k % 2's;
-        cooperative: both warpgroups share each) and, per tile, meets the warpgroup(s) on
-        their fold barrier once they have added the tile's sums and fenced them (gpu scope:
-        the threadFenceReduction pattern, with the barrier carrying the order to this warp;
-        they do so after their next tile's mainloop, ``_signal_fold``, so the count trails
-        by a tile).
+        cooperative: both warpgroups share each) and, per tile, meets on the fold barrier
+        whoever added the tile's sums, once they have fenced them (gpu scope: the
+        threadFenceReduction pattern, with the barrier carrying the order to this warp).
+        Ping-pong: the warpgroup's C producer warp, after it handed back the tile's last
+        block (``_fold_signal``). Cooperative: both math warpgroups, after their next tile's
+        mainloop (``_signal_fold``), so the count trails by a tile.
         Lane 0 then counts the arrival on (expert, N-tile) with an acq_rel atomic. The count
         that completes the expert's tiles (the scheduled 128-row M-tiles whose first row is
         the expert's, among the first ``m_tiles``: (offs[e] - offs[e-1]) / 128 with
@@ -1153,7 +1252,8 @@ class GroupedDgluSm90:
         nunits, num_units, _, _ = walk
         lane = tidx % 32
         two_n = 2 * self.cfg.n
-        bars = [pipeline.NamedBarrier(barrier_id=6 + w, num_threads=128 + 32)
+        bars = [self.producer_fold_bar(w) if not self.coop
+                else pipeline.NamedBarrier(barrier_id=6 + w, num_threads=128 + 32)
                 for w in range(MATH_WARPGROUPS)]
         unit = unit0
         k = Int32(0)
@@ -1194,24 +1294,6 @@ class GroupedDgluSm90:
                         cute.arch.atomic_exch(counter, Int32(0), sem="relaxed", scope="gpu")
             unit += nunits
             k += 1
-
-    @cute.jit
-    def _dbias_flush(self, sDb, wg, wg_sync, mDbias, expert, n0, tidx):
-        """After every block: sum the 4 warps' partials of each of the tile's 2*TILE_N C
-        columns and add them to the fp32 workspace, one atomic per column.
-
-        The next tile's writes to ``sDb`` cannot overtake these reads: each warp of this
-        warpgroup passes the ping-pong barrier (other_done, all 128 threads) before its next
-        mainloop, hence before its next epilogue."""
-        wg_sync.arrive_and_wait()  # every warp's partials are in shared memory
-        two_n = 2 * self.cfg.n
-        t = tidx % 128
-        for i in cutlass.range_constexpr((2 * self.tile_n + 127) // 128):
-            col = t + 128 * i
-            if (col < 2 * self.tile_n) & (2 * n0 + col < two_n):
-                s = sDb[(col, 0, wg)] + sDb[(col, 1, wg)] + sDb[(col, 2, wg)] + sDb[(col, 3, wg)]
-                cute.arch.atomic_add(
-                    (mDbias.iterator + (expert * two_n + 2 * n0 + col)).llvm_ptr, s)
 
     def math_sync(self):
         """Both math warpgroups (cooperative dbias: the shared column sums)."""

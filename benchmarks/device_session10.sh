@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Session 10 device runs (H200), branch exp/pp-dbias-producer: in the ping-pong schedule
+# the C producer warps add the dbias column sums (per C stage, 2 KB of shared memory instead
+# of 8) and signal the folder; the 1 KB margin gives ping-pong 128 a sixth A/B stage.
+# Part "tests": every kernel GPU case, the discrete dbias cases, racecheck and memcheck on
+# the small cluster case and on a walk of several tiles per warpgroup.
+# Part "ab": main (ab_old/, an unpacked copy: git archive main cudnn_ext | tar -x -C ab_old,
+# untracked, never committed) against the working tree, the engine's choice with dbias,
+# round-robin timing, alternating processes twice; then without dbias once each.
+#   source .gpu/env/setup.sh && bash benchmarks/device_session10.sh tests|ab
+set -o pipefail
+source "$(dirname "$0")/device_common.sh"
+if [ "$1" = tests ]; then
+  tp kernel_tests -m gpu tests/gpu/test_sm90_correctness.py -k "not M0-"
+  tp discrete_tests -m gpu tests/gpu/test_sm90_discrete.py -k "dbias1"
+  for m in cluster walk; do san racecheck $m; san memcheck $m; done
+elif [ "$1" = ab ]; then
+  [ -d ab_old/cudnn_ext ] || { echo "ab_old/ missing: it must be untracked, not ignored"; exit 1; }
+  ab() {  # ab NAME VERSION BENCH_ARGS...: bench_dglu.py with main's or this tree's package
+    local name=$1 v=$2; shift 2; local pp=$PYTHONPATH
+    [ "$v" = old ] && pp="$PWD/ab_old:$PYTHONPATH"
+    (cd /tmp && env PYTHONPATH="$pp" python3 -c "import cudnn_ext; print('$v:', cudnn_ext.__file__)")
+    t "$name" env PYTHONPATH="$pp" python3 benchmarks/bench_dglu.py \
+      --impls cudnn_ext,torch_grouped_mm --rounds 10 --reps 60 --warmup 5 "$@" --out "$OUT/$name.json"
+    grep -E "^(dsv3|qwen3|mixtral|skew) " "$OUT/$name.log"
+  }
+  for r in 1 2; do for v in old new; do ab "db_${v}_$r" $v; done; done
+  for v in old new; do ab "nodb_$v" $v --no-dbias; done
+fi
