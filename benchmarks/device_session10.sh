@@ -7,14 +7,19 @@
 # Part "ab": main (ab_old/, an unpacked copy: git archive main cudnn_ext | tar -x -C ab_old,
 # untracked, never committed) against the working tree, the engine's choice with dbias,
 # round-robin timing, alternating processes twice; then without dbias once each.
-#   source .gpu/env/setup.sh && bash benchmarks/device_session10.sh tests|ab
+# Part "final" (the final version: every math thread arrives on the C stage's empty barrier,
+# the C producer reads the slice before its full-barrier arrive): racecheck on walk and
+# cluster, memcheck on walk, then main against it with dbias, alternating twice. In session
+# 10 these commands ran inline in one device call (same commands, same order), followed by
+# part "tests" without the sanitizers, the framework GPU tests and the demo.
+#   source .gpu/env/setup.sh && bash benchmarks/device_session10.sh tests|ab|final
 set -o pipefail
 source "$(dirname "$0")/device_common.sh"
 if [ "$1" = tests ]; then
   tp kernel_tests -m gpu tests/gpu/test_sm90_correctness.py -k "not M0-"
   tp discrete_tests -m gpu tests/gpu/test_sm90_discrete.py -k "dbias1"
   for m in cluster walk; do san racecheck $m; san memcheck $m; done
-elif [ "$1" = ab ]; then
+else
   [ -d ab_old/cudnn_ext ] || { echo "ab_old/ missing: it must be untracked, not ignored"; exit 1; }
   ab() {  # ab NAME VERSION BENCH_ARGS...: bench_dglu.py with main's or this tree's package
     local name=$1 v=$2; shift 2; local pp=$PYTHONPATH
@@ -24,6 +29,11 @@ elif [ "$1" = ab ]; then
       --impls cudnn_ext,torch_grouped_mm --rounds 10 --reps 60 --warmup 5 "$@" --out "$OUT/$name.json"
     grep -E "^(dsv3|qwen3|mixtral|skew) " "$OUT/$name.log"
   }
-  for r in 1 2; do for v in old new; do ab "db_${v}_$r" $v; done; done
-  for v in old new; do ab "nodb_$v" $v --no-dbias; done
+  if [ "$1" = ab ]; then
+    for r in 1 2; do for v in old new; do ab "db_${v}_$r" $v; done; done
+    for v in old new; do ab "nodb_$v" $v --no-dbias; done
+  elif [ "$1" = final ]; then
+    san racecheck walk; san racecheck cluster; san memcheck walk
+    for r in 1 2; do for v in old new; do ab "all_${v}_$r" $v; done; done
+  fi
 fi
