@@ -12,13 +12,23 @@
 # cluster, memcheck on walk, then main against it with dbias, alternating twice. In session
 # 10 these commands ran inline in one device call (same commands, same order), followed by
 # part "tests" without the sanitizers, the framework GPU tests and the demo.
-#   source .gpu/env/setup.sh && bash benchmarks/device_session10.sh tests|ab|final
+# Part "probe" (not run in session 10: written after the device time ran out): racecheck on
+# tests/gpu/racecheck_probe.py, a 64-thread shared-memory hand-off synchronized by nothing
+# (a true race), a named barrier, or an mbarrier; it tells whether the hazards racecheck
+# reports on the dbias slice are the tool's (mbar reported like none) or real.
+#   source .gpu/env/setup.sh && bash benchmarks/device_session10.sh tests|ab|final|probe
 set -o pipefail
 source "$(dirname "$0")/device_common.sh"
 if [ "$1" = tests ]; then
   tp kernel_tests -m gpu tests/gpu/test_sm90_correctness.py -k "not M0-"
   tp discrete_tests -m gpu tests/gpu/test_sm90_discrete.py -k "dbias1"
   for m in cluster walk; do san racecheck $m; san memcheck $m; done
+elif [ "$1" = probe ]; then
+  for m in none bar mbar; do
+    t "probe_$m" timeout 120 compute-sanitizer --report-api-errors no --tool racecheck \
+      python3 tests/gpu/racecheck_probe.py $m
+    grep -E "SUMMARY|racecheck probe" "$OUT/probe_$m.log"
+  done
 else
   [ -d ab_old/cudnn_ext ] || { echo "ab_old/ missing: it must be untracked, not ignored"; exit 1; }
   ab() {  # ab NAME VERSION BENCH_ARGS...: bench_dglu.py with main's or this tree's package

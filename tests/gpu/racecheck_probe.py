@@ -1,0 +1,102 @@
+"""Does compute-sanitizer racecheck see mbarrier ordering of shared-memory accesses?
+
+Session 10 moved the ping-pong kernel's dbias sums through shared memory from the math warps
+to the C producer warp, ordered by mbarriers (each writer's arrive, the reader's wait), and
+racecheck reported hazards between those writes and reads although the GPU results match
+the float64 reference. This probe isolates the hand-off: warp 0 writes 32 floats to shared
+memory, warp 1 reads them after one of three synchronizations, and writes them out.
+
+    compute-sanitizer --tool racecheck python3 tests/gpu/racecheck_probe.py MODE
+
+MODE ``bar``: a named barrier (bar.sync) over both warps, which racecheck models (expect 0
+hazards); ``mbar``: every writer thread arrives on an mbarrier (count 32) and warp 1 waits
+on its phase (correct by the PTX memory model: each arrive releases its thread's writes, the
+wait acquires them); ``none``: no synchronization at all (a true race, which racecheck must
+report, so that a clean ``mbar`` run would mean something). The script checks the values it
+read (``none`` may read stale values; it only reports) and prints one line.
+"""
+import os
+import sys
+
+os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+
+import cutlass  # noqa: E402
+import cutlass.cute as cute  # noqa: E402
+from cutlass import Float32, Int32  # noqa: E402
+
+MODES = ("bar", "mbar", "none")
+
+
+class HandOff:
+    """One CTA of 64 threads; ``mode`` picks the synchronization (compile-time)."""
+
+    def __init__(self, mode: str):
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        self.mode = mode
+
+    @cute.jit
+    def __call__(self, out_ptr: cute.Pointer, stream):
+        mOut = cute.make_tensor(out_ptr, cute.make_layout((32,)))
+
+        @cute.struct
+        class Shared:
+            buf: cute.struct.MemRange[Float32, 32]
+            mbar: cute.struct.MemRange[cutlass.Int64, 1]
+
+        self.shared = Shared
+        self.kernel(mOut).launch(grid=(1, 1, 1), block=[64, 1, 1], stream=stream)
+
+    @cute.kernel
+    def kernel(self, mOut: cute.Tensor):
+        tidx, _, _ = cute.arch.thread_idx()
+        warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        lane = tidx % 32
+        smem = cutlass.utils.SmemAllocator()
+        st = smem.allocate(self.shared)
+        buf = st.buf.get_tensor(cute.make_layout((32,)))
+        mbar = st.mbar.data_ptr()
+        if tidx == 0:
+            cute.arch.mbarrier_init(mbar, 32)
+        cute.arch.mbarrier_init_fence()
+        cute.arch.sync_threads()
+        if warp == 0:
+            buf[lane] = Float32(lane) + Float32(0.5)
+            if cutlass.const_expr(self.mode == "mbar"):
+                cute.arch.mbarrier_arrive(mbar)
+            if cutlass.const_expr(self.mode == "bar"):
+                cute.arch.barrier(barrier_id=1, number_of_threads=64)
+        else:
+            if cutlass.const_expr(self.mode == "mbar"):
+                cute.arch.mbarrier_wait(mbar, Int32(0))
+            if cutlass.const_expr(self.mode == "bar"):
+                cute.arch.barrier(barrier_id=1, number_of_threads=64)
+            mOut[lane] = buf[lane]
+
+
+def compile_probe(mode: str):
+    """Compile for sm_90a without a GPU (fake address and stream): what the CPU test runs."""
+    from cutlass.cute.runtime import make_fake_stream, make_ptr
+
+    ptr = make_ptr(Float32, 0, cute.AddressSpace.gmem, assumed_align=16)
+    return cute.compile(HandOff(mode), ptr, make_fake_stream(), options="--gpu-arch sm_90a")
+
+
+def main(mode: str) -> str:
+    import cuda.bindings.driver as cuda
+    import torch
+    from cutlass.cute.runtime import make_ptr
+
+    out = torch.full((32,), float("nan"), device="cuda")
+    fn = compile_probe(mode)
+    stream = torch.cuda.current_stream()
+    fn(make_ptr(Float32, out.data_ptr(), cute.AddressSpace.gmem, assumed_align=16),
+       cuda.CUstream(stream.cuda_stream))
+    torch.cuda.synchronize()
+    want = torch.arange(32, device="cuda", dtype=torch.float32) + 0.5
+    ok = bool(torch.equal(out, want))
+    return f"racecheck probe mode={mode}: values {'as written' if ok else 'NOT as written'}"
+
+
+if __name__ == "__main__":
+    print(main(sys.argv[1] if len(sys.argv) > 1 else "mbar"))
