@@ -417,11 +417,13 @@ def test_kernel_tile_n_limit_depends_on_the_schedule():
         GroupedDgluSm90(dataclasses.replace(cfg, cooperative=True, tile_n=288))
 
 
+@needs_dsl
 def test_pingpong_keeps_six_ab_stages_with_and_without_dbias():
     """Shared memory budget (227 KiB): ping-pong 128 x 128 with one C stage per warpgroup
-    keeps 6 A/B stages of 32 KB with dbias too, because its dbias sums are one 64-column
-    slice per C stage (2 KB, summed by the C producer warps) inside a 1 KB margin; the
-    cooperative 128 x 256 schedule keeps 4 stages of 48 KB next to its 2 KB of sums."""
+    keeps 6 A/B stages of 32 KiB with dbias too: its dbias sums are one 64-column slice per
+    C stage (2 KiB, summed by the C producer warps), and the mbarriers get a 1 KiB margin;
+    the cooperative 128 x 256 schedule keeps 4 stages of 48 KiB next to its 2 KiB of sums.
+    (The sum below is the buffers' arithmetic; the GPU runs launch the real layout.)"""
     import cutlass
 
     from cudnn_ext.kernels.sm90.dglu_kernel import SMEM_CAPACITY, Sm90KernelConfig
@@ -455,6 +457,24 @@ def test_pingpong_dbias_refuses_more_c_stages_than_blocks_per_tile():
     with pytest.raises(ValueError, match=r"c_stages must be at most tile_n / 32 = 2 .*got 3"):
         GroupedDgluSm90(dataclasses.replace(cfg, c_stages=3))
     GroupedDgluSm90(dataclasses.replace(cfg, c_stages=3, generate_dbias=False))  # no sums
+
+
+#: Ping-pong with dbias and 2 C blocks per warpgroup: the configurations of the GPU cases
+#: (tests/gpu/sm90_cases.c_stage_cases), explicit knobs only
+_TWO_C = [(128, 2, "dgeglu", torch.bfloat16), (64, 1, "dswiglu", torch.bfloat16),
+          (64, 2, "dgeglu", torch.float32)]
+
+
+@needs_dsl
+@pytest.mark.parametrize("tile_n,cluster_m,act,d", _TWO_C,
+                         ids=[f"t{t}-cl{c}-{a}-D{_DT[d]}" for t, c, a, d in _TWO_C])
+def test_pingpong_two_c_stages_with_dbias_compiles_for_sm90a(tile_n, cluster_m, act, d, capfd):
+    p = _problem(act=act, d=d, n=352, k=200)
+    knobs = Knobs.of(tile_n=tile_n, c_stages=2, stages=0, cluster_m=cluster_m,
+                     raster_group_m=RASTER_GROUP_M[cluster_m], scheduler="static_persistent")
+    key = Sm90CompileKey.of(p, knobs)
+    assert key.c_stages == 2 and key.kernel_config().dbias_smem_shape() == (64, 4, 4)
+    assert _compile_checked(key, capfd, 0 if d == torch.bfloat16 else 32) is not None
 
 
 #: The cooperative schedule (both math warpgroups on one 128-row tile) in configurations the

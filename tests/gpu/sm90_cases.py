@@ -36,6 +36,7 @@ class Case:
     # beta 0 for the first expert and negative for the last (the dSwiGLU epilogue pulls beta
     # out of its per-element products: that must hold for every sign), alpha negative
     signed_beta: bool = False
+    c_stages: int = 0  # C blocks in flight per math warpgroup (0: the engine's default)
 
     def label(self) -> str:
         dt = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
@@ -46,7 +47,8 @@ class Case:
                 f"{wm}{'-cl%d' % self.cluster_m if self.cluster_m > 1 else ''}"
                 f"{'x%d' % self.cluster_n if self.cluster_n > 1 else ''}"
                 f"{'-r%d' % self.raster_group_m if self.raster_group_m else ''}"
-                f"{'-coop' if self.cooperative else ''}{'-sbeta' if self.signed_beta else ''}")
+                f"{'-coop' if self.cooperative else ''}{'-sbeta' if self.signed_beta else ''}"
+                f"{'-c%d' % self.c_stages if self.c_stages else ''}")
 
 
 def make_pack(case: Case, device="cuda"):
@@ -193,7 +195,8 @@ def run_and_check(case: Case, engine=None, knobs=None, fresh: bool = False) -> d
 
         knobs = Knobs.of(tile_n=case.tile_n, cluster_m=case.cluster_m, cluster_n=case.cluster_n,
                          raster_group_m=case.raster_group_m or RASTER_GROUP_M[case.cluster_m],
-                         cooperative=case.cooperative)
+                         cooperative=case.cooperative,
+                         **({"c_stages": case.c_stages} if case.c_stages else {}))
     plan = engine.build(problem, knobs)
     ws = torch.empty(max(plan.workspace_size, 1), dtype=torch.uint8, device="cuda")
     if case.weight_mode == "discrete":
@@ -362,3 +365,16 @@ def discrete_cases() -> list:
                  weight_mode="discrete", b_major=bm, cluster_m=2),
         ]
     return out
+
+
+def c_stage_cases() -> list:
+    """Ping-pong with 2 C blocks in flight per warpgroup and dbias: the C producer hands a
+    stage's column sums back knowing the current and the previous tile, so with tile 64 (2
+    blocks per tile) every hand-back is the previous tile's; many tiles per warpgroup, empty
+    experts, N tails, fp32 D (no D store in the hand-back)."""
+    return [
+        Case([2048] * 8, 480, 136, "dgeglu", tile_n=128, cluster_m=2, c_stages=2),
+        Case([256, 0, 768, 256] * 8, 352, 200, "dswiglu", tile_n=64, c_stages=2),
+        Case([256, 0, 768, 256] * 8, 352, 200, "dgeglu", torch.bfloat16, torch.float32,
+             tile_n=64, cluster_m=2, c_stages=2),
+    ]

@@ -8,8 +8,9 @@ tolerances of ``sm90_cases.TOL``. Reproduce one case with
 """
 import pytest
 
-from sm90_cases import (Case, cluster_2x2_cases, cluster_cases, cooperative_cases,
-                        dense_n_major_cases, run_and_check, skip_unless_sm90, standard_cases)
+from sm90_cases import (Case, c_stage_cases, cluster_2x2_cases, cluster_cases,
+                        cooperative_cases, dense_n_major_cases, run_and_check, skip_unless_sm90,
+                        standard_cases)
 
 pytestmark = pytest.mark.gpu
 
@@ -93,3 +94,9 @@ def test_sm90_heuristics_choice_is_correct(fresh, dbias):
     else:
         assert knobs == COOPERATIVE_KNOBS
     print(run_and_check(case, engine=eng, knobs=knobs, fresh=fresh))
+
+
+@pytest.mark.parametrize("case", c_stage_cases(), ids=lambda c: c.label())
+def test_sm90_c_stages_with_dbias_match_reference(case):
+    skip_unless_sm90()
+    print(case.label(), run_and_check(case))

@@ -19,8 +19,9 @@ unit also spans 2 N-tiles and A k-tiles are multicast the same way along N.
   the consuming warpgroup's 4 warps). It also issues L2 prefetches of each tile's C window.
 * warpgroup 0, warps 1 and 2: C TMA producers, one per math warpgroup. Each walks the tiles
   of its math warpgroup and loads their C windows, 128 x 64 block by block (gate 32 + up 32
-  columns), into that warpgroup's private ``c_stages``-deep ring, and TMA-stores the D blocks
-  the warpgroup writes over them.
+  columns), into that warpgroup's private ``c_stages``-deep ring, TMA-stores the D blocks
+  the warpgroup writes over them, and (ping-pong, dbias) adds the warpgroup's column sums
+  of each block to the workspace before it reloads the block's stage.
 * warpgroups 1 and 2: math. Warpgroup w takes the CTA's tiles i = w, w+2, ...: WGMMA
   64 x TILE_N x 16 over two 64-row halves for the whole K, then the epilogue straight from
   the accumulator registers. The mainloops alternate strictly (named barriers 2 and 3), so
@@ -38,12 +39,14 @@ block j), the activation derivative is computed in fp32 (``epilogue_math``); whe
 type, each thread writes its D values over the C elements it read, the warps release the
 block and its C producer warp TMA-stores it before reloading the stage (otherwise 32-bit
 register stores, 2 columns at a time); dprob gets one fp32 atomic per (row, tile) after a
-quad shuffle; dbias: per-warp column sums (butterfly reduce-scatter) go to shared memory
-(cooperative: added into one shared copy of the tile's columns), and after the tile's last
-block one fp32 atomic per column adds them to the workspace, which warp 3 folds
-into the caller's bf16 dbias once an (expert, N-tile)'s last tile is in (one rounding; see
-``dbias_folder``). A warpgroup fences a tile's atomics and tells warp 3 only after its next
-mainloop, when they have long landed.
+quad shuffle; dbias: per-warp column sums (butterfly reduce-scatter) go to shared memory.
+Ping-pong: into the block's C stage slice, which the C producer warp sums over the 4 warps
+and adds to the workspace (one fp32 atomic per column) before it reloads the stage; after a
+tile's last block it fences its atomics and tells warp 3. Cooperative: added into one
+shared copy of the tile's columns, and after the tile's last block one fp32 atomic per
+column; the warpgroups fence them and tell warp 3 only after their next mainloop, when they
+have long landed. Warp 3 folds the workspace into the caller's bf16 dbias once an (expert,
+N-tile)'s last tile is in (one rounding; see ``dbias_folder``).
 
 Runtime sizes (M, L, the offsets, the SM count) are kernel arguments; N, K, dtypes, tile and
 activation are compile-time. TMA zero-fills the K and N tails, so K need not be a multiple
@@ -95,8 +98,9 @@ class Sm90KernelConfig:
     # C blocks in flight per math warpgroup (0 = default 1). Measured on the H200 (bf16 C,
     # tile 128): 1 C stage + 5 A/B stages beat 2 + 4 on all four benchmark shapes (e.g.
     # mixtral 3.11 vs 3.38 ms, skew 0.56 vs 0.60 ms): the mainloop wants the shared memory
-    # more, and the producer's L2 prefetch of C keeps the single C stage fed. One C stage
-    # now leaves room for 6 A/B stages (see stages()).
+    # more, and the producer's L2 prefetch of C keeps the single C stage fed. (Measured
+    # with the 4 KB margin; since session 10 one C stage leaves room for 6 A/B stages, and
+    # 2 C stages for 5 without dbias: see stages().)
     c_stages: int = 0
     # B storage: "dense" = one (N, K, L) tensor, K-major ("k": strides (K, 1, N*K)) or N-major
     # ("n": strides (1, N, N*K), e.g. the transpose of an (L, K, N) weight); "discrete" = a device table of L
@@ -197,12 +201,14 @@ class Sm90KernelConfig:
     def stages(self) -> int:
         per_stage = (TILE_M + self.tile_n) * TILE_K * (self.ab_dtype.width // 8)
         c_bytes = MATH_WARPGROUPS * self.c_ring() * self.c_block_bytes()
-        # Besides the buffers: the mbarriers (at most ~400 B; they follow the 1024-B aligned
-        # buffers, so no padding) and the dbias sums, in a 1 KB margin. That margin is what
-        # lets ping-pong 128 x 128 keep 6 stages (one C stage, 2 KB of dbias slices: 231.5
-        # of 227 KiB) and a 128 x 256 cooperative stage (48 KB) keep 4 next to its 2 KB of
-        # dbias sums. (Ping-pong had 5 with a 4 KB margin and per-tile dbias slices; the
-        # sixth measured ~2% faster on the four benchmark shapes without dbias.)
+        # Besides the buffers and the dbias sums: the mbarriers (at most ~400 B; they follow
+        # the 1024-B aligned buffers, so no padding), in a 1 KB margin. Ping-pong 128 x 128
+        # with one C stage then keeps 6 A/B stages, exactly: 6 x 32 KiB + 32 KiB of C + 2 KiB
+        # of dbias slices + 1 KiB = 227 KiB, about 900 B to spare after the mbarriers. It
+        # takes both the margin (4 KiB until session 10) and the per-stage slices (8 KiB of
+        # per-tile slices before); the sixth stage measured ~2% faster on the four benchmark
+        # shapes without dbias. A 128 x 256 cooperative stage (48 KB) keeps 4 next to its
+        # 2 KB of dbias sums.
         fixed = 1024 + c_bytes + 4 * self.dbias_smem_floats()
         fit = (SMEM_CAPACITY - fixed) // per_stage
         return min(fit, 8) if self.ab_stages == 0 else self.ab_stages
@@ -725,8 +731,8 @@ class GroupedDgluSm90:
 
     @cute.jit
     def _signal_fold(self, fold_bar):
-        """Tell the dbias folder warp that this warpgroup's sums of its previous tile are in
-        the workspace: every thread fences its atomics (gpu scope: see dbias_folder), then
+        """Cooperative: tell the dbias folder warp that this warpgroup's sums of its previous
+        tile are in the workspace (ping-pong: the C producer warp does, ``_fold_signal``): every thread fences its atomics (gpu scope: see dbias_folder), then
         the warpgroup meets the folder on its fold barrier. Called after the next tile's
         mainloop (and once after the last tile): by then the atomics have landed, so the
         fence costs little, where right after the epilogue it waited for all of them."""
@@ -883,7 +889,8 @@ class GroupedDgluSm90:
             p += self.nblk
             unit += self.unit_step(nunits)
         if cutlass.const_expr(d_store is not None or dbias is not None):
-            # (c_stages <= nblk: the last c_stages blocks are all the last tile's)
+            # (with dbias c_stages <= nblk: the last c_stages blocks are all the last tile's,
+            # so ``cur`` is theirs; without dbias the tile is not used)
             for i in cutlass.range_constexpr(self.c_stages):
                 if p + i >= self.c_stages:
                     st = self.c_state(w, p + i, True)
@@ -921,6 +928,9 @@ class GroupedDgluSm90:
             # by the issuing lane (the others have no bulk group); the warp sync keeps every
             # lane, hence the next load, after it
             cute.arch.cp_async_bulk_wait_group(0, read=True)
+        if cutlass.const_expr(d_store is not None or dbias is not None):
+            # every lane's reads of the stage (and of its slice) before the elected lane's
+            # arrive on the full barrier, after which the stage is written again
             cute.arch.sync_warp()
 
     @cute.jit
@@ -939,8 +949,8 @@ class GroupedDgluSm90:
         The caller waits for the store's read of the stage before reloading it.
 
         The math warps wrote it over the C block, fenced their writes to the async proxy and
-        released the stage (lane 0 of each warp, after a warp sync); the acquire that got us
-        here orders the store after them. A block past 2N lies outside the tensor map: TMA
+        released the stage (lane 0 of each warp after a warp sync, or with ping-pong dbias
+        every thread); the acquire that got us here orders the store after them. A block past 2N lies outside the tensor map: TMA
         writes nothing."""
         tma_atom_d, tDsD, tDgD = d_store
         nunits = walk[0]
@@ -1245,9 +1255,9 @@ class GroupedDgluSm90:
         256-aligned or negative; decreasing offsets can leave one short) folds the tile's
         2*TILE_N columns: each sum read by atomic exchange with 0 (coherent at L2, leaves
         zero), dbias = bf16(fp32(dbias) + sum), then the counter reset. So every launch
-        leaves the dbias region of the workspace zero. The math warpgroups only fence and
-        meet this warp (no atomic with a result in their loop: that cost ptxas ~50 B of
-        spills in the fp32-C epilogue). The phantom N-tile of an odd cluster_n pair is met
+        leaves the dbias region of the workspace zero. Whoever meets this warp only fences
+        and meets it (no atomic with a result in their loop: in the math warps that cost
+        ptxas ~50 B of spills in the fp32-C epilogue). The phantom N-tile of an odd cluster_n pair is met
         but not counted (no columns, no counter)."""
         nunits, num_units, _, _ = walk
         lane = tidx % 32
