@@ -14,3 +14,9 @@ san() { local tool=$1 mode=$2
   t "${tool}_$mode" timeout 120 compute-sanitizer --report-api-errors no --tool "$tool" \
     python3 tests/gpu/sanitize_sm90.py "$mode"
   grep -E 'SUMMARY' "$OUT/${tool}_$mode.log" | tail -1; }
+# bundle NAME: pack every file in $OUT into $OUT/NAME.tgz and remove the originals (the
+# device tool returns at most 8 files per call; unpack with tar -xzf here).
+bundle() { local name=$1
+  (cd "$OUT" && find . -maxdepth 1 -type f ! -name '*.tgz' -printf '%f\n' > "/tmp/bundle.$$" \
+    && tar -czf "$name.tgz" -T "/tmp/bundle.$$" && xargs rm -f < "/tmp/bundle.$$")
+  rm -f "/tmp/bundle.$$"; echo "[bundle] $OUT/$name.tgz: $(tar -tzf "$OUT/$name.tgz" | wc -l) files"; }

@@ -47,3 +47,4 @@ else
     for r in 1 2; do for v in old new; do ab "all_${v}_$r" $v; done; done
   fi
 fi
+bundle "session10_$1"  # every log and JSON in one file (the tool returns at most 8)
