@@ -1,7 +1,12 @@
 """Benchmark: grouped GEMM + dGLU backward on one GPU, cudnn_ext against its peers.
 
 Peers, side by side in one process on the same inputs:
-  cudnn_ext               the fused SM90 engine (GEMM + dSwiGLU + dprob + dbias, one kernel)
+  cudnn_ext               the fused SM90 engine (GEMM + dSwiGLU + dprob + dbias), its plan's
+                          execute on a caller workspace (with dbias: a zeroing kernel, then
+                          the kernel)
+  cudnn_ext_op            (row impl "cudnn_ext", variant "op") the torch op's out= call, what
+                          training code calls: a replay, one kernel (added in session 10;
+                          not GPU-run yet)
   cudnn_ext_discrete      (row impl "cudnn_ext", variant "discrete") the same with per-expert weights (b_ptrs: one allocation per expert,
                           K-major, device-built TMA descriptors; clusters are not used there)
   torch_grouped_mm        torch._grouped_mm alone (the GEMM only, bf16 out): the bar to beat
@@ -173,6 +178,20 @@ def run_cudnn_ext(pack, K, N, knobs=None, dbias=True, weight_mode="dense"):
         knobs=dict(knobs.values), first_compile_s=compile_seconds(plan.key) or build_s)
 
 
+def run_cudnn_ext_op(pack, dbias=True):
+    """The torch op's ``out=`` call, the user-facing path with the lowest host overhead:
+    after its first call a replay, and with dbias one kernel on a scratch kept zero (the
+    plan rows above launch the workspace's zeroing kernel first). Writes the pack's outputs
+    (dprob and dbias are accumulated into, as in the plan rows)."""
+    from cudnn_ext.torch import grouped_gemm_dglu
+
+    b = pack["b"].permute(2, 0, 1)  # (L, N, K) contiguous
+    out = (pack["d_row"], pack["dprob"], pack["dbias"] if dbias else None)
+    args = (pack["a"], pack["c"], pack["padded_offsets"], pack["alpha"], pack["beta"],
+            pack["prob"])
+    return (lambda: grouped_gemm_dglu(*args, b=b, generate_dbias=dbias, out=out)), {}
+
+
 def variant_knobs(v):
     """Knobs of a variant string t<tile_n>c<c_stages>[m<cluster_m>][n<cluster_n>][s<ab_stages>]
     [r<raster_group_m>][k] (k: the cooperative schedule), e.g. 't128c1m2', 't256c2m2k'."""
@@ -298,6 +317,9 @@ def build_impl(impl, pack, K, N, dbias, args, row):
     elif impl == "cudnn_ext_discrete":
         fn, extra = run_cudnn_ext_discrete(pack, K, N, dbias=dbias)
         row.update(impl="cudnn_ext", variant="discrete")  # the issue's impl names
+    elif impl == "cudnn_ext_op":
+        fn, extra = run_cudnn_ext_op(pack, dbias=dbias)
+        row.update(impl="cudnn_ext", variant="op")  # the issue's impl names
     elif impl == "torch_grouped_mm":
         fn = run_grouped_mm(pack)
     elif impl == "torch_unfused_compiled":
@@ -321,7 +343,8 @@ def imported_cudnn_ext():
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default=",".join(SHAPES))
-    ap.add_argument("--impls", default="cudnn_ext,cudnn_ext_discrete,torch_grouped_mm,torch_unfused_compiled,quack")
+    ap.add_argument("--impls", default="cudnn_ext,cudnn_ext_op,cudnn_ext_discrete,torch_grouped_mm,"
+                    "torch_unfused_compiled,quack")
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--tile-n", type=int, default=0, help="pin the cudnn_ext tile_n knob")

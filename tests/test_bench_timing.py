@@ -77,3 +77,34 @@ def test_an_entry_that_raises_is_reported_and_the_others_still_timed():
                                                    timer=_Clock(drift=0.0), sync=lambda: None)
     assert set(medians) == {"a", "b"}
     assert errors == {"x": "RuntimeError: no kernel for this device"}
+
+
+@pytest.mark.parametrize("dbias", [True, False])
+def test_op_row_calls_the_torch_op_with_out(dbias):
+    """The ``cudnn_ext_op`` row runs ``cudnn_ext.torch.grouped_gemm_dglu(..., out=...)`` on the
+    benchmark's pack (here on the CPU, where the op runs the reference engine): it writes the
+    pack's D and accumulates dprob (and dbias) the way the plan rows do."""
+    import torch
+
+    from cudnn_ext.problem import ActConfig, DgluProblem
+    from cudnn_ext.reference import reference_outputs
+
+    torch.manual_seed(0)
+    pack = bench_dglu.make_inputs([256, 0, 256], 64, 64, dev="cpu")
+    if not dbias:
+        pack["dbias"] = None
+    pack["d_row"].fill_(float("nan"))
+    problem = DgluProblem(n=64, k=64, num_experts=3, m=512, weight_mode="dense", b_major="k",
+                          ab_dtype=torch.bfloat16,
+                          c_dtype=torch.bfloat16, d_dtype=torch.bfloat16,
+                          act=ActConfig("dswiglu"), generate_dbias=dbias, device_type="cpu")
+    ref = reference_outputs(problem, pack, compute_dtype=torch.float64,
+                            dprob_init=pack["dprob"].clone())
+    fn, extra = bench_dglu.run_cudnn_ext_op(pack, dbias=dbias)
+    assert extra == {}
+    fn()
+    torch.testing.assert_close(pack["d_row"].double(), ref["d_row"].double(), rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(pack["dprob"].double(), ref["dprob"].double(), rtol=1e-3, atol=1e-3)
+    if dbias:  # (the pack's dbias starts at zero, like the reference's)
+        torch.testing.assert_close(pack["dbias"].double(), ref["dbias"].double(), rtol=2e-2,
+                                   atol=2e-2)
