@@ -204,10 +204,10 @@ class Sm90KernelConfig:
         # Besides the buffers and the dbias sums: the mbarriers (at most ~400 B; they follow
         # the 1024-B aligned buffers, so no padding), in a 1 KB margin. Ping-pong 128 x 128
         # with one C stage then keeps 6 A/B stages, exactly: 6 x 32 KiB + 32 KiB of C + 2 KiB
-        # of dbias slices + 1 KiB = 227 KiB, about 900 B to spare after the mbarriers. It
-        # takes both the margin (4 KiB until session 10) and the per-stage slices (8 KiB of
-        # per-tile slices before); the sixth stage measured ~2% faster on the four benchmark
-        # shapes without dbias. A 128 x 256 cooperative stage (48 KB) keeps 4 next to its
+        # of dbias slices + 1 KiB = 227 KiB, about 900 B to spare after the mbarriers. With
+        # dbias it takes both the margin (4 KiB until session 10) and the per-stage slices
+        # (8 KiB of per-tile slices before); without dbias the margin alone. The sixth stage
+        # measured ~2% faster on the four benchmark shapes without dbias. A 128 x 256 cooperative stage (48 KB) keeps 4 next to its
         # 2 KB of dbias sums.
         fixed = 1024 + c_bytes + 4 * self.dbias_smem_floats()
         fit = (SMEM_CAPACITY - fixed) // per_stage
