@@ -1,6 +1,8 @@
 """One small SM90 case, for compute-sanitizer (memcheck / racecheck) runs on the device:
 
-    compute-sanitizer --tool memcheck python3 tests/gpu/sanitize_sm90.py [dense|discrete|discretecl|cluster|cluster2x2|densen|fresh|coop|walk]
+    compute-sanitizer --tool memcheck python3 tests/gpu/sanitize_sm90.py MODE
+
+MODE: dense, discrete, discretecl, cluster, cluster2x2, densen, fresh, coop or walk.
 
 ``discrete`` runs the per-expert pointer variant (N-major, device-built descriptors);
 ``cluster`` the 2-CTA cluster variant (B multicast); ``cluster2x2`` the 2x2 cluster (A and

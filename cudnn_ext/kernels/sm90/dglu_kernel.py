@@ -207,8 +207,8 @@ class Sm90KernelConfig:
         # of dbias slices + 1 KiB = 227 KiB, about 900 B to spare after the mbarriers. With
         # dbias it takes both the margin (4 KiB until session 10) and the per-stage slices
         # (8 KiB of per-tile slices before); without dbias the margin alone. The sixth stage
-        # measured ~2% faster on the four benchmark shapes without dbias. A 128 x 256 cooperative stage (48 KB) keeps 4 next to its
-        # 2 KB of dbias sums.
+        # measured ~2% faster on the four benchmark shapes without dbias. A 128 x 256
+        # cooperative stage (48 KB) keeps 4 next to its 2 KB of dbias sums.
         fixed = 1024 + c_bytes + 4 * self.dbias_smem_floats()
         fit = (SMEM_CAPACITY - fixed) // per_stage
         return min(fit, 8) if self.ab_stages == 0 else self.ab_stages
@@ -732,8 +732,9 @@ class GroupedDgluSm90:
     @cute.jit
     def _signal_fold(self, fold_bar):
         """Cooperative: tell the dbias folder warp that this warpgroup's sums of its previous
-        tile are in the workspace (ping-pong: the C producer warp does, ``_fold_signal``): every thread fences its atomics (gpu scope: see dbias_folder), then
-        the warpgroup meets the folder on its fold barrier. Called after the next tile's
+        tile are in the workspace (ping-pong: the C producer warp does, ``_fold_signal``):
+        every thread fences its atomics (gpu scope: see dbias_folder), then the warpgroup
+        meets the folder on its fold barrier. Called after the next tile's
         mainloop (and once after the last tile): by then the atomics have landed, so the
         fence costs little, where right after the epilogue it waited for all of them."""
         cute.arch.fence_acq_rel_gpu()
@@ -950,8 +951,8 @@ class GroupedDgluSm90:
 
         The math warps wrote it over the C block, fenced their writes to the async proxy and
         released the stage (lane 0 of each warp after a warp sync, or with ping-pong dbias
-        every thread); the acquire that got us here orders the store after them. A block past 2N lies outside the tensor map: TMA
-        writes nothing."""
+        every thread); the acquire that got us here orders the store after them. A block
+        past 2N lies outside the tensor map: TMA writes nothing."""
         tma_atom_d, tDsD, tDgD = d_store
         nunits = walk[0]
         t = q // self.nblk
@@ -1257,8 +1258,8 @@ class GroupedDgluSm90:
         zero), dbias = bf16(fp32(dbias) + sum), then the counter reset. So every launch
         leaves the dbias region of the workspace zero. Whoever meets this warp only fences
         and meets it (no atomic with a result in their loop: in the math warps that cost
-        ptxas ~50 B of spills in the fp32-C epilogue). The phantom N-tile of an odd cluster_n pair is met
-        but not counted (no columns, no counter)."""
+        ptxas ~50 B of spills in the fp32-C epilogue). The phantom N-tile of an odd cluster_n
+        pair is met but not counted (no columns, no counter)."""
         nunits, num_units, _, _ = walk
         lane = tidx % 32
         two_n = 2 * self.cfg.n
