@@ -659,7 +659,7 @@ class GroupedDgluSm90:
                     # ping-pong: this warp adds its warpgroup's dbias column sums and
                     # tells the folder warp when a tile's are in the workspace
                     dbias = (sDb, mOffs, num_experts, mDbias,
-                             self.producer_fold_bar(warp_idx - 1))
+                             self.fold_bar(warp_idx - 1))
                 self.c_producer(c_pipe, tma_atom_c, tCgC_tma, tCsC_tma, warp_idx - 1, unit0,
                                 walk, d_store, dbias)
             if cutlass.const_expr(self.cfg.fold_in_kernel()):
@@ -690,9 +690,7 @@ class GroupedDgluSm90:
             # refills a stage only once both released it.)
             mine_done = pipeline.NamedBarrier(barrier_id=2 + wg, num_threads=256)
             other_done = pipeline.NamedBarrier(barrier_id=3 - wg, num_threads=256)
-            # cooperative: this warpgroup + the dbias folder warp, once per tile
-            # (fold_in_kernel only; ping-pong: the C producer warp meets the folder)
-            fold_bar = pipeline.NamedBarrier(barrier_id=6 + wg, num_threads=128 + 32)
+            fold_bar = self.fold_bar(wg)  # (cooperative only: see fold_bar)
             if cutlass.const_expr(self.coop and self.cfg.generate_dbias):
                 # both warpgroups: the shared dbias sums start at zero (the flush puts them
                 # back to zero after each tile)
@@ -826,10 +824,12 @@ class GroupedDgluSm90:
         """Ping-pong with dbias: the C producer warps add the column sums (c_producer)."""
         return self.cfg.generate_dbias and not self.coop
 
-    def producer_fold_bar(self, w):
-        """Ping-pong with dbias: C producer warp 1 + w and the dbias folder warp, once per
-        tile of math warpgroup w (fold_in_kernel only)."""
-        return pipeline.NamedBarrier(barrier_id=6 + w, num_threads=32 + 32)
+    def fold_bar(self, w):
+        """The dbias folder warp meets whoever added math warpgroup w's sums of a tile, once
+        per tile (fold_in_kernel only): ping-pong, C producer warp 1 + w; cooperative, math
+        warpgroup w itself."""
+        return pipeline.NamedBarrier(barrier_id=6 + w,
+                                     num_threads=(128 if self.coop else 32) + 32)
 
     @cute.jit
     def c_producer(self, c_pipe, tma_atom_c, tCgC, tCsC, w, unit0, walk, d_store, dbias):
@@ -1263,9 +1263,7 @@ class GroupedDgluSm90:
         nunits, num_units, _, _ = walk
         lane = tidx % 32
         two_n = 2 * self.cfg.n
-        bars = [self.producer_fold_bar(w) if not self.coop
-                else pipeline.NamedBarrier(barrier_id=6 + w, num_threads=128 + 32)
-                for w in range(MATH_WARPGROUPS)]
+        bars = [self.fold_bar(w) for w in range(MATH_WARPGROUPS)]
         unit = unit0
         k = Int32(0)
         while unit < num_units:
