@@ -20,3 +20,16 @@ bundle() { local name=$1
   (cd "$OUT" && find . -maxdepth 1 -type f ! -name '*.tgz' -printf '%f\n' > "/tmp/bundle.$$" \
     && tar -czf "$name.tgz" -T "/tmp/bundle.$$" && xargs rm -f < "/tmp/bundle.$$")
   rm -f "/tmp/bundle.$$"; echo "[bundle] $OUT/$name.tgz: $(tar -tzf "$OUT/$name.tgz" | wc -l) files"; }
+# need_ab_old: stop unless ab_old/ holds an unpacked older package (git archive REV cudnn_ext
+# | tar -x -C ab_old), untracked and not ignored, so that it travels to the device.
+need_ab_old() {
+  [ -d ab_old/cudnn_ext ] || { echo "ab_old/ missing: it must be untracked, not ignored"; exit 1; }; }
+# ab NAME old|new BENCH_ARGS...: bench_dglu.py, cudnn_ext against torch._grouped_mm, round-robin
+# (10 rounds, 60 reps), with ab_old/'s package first on PYTHONPATH (old) or this tree's (new);
+# prints which package imported and the four shapes' rows.
+ab() { local name=$1 v=$2; shift 2; local pp=$PYTHONPATH
+  [ "$v" = old ] && pp="$PWD/ab_old:$PYTHONPATH"
+  (cd /tmp && env PYTHONPATH="$pp" python3 -c "import cudnn_ext; print('$v:', cudnn_ext.__file__)")
+  t "$name" env PYTHONPATH="$pp" python3 benchmarks/bench_dglu.py \
+    --impls cudnn_ext,torch_grouped_mm --rounds 10 --reps 60 --warmup 5 "$@" --out "$OUT/$name.json"
+  grep -E "^(dsv3|qwen3|mixtral|skew) " "$OUT/$name.log"; }

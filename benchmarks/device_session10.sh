@@ -30,15 +30,7 @@ elif [ "$1" = probe ]; then
     grep -E "SUMMARY|racecheck probe" "$OUT/probe_$m.log"
   done
 else
-  [ -d ab_old/cudnn_ext ] || { echo "ab_old/ missing: it must be untracked, not ignored"; exit 1; }
-  ab() {  # ab NAME VERSION BENCH_ARGS...: bench_dglu.py with main's or this tree's package
-    local name=$1 v=$2; shift 2; local pp=$PYTHONPATH
-    [ "$v" = old ] && pp="$PWD/ab_old:$PYTHONPATH"
-    (cd /tmp && env PYTHONPATH="$pp" python3 -c "import cudnn_ext; print('$v:', cudnn_ext.__file__)")
-    t "$name" env PYTHONPATH="$pp" python3 benchmarks/bench_dglu.py \
-      --impls cudnn_ext,torch_grouped_mm --rounds 10 --reps 60 --warmup 5 "$@" --out "$OUT/$name.json"
-    grep -E "^(dsv3|qwen3|mixtral|skew) " "$OUT/$name.log"
-  }
+  need_ab_old
   if [ "$1" = ab ]; then
     for r in 1 2; do for v in old new; do ab "db_${v}_$r" $v; done; done
     for v in old new; do ab "nodb_$v" $v --no-dbias; done
