@@ -28,3 +28,4 @@ else
     --variants $V --rounds 10 --reps 60 --warmup 5 --out "$OUT/chalf_nodbias.json"
   grep -E "^(dsv3|qwen3|mixtral|skew) " "$OUT/bench_nodbias.log"
 fi
+bundle "c_half_$1"  # every log and JSON in one file (the tool returns at most 8)
