@@ -562,7 +562,9 @@ _C_HALF = [(128, 2, 1, "dswiglu", True, torch.bfloat16, torch.bfloat16, "k"),
            (128, 2, 1, "dswiglu", True, torch.bfloat16, torch.float32, "k"),
            (128, 2, 2, "dgeglu", True, torch.bfloat16, torch.bfloat16, "k"),
            (64, 2, 1, "dswiglu", True, torch.float16, torch.float16, "k"),
-           (128, 2, 1, "dgeglu", True, torch.bfloat16, torch.bfloat16, "n")]
+           (128, 2, 1, "dgeglu", True, torch.bfloat16, torch.bfloat16, "n"),
+           (64, 1, 2, "dswiglu", True, torch.bfloat16, torch.bfloat16, "k"),
+           (128, 2, 1, "dgeglu", True, torch.float32, torch.bfloat16, "k")]
 
 
 @needs_dsl
@@ -577,7 +579,18 @@ def test_c_half_variant_compiles_for_sm90a(tile_n, cluster_m, c_stages, act, dbi
                      cluster_m=cluster_m, c_split=2)
     key = Sm90CompileKey.of(p, knobs)
     assert key.c_split == 2 and key.kernel_config().c_rows() == 64
-    assert _compile_checked(key, capfd, 0 if d == c else 32) is not None
+    assert _compile_checked(key, capfd, 0 if d == c == torch.bfloat16 or d == c == torch.float16
+                            else 32) is not None
+
+
+@needs_dsl
+def test_c_ring_deeper_than_a_tile_compiles_for_sm90a(capfd):
+    """Without dbias a warpgroup may hold more C entries than a tile has (tile 32, 2 C
+    stages): the D store then finds its tile from the FIFO position (c_producer's fallback)."""
+    p = _problem(act="dgeglu", dbias=False, n=352, k=200)
+    knobs = Knobs.of(tile_n=32, c_stages=2, stages=0, cluster_m=2,
+                     raster_group_m=RASTER_GROUP_M[2], scheduler="static_persistent")
+    assert _compile_checked(Sm90CompileKey.of(p, knobs), capfd) is not None
 
 
 def test_c_split_is_ping_pong_only():

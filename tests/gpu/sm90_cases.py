@@ -401,4 +401,12 @@ def c_half_cases() -> list:
              cluster_m=2, c_split=2),
         Case([512, 0, 768], 160, 200, "dgeglu", tile_n=128, b_major="n", cluster_m=2,
              c_split=2),
+        # tile 64 with 2 C blocks: 4 entries per warpgroup, every hand-back the previous tile's
+        Case([256, 0, 768, 256] * 8, 352, 200, "dswiglu", tile_n=64, c_stages=2, c_split=2),
+        Case([512, 256] * 4, 352, 200, "dgeglu", torch.float32, torch.bfloat16, tile_n=128,
+             cluster_m=2, c_split=2),
+        # (c_split 1) tile 32 with 2 C stages, no dbias: the ring is deeper than a tile, and
+        # the D store finds its tile from the FIFO position
+        Case([256, 0, 768, 256] * 8, 352, 200, "dgeglu", tile_n=32, cluster_m=2, c_stages=2,
+             dbias=False),
     ]

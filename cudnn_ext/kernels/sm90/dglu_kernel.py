@@ -874,16 +874,19 @@ class GroupedDgluSm90:
         nunits, num_units, _, _ = walk
         unit = unit0 + self.first_unit_offset(w, nunits)
         p = Int32(0)
-        # (expert, N-tile) of the tile being loaded and of the one before (dbias only: the
-        # first c_stages blocks of a tile hand back the previous tile's last blocks)
-        cur = (Int32(0), Int32(0))
+        cur = (Int32(0), Int32(0), Int32(0))
         prev = cur
         while unit < num_units:
             m_tile, n_tile = self.tile_of(unit, walk)
+            # (M-tile, N-tile, expert) of the tile being loaded and of the one before: the
+            # first c_stages entries of a tile hand back the previous tile's last entries
+            # (with c_stages <= nent; the expert is needed for dbias only)
+            expert = Int32(0)
             if cutlass.const_expr(dbias is not None):
                 _, mOffs, num_experts, _, _ = dbias
-                prev = cur
-                cur = (expert_of_row(mOffs, num_experts, m_tile * TILE_M), n_tile)
+                expert = expert_of_row(mOffs, num_experts, m_tile * TILE_M)
+            prev = cur
+            cur = (m_tile, n_tile, expert)
             for e in cutlass.range_constexpr(self.nent):
                 j, h = e // self.c_split, e % self.c_split
                 st = self.c_state(w, p + e, True)
@@ -891,10 +894,12 @@ class GroupedDgluSm90:
                 # dbias slice come before this warp's arrive on the stage's full barrier,
                 # whose phase the math warps wait on before they write the slice again
                 c_pipe.sync_object_empty.wait(st.index, st.phase)
+                # the entry the stage last held: position q, entry e_q of its tile (p is a
+                # multiple of nent, so e_q is known here)
+                e_q = (e - self.c_stages) % self.nent
                 if p + e >= self.c_stages:
-                    q = p + e - self.c_stages  # the entry the stage last held
-                    self._hand_back(d_store, dbias, st, w, q, unit0, walk,
-                                    cur if e >= self.c_stages else prev)
+                    self._hand_back(d_store, dbias, st, w, p + e - self.c_stages, e_q, unit0,
+                                    walk, cur if e >= self.c_stages else prev)
                 c_pipe.sync_object_full.arrive(st.index, c_pipe.producer_mask)
                 # a block past column 2N is entirely out of bounds: TMA zero-fills it (and
                 # still counts the full box bytes), the epilogue never stores it
@@ -905,50 +910,55 @@ class GroupedDgluSm90:
                 if cutlass.const_expr(dbias is not None):
                     if p + e >= self.c_stages:
                         # after the load is on its way: the fence waits for the atomics
-                        self._fold_signal(dbias, p + e - self.c_stages)
+                        self._fold_signal(e_q, dbias)
             p += self.nent
             unit += self.unit_step(nunits)
         if cutlass.const_expr(d_store is not None or dbias is not None):
-            # (with dbias c_stages <= nent: the last c_stages entries are all the last tile's,
-            # so ``cur`` is theirs; without dbias the tile is not used)
+            # the last c_stages entries (with c_stages <= nent all the last tile's: ``cur``)
             for i in cutlass.range_constexpr(self.c_stages):
                 if p + i >= self.c_stages:
                     st = self.c_state(w, p + i, True)
-                    # the stage's last block is released (its D written); no load follows
+                    e_q = (i - self.c_stages) % self.nent
+                    # the stage's last entry is released (its D written); no load follows
                     c_pipe.sync_object_empty.wait(st.index, st.phase)
-                    self._hand_back(d_store, dbias, st, w, p + i - self.c_stages, unit0,
+                    self._hand_back(d_store, dbias, st, w, p + i - self.c_stages, e_q, unit0,
                                     walk, cur)
                     if cutlass.const_expr(dbias is not None):
-                        self._fold_signal(dbias, p + i - self.c_stages)
+                        self._fold_signal(e_q, dbias)
             if cutlass.const_expr(d_store is not None):
                 cute.arch.cp_async_bulk_wait_group(0)  # D stores complete before exit
 
     @cute.jit
-    def _hand_back(self, d_store, dbias, st, w, q, unit0, walk, tile):
-        """What a released C stage owes before its reload: block ``q`` of warpgroup w's C
-        FIFO (its (q // nent)-th tile, entry q % nent: 32-column block (q % nent) // c_split,
-        row half (q % nent) % c_split; ``tile`` = (expert, N-tile) of that tile). The dbias
-        sums of a block come with its last row half's entry. The D store is issued first, the
-        dbias sums go out while it reads the stage, then this warp waits for that read (the
-        next load overwrites it)."""
+    def _hand_back(self, d_store, dbias, st, w, q, e_q: cutlass.Constexpr, unit0, walk, tile):
+        """What a released C stage owes before its reload: the entry at position ``q`` of
+        warpgroup w's C FIFO, entry ``e_q`` (32-column block e_q // c_split, row half
+        e_q % c_split) of its tile; ``tile`` = (M-tile, N-tile, expert) of that tile when
+        c_stages <= nent (else the D store finds the tile from q). The dbias sums of a block
+        come with its last row half's entry. The D store is issued first, the dbias sums go
+        out while it reads the stage, then this warp waits for that read (the next load
+        overwrites it)."""
+        m_tile, n_tile, expert = tile
         if cutlass.const_expr(d_store is not None):
-            self._store_d_block(d_store, st, w, q, unit0, walk)
-        if cutlass.const_expr(dbias is not None):
+            if cutlass.const_expr(self.c_stages > self.nent):
+                # two or more tiles back (no dbias): find the tile from the FIFO position
+                nunits = walk[0]
+                m_tile, n_tile = self.tile_of(
+                    unit0 + self.first_unit_offset(w, nunits)
+                    + (q // self.nent) * self.unit_step(nunits), walk)
+            self._store_d_block(d_store, st, w, e_q, m_tile, n_tile)
+        if cutlass.const_expr(dbias is not None and e_q % self.c_split == self.c_split - 1):
             sDb, _, _, mWs, _ = dbias
-            expert, n_tile = tile
             two_n = 2 * self.cfg.n
             lane = cute.arch.lane_idx()
-            e_q = q % self.nent
-            if e_q % self.c_split == self.c_split - 1:
-                sl = st.index // self.c_split  # the block's slice
-                # block-local C columns lane and lane + 32 (gate, up); past 2N: phantom
-                for i in cutlass.range_constexpr(2):
-                    col = lane + 32 * i
-                    g = 2 * n_tile * self.tile_n + C_BLOCK_COLS * (e_q // self.c_split) + col
-                    s = (sDb[(col, 0, sl)] + sDb[(col, 1, sl)]
-                         + sDb[(col, 2, sl)] + sDb[(col, 3, sl)])
-                    if g < two_n:
-                        cute.arch.atomic_add((mWs.iterator + (expert * two_n + g)).llvm_ptr, s)
+            sl = st.index // self.c_split  # the block's slice
+            # block-local C columns lane and lane + 32 (gate, up); past 2N: phantom columns
+            for i in cutlass.range_constexpr(2):
+                col = lane + 32 * i
+                g = 2 * n_tile * self.tile_n + C_BLOCK_COLS * (e_q // self.c_split) + col
+                s = (sDb[(col, 0, sl)] + sDb[(col, 1, sl)]
+                     + sDb[(col, 2, sl)] + sDb[(col, 3, sl)])
+                if g < two_n:
+                    cute.arch.atomic_add((mWs.iterator + (expert * two_n + g)).llvm_ptr, s)
         if cutlass.const_expr(d_store is not None):
             # by the issuing lane (the others have no bulk group); the warp sync keeps every
             # lane, hence the next load, after it
@@ -958,34 +968,26 @@ class GroupedDgluSm90:
             # arrive on the full barrier, after which the stage is written again
             cute.arch.sync_warp()
 
-    @cute.jit
-    def _fold_signal(self, dbias, q):
-        """After block ``q``'s column sums went out: if it was its tile's last block, fence
-        this warp's atomics (gpu scope: see dbias_folder) and meet the folder warp."""
-        if cutlass.const_expr(self.cfg.fold_in_kernel()):
-            if q % self.nent == self.nent - 1:
-                cute.arch.fence_acq_rel_gpu()
-                dbias[4].arrive_and_wait()
+    def _fold_signal(self, e_q: int, dbias):
+        """After entry ``e_q``'s column sums went out: if it was its tile's last entry,
+        fence this warp's atomics (gpu scope: see dbias_folder) and meet the folder warp."""
+        if cutlass.const_expr(self.cfg.fold_in_kernel() and e_q == self.nent - 1):
+            cute.arch.fence_acq_rel_gpu()
+            dbias[4].arrive_and_wait()
 
-    @cute.jit
-    def _store_d_block(self, d_store, st, w, q, unit0, walk):
-        """Issue the TMA store of the D block in C stage ``st``: warpgroup w's block at
-        position ``q`` of its C FIFO (see _hand_back).
-        The caller waits for the store's read of the stage before reloading it.
+    def _store_d_block(self, d_store, st, w, e_q: int, m_tile, n_tile):
+        """Issue the TMA store of the D entry in C stage ``st``: warpgroup w's entry ``e_q``
+        (block e_q // c_split, row half e_q % c_split) of tile (m_tile, n_tile). The caller
+        waits for the store's read of the stage before reloading it.
 
-        The math warps wrote it over the C block, fenced their writes to the async proxy and
+        The math warps wrote it over the C entry, fenced their writes to the async proxy and
         released the stage (lane 0 of each warp after a warp sync, or with ping-pong dbias
-        every thread); the acquire that got us here orders the store after them. A block
+        every thread); the acquire that got us here orders the store after them. An entry
         past 2N lies outside the tensor map: TMA writes nothing."""
         tma_atom_d, tDsD, tDgD = d_store
-        nunits = walk[0]
-        t = q // self.nent
-        e = q % self.nent
-        m_tile, n_tile = self.tile_of(
-            unit0 + self.first_unit_offset(w, nunits) + t * self.unit_step(nunits), walk)
         cute.copy(tma_atom_d, tDsD[(None, st.index)],
-                  tDgD[(None, self.c_row_block(m_tile, w, e % self.c_split),
-                        n_tile * self.nblk + e // self.c_split)])
+                  tDgD[(None, self.c_row_block(m_tile, w, e_q % self.c_split),
+                        n_tile * self.nblk + e_q // self.c_split)])
         cute.arch.cp_async_bulk_commit_group()
 
     @cute.jit
