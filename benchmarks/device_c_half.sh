@@ -7,8 +7,11 @@
 # producer were restructured around ring entries), racecheck and memcheck on the c-half walk.
 # Part "bench": with dbias, the default (t128c1m2) against t128c1m2h2 and t128c2m2h2 (two C
 # blocks per warpgroup in four 8 KB entries; 4 A/B stages), round-robin, two processes; then
-# without dbias once.
-#   source .gpu/env/setup.sh && bash benchmarks/device_c_half.sh tests|bench
+# without dbias once. Part "ab": main (ab_old/: git archive main cudnn_ext | tar -x -C ab_old,
+# untracked, never committed) against this branch, the engine's default choice with dbias
+# (the branch's C producer also hands back with compile-time entry indices at c_split 1:
+# 5344 -> 5048 SASS instructions on qwen3), alternating processes twice.
+#   source .gpu/env/setup.sh && bash benchmarks/device_c_half.sh tests|bench|ab
 set -o pipefail
 source "$(dirname "$0")/device_common.sh"
 if [ "$1" = tests ]; then
@@ -17,6 +20,14 @@ if [ "$1" = tests ]; then
   tp discrete_tests -m gpu tests/gpu/test_sm90_discrete.py -k "dbias1"
   san racecheck chalf
   san memcheck chalf
+elif [ "$1" = ab ]; then
+  [ -d ab_old/cudnn_ext ] || { echo "ab_old/ missing: it must be untracked, not ignored"; exit 1; }
+  for r in 1 2; do for v in old new; do
+    pp=$PYTHONPATH; [ $v = old ] && pp="$PWD/ab_old:$PYTHONPATH"
+    t "ab_${v}_$r" env PYTHONPATH="$pp" python3 benchmarks/bench_dglu.py \
+      --impls cudnn_ext,torch_grouped_mm --rounds 10 --reps 60 --warmup 5 --out "$OUT/ab_${v}_$r.json"
+    grep -E "^(dsv3|qwen3|mixtral|skew) +cudnn" "$OUT/ab_${v}_$r.log"
+  done; done
 else
   V=t128c1m2,t128c1m2h2,t128c2m2h2
   for r in 1 2; do
