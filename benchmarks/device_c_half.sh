@@ -21,13 +21,8 @@ if [ "$1" = tests ]; then
   san racecheck chalf
   san memcheck chalf
 elif [ "$1" = ab ]; then
-  [ -d ab_old/cudnn_ext ] || { echo "ab_old/ missing: it must be untracked, not ignored"; exit 1; }
-  for r in 1 2; do for v in old new; do
-    pp=$PYTHONPATH; [ $v = old ] && pp="$PWD/ab_old:$PYTHONPATH"
-    t "ab_${v}_$r" env PYTHONPATH="$pp" python3 benchmarks/bench_dglu.py \
-      --impls cudnn_ext,torch_grouped_mm --rounds 10 --reps 60 --warmup 5 --out "$OUT/ab_${v}_$r.json"
-    grep -E "^(dsv3|qwen3|mixtral|skew) +cudnn" "$OUT/ab_${v}_$r.log"
-  done; done
+  need_ab_old
+  for r in 1 2; do for v in old new; do ab "ab_${v}_$r" $v; done; done
 else
   V=t128c1m2,t128c1m2h2,t128c2m2h2
   for r in 1 2; do
