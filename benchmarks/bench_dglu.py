@@ -194,19 +194,21 @@ def run_cudnn_ext_op(pack, dbias=True):
 
 def variant_knobs(v):
     """Knobs of a variant string t<tile_n>c<c_stages>[m<cluster_m>][n<cluster_n>][s<ab_stages>]
-    [r<raster_group_m>][k] (k: the cooperative schedule), e.g. 't128c1m2', 't256c2m2k'."""
+    [r<raster_group_m>][h<c_split>][k] (k: the cooperative schedule; h: EXPERIMENT, C ring
+    entries of 128 / c_split rows), e.g. 't128c1m2', 't256c2m2k', 't128c1m2h2'."""
     from cudnn_ext.engines.base import Knobs
     from cudnn_ext.engines.sm90 import RASTER_GROUP_M
 
-    mt = re.fullmatch(r"t(\d+)c(\d+)(?:m(\d+))?(?:n(\d+))?(?:s(\d+))?(?:r(\d+))?(k?)", v)
+    mt = re.fullmatch(r"t(\d+)c(\d+)(?:m(\d+))?(?:n(\d+))?(?:s(\d+))?(?:r(\d+))?(?:h(\d+))?(k?)",
+                      v)
     if not mt:
         raise ValueError(f"variant {v!r}: expected t<tile_n>c<c_stages>[m<cluster_m>]"
-                         "[n<cluster_n>][s<ab_stages>][r<raster_group_m>][k]")
+                         "[n<cluster_n>][s<ab_stages>][r<raster_group_m>][h<c_split>][k]")
     cl = int(mt[3] or 1)
     return Knobs.of(tile_n=int(mt[1]), c_stages=int(mt[2]), cluster_m=cl,
                     cluster_n=int(mt[4] or 1), stages=int(mt[5] or 0),
-                    raster_group_m=int(mt[6] or RASTER_GROUP_M[cl]), cooperative=bool(mt[7]),
-                    scheduler="static_persistent")
+                    raster_group_m=int(mt[6] or RASTER_GROUP_M[cl]), cooperative=bool(mt[8]),
+                    scheduler="static_persistent", **({"c_split": int(mt[7])} if mt[7] else {}))
 
 
 def run_grouped_mm(pack):

@@ -30,7 +30,7 @@ def test_compile_key_fields_are_pinned():
     assert names == ["arch", "n", "k", "ab_dtype", "c_dtype", "d_dtype", "act_func",
                      "generate_dbias", "weight_mode", "b_major", "tile_n", "ab_stages",
                      "raster_group_m", "c_stages", "cluster_m", "cluster_n", "init_outputs", "cooperative",
-                     "ws_zeroed", "tvm_ffi"]
+                     "c_split", "ws_zeroed", "tvm_ffi"]
 
 
 def test_compile_key_ignores_runtime_sizes_and_constants():
@@ -553,3 +553,55 @@ def test_selectable_cooperative_fresh_outputs_variant_compiles_for_sm90a(capfd):
     key = dataclasses.replace(Sm90CompileKey.of(p, COOPERATIVE_KNOBS), init_outputs=True)
     assert key.cooperative
     assert _compile_checked(key, capfd) is not None
+
+
+#: EXPERIMENT (branch exp/c-half): ping-pong C ring entries of 64 rows (c_split 2), in the
+#: configurations of the GPU cases (tests/gpu/sm90_cases.c_half_cases)
+_C_HALF = [(128, 2, 1, "dswiglu", True, torch.bfloat16, torch.bfloat16, "k"),
+           (128, 1, 1, "dgeglu", False, torch.bfloat16, torch.bfloat16, "k"),
+           (128, 2, 1, "dswiglu", True, torch.bfloat16, torch.float32, "k"),
+           (128, 2, 2, "dgeglu", True, torch.bfloat16, torch.bfloat16, "k"),
+           (64, 2, 1, "dswiglu", True, torch.float16, torch.float16, "k"),
+           (128, 2, 1, "dgeglu", True, torch.bfloat16, torch.bfloat16, "n"),
+           (64, 1, 2, "dswiglu", True, torch.bfloat16, torch.bfloat16, "k"),
+           (128, 2, 1, "dgeglu", True, torch.float32, torch.bfloat16, "k")]
+
+
+@needs_dsl
+@pytest.mark.parametrize("tile_n,cluster_m,c_stages,act,dbias,c,d,b_major", _C_HALF,
+                         ids=[f"t{t}-cl{cl}-c{cs}-{a}-dbias{int(db)}-C{_DT[c]}-D{_DT[d]}-{bm}"
+                              for t, cl, cs, a, db, c, d, bm in _C_HALF])
+def test_c_half_variant_compiles_for_sm90a(tile_n, cluster_m, c_stages, act, dbias, c, d,
+                                           b_major, capfd):
+    p = _problem(act=act, dbias=dbias, c=c, d=d, n=352, k=200, b_major=b_major)
+    knobs = Knobs.of(tile_n=tile_n, c_stages=c_stages, stages=0,
+                     raster_group_m=RASTER_GROUP_M[cluster_m], scheduler="static_persistent",
+                     cluster_m=cluster_m, c_split=2)
+    key = Sm90CompileKey.of(p, knobs)
+    assert key.c_split == 2 and key.kernel_config().c_rows() == 64
+    assert _compile_checked(key, capfd, 0 if d == c == torch.bfloat16 or d == c == torch.float16
+                            else 32) is not None
+
+
+@needs_dsl
+def test_c_ring_deeper_than_a_tile_compiles_for_sm90a(capfd):
+    """Without dbias a warpgroup may hold more C entries than a tile has (tile 32, 2 C
+    stages): the D store then finds its tile from the FIFO position (c_producer's fallback)."""
+    p = _problem(act="dgeglu", dbias=False, n=352, k=200)
+    knobs = Knobs.of(tile_n=32, c_stages=2, stages=0, cluster_m=2,
+                     raster_group_m=RASTER_GROUP_M[2], scheduler="static_persistent")
+    assert _compile_checked(Sm90CompileKey.of(p, knobs), capfd) is not None
+
+
+def test_c_split_is_ping_pong_only():
+    import cutlass
+
+    from cudnn_ext.kernels.sm90.dglu_kernel import GroupedDgluSm90, Sm90KernelConfig
+
+    cfg = Sm90KernelConfig(n=512, k=64, ab_dtype=cutlass.BFloat16, c_dtype=cutlass.BFloat16,
+                           d_dtype=cutlass.BFloat16, act_func="dswiglu", generate_dbias=True,
+                           tile_n=256, cooperative=True, c_split=2)
+    with pytest.raises(ValueError, match="c_split must be 1, or 2 in the ping-pong schedule"):
+        GroupedDgluSm90(cfg)
+    with pytest.raises(ValueError, match="c_split must be 1, or 2 .*got c_split=4"):
+        GroupedDgluSm90(dataclasses.replace(cfg, cooperative=False, tile_n=128, c_split=4))

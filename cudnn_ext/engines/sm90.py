@@ -81,6 +81,9 @@ class Sm90CompileKey:
     #: schedule of the math warpgroups: False = ping-pong 128 x tile_n tiles each, True =
     #: cooperative (both share each 128 x tile_n tile; tile_n up to 256)
     cooperative: bool = False
+    #: EXPERIMENT (branch exp/c-half): ping-pong C ring entries of 128 / c_split rows;
+    #: never chosen by the heuristics
+    c_split: int = 1
     #: the workspace's dbias region arrives zero (a scratch kept zero by these launches):
     #: no zeroing kernel before the main one (host convention; same device code)
     ws_zeroed: bool = False
@@ -102,6 +105,7 @@ class Sm90CompileKey:
             cluster_m=int(knobs.get("cluster_m", 1)),
             cluster_n=int(knobs.get("cluster_n", 1)),
             cooperative=bool(knobs.get("cooperative", False)),
+            c_split=int(knobs.get("c_split", 1)),
             tvm_ffi=importlib.util.find_spec("tvm_ffi") is not None,
         )
 
@@ -118,7 +122,7 @@ class Sm90CompileKey:
             raster_group_m=self.raster_group_m, c_stages=self.c_stages,
             weight_mode=self.weight_mode, b_major=self.b_major, cluster_m=self.cluster_m,
             cluster_n=self.cluster_n, init_outputs=self.init_outputs,
-            cooperative=self.cooperative, ws_zeroed=self.ws_zeroed)
+            cooperative=self.cooperative, c_split=self.c_split, ws_zeroed=self.ws_zeroed)
 
 
 _compiled: Dict[Sm90CompileKey, object] = {}

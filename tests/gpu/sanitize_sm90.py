@@ -2,7 +2,7 @@
 
     compute-sanitizer --tool memcheck python3 tests/gpu/sanitize_sm90.py MODE
 
-MODE: dense, discrete, discretecl, cluster, cluster2x2, densen, fresh, coop or walk.
+MODE: dense, discrete, discretecl, cluster, cluster2x2, densen, fresh, coop, walk or chalf.
 
 ``discrete`` runs the per-expert pointer variant (N-major, device-built descriptors);
 ``cluster`` the 2-CTA cluster variant (B multicast); ``cluster2x2`` the 2x2 cluster (A and
@@ -41,6 +41,9 @@ if __name__ == "__main__":
                     extra_rows=0)
     elif mode == "walk":  # 64 slabs x 4 N-tiles = 256 units over at most 66 clusters
         case = Case([2048] * 8, 480, 136, "dswiglu", tile_n=128, cluster_m=2, extra_rows=0)
+    elif mode == "chalf":  # EXPERIMENT (exp/c-half): the walk with 64-row C ring entries
+        case = Case([2048] * 8, 480, 136, "dswiglu", tile_n=128, cluster_m=2, extra_rows=0,
+                    c_split=2)
     elif mode == "fresh":  # the functional path's variant: init kernel + main + assign fold
         case = Case([512, 0, 768], 160, 200, "dgeglu", tile_n=128, cluster_m=2)
     else:

@@ -37,6 +37,7 @@ class Case:
     # out of its per-element products: that must hold for every sign), alpha negative
     signed_beta: bool = False
     c_stages: int = 0  # C blocks in flight per math warpgroup (0: the engine's default)
+    c_split: int = 1  # EXPERIMENT (exp/c-half): ping-pong C ring entries of 128 / c_split rows
 
     def label(self) -> str:
         dt = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
@@ -48,7 +49,8 @@ class Case:
                 f"{'x%d' % self.cluster_n if self.cluster_n > 1 else ''}"
                 f"{'-r%d' % self.raster_group_m if self.raster_group_m else ''}"
                 f"{'-coop' if self.cooperative else ''}{'-sbeta' if self.signed_beta else ''}"
-                f"{'-c%d' % self.c_stages if self.c_stages else ''}")
+                f"{'-c%d' % self.c_stages if self.c_stages else ''}"
+                f"{'-h%d' % self.c_split if self.c_split > 1 else ''}")
 
 
 def make_pack(case: Case, device="cuda"):
@@ -196,7 +198,8 @@ def run_and_check(case: Case, engine=None, knobs=None, fresh: bool = False) -> d
         knobs = Knobs.of(tile_n=case.tile_n, cluster_m=case.cluster_m, cluster_n=case.cluster_n,
                          raster_group_m=case.raster_group_m or RASTER_GROUP_M[case.cluster_m],
                          cooperative=case.cooperative,
-                         **({"c_stages": case.c_stages} if case.c_stages else {}))
+                         **({"c_stages": case.c_stages} if case.c_stages else {}),
+                         **({"c_split": case.c_split} if case.c_split > 1 else {}))
     plan = engine.build(problem, knobs)
     ws = torch.empty(max(plan.workspace_size, 1), dtype=torch.uint8, device="cuda")
     if case.weight_mode == "discrete":
@@ -377,4 +380,33 @@ def c_stage_cases() -> list:
         Case([256, 0, 768, 256] * 8, 352, 200, "dswiglu", tile_n=64, c_stages=2),
         Case([256, 0, 768, 256] * 8, 352, 200, "dgeglu", torch.bfloat16, torch.float32,
              tile_n=64, cluster_m=2, c_stages=2),
+    ]
+
+
+def c_half_cases() -> list:
+    """EXPERIMENT (branch exp/c-half): ping-pong C ring entries of 64 rows (each C block
+    loaded, computed, released and stored in two row halves): dbias on and off, fp32 D
+    (register stores: no D store in the hand-back), 2 C blocks per warpgroup (4 entries),
+    tile 64 with fp16 C/D, N-major B, N tails, empty experts, signed beta, and walks of many
+    tiles per warpgroup (every entry handed back across tiles)."""
+    return [
+        Case([2048, 256, 0, 4096, 1024, 512, 256, 2048], 768, 1416, "dswiglu", tile_n=128,
+             cluster_m=2, c_split=2),
+        Case([256, 0, 768, 256] * 8, 352, 200, "dgeglu", tile_n=128, dbias=False, c_split=2),
+        Case([256, 0, 768, 256] * 8, 352, 200, "dswiglu", torch.bfloat16, torch.float32,
+             tile_n=128, cluster_m=2, c_split=2),
+        Case([2048] * 8, 480, 136, "dgeglu", tile_n=128, cluster_m=2, c_stages=2, c_split=2,
+             signed_beta=True),
+        Case([512, 0, 768], 160, 200, "dswiglu", torch.float16, torch.float16, tile_n=64,
+             cluster_m=2, c_split=2),
+        Case([512, 0, 768], 160, 200, "dgeglu", tile_n=128, b_major="n", cluster_m=2,
+             c_split=2),
+        # tile 64 with 2 C blocks: 4 entries per warpgroup, every hand-back the previous tile's
+        Case([256, 0, 768, 256] * 8, 352, 200, "dswiglu", tile_n=64, c_stages=2, c_split=2),
+        Case([512, 256] * 4, 352, 200, "dgeglu", torch.float32, torch.bfloat16, tile_n=128,
+             cluster_m=2, c_split=2),
+        # (c_split 1) tile 32 with 2 C stages, no dbias: the ring is deeper than a tile, and
+        # the D store finds its tile from the FIFO position
+        Case([256, 0, 768, 256] * 8, 352, 200, "dgeglu", tile_n=32, cluster_m=2, c_stages=2,
+             dbias=False),
     ]

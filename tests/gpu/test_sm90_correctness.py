@@ -8,7 +8,7 @@ tolerances of ``sm90_cases.TOL``. Reproduce one case with
 """
 import pytest
 
-from sm90_cases import (Case, c_stage_cases, cluster_2x2_cases, cluster_cases,
+from sm90_cases import (Case, c_half_cases, c_stage_cases, cluster_2x2_cases, cluster_cases,
                         cooperative_cases, dense_n_major_cases, run_and_check, skip_unless_sm90,
                         standard_cases)
 
@@ -98,5 +98,12 @@ def test_sm90_heuristics_choice_is_correct(fresh, dbias):
 
 @pytest.mark.parametrize("case", c_stage_cases(), ids=lambda c: c.label())
 def test_sm90_c_stages_with_dbias_match_reference(case):
+    skip_unless_sm90()
+    print(case.label(), run_and_check(case))
+
+
+@pytest.mark.parametrize("case", c_half_cases(), ids=lambda c: c.label())
+def test_sm90_c_half_matches_reference(case):
+    """EXPERIMENT (branch exp/c-half): C ring entries of 64 rows."""
     skip_unless_sm90()
     print(case.label(), run_and_check(case))

@@ -102,6 +102,11 @@ class Sm90KernelConfig:
     # with the 4 KB margin; since session 10 one C stage leaves room for 6 A/B stages, and
     # 2 C stages for 5 without dbias: see stages().)
     c_stages: int = 0
+    # EXPERIMENT (branch exp/c-half): ping-pong C ring entries of 128 / c_split rows. With 2,
+    # a 64-column C block is loaded, computed, released and (D) stored in two 64-row halves,
+    # so one half's D store and C reload overlap the other half's math in the same 16 KB per
+    # warpgroup (session 10's profile: 40% of the epilogue's samples wait for C blocks).
+    c_split: int = 1
     # B storage: "dense" = one (N, K, L) tensor, K-major ("k": strides (K, 1, N*K)) or N-major
     # ("n": strides (1, N, N*K), e.g. the transpose of an (L, K, N) weight); "discrete" = a device table of L
     # int64 base addresses, each expert an (N, K) matrix, K-major ("k": row stride K) or
@@ -175,7 +180,12 @@ class Sm90KernelConfig:
     def c_ring(self) -> int:
         return self.c_stages if self.c_stages else 1
 
+    def c_rows(self) -> int:
+        """Rows of one C ring entry (a warpgroup's rows, or half of them with c_split 2)."""
+        return self.wg_rows() // self.c_split
+
     def c_block_bytes(self) -> int:
+        """Bytes of one C block (c_split ring entries)."""
         return self.wg_rows() * C_BLOCK_COLS * self.c_dtype.width // 8
 
     def dbias_smem_shape(self) -> tuple:
@@ -269,6 +279,9 @@ class GroupedDgluSm90:
                 f"{cfg.tile_n}, c_stages={cfg.c_ring()}, C {cfg.c_dtype.__name__}, dbias="
                 f"{cfg.generate_dbias}, cooperative={cfg.cooperative}; the kernel needs at least 2 "
                 f"(fewer C stages or a narrower tile leave room for them)")
+        if cfg.c_split not in (1, 2) or (cfg.c_split == 2 and cfg.cooperative):
+            raise ValueError(f"c_split must be 1, or 2 in the ping-pong schedule, got "
+                             f"c_split={cfg.c_split}, cooperative={cfg.cooperative}")
         if cfg.generate_dbias and not cfg.cooperative and cfg.c_ring() > cfg.tile_n // 32:
             # the C producer hands back a stage's dbias sums knowing only the current and
             # the previous tile (see c_producer)
@@ -277,8 +290,12 @@ class GroupedDgluSm90:
         self.tile_shape_mnk = (TILE_M, cfg.tile_n, TILE_K)
         self.num_n_tiles = cfg.num_n_tiles()
         self.k_tile_cnt = (cfg.k + TILE_K - 1) // TILE_K
-        self.c_stages = cfg.c_ring()
         self.nblk = cfg.tile_n // 32  # C blocks per tile
+        self.c_split = cfg.c_split
+        self.c_rows = cfg.c_rows()
+        # C ring entries per warpgroup, and per tile (block j, row half h = entry j*c_split + h)
+        self.c_stages = cfg.c_ring() * self.c_split
+        self.nent = self.nblk * self.c_split
         self.coop = cfg.cooperative
         self.wg_rows = cfg.wg_rows()
         self.halves = self.wg_rows // 64  # 64-row WGMMA halves per warpgroup tile
@@ -361,7 +378,7 @@ class GroupedDgluSm90:
         c_layout = utils.LayoutEnum.ROW_MAJOR
         c_atom = cute.nvgpu.warpgroup.make_smem_layout_atom(
             sm90_utils.get_smem_layout_atom(c_layout, cfg.c_dtype, C_BLOCK_COLS), cfg.c_dtype)
-        c_box = (self.wg_rows, C_BLOCK_COLS)
+        c_box = (self.c_rows, C_BLOCK_COLS)
         c_smem_staged = cute.tile_to_shape(
             c_atom, (*c_box, MATH_WARPGROUPS * self.c_stages), order=(0, 1, 2))
         c_smem = cute.slice_(c_smem_staged, (None, None, 0))
@@ -635,14 +652,14 @@ class GroupedDgluSm90:
         tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
             tma_atom_b, rank_m, cute.make_layout(cm), cute.group_modes(sB, 0, 2),
             cute.group_modes(gB, 0, 2))
-        gC = cute.local_tile(mC_tma, (self.wg_rows, C_BLOCK_COLS), (None, None))
+        gC = cute.local_tile(mC_tma, (self.c_rows, C_BLOCK_COLS), (None, None))
         tCsC_tma, tCgC_tma = cute.nvgpu.cpasync.tma_partition(
             tma_atom_c, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2),
             cute.group_modes(gC, 0, 2))
 
         d_store = None
         if cutlass.const_expr(self.cfg.d_via_smem()):
-            gD = cute.local_tile(mD_tma, (self.wg_rows, C_BLOCK_COLS), (None, None))
+            gD = cute.local_tile(mD_tma, (self.c_rows, C_BLOCK_COLS), (None, None))
             tDsD, tDgD = cute.nvgpu.cpasync.tma_partition(
                 tma_atom_d, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2),
                 cute.group_modes(gD, 0, 2))
@@ -720,7 +737,7 @@ class GroupedDgluSm90:
                 self.epilogue(acc, tCcC, c_pipe, sC, wg, cpos, mD, mAlpha, mBeta, mProb,
                               mDprob, mDbias, geglu_alpha, clamp_max, clamp_min,
                               linear_offset, m_tile, n_tile, expert, tidx, sDb)
-                cpos += self.nblk
+                cpos += self.nent
                 unit += self.unit_step(nunits)
                 pos += self.unit_step(1) * self.k_tile_cnt
             if cutlass.const_expr(self.coop and self.cfg.fold_in_kernel()):
@@ -746,9 +763,10 @@ class GroupedDgluSm90:
         """Units between a warpgroup's consecutive tiles (every CTA tile when cooperative)."""
         return nunits if self.coop else MATH_WARPGROUPS * nunits
 
-    def c_row_block(self, m_tile, w):
-        """Row-block coordinate (in wg_rows units) of warpgroup w's C/D rows of M-tile m_tile."""
-        return m_tile * MATH_WARPGROUPS + w if self.coop else m_tile
+    def c_row_block(self, m_tile, w, h=0):
+        """Row-block coordinate (in c_rows units) of warpgroup w's C/D rows of M-tile m_tile
+        (ping-pong with c_split 2: of their row half h)."""
+        return m_tile * MATH_WARPGROUPS + w if self.coop else m_tile * self.c_split + h
 
     @cute.jit
     def tile_of(self, unit, walk):
@@ -856,73 +874,89 @@ class GroupedDgluSm90:
         nunits, num_units, _, _ = walk
         unit = unit0 + self.first_unit_offset(w, nunits)
         p = Int32(0)
-        # (expert, N-tile) of the tile being loaded and of the one before (dbias only: the
-        # first c_stages blocks of a tile hand back the previous tile's last blocks)
-        cur = (Int32(0), Int32(0))
+        cur = (Int32(0), Int32(0), Int32(0))
         prev = cur
         while unit < num_units:
             m_tile, n_tile = self.tile_of(unit, walk)
-            m_blk = self.c_row_block(m_tile, w)
+            # (M-tile, N-tile, expert) of the tile being loaded and of the one before: the
+            # first c_stages entries of a tile hand back the previous tile's last entries
+            # (with c_stages <= nent; the expert is needed for dbias only)
+            expert = Int32(0)
             if cutlass.const_expr(dbias is not None):
                 _, mOffs, num_experts, _, _ = dbias
-                prev = cur
-                cur = (expert_of_row(mOffs, num_experts, m_tile * TILE_M), n_tile)
-            for j in cutlass.range_constexpr(self.nblk):
-                st = self.c_state(w, p + j, True)
+                expert = expert_of_row(mOffs, num_experts, m_tile * TILE_M)
+            prev = cur
+            cur = (m_tile, n_tile, expert)
+            for e in cutlass.range_constexpr(self.nent):
+                j, h = e // self.c_split, e % self.c_split
+                st = self.c_state(w, p + e, True)
                 # producer_acquire split in two: the hand-back's shared-memory reads of the
                 # dbias slice come before this warp's arrive on the stage's full barrier,
                 # whose phase the math warps wait on before they write the slice again
                 c_pipe.sync_object_empty.wait(st.index, st.phase)
-                if p + j >= self.c_stages:
-                    q = p + j - self.c_stages  # the block the stage last held
-                    self._hand_back(d_store, dbias, st, w, q, unit0, walk,
-                                    cur if j >= self.c_stages else prev)
+                # the entry the stage last held: position q, entry e_q of its tile (p is a
+                # multiple of nent, so e_q is known here)
+                e_q = (e - self.c_stages) % self.nent
+                if p + e >= self.c_stages:
+                    self._hand_back(d_store, dbias, st, w, p + e - self.c_stages, e_q, unit0,
+                                    walk, cur if e >= self.c_stages else prev)
                 c_pipe.sync_object_full.arrive(st.index, c_pipe.producer_mask)
                 # a block past column 2N is entirely out of bounds: TMA zero-fills it (and
                 # still counts the full box bytes), the epilogue never stores it
-                cute.copy(tma_atom_c, tCgC[(None, m_blk, n_tile * self.nblk + j)],
+                cute.copy(tma_atom_c,
+                          tCgC[(None, self.c_row_block(m_tile, w, h), n_tile * self.nblk + j)],
                           tCsC[(None, st.index)], tma_bar_ptr=c_pipe.producer_get_barrier(st))
                 c_pipe.producer_commit(st)
                 if cutlass.const_expr(dbias is not None):
-                    if p + j >= self.c_stages:
+                    if p + e >= self.c_stages:
                         # after the load is on its way: the fence waits for the atomics
-                        self._fold_signal(dbias, p + j - self.c_stages)
-            p += self.nblk
+                        self._fold_signal(e_q, dbias)
+            p += self.nent
             unit += self.unit_step(nunits)
         if cutlass.const_expr(d_store is not None or dbias is not None):
-            # (with dbias c_stages <= nblk: the last c_stages blocks are all the last tile's,
-            # so ``cur`` is theirs; without dbias the tile is not used)
+            # the last c_stages entries (with c_stages <= nent all the last tile's: ``cur``)
             for i in cutlass.range_constexpr(self.c_stages):
                 if p + i >= self.c_stages:
                     st = self.c_state(w, p + i, True)
-                    # the stage's last block is released (its D written); no load follows
+                    e_q = (i - self.c_stages) % self.nent
+                    # the stage's last entry is released (its D written); no load follows
                     c_pipe.sync_object_empty.wait(st.index, st.phase)
-                    self._hand_back(d_store, dbias, st, w, p + i - self.c_stages, unit0,
+                    self._hand_back(d_store, dbias, st, w, p + i - self.c_stages, e_q, unit0,
                                     walk, cur)
                     if cutlass.const_expr(dbias is not None):
-                        self._fold_signal(dbias, p + i - self.c_stages)
+                        self._fold_signal(e_q, dbias)
             if cutlass.const_expr(d_store is not None):
                 cute.arch.cp_async_bulk_wait_group(0)  # D stores complete before exit
 
     @cute.jit
-    def _hand_back(self, d_store, dbias, st, w, q, unit0, walk, tile):
-        """What a released C stage owes before its reload: block ``q`` of warpgroup w's C
-        FIFO (its (q // nblk)-th tile, 32-column block q % nblk; ``tile`` = (expert,
-        N-tile) of that tile). The D store is issued first, the dbias sums go out while it
-        reads the stage, then this warp waits for that read (the next load overwrites it)."""
+    def _hand_back(self, d_store, dbias, st, w, q, e_q: cutlass.Constexpr, unit0, walk, tile):
+        """What a released C stage owes before its reload: the entry at position ``q`` of
+        warpgroup w's C FIFO, entry ``e_q`` (32-column block e_q // c_split, row half
+        e_q % c_split) of its tile; ``tile`` = (M-tile, N-tile, expert) of that tile when
+        c_stages <= nent (else the D store finds the tile from q). The dbias sums of a block
+        come with its last row half's entry. The D store is issued first, the dbias sums go
+        out while it reads the stage, then this warp waits for that read (the next load
+        overwrites it)."""
+        m_tile, n_tile, expert = tile
         if cutlass.const_expr(d_store is not None):
-            self._store_d_block(d_store, st, w, q, unit0, walk)
-        if cutlass.const_expr(dbias is not None):
+            if cutlass.const_expr(self.c_stages > self.nent):
+                # two or more tiles back (no dbias): find the tile from the FIFO position
+                nunits = walk[0]
+                m_tile, n_tile = self.tile_of(
+                    unit0 + self.first_unit_offset(w, nunits)
+                    + (q // self.nent) * self.unit_step(nunits), walk)
+            self._store_d_block(d_store, st, w, e_q, m_tile, n_tile)
+        if cutlass.const_expr(dbias is not None and e_q % self.c_split == self.c_split - 1):
             sDb, _, _, mWs, _ = dbias
-            expert, n_tile = tile
             two_n = 2 * self.cfg.n
             lane = cute.arch.lane_idx()
+            sl = st.index // self.c_split  # the block's slice
             # block-local C columns lane and lane + 32 (gate, up); past 2N: phantom columns
             for i in cutlass.range_constexpr(2):
                 col = lane + 32 * i
-                g = 2 * n_tile * self.tile_n + C_BLOCK_COLS * (q % self.nblk) + col
-                s = (sDb[(col, 0, st.index)] + sDb[(col, 1, st.index)]
-                     + sDb[(col, 2, st.index)] + sDb[(col, 3, st.index)])
+                g = 2 * n_tile * self.tile_n + C_BLOCK_COLS * (e_q // self.c_split) + col
+                s = (sDb[(col, 0, sl)] + sDb[(col, 1, sl)]
+                     + sDb[(col, 2, sl)] + sDb[(col, 3, sl)])
                 if g < two_n:
                     cute.arch.atomic_add((mWs.iterator + (expert * two_n + g)).llvm_ptr, s)
         if cutlass.const_expr(d_store is not None):
@@ -934,32 +968,26 @@ class GroupedDgluSm90:
             # arrive on the full barrier, after which the stage is written again
             cute.arch.sync_warp()
 
-    @cute.jit
-    def _fold_signal(self, dbias, q):
-        """After block ``q``'s column sums went out: if it was its tile's last block, fence
-        this warp's atomics (gpu scope: see dbias_folder) and meet the folder warp."""
-        if cutlass.const_expr(self.cfg.fold_in_kernel()):
-            if q % self.nblk == self.nblk - 1:
-                cute.arch.fence_acq_rel_gpu()
-                dbias[4].arrive_and_wait()
+    def _fold_signal(self, e_q: int, dbias):
+        """After entry ``e_q``'s column sums went out: if it was its tile's last entry,
+        fence this warp's atomics (gpu scope: see dbias_folder) and meet the folder warp."""
+        if cutlass.const_expr(self.cfg.fold_in_kernel() and e_q == self.nent - 1):
+            cute.arch.fence_acq_rel_gpu()
+            dbias[4].arrive_and_wait()
 
-    @cute.jit
-    def _store_d_block(self, d_store, st, w, q, unit0, walk):
-        """Issue the TMA store of the D block in C stage ``st``: warpgroup w's block at
-        position ``q`` of its C FIFO (its (q // nblk)-th tile, 32-column block q % nblk).
-        The caller waits for the store's read of the stage before reloading it.
+    def _store_d_block(self, d_store, st, w, e_q: int, m_tile, n_tile):
+        """Issue the TMA store of the D entry in C stage ``st``: warpgroup w's entry ``e_q``
+        (block e_q // c_split, row half e_q % c_split) of tile (m_tile, n_tile). The caller
+        waits for the store's read of the stage before reloading it.
 
-        The math warps wrote it over the C block, fenced their writes to the async proxy and
+        The math warps wrote it over the C entry, fenced their writes to the async proxy and
         released the stage (lane 0 of each warp after a warp sync, or with ping-pong dbias
-        every thread); the acquire that got us here orders the store after them. A block
+        every thread); the acquire that got us here orders the store after them. An entry
         past 2N lies outside the tensor map: TMA writes nothing."""
         tma_atom_d, tDsD, tDgD = d_store
-        nunits = walk[0]
-        t = q // self.nblk
-        m_tile, n_tile = self.tile_of(
-            unit0 + self.first_unit_offset(w, nunits) + t * self.unit_step(nunits), walk)
         cute.copy(tma_atom_d, tDsD[(None, st.index)],
-                  tDgD[(None, self.c_row_block(m_tile, w), n_tile * self.nblk + q % self.nblk)])
+                  tDgD[(None, self.c_row_block(m_tile, w, e_q % self.c_split),
+                        n_tile * self.nblk + e_q // self.c_split)])
         cute.arch.cp_async_bulk_commit_group()
 
     @cute.jit
@@ -1122,20 +1150,32 @@ class GroupedDgluSm90:
         dprob = self._zeros(2 * self.halves)
         # the warpgroup's first row inside the tile: C/D blocks hold only its rows
         blk_row0 = 64 * wg if self.coop else 0
+        # a ring entry holds the block's rows of per_entry halves (c_split 2: one half each)
+        per_entry = self.halves // self.c_split
         for j in cutlass.range_constexpr(self.nblk):
-            st = self.c_state(wg, cpos + j, False)
-            c_pipe.consumer_wait(st)
-            sCj = sC[(None, None, st.index)]
+            if cutlass.const_expr(self.c_split == 1):
+                # (the wait first, as before c_split: with it after the zero fills below,
+                # ptxas spilled 36 B in the fp32-C dbias epilogue)
+                st = self.c_state(wg, cpos + j, False)
+                c_pipe.consumer_wait(st)
+                sCj = sC[(None, None, st.index)]
             valid = (n0 + 32 * j) < cfg.n
             col_gate = self._zeros(8)
             col_up = self._zeros(8)
             for h in cutlass.range_constexpr(self.halves):
+                if cutlass.const_expr(self.c_split > 1 and h % per_entry == 0):
+                    # the entry's first (only) half
+                    st = self.c_state(wg, cpos + j * self.c_split + h // per_entry, False)
+                    c_pipe.consumer_wait(st)
+                    sCj = sC[(None, None, st.index)]
+                # the entry's first row inside the tile
+                ent_row0 = blk_row0 + self.c_rows * (h // per_entry)
                 pvals = self._pair_values(j, h)
                 for pi in cutlass.range_constexpr(len(pvals)):
                     v = pvals[pi]
                     coord = tCcC[v]
                     r_loc = coord[0]  # row in the tile
-                    r_blk = r_loc - blk_row0  # row in the C block
+                    r_blk = r_loc - ent_row0  # row in the C ring entry
                     c_loc = coord[1] % 32
                     slot = 2 * h + (v // 2) % 2
                     outs = []
@@ -1163,24 +1203,9 @@ class GroupedDgluSm90:
                         off = (row0 + r_loc) * two_n + 2 * n0 + 64 * j + c_loc
                         self._store_pair(mD, off, outs[0][0], outs[1][0])
                         self._store_pair(mD, off + 32, outs[0][1], outs[1][1])
-            if cutlass.const_expr(self.dbias_via_producer()):
-                # the block's column sums go to the stage's slice: the C producer warp adds
-                # them to the workspace before it reloads the stage
-                self._dbias_block(col_gate, col_up, sDb, st.index, tidx)
-            if cutlass.const_expr(cfg.d_via_smem()):
-                # the D block over C is complete in this warp: visible to the TMA store that
-                # the C producer warp issues once all 4 warps released the stage
-                cute.arch.fence_proxy("async.shared", space="cta")
-            # every read of this block is done (values are in registers): free the stage
-            if cutlass.const_expr(self.dbias_via_producer()):
-                # every thread arrives after its own shared-memory writes (an arrive has
-                # release semantics), so the C producer warp's wait orders all of them
-                # before its reads of the slice without relying on a warp sync
-                c_pipe.sync_object_empty.arrive(st.index, c_pipe.consumer_mask)
-            else:
-                if cutlass.const_expr(cfg.d_via_smem()):
-                    cute.arch.sync_warp()  # every lane's writes before lane 0's release
-                c_pipe.consumer_release(st)
+                if cutlass.const_expr(h % per_entry == per_entry - 1):  # the entry is done
+                    self._release_entry(c_pipe, st, sDb, col_gate, col_up, tidx,
+                                        h == self.halves - 1)
             if cutlass.const_expr(cfg.generate_dbias and self.coop):
                 self._dbias_block(col_gate, col_up, sDb, j, tidx)
 
@@ -1195,6 +1220,28 @@ class GroupedDgluSm90:
                 cute.arch.atomic_add((mDprob.iterator + rows[s]).llvm_ptr, dprob[s])
         if cutlass.const_expr(cfg.generate_dbias and self.coop):
             self._dbias_flush_shared(sDb, mDbias, expert, n0, tidx)
+
+    def _release_entry(self, c_pipe, st, sDb, col_gate, col_up, tidx, last_of_block: bool):
+        """Hand C ring entry ``st`` back to the C producer warp once this thread is done
+        with it: (ping-pong dbias, with the block's last entry) the block's column sums into
+        the entry's slice, (D through shared memory) the proxy fence, then the release."""
+        if cutlass.const_expr(self.dbias_via_producer() and last_of_block):
+            # the C producer warp adds them to the workspace before it reloads the stage
+            self._dbias_block(col_gate, col_up, sDb, st.index // self.c_split, tidx)
+        if cutlass.const_expr(self.cfg.d_via_smem()):
+            # the D values over C are complete in this warp: visible to the TMA store that
+            # the C producer warp issues once the stage is released
+            cute.arch.fence_proxy("async.shared", space="cta")
+        # every read of this entry is done (values are in registers): free the stage
+        if cutlass.const_expr(self.dbias_via_producer()):
+            # every thread arrives after its own shared-memory writes (an arrive has
+            # release semantics), so the C producer warp's wait orders all of them
+            # before its reads of the slice without relying on a warp sync
+            c_pipe.sync_object_empty.arrive(st.index, c_pipe.consumer_mask)
+        else:
+            if cutlass.const_expr(self.cfg.d_via_smem()):
+                cute.arch.sync_warp()  # every lane's writes before lane 0's release
+            c_pipe.consumer_release(st)
 
     @cute.jit
     def _dbias_block(self, col_gate, col_up, sDb, where, tidx):
