@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Session 11 device runs (H200), from branch exp/c-half with ab_old/ = main (git archive main
+# cudnn_ext | tar -x -C ab_old; untracked, never committed).
+# Part "decide": racecheck on the mbarrier probe (none/bar/mbar), the c-half GPU cases, main
+# against the branch's default (ab, alternating processes twice, with dbias), then the
+# default against t128c1m2h2 and t128c2m2h2 with dbias (round-robin, one process) and
+# without dbias (one process).
+# Part "tests": every other kernel GPU case and the discrete dbias cases on this tree, then
+# racecheck and memcheck on the c-half walk and the walk.
+# Part "final": the engine's heuristics cases, the torch/JAX GPU tests, the full benchmark
+# (every peer: grouped_mm, the compiled unfused path, quack) and the demo.
+#   source .gpu/env/setup.sh && bash benchmarks/device_session11.sh decide|tests|final
+set -o pipefail
+source "$(dirname "$0")/device_common.sh"
+if [ "$1" = decide ]; then
+  need_ab_old
+  for m in none bar mbar; do
+    t "probe_$m" timeout 120 compute-sanitizer --report-api-errors no --tool racecheck \
+      python3 tests/gpu/racecheck_probe.py $m
+    grep -E "SUMMARY|racecheck probe" "$OUT/probe_$m.log"
+  done
+  tp c_half_tests -m gpu tests/gpu/test_sm90_correctness.py -k "c_half"
+  for r in 1 2; do for v in old new; do ab "ab_${v}_$r" $v; done; done
+  V=t128c1m2,t128c1m2h2,t128c2m2h2
+  t bench_db python3 benchmarks/bench_dglu.py --impls cudnn_ext,torch_grouped_mm \
+    --variants $V --rounds 10 --reps 60 --warmup 5 --out "$OUT/chalf_db.json"
+  grep -E "^(dsv3|qwen3|mixtral|skew) " "$OUT/bench_db.log"
+  t bench_nodb python3 benchmarks/bench_dglu.py --no-dbias --impls cudnn_ext,torch_grouped_mm \
+    --variants $V --rounds 10 --reps 60 --warmup 5 --out "$OUT/chalf_nodb.json"
+  grep -E "^(dsv3|qwen3|mixtral|skew) " "$OUT/bench_nodb.log"
+elif [ "$1" = tests ]; then
+  tp kernel_tests -m gpu tests/gpu/test_sm90_correctness.py -k "not M0- and not c_half"
+  tp discrete_tests -m gpu tests/gpu/test_sm90_discrete.py -k "dbias1"
+  for m in chalf walk; do san racecheck $m; san memcheck $m; done
+elif [ "$1" = final ]; then
+  tp heur_tests -m gpu tests/gpu/test_sm90_correctness.py -k "heuristics"
+  tp fw_tests -m gpu tests/test_torch_fast_path.py tests/test_torch_integration.py tests/test_jax_ffi.py
+  t bench python3 benchmarks/bench_dglu.py --reps 30 --warmup 5 --out "$OUT/bench.json"
+  grep -E "^(dsv3|qwen3|mixtral|skew) |host overhead" "$OUT/bench.log"
+  t demo timeout 150 python3 -m cudnn_ext demo
+fi
+bundle "session11_$1"  # every log and JSON in one file (the tool returns at most 8)
