@@ -194,7 +194,7 @@ def run_cudnn_ext_op(pack, dbias=True):
 
 def variant_knobs(v):
     """Knobs of a variant string t<tile_n>c<c_stages>[m<cluster_m>][n<cluster_n>][s<ab_stages>]
-    [r<raster_group_m>][h<c_split>][k] (k: the cooperative schedule; h: EXPERIMENT, C ring
+    [r<raster_group_m>][h<c_split>][k] (k: the cooperative schedule; h: C ring
     entries of 128 / c_split rows), e.g. 't128c1m2', 't256c2m2k', 't128c1m2h2'."""
     from cudnn_ext.engines.base import Knobs
     from cudnn_ext.engines.sm90 import RASTER_GROUP_M

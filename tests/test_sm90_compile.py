@@ -127,12 +127,14 @@ def _compile_checked(key, capfd, max_spill=0):
 
 
 def _variants():
-    # every (tile_n, cluster_m, act, dbias) with bf16 C/D, plus each C/D dtype pair once
-    out = [(t, cl, a, db, torch.bfloat16, torch.bfloat16)
+    # every (tile_n, cluster_m, act, dbias) with bf16 C/D, plus each C/D dtype pair once; at
+    # tile 128 both K regimes (K 200: 64-row C ring entries, c_split 2; K 2056: c_split 1)
+    ks = {64: (200,), 128: (200, 2056)}
+    out = [(t, cl, a, db, torch.bfloat16, torch.bfloat16, k)
            for t in TILE_NS for cl in CLUSTER_MS for a in ("dswiglu", "dgeglu")
-           for db in (True, False)]
+           for db in (True, False) for k in ks[t]]
     dts = (torch.bfloat16, torch.float16, torch.float32)
-    out += [(128, 2, "dgeglu", True, c, d) for c in dts for d in dts
+    out += [(128, 2, "dgeglu", True, c, d, k) for c in dts for d in dts for k in ks[128]
             if (c, d) != (torch.bfloat16, torch.bfloat16)]
     return out
 
@@ -141,23 +143,48 @@ _DT = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 
 
 def _vid(v):
-    t, cl, a, db, c, d = v
-    return f"t{t}-cl{cl}-{a}-dbias{int(db)}-C{_DT[c]}-D{_DT[d]}"
+    t, cl, a, db, c, d, k = v
+    return f"t{t}-cl{cl}-{a}-dbias{int(db)}-C{_DT[c]}-D{_DT[d]}-K{k}"
+
+
+def _engine_knobs(p, tile_n, cluster_m):
+    """The engine's ping-pong knobs for (tile_n, cluster_m) in 1-CTA-wide clusters."""
+    found = [kn for kn in Sm90DgluEngine().knob_space(p)
+             if (kn.get("tile_n"), kn.get("cluster_m"), kn.get("cluster_n", 1)) == (tile_n, cluster_m, 1)
+             and not kn.get("cooperative", False)]
+    assert len(found) == 1, found
+    return found[0]
 
 
 @needs_dsl
-@pytest.mark.parametrize("tile_n,cluster_m,act,dbias,c,d", _variants(),
+@pytest.mark.parametrize("tile_n,cluster_m,act,dbias,c,d,k", _variants(),
                          ids=[_vid(v) for v in _variants()])
-def test_every_variant_compiles_for_sm90a(tile_n, cluster_m, act, dbias, c, d, capfd):
-    p = _problem(act=act, c=c, d=d, dbias=dbias)
-    knobs = Knobs.of(tile_n=tile_n, stages=0, raster_group_m=RASTER_GROUP_M[cluster_m],
-                     scheduler="static_persistent", cluster_m=cluster_m)
-    assert knobs in Sm90DgluEngine().knob_space(p)
+def test_every_variant_compiles_for_sm90a(tile_n, cluster_m, act, dbias, c, d, k, capfd):
+    p = _problem(act=act, c=c, d=d, dbias=dbias, k=k)
+    knobs = _engine_knobs(p, tile_n, cluster_m)
+    assert knobs == Knobs.of(tile_n=tile_n, stages=0, raster_group_m=RASTER_GROUP_M[cluster_m],
+                             scheduler="static_persistent", cluster_m=cluster_m,
+                             **({"c_split": 2} if tile_n == 128 and k <= 2048 else {}))
     # fp32 C (twice the gate/up registers) spills a few bytes in the epilogue of a partial
     # last N-tile (N = 96 here: 20-32 B at tile 128); the bf16 C/D kernels, the ones the
     # benchmarks run, spill nothing
     bf16 = c == d == torch.bfloat16
     assert _compile_checked(Sm90CompileKey.of(p, knobs), capfd, 0 if bf16 else 32) is not None
+
+
+def test_c_split_is_offered_where_it_was_measured():
+    """64-row C ring entries (c_split 2): dense weights, K <= 2048, ping-pong tile 128 in 1x1
+    and 2x1 clusters; not for tile 64, 2x2 clusters, discrete weights or K > 2048."""
+    eng = Sm90DgluEngine()
+
+    def split(p):
+        return {(kn.get("tile_n"), kn.get("cluster_m"), kn.get("cluster_n", 1)): kn.get("c_split", 1)
+                for kn in eng.knob_space(p) if not kn.get("cooperative", False)}
+
+    assert split(_problem(k=2048)) == {(64, 1, 1): 1, (128, 1, 1): 2, (64, 2, 1): 1,
+                                       (128, 2, 1): 2, (64, 2, 2): 1, (128, 2, 2): 1}
+    assert set(split(_problem(k=2056)).values()) == {1}
+    assert set(split(_problem(k=200, weight_mode="discrete")).values()) == {1}
 
 
 #: 2x2 clusters (A and B multicast): both tiles, both activations, dbias on/off, N-major B
@@ -555,8 +582,7 @@ def test_selectable_cooperative_fresh_outputs_variant_compiles_for_sm90a(capfd):
     assert _compile_checked(key, capfd) is not None
 
 
-#: EXPERIMENT (branch exp/c-half): ping-pong C ring entries of 64 rows (c_split 2), in the
-#: configurations of the GPU cases (tests/gpu/sm90_cases.c_half_cases)
+#: Ping-pong C ring entries of 64 rows (c_split 2), in the configurations of the GPU cases (tests/gpu/sm90_cases.c_half_cases)
 _C_HALF = [(128, 2, 1, "dswiglu", True, torch.bfloat16, torch.bfloat16, "k"),
            (128, 1, 1, "dgeglu", False, torch.bfloat16, torch.bfloat16, "k"),
            (128, 2, 1, "dswiglu", True, torch.bfloat16, torch.float32, "k"),

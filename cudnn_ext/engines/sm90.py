@@ -48,6 +48,10 @@ _COOP_MIN_TILES = 264
 #: where it measured clearly faster than ping-pong with round-robin timing, 3-4% on qwen3;
 #: with dbias it tied there; see _cooperative_applies)
 _COOP_MAX_K = 2048
+#: Ping-pong 128-wide tiles use 64-row C ring entries (c_split 2) for dense weights and K <=
+#: this: a short mainloop per tile leaves the epilogue exposed, and halving the C entries
+#: lets one half's D store and C reload overlap the other half's math (see knob_space)
+_C_SPLIT_MAX_K = 2048
 _INT32_MAX = 2**31 - 1
 #: Bytes of one expert's B TMA descriptor in the workspace (discrete weights), vendor_facts 4.5.
 DESC_BYTES = 128
@@ -81,8 +85,8 @@ class Sm90CompileKey:
     #: schedule of the math warpgroups: False = ping-pong 128 x tile_n tiles each, True =
     #: cooperative (both share each 128 x tile_n tile; tile_n up to 256)
     cooperative: bool = False
-    #: EXPERIMENT (branch exp/c-half): ping-pong C ring entries of 128 / c_split rows;
-    #: never chosen by the heuristics
+    #: ping-pong C ring entries of 128 / c_split rows (2: each C block loaded, computed,
+    #: released and D-stored in two 64-row halves)
     c_split: int = 1
     #: the workspace's dbias region arrives zero (a scratch kept zero by these launches):
     #: no zeroing kernel before the main one (host convention; same device code)
@@ -392,15 +396,30 @@ class Sm90DgluEngine(Engine):
         groups of 4 M-tiles with clusters: side by side on the H200 (bench_dglu variants
         t128c1m2r4 vs r8, results/NVIDIA_H200-2026-11-30-raster-stages.json) qwen3 0.135 vs
         0.147 ms, mixtral 3.17 vs 3.23, skew 0.492 vs 0.499, dsv3 1.444 vs 1.435. Plus the
-        cooperative 128 x 256 configuration where it applies (``_cooperative_applies``)."""
+        cooperative 128 x 256 configuration where it applies (``_cooperative_applies``).
+
+        Ping-pong 128-wide tiles in 1x1 and 2x1 clusters take 64-row C ring entries
+        (``c_split`` 2, ``_c_split_applies``) for dense weights and K <= _C_SPLIT_MAX_K.
+        Timed round-robin in one process on the H200 (session 11, bench_dglu variants
+        t128c1m2h2 vs t128c1m2, results/session11-c-half/), with dbias, ms: qwen3 (K 2048)
+        0.133 vs 0.138, dsv3 1.525 vs 1.525, skew 0.507 vs 0.507, mixtral 3.125 vs 3.097;
+        without dbias 0.116 vs 0.120, 1.502 vs 1.515, 0.483 vs 0.492, 3.088 vs 3.108. Only
+        the K 2048 gain is clear of the noise, so the bound is where the evidence ends; the
+        2x2 clusters, tile 64 and discrete weights were not timed with it."""
         shapes = CLUSTER_SHAPES if problem.weight_mode == "dense" else ((1, 1), (2, 1))
         space = [Knobs.of(tile_n=t, stages=0, raster_group_m=RASTER_GROUP_M[cm],
                           scheduler="static_persistent", cluster_m=cm,
-                          **({"cluster_n": cn} if cn > 1 else {}))
+                          **({"cluster_n": cn} if cn > 1 else {}),
+                          **({"c_split": 2} if self._c_split_applies(problem, t, cn) else {}))
                  for cm, cn in shapes for t in TILE_NS]
         if self._cooperative_applies(problem):
             space.append(COOPERATIVE_KNOBS)
         return space
+
+    @staticmethod
+    def _c_split_applies(problem: DgluProblem, tile_n: int, cluster_n: int) -> bool:
+        return (problem.weight_mode == "dense" and problem.k <= _C_SPLIT_MAX_K
+                and tile_n == 128 and cluster_n == 1)
 
     @staticmethod
     def _cooperative_applies(problem: DgluProblem) -> bool:

@@ -41,7 +41,7 @@ if __name__ == "__main__":
                     extra_rows=0)
     elif mode == "walk":  # 64 slabs x 4 N-tiles = 256 units over at most 66 clusters
         case = Case([2048] * 8, 480, 136, "dswiglu", tile_n=128, cluster_m=2, extra_rows=0)
-    elif mode == "chalf":  # EXPERIMENT (exp/c-half): the walk with 64-row C ring entries
+    elif mode == "chalf":  # the walk with 64-row C ring entries (c_split 2)
         case = Case([2048] * 8, 480, 136, "dswiglu", tile_n=128, cluster_m=2, extra_rows=0,
                     c_split=2)
     elif mode == "fresh":  # the functional path's variant: init kernel + main + assign fold

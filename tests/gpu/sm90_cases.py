@@ -37,7 +37,7 @@ class Case:
     # out of its per-element products: that must hold for every sign), alpha negative
     signed_beta: bool = False
     c_stages: int = 0  # C blocks in flight per math warpgroup (0: the engine's default)
-    c_split: int = 1  # EXPERIMENT (exp/c-half): ping-pong C ring entries of 128 / c_split rows
+    c_split: int = 1  # ping-pong C ring entries of 128 / c_split rows
 
     def label(self) -> str:
         dt = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
@@ -384,7 +384,7 @@ def c_stage_cases() -> list:
 
 
 def c_half_cases() -> list:
-    """EXPERIMENT (branch exp/c-half): ping-pong C ring entries of 64 rows (each C block
+    """Ping-pong C ring entries of 64 rows (knob c_split 2; each C block
     loaded, computed, released and stored in two row halves): dbias on and off, fp32 D
     (register stores: no D store in the hand-back), 2 C blocks per warpgroup (4 entries),
     tile 64 with fp16 C/D, N-major B, N tails, empty experts, signed beta, and walks of many

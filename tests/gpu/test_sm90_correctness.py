@@ -72,25 +72,28 @@ def test_sm90_m_is_runtime():
 
 
 @pytest.mark.parametrize("fresh", [False, True], ids=["contract", "fresh"])
-@pytest.mark.parametrize("dbias", [False, True], ids=["nodbias", "dbias"])
-def test_sm90_heuristics_choice_is_correct(fresh, dbias):
+@pytest.mark.parametrize("dbias,k", [(False, 1416), (True, 4104), (True, 1416)],
+                         ids=["nodbias-K1416", "dbias-K4104", "dbias-K1416"])
+def test_sm90_heuristics_choice_is_correct(fresh, dbias, k):
     """What the engine itself picks (without dbias at K <= 2048 the cooperative 128 x 256
     schedule in 2x1 clusters with 2 C stages; with dbias ping-pong 128 x 128 in 2x1
-    clusters), run as the class API (contract) and the functional op (fresh outputs) would:
-    empty experts, rows past the last offset, a K tail, and enough tiles that every CTA walks
-    several (accumulator overwrite, the C FIFO and the dbias sums carried across tiles)."""
+    clusters, with 64-row C ring entries at K <= 2048), run as the class API (contract) and
+    the functional op (fresh outputs) would: empty experts, rows past the last offset, a K
+    tail, and enough tiles that every CTA walks several (accumulator overwrite, the C FIFO
+    and the dbias sums carried across tiles)."""
     skip_unless_sm90()
     from cudnn_ext.engines.sm90 import COOPERATIVE_KNOBS, Sm90DgluEngine
     from sm90_cases import make_pack
 
-    case = Case([2048, 0, 4096, 1024, 3072, 2048, 512, 8192], 512, 4104 if dbias else 1416,
+    case = Case([2048, 0, 4096, 1024, 3072, 2048, 512, 8192], 512, k,
                 "dgeglu" if dbias else "dswiglu", dbias=dbias)
     eng = Sm90DgluEngine()
     problem, _ = make_pack(case)
-    knobs = min(eng.knob_space(problem), key=lambda k: eng.cost(problem, k))
+    knobs = min(eng.knob_space(problem), key=lambda kn: eng.cost(problem, kn))
     if dbias:
         assert not knobs.get("cooperative", False)
         assert (knobs.get("tile_n"), knobs.get("cluster_m")) == (128, 2)
+        assert knobs.get("c_split", 1) == (2 if k <= 2048 else 1)
     else:
         assert knobs == COOPERATIVE_KNOBS
     print(run_and_check(case, engine=eng, knobs=knobs, fresh=fresh))
@@ -104,6 +107,6 @@ def test_sm90_c_stages_with_dbias_match_reference(case):
 
 @pytest.mark.parametrize("case", c_half_cases(), ids=lambda c: c.label())
 def test_sm90_c_half_matches_reference(case):
-    """EXPERIMENT (branch exp/c-half): C ring entries of 64 rows."""
+    """Ping-pong C ring entries of 64 rows (knob c_split 2)."""
     skip_unless_sm90()
     print(case.label(), run_and_check(case))
