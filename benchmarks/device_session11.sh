@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# Session 11 device runs (H200), from branch exp/c-half with ab_old/ = main (git archive main
-# cudnn_ext | tar -x -C ab_old; untracked, never committed).
+# Session 11 device runs (H200). Parts "decide" and "tests" ran from branch exp/c-half at
+# 7566d5b with ab_old/ = main at 486b957 (git archive main cudnn_ext | tar -x -C ab_old;
+# untracked, never committed); part "final" from main after the merge.
 # Part "decide": racecheck on the mbarrier probe (none/bar/mbar), the c-half GPU cases, main
 # against the branch's default (ab, alternating processes twice, with dbias), then the
 # default against t128c1m2h2 and t128c2m2h2 with dbias (round-robin, one process) and
 # without dbias (one process).
 # Part "tests": every other kernel GPU case and the discrete dbias cases on this tree, then
 # racecheck and memcheck on the c-half walk and the walk.
-# Part "final": the engine's heuristics cases, the torch/JAX GPU tests, the full benchmark
-# (every peer: grouped_mm, the compiled unfused path, quack) and the demo.
+# Part "final": the full benchmark
+# (every peer: grouped_mm, the compiled unfused path, quack), the engine's heuristics cases,
+# the torch/JAX GPU tests, the demo, and racecheck on
+# the probe's single-arrive modes (mbar1, war1, war32: see tests/gpu/racecheck_probe.py).
 #   source .gpu/env/setup.sh && bash benchmarks/device_session11.sh decide|tests|final
 set -o pipefail
 source "$(dirname "$0")/device_common.sh"
@@ -33,10 +36,15 @@ elif [ "$1" = tests ]; then
   tp discrete_tests -m gpu tests/gpu/test_sm90_discrete.py -k "dbias1"
   for m in chalf walk; do san racecheck $m; san memcheck $m; done
 elif [ "$1" = final ]; then
-  tp heur_tests -m gpu tests/gpu/test_sm90_correctness.py -k "heuristics"
-  tp fw_tests -m gpu tests/test_torch_fast_path.py tests/test_torch_integration.py tests/test_jax_ffi.py
   t bench python3 benchmarks/bench_dglu.py --reps 30 --warmup 5 --out "$OUT/bench.json"
   grep -E "^(dsv3|qwen3|mixtral|skew) |host overhead" "$OUT/bench.log"
+  tp heur_tests -m gpu tests/gpu/test_sm90_correctness.py -k "heuristics"
+  tp fw_tests -m gpu tests/test_torch_fast_path.py tests/test_torch_integration.py tests/test_jax_ffi.py
   t demo timeout 150 python3 -m cudnn_ext demo
+  for m in mbar1 war1 war32; do
+    t "probe_$m" timeout 120 compute-sanitizer --report-api-errors no --tool racecheck \
+      python3 tests/gpu/racecheck_probe.py $m
+    grep -E "SUMMARY|racecheck probe" "$OUT/probe_$m.log"
+  done
 fi
 bundle "session11_$1"  # every log and JSON in one file (the tool returns at most 8)

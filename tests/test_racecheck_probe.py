@@ -14,7 +14,7 @@ needs_dsl = pytest.mark.skipif(importlib.util.find_spec("cutlass") is None,
 
 
 @needs_dsl
-@pytest.mark.parametrize("mode", ["bar", "mbar", "none"])
+@pytest.mark.parametrize("mode", ["bar", "mbar", "none", "mbar1", "war1", "war32"])
 def test_probe_compiles_for_sm90a(mode):
     import racecheck_probe
 
@@ -25,5 +25,6 @@ def test_probe_compiles_for_sm90a(mode):
 def test_probe_refuses_unknown_modes():
     import racecheck_probe
 
-    with pytest.raises(ValueError, match=r"mode must be one of \('bar', 'mbar', 'none'\), got 'x'"):
+    with pytest.raises(ValueError, match=(r"mode must be one of \('bar', 'mbar', 'none', "
+                                          r"'mbar1', 'war1', 'war32'\), got 'x'")):
         racecheck_probe.HandOff("x")

@@ -12,8 +12,20 @@ MODE ``bar``: a named barrier (bar.sync) over both warps, which racecheck models
 hazards); ``mbar``: every writer thread arrives on an mbarrier (count 32) and warp 1 waits
 on its phase (correct by the PTX memory model: each arrive releases its thread's writes, the
 wait acquires them); ``none``: no synchronization at all (a true race, which racecheck must
-report, so that a clean ``mbar`` run would mean something). The script checks the values it
-read (``none`` may read stale values; it only reports) and prints one line.
+report, so that a clean ``mbar`` run would mean something). Session 11 ran these three:
+1, 0 and 0 hazards, so racecheck does model an mbarrier every writer arrives on.
+
+The kernel's other direction is modelled by three more modes. ``mbar1``: the writer warp
+syncs (bar.warp.sync) and only its lane 0 arrives (count 1). ``war1``: warp 1 reads values
+set before the CTA barrier, syncs the warp, and its lane 0 arrives (count 1); warp 0 waits and
+then overwrites them (write after read: the C producer's slice reads, its one elected arrive
+on the full barrier, the math warps' next writes). ``war32``: the same with every reader lane
+arriving (count 32). All three are correct by the PTX memory model (the warp sync orders
+the lanes' accesses before lane 0's release); a hazard in ``war1`` and none in ``war32``
+would say racecheck does not carry ordering through a warp sync into an mbarrier.
+
+The script checks the values it read (``none`` may read stale values; it only reports) and
+prints one line.
 """
 import os
 import sys
@@ -24,7 +36,7 @@ import cutlass  # noqa: E402
 import cutlass.cute as cute  # noqa: E402
 from cutlass import Float32, Int32  # noqa: E402
 
-MODES = ("bar", "mbar", "none")
+MODES = ("bar", "mbar", "none", "mbar1", "war1", "war32")
 
 
 class HandOff:
@@ -56,18 +68,40 @@ class HandOff:
         st = smem.allocate(self.shared)
         buf = st.buf.get_tensor(cute.make_layout((32,)))
         mbar = st.mbar.data_ptr()
+        one = cutlass.const_expr(self.mode in ("mbar1", "war1"))
+        war = cutlass.const_expr(self.mode in ("war1", "war32"))
         if tidx == 0:
-            cute.arch.mbarrier_init(mbar, 32)
+            cute.arch.mbarrier_init(mbar, 1 if one else 32)
+        if cutlass.const_expr(war):
+            if warp == 1:
+                buf[lane] = Float32(lane) + Float32(0.5)  # what warp 1 must read
         cute.arch.mbarrier_init_fence()
         cute.arch.sync_threads()
-        if warp == 0:
+        if cutlass.const_expr(war):
+            if warp == 1:
+                v = buf[lane]
+                if cutlass.const_expr(one):
+                    cute.arch.sync_warp()
+                    if lane == 0:
+                        cute.arch.mbarrier_arrive(mbar)
+                else:
+                    cute.arch.mbarrier_arrive(mbar)
+                mOut[lane] = v
+            else:
+                cute.arch.mbarrier_wait(mbar, Int32(0))
+                buf[lane] = Float32(-1.0)
+        elif warp == 0:
             buf[lane] = Float32(lane) + Float32(0.5)
             if cutlass.const_expr(self.mode == "mbar"):
                 cute.arch.mbarrier_arrive(mbar)
+            if cutlass.const_expr(self.mode == "mbar1"):
+                cute.arch.sync_warp()
+                if lane == 0:
+                    cute.arch.mbarrier_arrive(mbar)
             if cutlass.const_expr(self.mode == "bar"):
                 cute.arch.barrier(barrier_id=1, number_of_threads=64)
         else:
-            if cutlass.const_expr(self.mode == "mbar"):
+            if cutlass.const_expr(self.mode in ("mbar", "mbar1")):
                 cute.arch.mbarrier_wait(mbar, Int32(0))
             if cutlass.const_expr(self.mode == "bar"):
                 cute.arch.barrier(barrier_id=1, number_of_threads=64)
