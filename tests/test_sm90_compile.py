@@ -134,9 +134,15 @@ def _variants():
            for t in TILE_NS for cl in CLUSTER_MS for a in ("dswiglu", "dgeglu")
            for db in (True, False) for k in ks[t]]
     dts = (torch.bfloat16, torch.float16, torch.float32)
-    out += [(128, 2, "dgeglu", True, c, d, k) for c in dts for d in dts for k in ks[128]
+    out += [(128, 2, "dgeglu", True, c, d, k) for c in dts for d in dts
+            for k in (ks[128] if _c_split_expected(128, 200, c, d) else (200,))
             if (c, d) != (torch.bfloat16, torch.bfloat16)]
     return out
+
+
+def _c_split_expected(tile_n, k, c, d):
+    """Where the engine offers 64-row C ring entries (Sm90DgluEngine._c_split_applies)."""
+    return tile_n == 128 and k <= 2048 and c == d != torch.float32
 
 
 _DT = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
@@ -164,7 +170,7 @@ def test_every_variant_compiles_for_sm90a(tile_n, cluster_m, act, dbias, c, d, k
     knobs = _engine_knobs(p, tile_n, cluster_m)
     assert knobs == Knobs.of(tile_n=tile_n, stages=0, raster_group_m=RASTER_GROUP_M[cluster_m],
                              scheduler="static_persistent", cluster_m=cluster_m,
-                             **({"c_split": 2} if tile_n == 128 and k <= 2048 else {}))
+                             **({"c_split": 2} if _c_split_expected(tile_n, k, c, d) else {}))
     # fp32 C (twice the gate/up registers) spills a few bytes in the epilogue of a partial
     # last N-tile (N = 96 here: 20-32 B at tile 128); the bf16 C/D kernels, the ones the
     # benchmarks run, spill nothing
@@ -173,8 +179,9 @@ def test_every_variant_compiles_for_sm90a(tile_n, cluster_m, act, dbias, c, d, k
 
 
 def test_c_split_is_offered_where_it_was_measured():
-    """64-row C ring entries (c_split 2): dense weights, K <= 2048, ping-pong tile 128 in 1x1
-    and 2x1 clusters; not for tile 64, 2x2 clusters, discrete weights or K > 2048."""
+    """64-row C ring entries (c_split 2): dense weights, K <= 2048, 16-bit C and D of one
+    type, ping-pong tile 128 in 1x1 and 2x1 clusters; not for tile 64, 2x2 clusters,
+    discrete weights, K > 2048, fp32 C or D, or D of another type than C."""
     eng = Sm90DgluEngine()
 
     def split(p):
@@ -185,6 +192,10 @@ def test_c_split_is_offered_where_it_was_measured():
                                        (128, 2, 1): 2, (64, 2, 2): 1, (128, 2, 2): 1}
     assert set(split(_problem(k=2056)).values()) == {1}
     assert set(split(_problem(k=200, weight_mode="discrete")).values()) == {1}
+    assert split(_problem(k=200, c=torch.float16, d=torch.float16))[(128, 2, 1)] == 2
+    for c, d in ((torch.bfloat16, torch.float32), (torch.float32, torch.float32),
+                 (torch.bfloat16, torch.float16)):
+        assert set(split(_problem(k=200, c=c, d=d)).values()) == {1}
 
 
 #: 2x2 clusters (A and B multicast): both tiles, both activations, dbias on/off, N-major B

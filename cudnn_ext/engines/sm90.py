@@ -399,13 +399,14 @@ class Sm90DgluEngine(Engine):
         cooperative 128 x 256 configuration where it applies (``_cooperative_applies``).
 
         Ping-pong 128-wide tiles in 1x1 and 2x1 clusters take 64-row C ring entries
-        (``c_split`` 2, ``_c_split_applies``) for dense weights and K <= _C_SPLIT_MAX_K.
+        (``c_split`` 2, ``_c_split_applies``) for dense weights, K <= _C_SPLIT_MAX_K and
+        16-bit C and D of one type.
         Timed round-robin in one process on the H200 (session 11, bench_dglu variants
         t128c1m2h2 vs t128c1m2, results/session11-c-half/), with dbias, ms: qwen3 (K 2048)
         0.133 vs 0.138, dsv3 1.525 vs 1.525, skew 0.507 vs 0.507, mixtral 3.125 vs 3.097;
         without dbias 0.116 vs 0.120, 1.502 vs 1.515, 0.483 vs 0.492, 3.088 vs 3.108. Only
         the K 2048 gain is clear of the noise, so the bound is where the evidence ends; the
-        2x2 clusters, tile 64 and discrete weights were not timed with it."""
+        2x2 clusters, tile 64, discrete weights and other C/D types were not timed with it."""
         shapes = CLUSTER_SHAPES if problem.weight_mode == "dense" else ((1, 1), (2, 1))
         space = [Knobs.of(tile_n=t, stages=0, raster_group_m=RASTER_GROUP_M[cm],
                           scheduler="static_persistent", cluster_m=cm,
@@ -418,8 +419,11 @@ class Sm90DgluEngine(Engine):
 
     @staticmethod
     def _c_split_applies(problem: DgluProblem, tile_n: int, cluster_n: int) -> bool:
+        # 16-bit D of C's type (D stored through shared memory, as timed): with fp32 D
+        # (register stores) the split epilogue spills 48 B at a partial N-tile
         return (problem.weight_mode == "dense" and problem.k <= _C_SPLIT_MAX_K
-                and tile_n == 128 and cluster_n == 1)
+                and tile_n == 128 and cluster_n == 1
+                and problem.c_dtype in _HALF_DTYPES and problem.d_dtype == problem.c_dtype)
 
     @staticmethod
     def _cooperative_applies(problem: DgluProblem) -> bool:
