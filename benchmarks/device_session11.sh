@@ -12,7 +12,11 @@
 # (every peer: grouped_mm, the compiled unfused path, quack), the engine's heuristics cases,
 # the torch/JAX GPU tests, the demo, and racecheck on
 # the probe's single-arrive modes (mbar1, war1, war32: see tests/gpu/racecheck_probe.py).
-#   source .gpu/env/setup.sh && bash benchmarks/device_session11.sh decide|tests|final
+# Part "extra": racecheck on the probe's bulk-copy modes (wartx, wartx32: the kernel's full
+# barrier, whose phase a bulk copy completes), a second process of the full benchmark with
+# dbias and one without, and an ncu source-level profile (warp stalls per SASS instruction)
+# of the engine's qwen3 kernel with dbias (c_split 2) next to grouped_mm's.
+#   source .gpu/env/setup.sh && bash benchmarks/device_session11.sh decide|tests|final|extra
 set -o pipefail
 source "$(dirname "$0")/device_common.sh"
 if [ "$1" = decide ]; then
@@ -45,6 +49,29 @@ elif [ "$1" = final ]; then
     t "probe_$m" timeout 120 compute-sanitizer --report-api-errors no --tool racecheck \
       python3 tests/gpu/racecheck_probe.py $m
     grep -E "SUMMARY|racecheck probe" "$OUT/probe_$m.log"
+  done
+elif [ "$1" = extra ]; then
+  for m in wartx wartx32; do
+    t "probe_$m" timeout 120 compute-sanitizer --report-api-errors no --tool racecheck \
+      python3 tests/gpu/racecheck_probe.py $m
+    grep -E "SUMMARY|racecheck probe" "$OUT/probe_$m.log"
+  done
+  t bench2 python3 benchmarks/bench_dglu.py --reps 30 --warmup 5 --out "$OUT/bench2.json"
+  grep -E "^(dsv3|qwen3|mixtral|skew) |host overhead" "$OUT/bench2.log"
+  t bench_nodb python3 benchmarks/bench_dglu.py --no-dbias --reps 30 --warmup 5 \
+    --out "$OUT/bench_nodb.json"
+  grep -E "^(dsv3|qwen3|mixtral|skew) |host overhead" "$OUT/bench_nodb.log"
+  for v in ours mm; do
+    flag=""; [ $v = mm ] && flag="--grouped-mm"
+    kn="regex:cutlass_kernel_cudnn"; [ $v = mm ] && kn="regex:device_kernel"
+    timeout 200 ncu --clock-control none --kernel-name $kn --launch-skip 2 --launch-count 1 \
+      --section SourceCounters --section WarpStateStats --section SpeedOfLight \
+      --section SchedulerStats -f -o "$OUT/src_$v" python3 benchmarks/profile_one.py qwen3 $flag \
+      > "$OUT/src_$v.log" 2>&1
+    echo "== ncu $v rc=$?"
+    ncu -i "$OUT/src_$v.ncu-rep" --page source --csv --print-source sass > "$OUT/src_$v.csv" 2>&1
+    ncu -i "$OUT/src_$v.ncu-rep" --page details > "$OUT/src_$v.txt" 2>&1
+    grep -E "Duration|Elapsed Cycles|Issued Warp|No Eligible" "$OUT/src_$v.txt" | head -5
   done
 fi
 bundle "session11_$1"  # every log and JSON in one file (the tool returns at most 8)

@@ -14,7 +14,8 @@ needs_dsl = pytest.mark.skipif(importlib.util.find_spec("cutlass") is None,
 
 
 @needs_dsl
-@pytest.mark.parametrize("mode", ["bar", "mbar", "none", "mbar1", "war1", "war32"])
+@pytest.mark.parametrize("mode", ["bar", "mbar", "none", "mbar1", "war1", "war32", "wartx",
+                                  "wartx32"])
 def test_probe_compiles_for_sm90a(mode):
     import racecheck_probe
 
@@ -26,5 +27,6 @@ def test_probe_refuses_unknown_modes():
     import racecheck_probe
 
     with pytest.raises(ValueError, match=(r"mode must be one of \('bar', 'mbar', 'none', "
-                                          r"'mbar1', 'war1', 'war32'\), got 'x'")):
+                                          r"'mbar1', 'war1', 'war32', 'wartx', 'wartx32'\), "
+                                          r"got 'x'")):
         racecheck_probe.HandOff("x")

@@ -23,6 +23,13 @@ on the full barrier, the math warps' next writes). ``war32``: the same with ever
 arriving (count 32). All three are correct by the PTX memory model (the warp sync orders
 the lanes' accesses before lane 0's release); a hazard in ``war1`` and none in ``war32``
 would say racecheck does not carry ordering through a warp sync into an mbarrier.
+Session 11: ``mbar1`` 1 hazard (124: lanes 1-31's writes), ``war1`` 0, ``war32`` 0.
+
+Two more modes copy the kernel's full barrier exactly, whose phase a bulk copy completes
+(``complete_tx``) after the producer's arrive: ``wartx``, warp 1 reads, syncs, and its lane 0
+arrives with an expected transaction of 128 bytes and issues a 128-byte bulk copy from global
+memory into a second buffer on the same mbarrier (count 1); ``wartx32``, every lane of warp 1
+arrives (count 32; lane 0's with the expected bytes). Warp 0 waits and overwrites.
 
 The script checks the values it read (``none`` may read stale values; it only reports) and
 prints one line.
@@ -36,7 +43,7 @@ import cutlass  # noqa: E402
 import cutlass.cute as cute  # noqa: E402
 from cutlass import Float32, Int32  # noqa: E402
 
-MODES = ("bar", "mbar", "none", "mbar1", "war1", "war32")
+MODES = ("bar", "mbar", "none", "mbar1", "war1", "war32", "wartx", "wartx32")
 
 
 class HandOff:
@@ -53,7 +60,8 @@ class HandOff:
 
         @cute.struct
         class Shared:
-            buf: cute.struct.MemRange[Float32, 32]
+            buf: cute.struct.Align[cute.struct.MemRange[Float32, 32], 128]
+            land: cute.struct.Align[cute.struct.MemRange[Float32, 32], 128]  # bulk copy target
             mbar: cute.struct.MemRange[cutlass.Int64, 1]
 
         self.shared = Shared
@@ -68,8 +76,9 @@ class HandOff:
         st = smem.allocate(self.shared)
         buf = st.buf.get_tensor(cute.make_layout((32,)))
         mbar = st.mbar.data_ptr()
-        one = cutlass.const_expr(self.mode in ("mbar1", "war1"))
-        war = cutlass.const_expr(self.mode in ("war1", "war32"))
+        one = cutlass.const_expr(self.mode in ("mbar1", "war1", "wartx"))
+        war = cutlass.const_expr(self.mode in ("war1", "war32", "wartx", "wartx32"))
+        tx = cutlass.const_expr(self.mode in ("wartx", "wartx32"))
         if tidx == 0:
             cute.arch.mbarrier_init(mbar, 1 if one else 32)
         if cutlass.const_expr(war):
@@ -80,7 +89,18 @@ class HandOff:
         if cutlass.const_expr(war):
             if warp == 1:
                 v = buf[lane]
-                if cutlass.const_expr(one):
+                if cutlass.const_expr(tx):
+                    if cutlass.const_expr(one):
+                        cute.arch.sync_warp()
+                    if lane == 0:
+                        cute.arch.mbarrier_arrive_and_expect_tx(mbar, 128)
+                        cute.arch.inline_ptx(
+                            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+                            " [{$r0}], [{$r1}], 128, [{$r2}];",
+                            read_only_args=[st.land.data_ptr(), mOut.iterator, mbar])
+                    elif cutlass.const_expr(not one):
+                        cute.arch.mbarrier_arrive(mbar)
+                elif cutlass.const_expr(one):
                     cute.arch.sync_warp()
                     if lane == 0:
                         cute.arch.mbarrier_arrive(mbar)
