@@ -16,7 +16,11 @@
 # barrier, whose phase a bulk copy completes), a second process of the full benchmark with
 # dbias and one without, and an ncu source-level profile (warp stalls per SASS instruction)
 # of the engine's qwen3 kernel with dbias (c_split 2) next to grouped_mm's.
-#   source .gpu/env/setup.sh && bash benchmarks/device_session11.sh decide|tests|final|extra
+# Part "prefetch" (branch exp/ab-prefetch, ab_old/ = main): main against the branch (an L2
+# prefetch of the A/B k-tiles ab_stages ahead of the loads), dbias, alternating twice, with
+# the heuristics GPU cases (on the branch) between the pairs; in session 11 these commands
+# ran inline in one device call, in this order (results/exp-ab-prefetch-session11/).
+#   source .gpu/env/setup.sh && bash benchmarks/device_session11.sh decide|tests|final|extra|prefetch
 set -o pipefail
 source "$(dirname "$0")/device_common.sh"
 if [ "$1" = decide ]; then
@@ -73,5 +77,10 @@ elif [ "$1" = extra ]; then
     ncu -i "$OUT/src_$v.ncu-rep" --page details > "$OUT/src_$v.txt" 2>&1
     grep -E "Duration|Elapsed Cycles|Issued Warp|No Eligible" "$OUT/src_$v.txt" | head -5
   done
+elif [ "$1" = prefetch ]; then
+  need_ab_old
+  ab pf_old_1 old; ab pf_new_1 new
+  tp heur_tests -m gpu tests/gpu/test_sm90_correctness.py -k "heuristics"
+  ab pf_old_2 old; ab pf_new_2 new
 fi
 bundle "session11_$1"  # every log and JSON in one file (the tool returns at most 8)
