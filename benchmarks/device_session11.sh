@@ -20,7 +20,11 @@
 # prefetch of the A/B k-tiles ab_stages ahead of the loads), dbias, alternating twice, with
 # the heuristics GPU cases (on the branch) between the pairs; in session 11 these commands
 # ran inline in one device call, in this order (results/exp-ab-prefetch-session11/).
-#   source .gpu/env/setup.sh && bash benchmarks/device_session11.sh decide|tests|final|extra|prefetch
+# Part "ring" (written after the device time ran out; not run in session 11): racecheck on
+# the probe's ring modes (ring, ring1: the kernel's whole dbias slice hand-off, 4 writer
+# warps and a reader warp over 8 rounds), which tells whether the 4 hazards racecheck reports
+# on the kernel come from the pattern itself.
+#   source .gpu/env/setup.sh && bash benchmarks/device_session11.sh decide|tests|final|extra|prefetch|ring
 set -o pipefail
 source "$(dirname "$0")/device_common.sh"
 if [ "$1" = decide ]; then
@@ -76,6 +80,12 @@ elif [ "$1" = extra ]; then
     ncu -i "$OUT/src_$v.ncu-rep" --page source --csv --print-source sass > "$OUT/src_$v.csv" 2>&1
     ncu -i "$OUT/src_$v.ncu-rep" --page details > "$OUT/src_$v.txt" 2>&1
     grep -E "Duration|Elapsed Cycles|Issued Warp|No Eligible" "$OUT/src_$v.txt" | head -5
+  done
+elif [ "$1" = ring ]; then
+  for m in ring ring1; do
+    t "probe_$m" timeout 120 compute-sanitizer --report-api-errors no --tool racecheck \
+      python3 tests/gpu/racecheck_probe.py $m
+    grep -E "SUMMARY|racecheck probe" "$OUT/probe_$m.log"
   done
 elif [ "$1" = prefetch ]; then
   need_ab_old

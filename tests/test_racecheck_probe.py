@@ -15,7 +15,7 @@ needs_dsl = pytest.mark.skipif(importlib.util.find_spec("cutlass") is None,
 
 @needs_dsl
 @pytest.mark.parametrize("mode", ["bar", "mbar", "none", "mbar1", "war1", "war32", "wartx",
-                                  "wartx32"])
+                                  "wartx32", "ring", "ring1"])
 def test_probe_compiles_for_sm90a(mode):
     import racecheck_probe
 
@@ -24,9 +24,13 @@ def test_probe_compiles_for_sm90a(mode):
 
 @needs_dsl
 def test_probe_refuses_unknown_modes():
+    import re
+
     import racecheck_probe
 
-    with pytest.raises(ValueError, match=(r"mode must be one of \('bar', 'mbar', 'none', "
-                                          r"'mbar1', 'war1', 'war32', 'wartx', 'wartx32'\), "
-                                          r"got 'x'")):
-        racecheck_probe.HandOff("x")
+    with pytest.raises(ValueError, match=re.escape(
+            f"mode must be one of {racecheck_probe.HANDOFF_MODES}, got 'ring'")):
+        racecheck_probe.HandOff("ring")
+    with pytest.raises(ValueError, match=re.escape(
+            f"mode must be one of {racecheck_probe.MODES}, got 'x'")):
+        racecheck_probe.main("x")

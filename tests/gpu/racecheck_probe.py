@@ -31,6 +31,14 @@ arrives with an expected transaction of 128 bytes and issues a 128-byte bulk cop
 memory into a second buffer on the same mbarrier (count 1); ``wartx32``, every lane of warp 1
 arrives (count 32; lane 0's with the expected bytes). Warp 0 waits and overwrites.
 
+Session 11: ``wartx`` 0, ``wartx32`` 0. None of the flagged patterns is the kernel's, so
+two more modes copy its whole hand-off over a ring (``RingHandOff``): 4 writer warps (the
+math warpgroup) wait on a stage's full barrier, write their column sums into the stage's
+slice and every thread arrives on its empty barrier (count 128); a reader warp (the C
+producer) waits on the empty barrier, reads and adds the 4 warps' sums, syncs the warp, and
+its lane 0 arrives on the full barrier with 128 expected bytes and issues the bulk copy that
+completes the phase (the C reload), for 8 rounds. ``ring``: 2 stages; ``ring1``: 1 stage.
+
 The script checks the values it read (``none`` may read stale values; it only reports) and
 prints one line.
 """
@@ -43,15 +51,17 @@ import cutlass  # noqa: E402
 import cutlass.cute as cute  # noqa: E402
 from cutlass import Float32, Int32  # noqa: E402
 
-MODES = ("bar", "mbar", "none", "mbar1", "war1", "war32", "wartx", "wartx32")
+HANDOFF_MODES = ("bar", "mbar", "none", "mbar1", "war1", "war32", "wartx", "wartx32")
+MODES = HANDOFF_MODES + ("ring", "ring1")
+RING_ROUNDS = 8
 
 
 class HandOff:
     """One CTA of 64 threads; ``mode`` picks the synchronization (compile-time)."""
 
     def __init__(self, mode: str):
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        if mode not in HANDOFF_MODES:
+            raise ValueError(f"mode must be one of {HANDOFF_MODES}, got {mode!r}")
         self.mode = mode
 
     @cute.jit
@@ -128,12 +138,84 @@ class HandOff:
             mOut[lane] = buf[lane]
 
 
+class RingHandOff:
+    """One CTA of 160 threads: warps 0-3 write, warp 4 reads, over ``stages`` stages."""
+
+    def __init__(self, stages: int):
+        self.stages = stages
+
+    @cute.jit
+    def __call__(self, out_ptr: cute.Pointer, stream):
+        mOut = cute.make_tensor(out_ptr, cute.make_layout((32,)))
+        S = self.stages
+
+        @cute.struct
+        class Shared:
+            slices: cute.struct.Align[cute.struct.MemRange[Float32, 32 * 4 * S], 128]
+            land: cute.struct.Align[cute.struct.MemRange[Float32, 32 * S], 128]
+            full: cute.struct.MemRange[cutlass.Int64, S]
+            empty: cute.struct.MemRange[cutlass.Int64, S]
+
+        self.shared = Shared
+        self.kernel(mOut).launch(grid=(1, 1, 1), block=[160, 1, 1], stream=stream)
+
+    @cute.kernel
+    def kernel(self, mOut: cute.Tensor):
+        S = self.stages
+        tidx, _, _ = cute.arch.thread_idx()
+        warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        lane = tidx % 32
+        smem = cutlass.utils.SmemAllocator()
+        st = smem.allocate(self.shared)
+        sl = st.slices.get_tensor(cute.make_layout((32, 4, S)))
+        full = st.full.data_ptr()
+        empty = st.empty.data_ptr()
+        if tidx == 0:
+            for s in cutlass.range_constexpr(S):
+                cute.arch.mbarrier_init(full + s, 1)
+                cute.arch.mbarrier_init(empty + s, 128)
+        cute.arch.mbarrier_init_fence()
+        cute.arch.sync_threads()
+        if warp == 4:
+            acc = Float32(0.0)
+            for r in cutlass.range_constexpr(RING_ROUNDS + S):
+                s = r % S
+                if cutlass.const_expr(r >= S):  # hand back round r - S
+                    cute.arch.mbarrier_wait(empty + s, Int32(((r - S) // S) % 2))
+                    for w in cutlass.range_constexpr(4):
+                        acc = acc + sl[(lane, w, s)]
+                if cutlass.const_expr(r < RING_ROUNDS):  # load round r
+                    cute.arch.sync_warp()
+                    if lane == 0:
+                        cute.arch.mbarrier_arrive_and_expect_tx(full + s, 128)
+                        cute.arch.inline_ptx(
+                            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+                            " [{$r0}], [{$r1}], 128, [{$r2}];",
+                            read_only_args=[st.land.data_ptr() + 32 * s, mOut.iterator,
+                                            full + s])
+            mOut[lane] = acc
+        elif warp < 4:
+            for r in cutlass.range_constexpr(RING_ROUNDS):
+                s = r % S
+                cute.arch.mbarrier_wait(full + s, Int32((r // S) % 2))
+                sl[(lane, warp, s)] = (Float32(8 * r) + Float32(warp)
+                                       + Float32(lane) * Float32(0.5))
+                cute.arch.mbarrier_arrive(empty + s)
+
+
+def ring_expected(lane: int) -> float:
+    """What the reader's lane adds up over the rounds in RingHandOff."""
+    return float(sum(8 * r + w for r in range(RING_ROUNDS) for w in range(4))
+                 + RING_ROUNDS * 4 * 0.5 * lane)
+
+
 def compile_probe(mode: str):
     """Compile for sm_90a without a GPU (fake address and stream): what the CPU test runs."""
     from cutlass.cute.runtime import make_fake_stream, make_ptr
 
     ptr = make_ptr(Float32, 0, cute.AddressSpace.gmem, assumed_align=16)
-    return cute.compile(HandOff(mode), ptr, make_fake_stream(), options="--gpu-arch sm_90a")
+    probe = RingHandOff(2 if mode == "ring" else 1) if mode.startswith("ring") else HandOff(mode)
+    return cute.compile(probe, ptr, make_fake_stream(), options="--gpu-arch sm_90a")
 
 
 def main(mode: str) -> str:
@@ -141,13 +223,18 @@ def main(mode: str) -> str:
     import torch
     from cutlass.cute.runtime import make_ptr
 
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     out = torch.full((32,), float("nan"), device="cuda")
     fn = compile_probe(mode)
     stream = torch.cuda.current_stream()
     fn(make_ptr(Float32, out.data_ptr(), cute.AddressSpace.gmem, assumed_align=16),
        cuda.CUstream(stream.cuda_stream))
     torch.cuda.synchronize()
-    want = torch.arange(32, device="cuda", dtype=torch.float32) + 0.5
+    if mode.startswith("ring"):
+        want = torch.tensor([ring_expected(i) for i in range(32)], device="cuda")
+    else:
+        want = torch.arange(32, device="cuda", dtype=torch.float32) + 0.5
     ok = bool(torch.equal(out, want))
     return f"racecheck probe mode={mode}: values {'as written' if ok else 'NOT as written'}"
 
