@@ -406,7 +406,8 @@ class Sm90DgluEngine(Engine):
         0.133 vs 0.138, dsv3 1.525 vs 1.525, skew 0.507 vs 0.507, mixtral 3.125 vs 3.097;
         without dbias 0.116 vs 0.120, 1.502 vs 1.515, 0.483 vs 0.492, 3.088 vs 3.108. Only
         the K 2048 gain is clear of the noise, so the bound is where the evidence ends; the
-        2x2 clusters, tile 64, discrete weights and other C/D types were not timed with it."""
+        1x1 and 2x2 clusters, tile 64, discrete weights and C/D types other than bf16 were
+        not timed with it."""
         shapes = CLUSTER_SHAPES if problem.weight_mode == "dense" else ((1, 1), (2, 1))
         space = [Knobs.of(tile_n=t, stages=0, raster_group_m=RASTER_GROUP_M[cm],
                           scheduler="static_persistent", cluster_m=cm,
