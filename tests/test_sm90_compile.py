@@ -620,6 +620,18 @@ def test_c_half_variant_compiles_for_sm90a(tile_n, cluster_m, c_stages, act, dbi
 
 
 @needs_dsl
+@pytest.mark.parametrize("act,dbias", [("dswiglu", True), ("dgeglu", False)])
+def test_c_half_in_2x2_clusters_compiles_for_sm90a(act, dbias, capfd):
+    """64-row C ring entries in 2x2 clusters (A multicast too; the GPU cases' configuration):
+    a knob to time against the engine's 2x1 choice, not offered by the engine."""
+    p = _problem(act=act, dbias=dbias, n=352, k=200)
+    knobs = Knobs.of(tile_n=128, stages=0, raster_group_m=RASTER_GROUP_M[2],
+                     scheduler="static_persistent", cluster_m=2, cluster_n=2, c_split=2)
+    assert knobs not in Sm90DgluEngine().knob_space(p)
+    assert _compile_checked(Sm90CompileKey.of(p, knobs), capfd) is not None
+
+
+@needs_dsl
 def test_c_ring_deeper_than_a_tile_compiles_for_sm90a(capfd):
     """Without dbias a warpgroup may hold more C entries than a tile has (tile 32, 2 C
     stages): the D store then finds its tile from the FIFO position (c_producer's fallback)."""

@@ -384,11 +384,11 @@ def c_stage_cases() -> list:
 
 
 def c_half_cases() -> list:
-    """Ping-pong C ring entries of 64 rows (knob c_split 2; each C block
-    loaded, computed, released and stored in two row halves): dbias on and off, fp32 D
-    (register stores: no D store in the hand-back), 2 C blocks per warpgroup (4 entries),
-    tile 64 with fp16 C/D, N-major B, N tails, empty experts, signed beta, and walks of many
-    tiles per warpgroup (every entry handed back across tiles)."""
+    """Ping-pong C ring entries of 64 rows (knob c_split 2; each C block loaded, computed,
+    released and stored in two row halves): dbias on and off, fp32 D (register stores: no D
+    store in the hand-back), 2 C blocks per warpgroup (4 entries), 2x2 clusters, tile 64
+    with fp16 C/D, N-major B, N tails, empty experts, signed beta, and walks of many tiles
+    per warpgroup (every entry handed back across tiles)."""
     return [
         Case([2048, 256, 0, 4096, 1024, 512, 256, 2048], 768, 1416, "dswiglu", tile_n=128,
              cluster_m=2, c_split=2),
@@ -405,6 +405,13 @@ def c_half_cases() -> list:
         Case([256, 0, 768, 256] * 8, 352, 200, "dswiglu", tile_n=64, c_stages=2, c_split=2),
         Case([512, 256] * 4, 352, 200, "dgeglu", torch.float32, torch.bfloat16, tile_n=128,
              cluster_m=2, c_split=2),
+        # 2x2 clusters (A multicast too): an odd N-tile count (the last pair's second tile a
+        # phantom: TMA zero-fills its C loads, drops its D stores, dbias skips its columns),
+        # and a many-tile walk
+        Case([256, 0, 768, 256] * 8, 352, 200, "dswiglu", tile_n=128, cluster_m=2, cluster_n=2,
+             c_split=2),
+        Case([2048, 256, 0, 4096, 1024, 512, 256, 2048], 512, 1416, "dgeglu", tile_n=128,
+             cluster_m=2, cluster_n=2, c_split=2),
         # (c_split 1) tile 32 with 2 C stages, no dbias: the ring is deeper than a tile, and
         # the D store finds its tile from the FIFO position
         Case([256, 0, 768, 256] * 8, 352, 200, "dgeglu", tile_n=32, cluster_m=2, c_stages=2,

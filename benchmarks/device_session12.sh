@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Prepared in session 11 for the next device session (H200); not yet run.
+# Why: session 11's profile (qwen3, dbias) has our kernel and grouped_mm both at ~77% of L2
+# throughput, ours for 1.34x longer. Per 64-deep k-tile a CTA of ours reads 24 KB from L2
+# (A 16 KB, its half of the multicast B 8 KB) for 2.1 MFLOP of a 128 x 128 tile; CUTLASS's
+# 128 x 256 cooperative tile in 2x1 clusters reads 32 KB for 4.2 MFLOP: 1.5x fewer bytes per
+# FLOP, before our C and D traffic. 2x2 clusters (A multicast too: 16 KB per 2.1 MFLOP)
+# match its ratio; they measured 2-8% slower than 2x1 in session 4, before the D stores,
+# dbias sums and 6 A/B stages moved the bottleneck.
+# Part "tests": the c-half GPU cases (now with 2x2 clusters), the 2x2 cases, racecheck on
+# the ring probe. Part "bench": the default (2x1, c_split 2 at K <= 2048) against 2x2 with
+# and without c_split 2, with and without dbias, round-robin, two processes with dbias.
+#   source .gpu/env/setup.sh && bash benchmarks/device_session12.sh tests|bench
+set -o pipefail
+source "$(dirname "$0")/device_common.sh"
+if [ "$1" = tests ]; then
+  tp c_half_tests -m gpu tests/gpu/test_sm90_correctness.py -k "c_half"
+  tp cluster_2x2_tests -m gpu tests/gpu/test_sm90_correctness.py -k "cl2x2 and not c_half"
+  for m in ring ring1; do
+    t "probe_$m" timeout 120 compute-sanitizer --report-api-errors no --tool racecheck \
+      python3 tests/gpu/racecheck_probe.py $m
+    grep -E "SUMMARY|racecheck probe" "$OUT/probe_$m.log"
+  done
+elif [ "$1" = bench ]; then
+  V=t128c1m2,t128c1m2h2,t128c1m2n2,t128c1m2n2h2
+  for r in 1 2; do
+    t "bench_db_$r" python3 benchmarks/bench_dglu.py --impls cudnn_ext,torch_grouped_mm \
+      --variants $V --rounds 10 --reps 60 --warmup 5 --out "$OUT/cl2x2_db_$r.json"
+    grep -E "^(dsv3|qwen3|mixtral|skew) " "$OUT/bench_db_$r.log"
+  done
+  t bench_nodb python3 benchmarks/bench_dglu.py --no-dbias --impls cudnn_ext,torch_grouped_mm \
+    --variants $V --rounds 10 --reps 60 --warmup 5 --out "$OUT/cl2x2_nodb.json"
+  grep -E "^(dsv3|qwen3|mixtral|skew) " "$OUT/bench_nodb.log"
+fi
+bundle "session12_$1"  # every log and JSON in one file (the tool returns at most 8)
