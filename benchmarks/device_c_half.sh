@@ -25,13 +25,7 @@ elif [ "$1" = ab ]; then
   for r in 1 2; do for v in old new; do ab "ab_${v}_$r" $v; done; done
 else
   V=t128c1m2,t128c1m2h2,t128c2m2h2
-  for r in 1 2; do
-    t "bench_$r" python3 benchmarks/bench_dglu.py --impls cudnn_ext,torch_grouped_mm \
-      --variants $V --rounds 10 --reps 60 --warmup 5 --out "$OUT/chalf_$r.json"
-    grep -E "^(dsv3|qwen3|mixtral|skew) " "$OUT/bench_$r.log"
-  done
-  t bench_nodbias python3 benchmarks/bench_dglu.py --no-dbias --impls cudnn_ext,torch_grouped_mm \
-    --variants $V --rounds 10 --reps 60 --warmup 5 --out "$OUT/chalf_nodbias.json"
-  grep -E "^(dsv3|qwen3|mixtral|skew) " "$OUT/bench_nodbias.log"
+  for r in 1 2; do vbench "bench_$r" "chalf_$r" $V; done
+  vbench bench_nodbias chalf_nodbias $V --no-dbias
 fi
 bundle "c_half_$1"  # every log and JSON in one file (the tool returns at most 8)

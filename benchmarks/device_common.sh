@@ -33,3 +33,14 @@ ab() { local name=$1 v=$2; shift 2; local pp=$PYTHONPATH
   t "$name" env PYTHONPATH="$pp" python3 benchmarks/bench_dglu.py \
     --impls cudnn_ext,torch_grouped_mm --rounds 10 --reps 60 --warmup 5 "$@" --out "$OUT/$name.json"
   grep -E "^(dsv3|qwen3|mixtral|skew) " "$OUT/$name.log"; }
+# probe MODE...: racecheck on tests/gpu/racecheck_probe.py in each mode, then its summary.
+probe() { local m; for m in "$@"; do
+  t "probe_$m" timeout 120 compute-sanitizer --report-api-errors no --tool racecheck \
+    python3 tests/gpu/racecheck_probe.py "$m"
+  grep -E "SUMMARY|racecheck probe" "$OUT/probe_$m.log"; done; }
+# vbench LOG JSON VARIANTS [BENCH_ARGS...]: bench_dglu.py, cudnn_ext and grouped_mm plus the
+# variants (bench_dglu.variant_knobs), round-robin (10 rounds, 60 reps); the shapes' rows.
+vbench() { local log=$1 json=$2 v=$3; shift 3
+  t "$log" python3 benchmarks/bench_dglu.py --impls cudnn_ext,torch_grouped_mm --variants "$v" \
+    --rounds 10 --reps 60 --warmup 5 "$@" --out "$OUT/$json.json"
+  grep -E "^(dsv3|qwen3|mixtral|skew) " "$OUT/$log.log"; }

@@ -29,20 +29,12 @@ set -o pipefail
 source "$(dirname "$0")/device_common.sh"
 if [ "$1" = decide ]; then
   need_ab_old
-  for m in none bar mbar; do
-    t "probe_$m" timeout 120 compute-sanitizer --report-api-errors no --tool racecheck \
-      python3 tests/gpu/racecheck_probe.py $m
-    grep -E "SUMMARY|racecheck probe" "$OUT/probe_$m.log"
-  done
+  probe none bar mbar
   tp c_half_tests -m gpu tests/gpu/test_sm90_correctness.py -k "c_half"
   for r in 1 2; do for v in old new; do ab "ab_${v}_$r" $v; done; done
   V=t128c1m2,t128c1m2h2,t128c2m2h2
-  t bench_db python3 benchmarks/bench_dglu.py --impls cudnn_ext,torch_grouped_mm \
-    --variants $V --rounds 10 --reps 60 --warmup 5 --out "$OUT/chalf_db.json"
-  grep -E "^(dsv3|qwen3|mixtral|skew) " "$OUT/bench_db.log"
-  t bench_nodb python3 benchmarks/bench_dglu.py --no-dbias --impls cudnn_ext,torch_grouped_mm \
-    --variants $V --rounds 10 --reps 60 --warmup 5 --out "$OUT/chalf_nodb.json"
-  grep -E "^(dsv3|qwen3|mixtral|skew) " "$OUT/bench_nodb.log"
+  vbench bench_db chalf_db $V
+  vbench bench_nodb chalf_nodb $V --no-dbias
 elif [ "$1" = tests ]; then
   tp kernel_tests -m gpu tests/gpu/test_sm90_correctness.py -k "not M0- and not c_half"
   tp discrete_tests -m gpu tests/gpu/test_sm90_discrete.py -k "dbias1"
@@ -53,17 +45,9 @@ elif [ "$1" = final ]; then
   tp heur_tests -m gpu tests/gpu/test_sm90_correctness.py -k "heuristics"
   tp fw_tests -m gpu tests/test_torch_fast_path.py tests/test_torch_integration.py tests/test_jax_ffi.py
   t demo timeout 150 python3 -m cudnn_ext demo
-  for m in mbar1 war1 war32; do
-    t "probe_$m" timeout 120 compute-sanitizer --report-api-errors no --tool racecheck \
-      python3 tests/gpu/racecheck_probe.py $m
-    grep -E "SUMMARY|racecheck probe" "$OUT/probe_$m.log"
-  done
+  probe mbar1 war1 war32
 elif [ "$1" = extra ]; then
-  for m in wartx wartx32; do
-    t "probe_$m" timeout 120 compute-sanitizer --report-api-errors no --tool racecheck \
-      python3 tests/gpu/racecheck_probe.py $m
-    grep -E "SUMMARY|racecheck probe" "$OUT/probe_$m.log"
-  done
+  probe wartx wartx32
   t bench2 python3 benchmarks/bench_dglu.py --reps 30 --warmup 5 --out "$OUT/bench2.json"
   grep -E "^(dsv3|qwen3|mixtral|skew) |host overhead" "$OUT/bench2.log"
   t bench_nodb python3 benchmarks/bench_dglu.py --no-dbias --reps 30 --warmup 5 \
@@ -82,11 +66,7 @@ elif [ "$1" = extra ]; then
     grep -E "Duration|Elapsed Cycles|Issued Warp|No Eligible" "$OUT/src_$v.txt" | head -5
   done
 elif [ "$1" = ring ]; then
-  for m in ring ring1; do
-    t "probe_$m" timeout 120 compute-sanitizer --report-api-errors no --tool racecheck \
-      python3 tests/gpu/racecheck_probe.py $m
-    grep -E "SUMMARY|racecheck probe" "$OUT/probe_$m.log"
-  done
+  probe ring ring1
 elif [ "$1" = prefetch ]; then
   need_ab_old
   ab pf_old_1 old; ab pf_new_1 new

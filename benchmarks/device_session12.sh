@@ -16,20 +16,10 @@ source "$(dirname "$0")/device_common.sh"
 if [ "$1" = tests ]; then
   tp c_half_tests -m gpu tests/gpu/test_sm90_correctness.py -k "c_half"
   tp cluster_2x2_tests -m gpu tests/gpu/test_sm90_correctness.py -k "cl2x2 and not c_half"
-  for m in ring ring1; do
-    t "probe_$m" timeout 120 compute-sanitizer --report-api-errors no --tool racecheck \
-      python3 tests/gpu/racecheck_probe.py $m
-    grep -E "SUMMARY|racecheck probe" "$OUT/probe_$m.log"
-  done
+  probe ring ring1
 elif [ "$1" = bench ]; then
   V=t128c1m2,t128c1m2h2,t128c1m2n2,t128c1m2n2h2
-  for r in 1 2; do
-    t "bench_db_$r" python3 benchmarks/bench_dglu.py --impls cudnn_ext,torch_grouped_mm \
-      --variants $V --rounds 10 --reps 60 --warmup 5 --out "$OUT/cl2x2_db_$r.json"
-    grep -E "^(dsv3|qwen3|mixtral|skew) " "$OUT/bench_db_$r.log"
-  done
-  t bench_nodb python3 benchmarks/bench_dglu.py --no-dbias --impls cudnn_ext,torch_grouped_mm \
-    --variants $V --rounds 10 --reps 60 --warmup 5 --out "$OUT/cl2x2_nodb.json"
-  grep -E "^(dsv3|qwen3|mixtral|skew) " "$OUT/bench_nodb.log"
+  for r in 1 2; do vbench "bench_db_$r" "cl2x2_db_$r" $V; done
+  vbench bench_nodb cl2x2_nodb $V --no-dbias
 fi
 bundle "session12_$1"  # every log and JSON in one file (the tool returns at most 8)
