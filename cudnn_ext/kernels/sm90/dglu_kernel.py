@@ -102,8 +102,8 @@ class Sm90KernelConfig:
     # with the 4 KB margin; since session 10 one C stage leaves room for 6 A/B stages, and
     # 2 C stages for 5 without dbias: see stages().)
     c_stages: int = 0
-    # Ping-pong C ring entries of 128 / c_split rows. With 2 (the engine's choice for dense
-    # weights and K <= 2048, engines/sm90.knob_space), a 64-column C block is loaded,
+    # Ping-pong C ring entries of 128 / c_split rows. With 2 (the engine's choice where
+    # engines/sm90.Sm90DgluEngine._c_split_applies says), a 64-column C block is loaded,
     # computed, released and (D) stored in two 64-row halves, so one half's D store and C
     # reload overlap the other half's math in the same 16 KB per warpgroup (session 10's
     # profile: 40% of the epilogue's samples wait for C blocks).
