@@ -7,9 +7,11 @@
 # FLOP, before our C and D traffic. 2x2 clusters (A multicast too: 16 KB per 2.1 MFLOP)
 # match its ratio; they measured 2-8% slower than 2x1 in session 4, before the D stores,
 # dbias sums and 6 A/B stages moved the bottleneck.
-# Part "tests": the c-half GPU cases (now with 2x2 clusters), the 2x2 cases, racecheck on
-# the ring probe. Part "bench": the default (2x1, c_split 2 at K <= 2048) against 2x2 with
-# and without c_split 2, with and without dbias, round-robin, two processes with dbias.
+# Part "tests": the c-half GPU cases (now with 2x2 clusters and discrete weights), the 2x2
+# cases, racecheck on the ring probe. Part "bench": the default (2x1, c_split 2 at K <=
+# 2048) against 2x2 with and without c_split 2, and discrete weights with and without
+# c_split 2 (the engine does not offer it there yet), with and without dbias, round-robin,
+# two processes with dbias.
 #   source .gpu/env/setup.sh && bash benchmarks/device_session12.sh tests|bench
 set -o pipefail
 source "$(dirname "$0")/device_common.sh"
@@ -19,7 +21,8 @@ if [ "$1" = tests ]; then
   probe ring ring1
 elif [ "$1" = bench ]; then
   V=t128c1m2,t128c1m2h2,t128c1m2n2,t128c1m2n2h2
-  for r in 1 2; do vbench "bench_db_$r" "cl2x2_db_$r" $V; done
-  vbench bench_nodb cl2x2_nodb $V --no-dbias
+  D=t128c1m2,t128c1m2h2
+  for r in 1 2; do vbench "bench_db_$r" "cl2x2_db_$r" $V --discrete-variants $D; done
+  vbench bench_nodb cl2x2_nodb $V --discrete-variants $D --no-dbias
 fi
 bundle "session12_$1"  # every log and JSON in one file (the tool returns at most 8)

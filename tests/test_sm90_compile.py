@@ -632,6 +632,18 @@ def test_c_half_in_2x2_clusters_compiles_for_sm90a(act, dbias, capfd):
 
 
 @needs_dsl
+@pytest.mark.parametrize("b_major,cluster_m", [("k", 2), ("n", 1)])
+def test_c_half_with_discrete_weights_compiles_for_sm90a(b_major, cluster_m, capfd):
+    """64-row C ring entries with per-expert weights (the GPU cases' configurations): a knob
+    to time before the engine offers it there."""
+    p = _problem(dbias=True, n=352, k=200, weight_mode="discrete", b_major=b_major)
+    knobs = Knobs.of(tile_n=128, stages=0, raster_group_m=RASTER_GROUP_M[cluster_m],
+                     scheduler="static_persistent", cluster_m=cluster_m, c_split=2)
+    assert knobs not in Sm90DgluEngine().knob_space(p)
+    assert _compile_checked(Sm90CompileKey.of(p, knobs), capfd) is not None
+
+
+@needs_dsl
 def test_c_ring_deeper_than_a_tile_compiles_for_sm90a(capfd):
     """Without dbias a warpgroup may hold more C entries than a tile has (tile 32, 2 C
     stages): the D store then finds its tile from the FIFO position (c_producer's fallback)."""

@@ -386,7 +386,8 @@ def c_stage_cases() -> list:
 def c_half_cases() -> list:
     """Ping-pong C ring entries of 64 rows (knob c_split 2; each C block loaded, computed,
     released and stored in two row halves): dbias on and off, fp32 D (register stores: no D
-    store in the hand-back), 2 C blocks per warpgroup (4 entries), 2x2 clusters, tile 64
+    store in the hand-back), 2 C blocks per warpgroup (4 entries), 2x2 clusters, discrete
+    weights, tile 64
     with fp16 C/D, N-major B, N tails, empty experts, signed beta, and walks of many tiles
     per warpgroup (every entry handed back across tiles)."""
     return [
@@ -412,6 +413,11 @@ def c_half_cases() -> list:
              c_split=2),
         Case([2048, 256, 0, 4096, 1024, 512, 256, 2048], 512, 1416, "dgeglu", tile_n=128,
              cluster_m=2, cluster_n=2, c_split=2),
+        # discrete weights (per-expert descriptors), K- and N-major, alone and in 2x1 clusters
+        Case([2048, 256, 0, 4096, 1024, 512, 256, 2048], 512, 1416, "dswiglu", tile_n=128,
+             weight_mode="discrete", cluster_m=2, c_split=2),
+        Case([256, 0, 768, 256] * 8, 352, 200, "dgeglu", tile_n=128, weight_mode="discrete",
+             b_major="n", c_split=2),
         # (c_split 1) tile 32 with 2 C stages, no dbias: the ring is deeper than a tile, and
         # the D store finds its tile from the FIFO position
         Case([256, 0, 768, 256] * 8, 352, 200, "dgeglu", tile_n=32, cluster_m=2, c_stages=2,
