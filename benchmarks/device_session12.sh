@@ -5,8 +5,10 @@
 # (A 16 KB, its half of the multicast B 8 KB) for 2.1 MFLOP of a 128 x 128 tile; CUTLASS's
 # 128 x 256 cooperative tile in 2x1 clusters reads 32 KB for 4.2 MFLOP: 1.5x fewer bytes per
 # FLOP, before our C and D traffic. 2x2 clusters (A multicast too: 16 KB per 2.1 MFLOP)
-# match its ratio; they measured 2-8% slower than 2x1 in session 4, before the D stores,
-# dbias sums and 6 A/B stages moved the bottleneck.
+# match its ratio; they measured 2-8% slower than 2x1 when added and 3-5% in session 5,
+# before the D stores, dbias sums and 6 A/B stages left the math warps' path. Low odds
+# (session 5 found the shared-memory pipe busiest, which 2x2 does not relieve): a cheap
+# check.
 # Part "tests": the c-half GPU cases (now with 2x2 clusters and discrete weights), the 2x2
 # cases, racecheck on the ring probe. Part "bench": the default (2x1, c_split 2 at K <=
 # 2048) against 2x2 with and without c_split 2, and discrete weights with and without
