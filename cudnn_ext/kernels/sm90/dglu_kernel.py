@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Type
+from typing import NamedTuple, Type
 
 import cuda.bindings.driver as cuda
 
@@ -71,6 +71,18 @@ from cutlass.tensor_utils.tensormap import TensorMapManager, TensorMapUpdateMode
 
 from .epilogue_math import LOG2_E, dgeglu_local, dswiglu_unscaled
 from .tile_walk import expert_of_row, grouped_raster
+
+
+class DbiasHandBack(NamedTuple):
+    """What a ping-pong C producer warp needs to add its warpgroup's dbias column sums
+    (``c_producer``): the per-stage slices, the offsets and expert count (the expert of a
+    tile), the fp32 workspace, and the fold barrier it meets the folder warp on."""
+
+    sDb: object
+    offs: object
+    num_experts: object
+    ws: object
+    fold_bar: object
 
 TILE_M = 128  # one math warpgroup x two 64-row WGMMA halves; 256-aligned offsets => one expert
 TILE_K = 64  # 4 x WGMMA K (16) per k-tile: 128-byte rows => 128B swizzle for 16-bit types
@@ -676,8 +688,8 @@ class GroupedDgluSm90:
                 if cutlass.const_expr(self.dbias_via_producer()):
                     # ping-pong: this warp adds its warpgroup's dbias column sums and
                     # tells the folder warp when a tile's are in the workspace
-                    dbias = (sDb, mOffs, num_experts, mDbias,
-                             self.fold_bar(warp_idx - 1))
+                    dbias = DbiasHandBack(sDb, mOffs, num_experts, mDbias,
+                                          self.fold_bar(warp_idx - 1))
                 self.c_producer(c_pipe, tma_atom_c, tCgC_tma, tCsC_tma, warp_idx - 1, unit0,
                                 walk, d_store, dbias)
             if cutlass.const_expr(self.cfg.fold_in_kernel()):
@@ -884,8 +896,7 @@ class GroupedDgluSm90:
             # (with c_stages <= nent; the expert is needed for dbias only)
             expert = Int32(0)
             if cutlass.const_expr(dbias is not None):
-                _, mOffs, num_experts, _, _ = dbias
-                expert = expert_of_row(mOffs, num_experts, m_tile * TILE_M)
+                expert = expert_of_row(dbias.offs, dbias.num_experts, m_tile * TILE_M)
             prev = cur
             cur = (m_tile, n_tile, expert)
             for e in cutlass.range_constexpr(self.nent):
@@ -948,7 +959,7 @@ class GroupedDgluSm90:
                     + (q // self.nent) * self.unit_step(nunits), walk)
             self._store_d_block(d_store, st, w, e_q, m_tile, n_tile)
         if cutlass.const_expr(dbias is not None and e_q % self.c_split == self.c_split - 1):
-            sDb, _, _, mWs, _ = dbias
+            sDb = dbias.sDb
             two_n = 2 * self.cfg.n
             lane = cute.arch.lane_idx()
             sl = st.index // self.c_split  # the block's slice
@@ -959,7 +970,7 @@ class GroupedDgluSm90:
                 s = (sDb[(col, 0, sl)] + sDb[(col, 1, sl)]
                      + sDb[(col, 2, sl)] + sDb[(col, 3, sl)])
                 if g < two_n:
-                    cute.arch.atomic_add((mWs.iterator + (expert * two_n + g)).llvm_ptr, s)
+                    cute.arch.atomic_add((dbias.ws.iterator + (expert * two_n + g)).llvm_ptr, s)
         if cutlass.const_expr(d_store is not None):
             # by the issuing lane (the others have no bulk group); the warp sync keeps every
             # lane, hence the next load, after it
@@ -974,7 +985,7 @@ class GroupedDgluSm90:
         fence this warp's atomics (gpu scope: see dbias_folder) and meet the folder warp."""
         if cutlass.const_expr(self.cfg.fold_in_kernel() and e_q == self.nent - 1):
             cute.arch.fence_acq_rel_gpu()
-            dbias[4].arrive_and_wait()
+            dbias.fold_bar.arrive_and_wait()
 
     def _store_d_block(self, d_store, st, w, e_q: int, m_tile, n_tile):
         """Issue the TMA store of the D entry in C stage ``st``: warpgroup w's entry ``e_q``
