@@ -5,8 +5,8 @@ Peers, side by side in one process on the same inputs:
                           execute on a caller workspace (with dbias: a zeroing kernel, then
                           the kernel)
   cudnn_ext_op            (row impl "cudnn_ext", variant "op") the torch op's out= call, what
-                          training code calls: a replay, one kernel (added in session 10;
-                          not GPU-run yet)
+                          training code calls: a replay, one kernel (first GPU-run in
+                          session 11)
   cudnn_ext_discrete      (row impl "cudnn_ext", variant "discrete") the same with per-expert weights (b_ptrs: one allocation per expert,
                           K-major, device-built TMA descriptors; clusters are not used there)
   torch_grouped_mm        torch._grouped_mm alone (the GEMM only, bf16 out): the bar to beat

@@ -11,7 +11,8 @@ fresh-outputs launch (the functional torch path); ``coop`` the cooperative sched
 2x1 clusters) on enough tiles that every cluster walks two (shared dbias slots reused);
 ``walk`` the default ping-pong kernel (tile 128, 2x1 clusters, one C stage) on enough tiles
 that each math warpgroup walks several, so every C stage and its dbias slice is handed back
-across tiles by the C producer warp.
+across tiles by the C producer warp; ``chalf`` the same walk with 64-row C ring entries
+(c_split 2).
 """
 import os
 import sys

@@ -387,9 +387,9 @@ def c_half_cases() -> list:
     """Ping-pong C ring entries of 64 rows (knob c_split 2; each C block loaded, computed,
     released and stored in two row halves): dbias on and off, fp32 D (register stores: no D
     store in the hand-back), 2 C blocks per warpgroup (4 entries), 2x2 clusters, discrete
-    weights, tile 64
-    with fp16 C/D, N-major B, N tails, empty experts, signed beta, and walks of many tiles
-    per warpgroup (every entry handed back across tiles)."""
+    weights, tile 64 with fp16 C/D, N-major B, N tails, empty experts, signed beta, and
+    walks of many tiles per warpgroup (every entry handed back across tiles); last, one
+    c_split 1 case for the C producer's fallback when its ring is deeper than a tile."""
     return [
         Case([2048, 256, 0, 4096, 1024, 512, 256, 2048], 768, 1416, "dswiglu", tile_n=128,
              cluster_m=2, c_split=2),
