@@ -127,22 +127,22 @@ def _compile_checked(key, capfd, max_spill=0):
 
 
 def _variants():
-    # every (tile_n, cluster_m, act, dbias) with bf16 C/D, plus each C/D dtype pair once; at
-    # tile 128 both K regimes (K 200: 64-row C ring entries, c_split 2; K 2056: c_split 1)
-    ks = {64: (200,), 128: (200, 2056)}
-    out = [(t, cl, a, db, torch.bfloat16, torch.bfloat16, k)
+    # every (tile_n, cluster_m, act, dbias) with bf16 C/D (at tile 128 with 64-row C ring
+    # entries, c_split 2, at any K for dense weights), plus each C/D dtype pair once
+    out = [(t, cl, a, db, torch.bfloat16, torch.bfloat16, 200)
            for t in TILE_NS for cl in CLUSTER_MS for a in ("dswiglu", "dgeglu")
-           for db in (True, False) for k in ks[t]]
+           for db in (True, False)]
     dts = (torch.bfloat16, torch.float16, torch.float32)
-    out += [(128, 2, "dgeglu", True, c, d, k) for c in dts for d in dts
-            for k in (ks[128] if _c_split_expected(128, 200, c, d) else (200,))
+    out += [(128, 2, "dgeglu", True, c, d, 200) for c in dts for d in dts
             if (c, d) != (torch.bfloat16, torch.bfloat16)]
-    return out
+    return out + [(128, 2, "dswiglu", True, torch.bfloat16, torch.bfloat16, 7168)]  # dsv3's K
 
 
-def _c_split_expected(tile_n, k, c, d):
-    """Where the engine offers 64-row C ring entries (Sm90DgluEngine._c_split_applies)."""
-    return tile_n == 128 and k <= 2048 and c == d != torch.float32
+def _c_split_expected(tile_n, k, c, d, weight_mode="dense"):
+    """Where the engine offers 64-row C ring entries (Sm90DgluEngine._c_split_applies):
+    an independent restatement of the measured rule, so a change to either shows."""
+    return (tile_n == 128 and c == d != torch.float32
+            and (weight_mode == "dense" or k <= 2048))
 
 
 _DT = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
@@ -179,19 +179,23 @@ def test_every_variant_compiles_for_sm90a(tile_n, cluster_m, act, dbias, c, d, k
 
 
 def test_c_split_is_offered_where_it_was_measured():
-    """64-row C ring entries (c_split 2): dense weights, K <= 2048, 16-bit C and D of one
-    type, ping-pong tile 128 in 1x1 and 2x1 clusters; not for tile 64, 2x2 clusters,
-    discrete weights, K > 2048, fp32 C or D, or D of another type than C."""
+    """64-row C ring entries (c_split 2): 16-bit C and D of one type, ping-pong tile 128 in
+    1x1 and 2x1 clusters, dense weights at any K, discrete weights at K <= 2048; not for
+    tile 64, 2x2 clusters, discrete weights at K > 2048, fp32 C or D, or D of another type
+    than C."""
     eng = Sm90DgluEngine()
 
     def split(p):
         return {(kn.get("tile_n"), kn.get("cluster_m"), kn.get("cluster_n", 1)): kn.get("c_split", 1)
                 for kn in eng.knob_space(p) if not kn.get("cooperative", False)}
 
-    assert split(_problem(k=2048)) == {(64, 1, 1): 1, (128, 1, 1): 2, (64, 2, 1): 1,
-                                       (128, 2, 1): 2, (64, 2, 2): 1, (128, 2, 2): 1}
-    assert set(split(_problem(k=2056)).values()) == {1}
-    assert set(split(_problem(k=200, weight_mode="discrete")).values()) == {1}
+    dense = {(64, 1, 1): 1, (128, 1, 1): 2, (64, 2, 1): 1, (128, 2, 1): 2, (64, 2, 2): 1,
+             (128, 2, 2): 1}
+    assert split(_problem(k=2048)) == dense
+    assert split(_problem(k=7168)) == dense
+    assert split(_problem(k=2048, weight_mode="discrete", b_major="n")) == {
+        (64, 1, 1): 1, (128, 1, 1): 2, (64, 2, 1): 1, (128, 2, 1): 2}
+    assert set(split(_problem(k=2056, weight_mode="discrete")).values()) == {1}
     assert split(_problem(k=200, c=torch.float16, d=torch.float16))[(128, 2, 1)] == 2
     for c, d in ((torch.bfloat16, torch.float32), (torch.float32, torch.float32),
                  (torch.bfloat16, torch.float16)):
@@ -532,11 +536,12 @@ def test_cooperative_variant_compiles_for_sm90a(tile_n, cluster_m, act, dbias, d
     assert _compile_checked(key, capfd) is not None
 
 
-def test_cooperative_is_selected_only_without_dbias_for_short_k():
-    """Heuristics: the cooperative 128 x 256 schedule (measured clearly faster than
-    ping-pong with round-robin timing only without dbias at K 2048; a tie with dbias there)
-    is ranked first only for dense weights, 16-bit C/D, N % 256 == 0, enough tiles, no dbias
-    and K <= 2048; everything else keeps ping-pong 128 x 128 in 2x1 clusters."""
+def test_cooperative_is_selected_only_where_c_halves_do_not_apply():
+    """Heuristics: the cooperative 128 x 256 schedule (measured faster than ping-pong with
+    128-row C entries without dbias at K 2048, slower than ping-pong with 64-row entries) is
+    ranked first only for dense weights, C and D of different 16-bit types, N % 256 == 0,
+    enough tiles, no dbias and K <= 2048; everything else keeps ping-pong 128 x 128 in 2x1
+    clusters, with 64-row C entries where they apply."""
     from cudnn_ext.engines.sm90 import COOPERATIVE_KNOBS
 
     eng = Sm90DgluEngine()
@@ -545,37 +550,51 @@ def test_cooperative_is_selected_only_without_dbias_for_short_k():
         p = _problem(**{"n": 768, "k": 2048, "m": 16384, "L": 32, **kw})
         return min(eng.knob_space(p), key=lambda k: eng.cost(p, k))
 
-    assert best(dbias=False) == COOPERATIVE_KNOBS  # qwen3
-    assert best(dbias=False, act="dgeglu", c=torch.float16, d=torch.float16) == COOPERATIVE_KNOBS
-    assert best(dbias=False, k=1416) == COOPERATIVE_KNOBS
-    for kw in (dict(dbias=True),  # qwen3
-               dict(dbias=True, k=4096, n=1024), dict(dbias=False, k=4096, n=1024),  # skew
-               dict(dbias=True, k=7168, n=2048, L=8, m=32768),  # dsv3
-               dict(dbias=False, k=7168, n=2048, L=8, m=32768),
-               dict(dbias=True, k=4096, n=14336, L=8), dict(dbias=False, k=4096, n=14336, L=8),
-               dict(dbias=False, k=2056),
-               dict(dbias=False, weight_mode="discrete"),
-               dict(dbias=False, d=torch.float32), dict(dbias=False, c=torch.float32),
-               dict(dbias=False, n=96), dict(dbias=False, n=640),
-               dict(dbias=False, m=4096, n=512)):  # 64 wide tiles: too few for 132 SMs
+    mixed = dict(c=torch.bfloat16, d=torch.float16)
+    assert best(dbias=False, **mixed) == COOPERATIVE_KNOBS
+    assert best(dbias=False, act="dgeglu", c=torch.float16, d=torch.bfloat16) == COOPERATIVE_KNOBS
+    assert best(dbias=False, k=1416, **mixed) == COOPERATIVE_KNOBS
+    split, whole = 2, 1
+    for kw, c_split in ((dict(dbias=False), split),  # qwen3
+                        (dict(dbias=False, c=torch.float16, d=torch.float16), split),
+                        (dict(dbias=True), split),
+                        (dict(dbias=True, k=4096, n=1024), split),  # skew
+                        (dict(dbias=False, k=4096, n=1024), split),
+                        (dict(dbias=True, k=7168, n=2048, L=8, m=32768), split),  # dsv3
+                        (dict(dbias=False, k=7168, n=2048, L=8, m=32768), split),
+                        (dict(dbias=True, k=4096, n=14336, L=8), split),  # mixtral
+                        (dict(dbias=False, k=4096, n=14336, L=8), split),
+                        (dict(dbias=False, k=2056, **mixed), whole),
+                        (dict(dbias=False, weight_mode="discrete"), split),
+                        (dict(dbias=True, weight_mode="discrete", k=4096), whole),
+                        (dict(dbias=False, d=torch.float32), whole),
+                        (dict(dbias=False, c=torch.float32), whole),
+                        (dict(dbias=False, n=96, **mixed), whole),
+                        (dict(dbias=False, n=640, **mixed), whole),
+                        # 64 wide tiles: too few for 132 SMs
+                        (dict(dbias=False, m=4096, n=512, **mixed), whole)):
         choice = best(**kw)
         assert not choice.get("cooperative", False), (kw, choice)
         assert choice.get("tile_n") == 128 and choice.get("cluster_m") == 2
         assert choice.get("cluster_n", 1) == 1
+        assert choice.get("c_split", 1) == c_split, (kw, choice)
 
 
-#: The cooperative configurations the heuristics can select (16-bit C/D, no dbias, K <= 2048)
-_COOP_SELECTABLE = [("dswiglu", torch.bfloat16, "k"), ("dgeglu", torch.bfloat16, "k"),
-                    ("dswiglu", torch.float16, "n"), ("dgeglu", torch.float16, "n")]
+#: The cooperative configurations the heuristics can select (C and D of different 16-bit
+#: types, no dbias, K <= 2048)
+_COOP_SELECTABLE = [("dswiglu", torch.bfloat16, torch.float16, "k"),
+                    ("dgeglu", torch.float16, torch.bfloat16, "k"),
+                    ("dswiglu", torch.float16, torch.bfloat16, "n"),
+                    ("dgeglu", torch.bfloat16, torch.float16, "n")]
 
 
 @needs_dsl
-@pytest.mark.parametrize("act,cd,b_major", _COOP_SELECTABLE,
-                         ids=[f"{a}-{_DT[c]}-{b}major" for a, c, b in _COOP_SELECTABLE])
-def test_selectable_cooperative_variant_compiles_for_sm90a(act, cd, b_major, capfd):
+@pytest.mark.parametrize("act,c,d,b_major", _COOP_SELECTABLE,
+                         ids=[f"{a}-C{_DT[c]}-D{_DT[d]}-{b}major" for a, c, d, b in _COOP_SELECTABLE])
+def test_selectable_cooperative_variant_compiles_for_sm90a(act, c, d, b_major, capfd):
     from cudnn_ext.engines.sm90 import COOPERATIVE_KNOBS
 
-    p = _problem(act=act, c=cd, d=cd, dbias=False, n=512, k=2048, m=32768, b_major=b_major)
+    p = _problem(act=act, c=c, d=d, dbias=False, n=512, k=2048, m=32768, b_major=b_major)
     assert COOPERATIVE_KNOBS in Sm90DgluEngine().knob_space(p)
     assert _compile_checked(Sm90CompileKey.of(p, COOPERATIVE_KNOBS), capfd) is not None
 
@@ -585,7 +604,7 @@ def test_selectable_cooperative_fresh_outputs_variant_compiles_for_sm90a(capfd):
     """The functional torch op runs the fresh-outputs variant of whatever the heuristics pick."""
     from cudnn_ext.engines.sm90 import COOPERATIVE_KNOBS
 
-    p = _problem(dbias=False, n=512, k=2048, m=32768)
+    p = _problem(dbias=False, n=512, k=2048, m=32768, c=torch.bfloat16, d=torch.float16)
     assert COOPERATIVE_KNOBS in Sm90DgluEngine().knob_space(p)
     key = dataclasses.replace(Sm90CompileKey.of(p, COOPERATIVE_KNOBS), init_outputs=True)
     assert key.cooperative
@@ -632,14 +651,16 @@ def test_c_half_in_2x2_clusters_compiles_for_sm90a(act, dbias, capfd):
 
 
 @needs_dsl
-@pytest.mark.parametrize("b_major,cluster_m", [("k", 2), ("n", 1)])
-def test_c_half_with_discrete_weights_compiles_for_sm90a(b_major, cluster_m, capfd):
-    """64-row C ring entries with per-expert weights (the GPU cases' configurations): a knob
-    to time before the engine offers it there."""
-    p = _problem(dbias=True, n=352, k=200, weight_mode="discrete", b_major=b_major)
-    knobs = Knobs.of(tile_n=128, stages=0, raster_group_m=RASTER_GROUP_M[cluster_m],
-                     scheduler="static_persistent", cluster_m=cluster_m, c_split=2)
-    assert knobs not in Sm90DgluEngine().knob_space(p)
+@pytest.mark.parametrize("b_major,cluster_m,act,dbias", [("k", 2, "dswiglu", True),
+                                                         ("n", 1, "dgeglu", True),
+                                                         ("n", 2, "dswiglu", False),
+                                                         ("k", 1, "dgeglu", False)])
+def test_c_half_with_discrete_weights_compiles_for_sm90a(b_major, cluster_m, act, dbias, capfd):
+    """64-row C ring entries with per-expert weights at K <= 2048: the engine's own tile-128
+    knobs, K- and N-major, alone and in 2x1 clusters."""
+    p = _problem(act=act, dbias=dbias, n=352, k=200, weight_mode="discrete", b_major=b_major)
+    knobs = _engine_knobs(p, 128, cluster_m)
+    assert knobs.get("c_split") == 2
     assert _compile_checked(Sm90CompileKey.of(p, knobs), capfd) is not None
 
 

@@ -45,13 +45,14 @@ COOPERATIVE_KNOBS = Knobs.of(tile_n=256, c_stages=2, stages=0, raster_group_m=RA
 #: 128 x 256 tiles below which ping-pong 128 x 128 keeps the GPU busier (two waves, 132 SMs)
 _COOP_MIN_TILES = 264
 #: The cooperative schedule is offered only without dbias and for K <= this (the one place
-#: where it measured clearly faster than ping-pong with round-robin timing, 3-4% on qwen3;
+#: where it measured clearly faster than ping-pong with 128-row C entries, 3-4% on qwen3;
 #: with dbias it tied there; see _cooperative_applies)
 _COOP_MAX_K = 2048
-#: Ping-pong 128-wide tiles use 64-row C ring entries (c_split 2) for dense weights and K <=
-#: this: a short mainloop per tile leaves the epilogue exposed, and halving the C entries
-#: lets one half's D store and C reload overlap the other half's math (see knob_space)
-_C_SPLIT_MAX_K = 2048
+#: Ping-pong 128-wide tiles use 64-row C ring entries (c_split 2) with discrete weights only
+#: for K <= this (dense weights: any K): halving the C entries lets one half's D store and C
+#: reload overlap the other half's math; with per-expert weights it measured slower at
+#: K 4096 (mixtral) and faster at K 2048 (qwen3); see knob_space
+_C_SPLIT_DISCRETE_MAX_K = 2048
 _INT32_MAX = 2**31 - 1
 #: Bytes of one expert's B TMA descriptor in the workspace (discrete weights), vendor_facts 4.5.
 DESC_BYTES = 128
@@ -399,15 +400,22 @@ class Sm90DgluEngine(Engine):
         cooperative 128 x 256 configuration where it applies (``_cooperative_applies``).
 
         Ping-pong 128-wide tiles in 1x1 and 2x1 clusters take 64-row C ring entries
-        (``c_split`` 2, ``_c_split_applies``) for dense weights, K <= _C_SPLIT_MAX_K and
-        16-bit C and D of one type.
-        Timed round-robin in one process on the H200 (session 11, bench_dglu variants
-        t128c1m2h2 vs t128c1m2, results/session11-c-half/), with dbias, ms: qwen3 (K 2048)
-        0.133 vs 0.138, dsv3 1.525 vs 1.525, skew 0.507 vs 0.507, mixtral 3.125 vs 3.097;
-        without dbias 0.116 vs 0.120, 1.502 vs 1.515, 0.483 vs 0.492, 3.088 vs 3.108. Only
-        the K 2048 gain is clear of the noise, so the bound is where the evidence ends; the
-        1x1 and 2x2 clusters, tile 64, discrete weights and C/D types other than bf16 were
-        not timed with it."""
+        (``c_split`` 2, ``_c_split_applies``) for 16-bit C and D of one type, with dense
+        weights at any K and with discrete weights at K <= _C_SPLIT_DISCRETE_MAX_K.
+        Timed round-robin in one process on the H200, bench_dglu variants t128c1m2h2 vs
+        t128c1m2, ms. Session 11 (results/session11-c-half/), dense, with dbias: qwen3
+        (K 2048) 0.133 vs 0.138, dsv3 1.525 vs 1.525, skew 0.507 vs 0.507, mixtral 3.125 vs
+        3.097; without dbias 0.116 vs 0.120, 1.502 vs 1.515, 0.483 vs 0.492, 3.088 vs 3.108.
+        Session 12 (results/session12-c-split/, two processes with dbias, one without),
+        dense: qwen3 0.130 / 0.129 / 0.113 vs 0.136 / 0.135 / 0.118, dsv3 1.505 / 1.533 /
+        1.528 vs 1.515 / 1.570 / 1.527, mixtral 3.184 / 3.179 / 3.121 vs 3.207 / 3.186 /
+        3.148, skew 0.512 / 0.515 / 0.498 vs 0.516 / 0.516 / 0.503: at K > 2048 never slower
+        beyond noise (once 0.9%, mixtral in session 11) and faster on average. Discrete:
+        qwen3 0.141 / 0.136 / 0.120 vs 0.144 / 0.141 / 0.123, but mixtral (K 4096) 3.181 /
+        3.237 / 3.148 vs 3.142 / 3.153 / 3.148, slower with dbias in both processes, so per-
+        expert weights get it only at K <= 2048. The 1x1 and 2x2 clusters (2x2 is 4-12%
+        slower than 2x1 with or without it, session 12), tile 64 and C/D types other than
+        bf16 were not timed with it."""
         shapes = CLUSTER_SHAPES if problem.weight_mode == "dense" else ((1, 1), (2, 1))
         space = [Knobs.of(tile_n=t, stages=0, raster_group_m=RASTER_GROUP_M[cm],
                           scheduler="static_persistent", cluster_m=cm,
@@ -422,7 +430,7 @@ class Sm90DgluEngine(Engine):
     def _c_split_applies(problem: DgluProblem, tile_n: int, cluster_n: int) -> bool:
         # 16-bit D of C's type (D stored through shared memory, as timed): with fp32 D
         # (register stores) the split epilogue spills 48 B at a partial N-tile
-        return (problem.weight_mode == "dense" and problem.k <= _C_SPLIT_MAX_K
+        return ((problem.weight_mode == "dense" or problem.k <= _C_SPLIT_DISCRETE_MAX_K)
                 and tile_n == 128 and cluster_n == 1
                 and problem.c_dtype in _HALF_DTYPES and problem.d_dtype == problem.c_dtype)
 
@@ -430,7 +438,8 @@ class Sm90DgluEngine(Engine):
     def _cooperative_applies(problem: DgluProblem) -> bool:
         """The cooperative 128 x 256 schedule (2x1 clusters, 2 C stages per warpgroup) is
         offered for dense weights, 16-bit C and D, N a multiple of 256 (no padded tile), at
-        least _COOP_MIN_TILES such tiles, no dbias and K <= _COOP_MAX_K.
+        least _COOP_MIN_TILES such tiles, no dbias and K <= _COOP_MAX_K, where ping-pong
+        cannot take 64-row C entries (C and D of different 16-bit types).
 
         Why so narrow: timed round-robin against ping-pong 128 x 128 (2x1 clusters) in one
         process, each row's calls spread over 10 rounds so no row gains from its place
@@ -443,6 +452,11 @@ class Sm90DgluEngine(Engine):
         Session 7's rule (cooperative also with dbias for K >= 4096) rested on runs that
         timed the default row first, which flattered it; K between 2048 and 4096 is not
         measured, so the bound is where the evidence ends.
+
+        Ping-pong with 64-row C entries (``_c_split_applies``) beat it without dbias on
+        qwen3, round-robin in one process on the H200: 0.1159 vs 0.1190 ms (session 11,
+        results/session11-c-half/chalf_nodb.json) and 0.1135 vs 0.1166 (session 12,
+        results/session12-c-split/cl2x2_nodb.json), so it is not offered where they apply.
 
         Under sustained load the margins change: each kernel run back to back for 3 s (2 s
         without dbias), two passes, at the H200's 700 W cap (benchmarks/sustained.py,
@@ -463,7 +477,8 @@ class Sm90DgluEngine(Engine):
         return (not problem.generate_dbias and problem.k <= _COOP_MAX_K
                 and problem.weight_mode == "dense"
                 and problem.n % 256 == 0 and tiles >= _COOP_MIN_TILES
-                and problem.c_dtype in _HALF_DTYPES and problem.d_dtype in _HALF_DTYPES)
+                and problem.c_dtype in _HALF_DTYPES and problem.d_dtype in _HALF_DTYPES
+                and not Sm90DgluEngine._c_split_applies(problem, 128, 1))
 
     def cost(self, problem: DgluProblem, knobs: Knobs) -> float:
         """Microseconds: WGMMA time at ~600 TFLOP/s with N padded to the tile (~680 with B

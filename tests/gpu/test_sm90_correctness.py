@@ -7,6 +7,7 @@ tolerances of ``sm90_cases.TOL``. Reproduce one case with
 ``python -m pytest tests/gpu/test_sm90_correctness.py -m gpu -k <label>``.
 """
 import pytest
+import torch
 
 from sm90_cases import (Case, c_half_cases, c_stage_cases, cluster_2x2_cases, cluster_cases,
                         cooperative_cases, dense_n_major_cases, run_and_check, skip_unless_sm90,
@@ -71,31 +72,44 @@ def test_sm90_m_is_runtime():
     assert len(sm90._compiled) == before
 
 
+_MIXED = dict(c_dtype=torch.bfloat16, d_dtype=torch.float16)
+#: (label, case keywords, the expected choice: "coop" or ping-pong 128 x 128 in 2x1 clusters
+#: with this c_split)
+_HEURISTICS = [("nodbias-K1416", dict(dbias=False, k=1416), 2),
+               ("nodbias-K1416-mixedCD", dict(dbias=False, k=1416, **_MIXED), "coop"),
+               ("dbias-K4104", dict(k=4104), 2),
+               ("dbias-K1416", dict(k=1416), 2),
+               ("dbias-K1416-discrete", dict(k=1416, weight_mode="discrete"), 2),
+               ("dbias-K4104-discreteN", dict(k=4104, weight_mode="discrete", b_major="n"), 1)]
+
+
 @pytest.mark.parametrize("fresh", [False, True], ids=["contract", "fresh"])
-@pytest.mark.parametrize("dbias,k", [(False, 1416), (True, 4104), (True, 1416)],
-                         ids=["nodbias-K1416", "dbias-K4104", "dbias-K1416"])
-def test_sm90_heuristics_choice_is_correct(fresh, dbias, k):
-    """What the engine itself picks (without dbias at K <= 2048 the cooperative 128 x 256
-    schedule in 2x1 clusters with 2 C stages; with dbias ping-pong 128 x 128 in 2x1
-    clusters, with 64-row C ring entries at K <= 2048), run as the class API (contract) and
-    the functional op (fresh outputs) would: empty experts, rows past the last offset, a K
-    tail, and enough tiles that every CTA walks several (accumulator overwrite, the C FIFO
-    and the dbias sums carried across tiles)."""
+@pytest.mark.parametrize("kw,expect", [h[1:] for h in _HEURISTICS], ids=[h[0] for h in _HEURISTICS])
+def test_sm90_heuristics_choice_is_correct(fresh, kw, expect):
+    """What the engine itself picks (ping-pong 128 x 128 in 2x1 clusters, with 64-row C
+    ring entries for 16-bit C and D of one type, with per-expert weights only at K <= 2048;
+    without dbias at K <= 2048 and C, D of different 16-bit types the cooperative 128 x 256
+    schedule), run as the class API (contract) and the functional op (fresh outputs) would:
+    empty experts, rows past the last offset, a K tail, and enough tiles that every CTA
+    walks several (accumulator overwrite, the C FIFO and the dbias sums carried across
+    tiles)."""
     skip_unless_sm90()
     from cudnn_ext.engines.sm90 import COOPERATIVE_KNOBS, Sm90DgluEngine
     from sm90_cases import make_pack
 
+    kw = dict(kw)
+    k = kw.pop("k")
     case = Case([2048, 0, 4096, 1024, 3072, 2048, 512, 8192], 512, k,
-                "dgeglu" if dbias else "dswiglu", dbias=dbias)
+                "dgeglu" if kw.get("dbias", True) else "dswiglu", **kw)
     eng = Sm90DgluEngine()
     problem, _ = make_pack(case)
     knobs = min(eng.knob_space(problem), key=lambda kn: eng.cost(problem, kn))
-    if dbias:
-        assert not knobs.get("cooperative", False)
-        assert (knobs.get("tile_n"), knobs.get("cluster_m")) == (128, 2)
-        assert knobs.get("c_split", 1) == (2 if k <= 2048 else 1)
-    else:
+    if expect == "coop":
         assert knobs == COOPERATIVE_KNOBS
+    else:
+        assert not knobs.get("cooperative", False)
+        assert (knobs.get("tile_n"), knobs.get("cluster_m"), knobs.get("cluster_n", 1)) == (128, 2, 1)
+        assert knobs.get("c_split", 1) == expect
     print(run_and_check(case, engine=eng, knobs=knobs, fresh=fresh))
 
 
