@@ -15,11 +15,13 @@ san() { local tool=$1 mode=$2
     python3 tests/gpu/sanitize_sm90.py "$mode"
   grep -E 'SUMMARY' "$OUT/${tool}_$mode.log" | tail -1; }
 # bundle NAME: pack every file in $OUT into $OUT/NAME.tgz and remove the originals (the
-# device tool returns at most 8 files per call; unpack with tar -xzf here).
-bundle() { local name=$1
-  (cd "$OUT" && find . -maxdepth 1 -type f ! -name '*.tgz' -printf '%f\n' > "/tmp/bundle.$$" \
-    && tar -czf "$name.tgz" -T "/tmp/bundle.$$" && xargs rm -f < "/tmp/bundle.$$")
-  rm -f "/tmp/bundle.$$"; echo "[bundle] $OUT/$name.tgz: $(tar -tzf "$OUT/$name.tgz" | wc -l) files"; }
+# device tool returns at most 8 files per call; unpack with tar -xzf here). With nothing
+# left to pack it leaves an existing archive alone (session 12 lost one to an empty re-pack).
+bundle() { local name=$1 list="/tmp/bundle.$$"
+  (cd "$OUT" && find . -maxdepth 1 -type f ! -name '*.tgz' -printf '%f\n' > "$list")
+  if [ ! -s "$list" ]; then rm -f "$list"; echo "[bundle] nothing new to pack in $OUT"; return 0; fi
+  (cd "$OUT" && tar -czf "$name.tgz" -T "$list" && xargs rm -f < "$list")
+  rm -f "$list"; echo "[bundle] $OUT/$name.tgz: $(tar -tzf "$OUT/$name.tgz" | wc -l) files"; }
 # need_ab_old: stop unless ab_old/ holds an unpacked older package (git archive REV cudnn_ext
 # | tar -x -C ab_old), untracked and not ignored, so that it travels to the device.
 need_ab_old() {

@@ -377,9 +377,11 @@ def test_cluster_shapes_per_weight_mode():
     assert {k.get("cluster_n", 1) for k in eng.knob_space(_problem(weight_mode="discrete"))} == {1}
     assert {k.get("cluster_n", 1) for k in eng.knob_space(_problem())} == {1, 2}
     # the chosen dense schedules run in 2x1 clusters: ping-pong 128 x 128 (mixtral-like and
-    # dsv3-like, dbias) and cooperative 128 x 256 (qwen3-like, no dbias: K <= 2048)
+    # dsv3-like with dbias, qwen3-like without) and cooperative 128 x 256 (qwen3-like, no
+    # dbias, C and D of different 16-bit types)
     for kw, tile_n in ((dict(m=16384, n=14336, k=4096), 128), (dict(m=32768, n=2048, k=7168), 128),
-                       (dict(m=16384, n=768, k=2048, dbias=False), 256)):
+                       (dict(m=16384, n=768, k=2048, dbias=False), 128),
+                       (dict(m=16384, n=768, k=2048, dbias=False, d=torch.float16), 256)):
         best = min(eng.knob_space(_problem(**kw)), key=lambda k: eng.cost(_problem(**kw), k))
         assert (best.get("tile_n"), best.get("cluster_m"), best.get("cluster_n", 1)) == (
             tile_n, 2, 1), (kw, best)
