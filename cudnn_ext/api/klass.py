@@ -19,7 +19,7 @@ from ..plan import ExecutionPlan
 from ..plan.workspace import check_workspace
 from ..problem import DgluProblem
 from . import contract, hot_path
-from .streams import launch_stream, on_stream, stream_key
+from .streams import capturing, launch_stream, on_stream, stream_key
 
 
 class GroupedGemmDglu:
@@ -211,10 +211,8 @@ class GroupedGemmDglu:
         need = self._plan.workspace_size
         device = pack["c"].device
         stream = launch_stream(current_stream, device)
-        if workspace is None and need and device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            # inside a CUDA-graph capture: scratch from the graph's pool, owned by that graph
-            # (graphs captured on torch's shared default capture stream must not share one,
-            # nor with eager calls)
+        if workspace is None and need and capturing(device):
+            # inside a CUDA-graph capture: scratch from the graph's pool (streams.capturing)
             with on_stream(stream):
                 workspace = torch.empty(need, dtype=torch.uint8, device=device)
         elif workspace is None and need:

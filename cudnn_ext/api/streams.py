@@ -51,6 +51,15 @@ def current_stream_handle(device_index: int) -> int:
     return torch.cuda.current_stream(device_index).cuda_stream
 
 
+def capturing(device: torch.device) -> bool:
+    """Whether work for ``device`` is being captured into a CUDA graph. Scratch taken then
+    must be a fresh allocation from the graph's pool, owned by that graph: a cached buffer
+    would be shared by its replays with eager calls and with other graphs (graphs captured
+    on torch's shared default capture stream too). The one rule for the class API's and the
+    torch op's workspaces."""
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
 def on_stream(stream):
     """Context under which allocations and fills are ordered on ``stream``."""
     return torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()

@@ -26,7 +26,7 @@ import torch
 
 from ..api import contract
 from ..api.hot_path import tensor_meta as _meta
-from ..api.streams import current_device_index, current_stream_handle
+from ..api.streams import capturing, current_device_index, current_stream_handle
 from ..engines.base import defer_compile
 from ..graph.from_call import graph_for_call
 from ..plan import ExecutionPlan
@@ -197,7 +197,7 @@ def run(a: torch.Tensor, c: torch.Tensor, offsets: torch.Tensor, alpha: torch.Te
         plan.execute(pack, ws, stream)
     if (fast is not None and stream is None and m > 0 and problem.num_experts > 0
             and (out is not None or fresh)
-            and not (dev.type == "cuda" and torch.cuda.is_current_stream_capturing())):
+            and not capturing(dev)):
         try:  # an optimization: never let it fail a call whose kernel already ran
             _remember(fast, e, dev, m, two_n, fresh, d_dtype if out is None else None, generate_dbias)
         except Exception:
@@ -304,8 +304,7 @@ def run_fast(sig, ts, out=None):
         return None
     launch, ws = s.launch, None
     if s.ws_size:
-        if s.zero_from is not None and not (s.device_index >= 0
-                                            and torch.cuda.is_current_stream_capturing()):
+        if s.zero_from is not None and not capturing(s.device):
             if s.launch_zeroed is None:
                 s.launch_zeroed = s.plan.address_launcher(s.m, False, s.device_index,
                                                           zeroed_workspace=True)
@@ -329,8 +328,9 @@ def _workspace(nbytes: int, dev, stream):
     stream, size), shared by every plan and call of that size on that stream (stream order
     serializes them; the size depends on L and N, never on M), so the hot path allocates
     nothing. Inside a CUDA-graph capture, on a stream other than the current one, or on the
-    CPU: a fresh buffer (a replay must not share scratch with eager calls or other graphs)."""
-    if dev.type != "cuda" or stream is not None or torch.cuda.is_current_stream_capturing():
+    CPU: a fresh buffer (``streams.capturing``: a replay must not share scratch with eager
+    calls or other graphs)."""
+    if dev.type != "cuda" or stream is not None or capturing(dev):
         return torch.empty(nbytes, dtype=torch.uint8, device=dev)
     return _cached(_scratch, (dev.index, current_stream_handle(dev.index), nbytes),
                    lambda: torch.empty(nbytes, dtype=torch.uint8, device=dev))
