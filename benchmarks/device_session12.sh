@@ -17,8 +17,8 @@
 # 2048) against 2x2 with and without c_split 2, and discrete weights with and without
 # c_split 2 (the engine does not offer it there yet), with and without dbias, round-robin,
 # two processes with dbias.
-# Parts "verify" and "final" (written in session 12 after those two ran): see below.
-#   source .gpu/env/setup.sh && bash benchmarks/device_session12.sh tests|bench|verify|final
+# Parts "verify", "final" and "profile" (written in session 12 after those two ran): see below.
+#   source .gpu/env/setup.sh && bash benchmarks/device_session12.sh tests|bench|verify|final|profile
 set -o pipefail
 source "$(dirname "$0")/device_common.sh"
 if [ "$1" = tests ]; then
@@ -52,6 +52,23 @@ elif [ "$1" = final ]; then
   t bench_nodb python3 benchmarks/bench_dglu.py --no-dbias --reps 30 --warmup 5 \
     --out "$OUT/bench_nodb.json"
   grep -E "^(dsv3|qwen3|mixtral|skew) |host overhead" "$OUT/bench_nodb.log"
+elif [ "$1" = profile ]; then
+  # L2 and DRAM traffic measured (session 11's byte counts were arithmetic): ours (the
+  # engine's choice, dbias) and grouped_mm on qwen3 and skew, ncu sections SpeedOfLight and
+  # MemoryWorkloadAnalysis plus the L2 sector counts by operation
+  M=lts__t_sectors_op_read.sum,lts__t_sectors_op_write.sum,lts__t_sectors_op_atom.sum
+  M=$M,lts__t_sectors_op_red.sum,dram__bytes_read.sum,dram__bytes_write.sum
+  M=$M,lts__t_sector_hit_rate.pct,lts__throughput.avg.pct_of_peak_sustained_elapsed
+  for shape in qwen3 skew; do for v in ours mm; do
+    flag=""; [ $v = mm ] && flag="--grouped-mm"
+    kn="regex:cutlass_kernel_cudnn"; [ $v = mm ] && kn="regex:device_kernel"
+    timeout 150 ncu --clock-control none --kernel-name $kn --launch-skip 2 --launch-count 1 \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis --metrics "$M" \
+      python3 benchmarks/profile_one.py $shape $flag > "$OUT/l2_${shape}_$v.txt" 2>&1
+    echo "== $shape $v rc=$?"
+    grep -E "Duration|Elapsed Cycles|lts__t_sectors_op|dram__bytes|hit_rate|lts__throughput" \
+      "$OUT/l2_${shape}_$v.txt" | head -12
+  done; done
 elif [ "$1" = bench ]; then
   V=t128c1m2,t128c1m2h2,t128c1m2n2,t128c1m2n2h2
   D=t128c1m2,t128c1m2h2

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Prepared in session 12 for the next device session (H200); not yet run.
+# Why: session 12's ncu run (results/logs/ncu-*-l2-session12.txt) measured our default
+# kernel reading 1.51x (qwen3) and 1.46x (skew) the L2 sectors of grouped_mm, both at the
+# same L2 throughput (77-84% of peak), and 1.36x / 1.18x its time: the time follows the L2
+# read volume. By our arithmetic ~190 MB of qwen3's 267 MB excess is A re-read by 128-wide
+# N-tiles (6 per row block against grouped_mm's 3), which 2x2 clusters (A multicast) would
+# halve, yet 2x2 measured 4-12% slower (sessions 5 and 12). Part "profile" tells whether
+# 2x2 cuts the L2 sectors at all and, if it does, where its time goes instead: the default
+# (2x1, 64-row C entries) and t128c1m2n2h2 on qwen3 and skew with dbias, the L2 sector
+# counts, warp-state and per-instruction samples.
+#   source .gpu/env/setup.sh && bash benchmarks/device_session13.sh profile
+set -o pipefail
+source "$(dirname "$0")/device_common.sh"
+if [ "$1" = profile ]; then
+  M=lts__t_sectors_op_read.sum,lts__t_sectors_op_write.sum,lts__t_sectors_op_atom.sum
+  M=$M,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct
+  M=$M,lts__throughput.avg.pct_of_peak_sustained_elapsed
+  for shape in qwen3 skew; do for v in default t128c1m2n2h2; do
+    var=""; [ $v != default ] && var="--variant $v"
+    timeout 200 ncu --clock-control none --kernel-name regex:cutlass_kernel_cudnn \
+      --launch-skip 2 --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis \
+      --section WarpStateStats --section SourceCounters --metrics "$M" -f -o "$OUT/p_${shape}_$v" \
+      python3 benchmarks/profile_one.py $shape $var > "$OUT/p_${shape}_$v.log" 2>&1
+    echo "== $shape $v rc=$?"
+    ncu -i "$OUT/p_${shape}_$v.ncu-rep" --page details > "$OUT/p_${shape}_$v.txt" 2>&1
+    ncu -i "$OUT/p_${shape}_$v.ncu-rep" --page source --csv --print-source sass \
+      > "$OUT/p_${shape}_$v.csv" 2>&1 && gzip "$OUT/p_${shape}_$v.csv"
+    rm -f "$OUT/p_${shape}_$v.ncu-rep"
+    grep -E "Duration|Elapsed Cycles|lts__t_sectors_op_read|dram__bytes_read|lts__throughput" \
+      "$OUT/p_${shape}_$v.txt" | head -6
+  done; done
+fi
+bundle "session13_$1"  # every log, text and CSV in one file (the tool returns at most 8)
