@@ -227,7 +227,8 @@ _FRESH = [(128, 2, "dswiglu", True, "dense"), (64, 1, "dgeglu", False, "dense"),
                          ids=[f"t{t}-cl{c}-{a}-dbias{int(d)}-{m}" for t, c, a, d, m in _FRESH])
 def test_fresh_outputs_variant_compiles_for_sm90a(tile_n, cluster_m, act, dbias, mode, capfd):
     p = _problem(act=act, dbias=dbias, weight_mode=mode)
-    knobs = Knobs.of(tile_n=tile_n, cluster_m=cluster_m, raster_group_m=RASTER_GROUP_M[cluster_m])
+    knobs = _engine_knobs(p, tile_n, cluster_m)  # tile 128: 64-row C entries (K 200)
+    assert knobs.get("c_split", 1) == (2 if tile_n == 128 else 1)
     key = dataclasses.replace(Sm90CompileKey.of(p, knobs), init_outputs=True)
     assert key != Sm90CompileKey.of(p, knobs)
     assert _compile_checked(key, capfd) is not None
@@ -237,7 +238,7 @@ def test_fresh_outputs_variant_compiles_for_sm90a(tile_n, cluster_m, act, dbias,
 def test_zeroed_workspace_variant_compiles_for_sm90a(capfd):
     """The contract launch without its zeroing kernel (a scratch kept zero: the torch replay)."""
     p = _problem()
-    knobs = Knobs.of(tile_n=128, cluster_m=2, raster_group_m=RASTER_GROUP_M[2])
+    knobs = _engine_knobs(p, 128, 2)
     key = dataclasses.replace(Sm90CompileKey.of(p, knobs), ws_zeroed=True)
     assert key != Sm90CompileKey.of(p, knobs)
     assert _compile_checked(key, capfd) is not None
@@ -410,7 +411,10 @@ def test_dense_n_major_variant_compiles_for_sm90a(tile_n, cluster_m, act, dbias,
 @pytest.mark.parametrize("b_major,tile_n,act,dbias,cluster_m", _DISCRETE,
                          ids=[f"{b}major-t{t}-{a}-dbias{int(d)}-cl{c}" for b, t, a, d, c in _DISCRETE])
 def test_discrete_variant_compiles_for_sm90a(b_major, tile_n, act, dbias, cluster_m, capfd):
-    p = _problem(act=act, dbias=dbias, weight_mode="discrete", b_major=b_major)
+    # tile 128 at K 2056: 128-row C entries, the engine's choice for per-expert weights past
+    # K 2048 (64-row ones below it: test_c_half_with_discrete_weights_compiles_for_sm90a)
+    p = _problem(act=act, dbias=dbias, weight_mode="discrete", b_major=b_major,
+                 k=2056 if tile_n == 128 else 200)
     assert Sm90DgluEngine().check_support(p) == []
     knobs = Knobs.of(tile_n=tile_n, stages=0, raster_group_m=RASTER_GROUP_M[cluster_m],
                      scheduler="static_persistent", cluster_m=cluster_m)
