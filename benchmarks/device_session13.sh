@@ -2,10 +2,10 @@
 # Prepared in session 12 for the next device session (H200); not yet run.
 # Why: session 12's ncu run (results/logs/ncu-*-l2-session12.txt) measured our default
 # kernel reading 1.51x (qwen3) and 1.46x (skew) the L2 sectors of grouped_mm, both at the
-# same L2 throughput (77-84% of peak), and 1.36x / 1.18x its time: the time follows the L2
-# read volume. By our arithmetic ~190 MB of qwen3's 267 MB excess is A re-read by 128-wide
+# same L2 throughput (77-84% of peak), and 1.36x / 1.18x its time: the larger L2 read
+# volume accounts for most of the gap. By our arithmetic ~200 MB of qwen3's 267 MB excess is A re-read by 128-wide
 # N-tiles (6 per row block against grouped_mm's 3), which 2x2 clusters (A multicast) would
-# halve, yet 2x2 measured 4-12% slower (sessions 5 and 12). Part "profile" tells whether
+# halve, yet 2x2 measured 2-8% slower in session 5 and 4-12% in session 12. Part "profile" tells whether
 # 2x2 cuts the L2 sectors at all and, if it does, where its time goes instead: the default
 # (2x1, 64-row C entries) and t128c1m2n2h2 on qwen3 and skew with dbias, the L2 sector
 # counts, warp-state and per-instruction samples.
