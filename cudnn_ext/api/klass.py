@@ -211,7 +211,7 @@ class GroupedGemmDglu:
         need = self._plan.workspace_size
         device = pack["c"].device
         stream = launch_stream(current_stream, device)
-        if workspace is None and need and capturing(device):
+        if workspace is None and need and capturing(device.type == "cuda"):
             # inside a CUDA-graph capture: scratch from the graph's pool (streams.capturing)
             with on_stream(stream):
                 workspace = torch.empty(need, dtype=torch.uint8, device=device)

@@ -197,7 +197,7 @@ def run(a: torch.Tensor, c: torch.Tensor, offsets: torch.Tensor, alpha: torch.Te
         plan.execute(pack, ws, stream)
     if (fast is not None and stream is None and m > 0 and problem.num_experts > 0
             and (out is not None or fresh)
-            and not capturing(dev)):
+            and not capturing(dev.type == "cuda")):
         try:  # an optimization: never let it fail a call whose kernel already ran
             _remember(fast, e, dev, m, two_n, fresh, d_dtype if out is None else None, generate_dbias)
         except Exception:
@@ -304,7 +304,7 @@ def run_fast(sig, ts, out=None):
         return None
     launch, ws = s.launch, None
     if s.ws_size:
-        if s.zero_from is not None and not capturing(s.device):
+        if s.zero_from is not None and not capturing(s.device_index >= 0):
             if s.launch_zeroed is None:
                 s.launch_zeroed = s.plan.address_launcher(s.m, False, s.device_index,
                                                           zeroed_workspace=True)
@@ -330,7 +330,8 @@ def _workspace(nbytes: int, dev, stream):
     nothing. Inside a CUDA-graph capture, on a stream other than the current one, or on the
     CPU: a fresh buffer (``streams.capturing``: a replay must not share scratch with eager
     calls or other graphs)."""
-    if dev.type != "cuda" or stream is not None or capturing(dev):
+    cuda = dev.type == "cuda"
+    if not cuda or stream is not None or capturing(cuda):
         return torch.empty(nbytes, dtype=torch.uint8, device=dev)
     return _cached(_scratch, (dev.index, current_stream_handle(dev.index), nbytes),
                    lambda: torch.empty(nbytes, dtype=torch.uint8, device=dev))
