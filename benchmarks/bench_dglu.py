@@ -14,7 +14,9 @@ Peers, side by side in one process on the same inputs:
   quack                   quack.gemm_interface.gemm_dgated with cu_seqlens_m (tuned=False;
                           its own gate/up layout, no dbias), if quack-kernels is importable
 
-Prints ms (median of --reps timed runs after warm-up, CUDA events), TFLOP/s (2*rows*N*K) and
+Prints ms (median of --reps timed runs after warm-up, CUDA events; --timer gpu, the default
+since session 13: device time, each call's launch hidden behind a spin kernel; --timer launch,
+sessions 1-12: from an idle stream, so the host's issue latency is in the span), TFLOP/s (2*rows*N*K) and
 ratios; writes JSON rows {"shape", "impl", "ms", "tflops", ...} plus the command, device,
 date, the rounds and which cudnn_ext was imported to benchmarks/results/<device>-<date>.json
 (or --out). Not imported by the library.
@@ -70,13 +72,62 @@ def group_sizes(name, L, rows, seed=0):
 
 
 def time_once(fn):
-    """Milliseconds of one call, CUDA events around it, synchronized."""
+    """Milliseconds of one call, CUDA events around it, synchronized: the "launch" timer.
+    The stream is idle when the first event is recorded, so the span also holds the host's
+    time to issue the call (its launch latency), which differs between peers."""
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     s.record()
     fn()
     e.record()
     torch.cuda.synchronize()
     return s.elapsed_time(e)
+
+
+class DeviceTimer:
+    """The "gpu" timer: milliseconds of one call on the device, host launch latency hidden.
+
+    A spin kernel (``torch.cuda._sleep``) keeps the stream busy for ``busy_us`` before the
+    first event, so the host issues the call while the GPU still spins and the events
+    bracket only the call's own kernels and the gaps between them (what an asynchronous
+    training step sees; triton's do_bench hides the launch the same way behind its cache
+    flush). Counts the calls whose host issue time exceeded the spin (``late``): for those
+    the span still holds part of the launch latency, and the row reports it."""
+
+    def __init__(self, busy_us=300.0):
+        self.busy_us = busy_us
+        self.cycles = None
+        self.late = 0
+        self.max_issue_us = 0.0
+
+    def _calibrate(self):
+        # cycles per microsecond of the spin kernel at the clocks of the moment, measured once
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        probe = 1_000_000
+        torch.cuda._sleep(probe // 10)  # warm the spin kernel
+        s.record()
+        torch.cuda._sleep(probe)
+        e.record()
+        torch.cuda.synchronize()
+        self.cycles = int(probe / (s.elapsed_time(e) * 1e3) * self.busy_us)
+
+    def __call__(self, fn):
+        if self.cycles is None:
+            self._calibrate()
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(self.cycles)
+        t0 = time.perf_counter()
+        s.record()
+        fn()
+        e.record()
+        issue_us = (time.perf_counter() - t0) * 1e6
+        torch.cuda.synchronize()
+        self.max_issue_us = max(self.max_issue_us, issue_us)
+        if issue_us > 0.8 * self.busy_us:
+            self.late += 1
+        return s.elapsed_time(e)
+
+
+TIMERS = {"gpu": DeviceTimer, "launch": lambda: time_once}
 
 
 def bench(fn, warmup, reps):
@@ -96,7 +147,9 @@ def round_robin_order(names, rounds):
 def bench_round_robin(fns, warmup, reps, rounds, timer=time_once, sync=None):
     """Median ms of each callable in ``fns`` (name -> fn): ``warmup`` calls each, then
     ``rounds`` rounds of ceil(reps / rounds) timed calls of every entry in rotated order.
+    ``timer`` times one call, or maps each name to its own timer.
     Returns (medians, errors): an entry that raises is dropped and its error reported."""
+    timer_of = timer.get if isinstance(timer, dict) else (lambda _name: timer)
     sync = sync or torch.cuda.synchronize
     rounds = max(rounds, 1)
     errors = {}
@@ -116,7 +169,7 @@ def bench_round_robin(fns, warmup, reps, rounds, timer=time_once, sync=None):
                 continue
             try:
                 for _ in range(per_round):
-                    times[name].append(timer(fns[name]))
+                    times[name].append(timer_of(name)(fns[name]))
             except Exception as exc:
                 errors[name] = f"{type(exc).__name__}: {exc}"[:500]
     return {n: statistics.median(t) for n, t in times.items() if n not in errors}, errors
@@ -359,6 +412,10 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=5,
                     help="round-robin rounds per shape (1: time the rows one after another)")
     ap.add_argument("--no-dbias", action="store_true", help="run the cudnn_ext rows without dbias")
+    ap.add_argument("--timer", choices=sorted(TIMERS), default="gpu",
+                    help="gpu: device time of a call, its launch hidden behind a spin kernel "
+                         "(default); launch: from an idle stream, the host's issue latency "
+                         "included (the timer of sessions 1-12)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     dbias = not args.no_dbias
@@ -392,10 +449,15 @@ def main(argv=None):
                 row.update(ms=None, tflops=None, error=f"{type(exc).__name__}: {exc}"[:500])
                 traceback.print_exc(limit=3)
             shape_rows.append(row)
-        medians, errors = bench_round_robin(fns, args.warmup, args.reps, args.rounds)
+        timers = {pos: TIMERS[args.timer]() for pos in fns}
+        medians, errors = bench_round_robin(fns, args.warmup, args.reps, args.rounds,
+                                            timer=timers)
         for pos, row in enumerate(shape_rows):
             if pos in medians:
                 row.update(ms=medians[pos], tflops=flops / medians[pos] / 1e9)
+                if isinstance(timers[pos], DeviceTimer):  # launches the spin did not hide
+                    row.update(late_calls=timers[pos].late,
+                               max_issue_us=round(timers[pos].max_issue_us, 1))
             elif pos in errors:
                 row.update(ms=None, tflops=None, error=errors[pos])
             rows.append(row)
@@ -420,6 +482,7 @@ def main(argv=None):
         tf = f"{r['tflops']:.0f}" if r.get("tflops") else "-"
         name = r["impl"] + (f"[{r['variant']}]" if r.get("variant") else "")
         print(f"{r['shape']:9s} {name:24s} {ms:>9s} {tf:>8s} {ratio:6.2f}")
+    print(f"timer: {args.timer}")
     if overhead is not None:
         print(f"host overhead per execute (tiny problem, back-to-back): {overhead:.1f} us")
 
@@ -429,11 +492,11 @@ def main(argv=None):
     os.makedirs(os.path.dirname(out), exist_ok=True)
     command = " ".join([os.path.basename(sys.argv[0])] + (argv or sys.argv[1:]))
     for r in rows:
-        r.update(device=dev_name, date=date, command=command)
+        r.update(device=dev_name, date=date, command=command, timer=args.timer)
     with open(out, "w") as f:
         json.dump(dict(command=" ".join([os.path.basename(sys.argv[0])] + (argv or sys.argv[1:])),
                        device=dev_name, date=date, torch=torch.__version__,
-                       rounds=args.rounds, cudnn_ext=imported_cudnn_ext(),
+                       rounds=args.rounds, timer=args.timer, cudnn_ext=imported_cudnn_ext(),
                        host_overhead_us=overhead, rows=rows), f, indent=1)
     print("wrote", out)
 

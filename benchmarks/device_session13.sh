@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in session 12 for the next device session (H200); not yet run.
+# Session 13 on the lent H200. Part "profile" was prepared in session 12 and run first.
 # Why: session 12's ncu run (results/logs/ncu-*-l2-session12.txt) measured our default
 # kernel reading 1.51x (qwen3) and 1.46x (skew) the L2 sectors of grouped_mm, both at the
 # same L2 throughput (77-84% of peak), and 1.36x / 1.18x its time: the larger L2 read
@@ -9,7 +9,12 @@
 # 2x2 cuts the L2 sectors at all and, if it does, where its time goes instead: the default
 # (2x1, 64-row C entries) and t128c1m2n2h2 on qwen3 and skew with dbias, the L2 sector
 # counts, warp-state and per-instruction samples.
-#   source .gpu/env/setup.sh && bash benchmarks/device_session13.sh profile
+# Part "timers": the full benchmark with the device-time timer (--timer gpu, the new
+# default: each call's launch hidden behind a spin kernel) and with the launch timer of
+# sessions 1-12 (an idle stream, so the host's issue latency is in every span), with dbias,
+# then the device-time timer without dbias. Session 12's console rows showed the GPU-time
+# gap (ncu: 112.8 vs 83.9 us on qwen3) wider than the benchmark's (0.123 vs 0.102 ms).
+#   source .gpu/env/setup.sh && bash benchmarks/device_session13.sh profile|timers
 set -o pipefail
 source "$(dirname "$0")/device_common.sh"
 if [ "$1" = profile ]; then
@@ -30,5 +35,14 @@ if [ "$1" = profile ]; then
     grep -E "Duration|Elapsed Cycles|lts__t_sectors_op_read|dram__bytes_read|lts__throughput" \
       "$OUT/p_${shape}_$v.txt" | head -6
   done; done
+elif [ "$1" = timers ]; then
+  for tm in gpu launch; do
+    t "bench_$tm" python3 benchmarks/bench_dglu.py --timer $tm --reps 30 --warmup 5 \
+      --out "$OUT/bench_$tm.json"
+    grep -E "^(dsv3|qwen3|mixtral|skew) |host overhead|timer" "$OUT/bench_$tm.log"
+  done
+  t bench_gpu_nodb python3 benchmarks/bench_dglu.py --timer gpu --no-dbias --reps 30 \
+    --warmup 5 --out "$OUT/bench_gpu_nodb.json"
+  grep -E "^(dsv3|qwen3|mixtral|skew) |timer" "$OUT/bench_gpu_nodb.log"
 fi
 bundle "session13_$1"  # every log, text and CSV in one file (the tool returns at most 8)

@@ -108,3 +108,78 @@ def test_op_row_calls_the_torch_op_with_out(dbias):
     if dbias:  # (the pack's dbias starts at zero, like the reference's)
         torch.testing.assert_close(pack["dbias"].double(), ref["dbias"].double(), rtol=2e-2,
                                    atol=2e-2)
+
+
+class _FakeCuda:
+    """Stands in for torch.cuda on the CPU: a stream whose clock advances by the spin's cycles
+    (1000 per microsecond) and by each call's device time; events read that clock when the
+    stream reaches them. The host issue time of a call is simulated by advancing a host clock;
+    a call issued after the spin has ended starts late, and its span holds the difference."""
+
+    def __init__(self):
+        self.gpu_us = 0.0    # when the stream is next free
+        self.host_us = 0.0   # host time
+        self.spins = []
+
+    def _sleep(self, cycles):
+        self.spins.append(cycles)
+        self.gpu_us = max(self.gpu_us, self.host_us) + cycles / 1000.0
+
+    def launch(self, device_us, issue_us):
+        self.host_us += issue_us
+        self.gpu_us = max(self.gpu_us, self.host_us) + device_us
+
+    def synchronize(self):
+        self.host_us = max(self.host_us, self.gpu_us)
+
+    def Event(self, enable_timing=True):
+        fake = self
+
+        class _Ev:
+            def record(self):
+                self.t = max(fake.gpu_us, fake.host_us)
+                fake.gpu_us = self.t
+
+            def elapsed_time(self, other):
+                return (other.t - self.t) / 1000.0
+        return _Ev()
+
+
+@pytest.mark.parametrize("issue_us,late", [(20.0, 0), (500.0, 1)])
+def test_device_timer_hides_the_launch_and_counts_late_calls(monkeypatch, issue_us, late):
+    """The gpu timer reads a call's device time (80 us here) whatever its host issue time, as
+    long as the spin outlasts the issue; a call issued after the spin ends is counted late
+    (and its span holds the part of the issue latency the spin did not cover)."""
+    fake = _FakeCuda()
+    monkeypatch.setattr(bench_dglu.torch, "cuda", fake)
+    clock = iter([0.0, issue_us * 1e-6] * 2)
+    monkeypatch.setattr(bench_dglu.time, "perf_counter", lambda: next(clock))
+    timer = bench_dglu.DeviceTimer(busy_us=300.0)
+    ms = timer(lambda: fake.launch(device_us=80.0, issue_us=issue_us))
+    assert fake.spins[-1] == 300_000  # calibrated to 300 us of spin at 1000 cycles/us
+    assert timer.late == late
+    assert timer.max_issue_us == pytest.approx(issue_us)
+    if late:
+        assert ms > 0.08  # part of the launch shows
+    else:
+        assert ms == pytest.approx(0.08)
+    # the launch timer, on the same fake, always holds the issue latency
+    fake.synchronize()
+    assert bench_dglu.time_once(lambda: fake.launch(80.0, issue_us)) == pytest.approx(
+        (80.0 + issue_us) / 1000.0)
+
+
+def test_round_robin_takes_a_timer_per_entry():
+    calls = []
+
+    def timer_for(tag):
+        def t(fn):
+            fn()
+            calls.append(tag)
+            return {"a": 1.0, "b": 2.0}[tag]
+        return t
+    medians, errors = bench_dglu.bench_round_robin(_fns("ab", []), warmup=0, reps=4, rounds=2,
+                                                   timer={"a": timer_for("a"), "b": timer_for("b")},
+                                                   sync=lambda: None)
+    assert errors == {} and medians == {"a": 1.0, "b": 2.0}
+    assert calls.count("a") == 4 and calls.count("b") == 4
