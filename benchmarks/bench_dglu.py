@@ -93,7 +93,7 @@ class DeviceTimer:
     flush). Counts the calls whose host issue time exceeded the spin (``late``): for those
     the span still holds part of the launch latency, and the row reports it."""
 
-    def __init__(self, busy_us=300.0):
+    def __init__(self, busy_us=1000.0):
         self.busy_us = busy_us
         self.cycles = None
         self.late = 0
