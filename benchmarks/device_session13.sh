@@ -14,7 +14,7 @@
 # sessions 1-12 (an idle stream, so the host's issue latency is in every span), with dbias,
 # then the device-time timer without dbias. Session 12's console rows showed the GPU-time
 # gap (ncu: 112.8 vs 83.9 us on qwen3) wider than the benchmark's (0.123 vs 0.102 ms).
-#   source .gpu/env/setup.sh && bash benchmarks/device_session13.sh profile|timers|final
+#   source .gpu/env/setup.sh && bash benchmarks/device_session13.sh profile|timers|pipes|final
 set -o pipefail
 source "$(dirname "$0")/device_common.sh"
 if [ "$1" = profile ]; then
@@ -47,13 +47,15 @@ elif [ "$1" = timers ]; then
 elif [ "$1" = final ]; then
   # main with the 1000 us spin: the torch/JAX framework GPU tests (their scratch rule changed
   # in 7064ae6 after session 12's run), the demo, a second full benchmark process with the
-  # device-time timer; then ncu on qwen3 and dsv3, ours against grouped_mm: the tensor pipe's
+  # device-time timer. Part "pipes": ncu on qwen3 and dsv3, ours against grouped_mm: the tensor pipe's
   # active cycles and the shared-memory data banks' load (does the 128 x 128 tile's B read
-  # twice per k-step, one 64-row WGMMA each, load the banks more than CUTLASS's 128 x 256?)
+  # twice per k-step, one 64-row WGMMA each, load the banks more than CUTLASS's 128 x 256?
+  # our cooperative 128 x 256 kernel (t256c2m2k) too)
   tp fw_tests -m gpu tests/test_torch_fast_path.py tests/test_torch_integration.py tests/test_jax_ffi.py
   t demo timeout 150 python3 -m cudnn_ext demo
   t bench_gpu_2 python3 benchmarks/bench_dglu.py --reps 30 --warmup 5 --out "$OUT/bench_gpu_2.json"
   grep -E "^(dsv3|qwen3|mixtral|skew) |host overhead|timer" "$OUT/bench_gpu_2.log"
+elif [ "$1" = pipes ]; then
   ncu --query-metrics --chip gh100 > "$OUT/ncu_metrics_gh100.txt" 2>&1
   M=""
   for m in sm__pipe_tensor_op_gmma_cycles_active l1tex__data_bank_reads l1tex__data_bank_writes \
@@ -62,8 +64,8 @@ elif [ "$1" = final ]; then
   done
   M="${M#,},lts__t_sectors_op_read.sum,sm__cycles_active.avg"
   echo "metrics: $M"
-  for shape in qwen3 dsv3; do for v in ours mm; do
-    flag=""; [ $v = mm ] && flag="--grouped-mm"
+  for shape in qwen3 dsv3; do for v in ours coop mm; do
+    flag=""; [ $v = mm ] && flag="--grouped-mm"; [ $v = coop ] && flag="--variant t256c2m2k"
     kn="regex:cutlass_kernel_cudnn"; [ $v = mm ] && kn="regex:device_kernel"
     timeout 150 ncu --clock-control none --kernel-name $kn --launch-skip 2 --launch-count 1 \
       --section SpeedOfLight --metrics "$M" \
