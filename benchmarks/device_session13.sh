@@ -47,7 +47,7 @@ elif [ "$1" = timers ]; then
 elif [ "$1" = final ]; then
   # main with the 1000 us spin: the torch/JAX framework GPU tests (their scratch rule changed
   # in 7064ae6 after session 12's run), the demo, a second full benchmark process with the
-  # device-time timer. Part "pipes": ncu on qwen3 and dsv3, ours against grouped_mm: the tensor pipe's
+  # device-time timer, with dbias and without. Part "pipes": ncu on qwen3 and dsv3, ours against grouped_mm: the tensor pipe's
   # active cycles and the shared-memory data banks' load (does the 128 x 128 tile's B read
   # twice per k-step, one 64-row WGMMA each, load the banks more than CUTLASS's 128 x 256?
   # our cooperative 128 x 256 kernel (t256c2m2k) too)
@@ -55,6 +55,9 @@ elif [ "$1" = final ]; then
   t demo timeout 150 python3 -m cudnn_ext demo
   t bench_gpu_2 python3 benchmarks/bench_dglu.py --reps 30 --warmup 5 --out "$OUT/bench_gpu_2.json"
   grep -E "^(dsv3|qwen3|mixtral|skew) |host overhead|timer" "$OUT/bench_gpu_2.log"
+  t bench_gpu_nodb_2 python3 benchmarks/bench_dglu.py --no-dbias --reps 30 --warmup 5 \
+    --out "$OUT/bench_gpu_nodb_2.json"
+  grep -E "^(dsv3|qwen3|mixtral|skew) |timer" "$OUT/bench_gpu_nodb_2.log"
 elif [ "$1" = pipes ]; then
   ncu --query-metrics --chip gh100 > "$OUT/ncu_metrics_gh100.txt" 2>&1
   M=""
