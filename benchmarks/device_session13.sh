@@ -14,7 +14,7 @@
 # sessions 1-12 (an idle stream, so the host's issue latency is in every span), with dbias,
 # then the device-time timer without dbias. Session 12's console rows showed the GPU-time
 # gap (ncu: 112.8 vs 83.9 us on qwen3) wider than the benchmark's (0.123 vs 0.102 ms).
-#   source .gpu/env/setup.sh && bash benchmarks/device_session13.sh profile|timers|pipes|final
+#   source .gpu/env/setup.sh && bash benchmarks/device_session13.sh profile|timers|pipes|final|coop
 set -o pipefail
 source "$(dirname "$0")/device_common.sh"
 if [ "$1" = profile ]; then
@@ -58,6 +58,13 @@ elif [ "$1" = final ]; then
   t bench_gpu_nodb_2 python3 benchmarks/bench_dglu.py --no-dbias --reps 30 --warmup 5 \
     --out "$OUT/bench_gpu_nodb_2.json"
   grep -E "^(dsv3|qwen3|mixtral|skew) |timer" "$OUT/bench_gpu_nodb_2.log"
+elif [ "$1" = coop ]; then
+  # the engine's ping-pong default against the cooperative 128 x 256 kernel under the
+  # device-time timer, with dbias and without: part pipes measured dsv3 with dbias at 1.39
+  # (cooperative, 1.60 GHz) vs 1.41 ms (ping-pong, 1.39 GHz) in one ncu launch, the
+  # ping-pong's extra L2 and shared-memory traffic costing clock at the power cap
+  vbench coop_db coop_db t256c2m2k
+  vbench coop_nodb coop_nodb t256c2m2k --no-dbias
 elif [ "$1" = pipes ]; then
   ncu --query-metrics --chip gh100 > "$OUT/ncu_metrics_gh100.txt" 2>&1
   M=""
