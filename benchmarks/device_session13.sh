@@ -14,6 +14,8 @@
 # sessions 1-12 (an idle stream, so the host's issue latency is in every span), with dbias,
 # then the device-time timer without dbias. Session 12's console rows showed the GPU-time
 # gap (ncu: 112.8 vs 83.9 us on qwen3) wider than the benchmark's (0.123 vs 0.102 ms).
+# Parts "tile160" and "cpf" ran from branches exp/tile160 and exp/c-prefetch-late (their
+# copies of this script).
 #   source .gpu/env/setup.sh && bash benchmarks/device_session13.sh profile|timers|pipes|final|coop
 set -o pipefail
 source "$(dirname "$0")/device_common.sh"
