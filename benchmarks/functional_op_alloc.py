@@ -1,6 +1,8 @@
 """Functional torch op on the qwen3 shape (dbias on): the fresh-outputs launch (torch.empty
 outputs, initialized on the device by the launch) vs torch.zeros outputs + out= (what the
 functional op did before). One process, CUDA events, median of 30 calls, alternating.
+Timed from an idle stream (bench_dglu's launch timer) on purpose: the two paths differ in
+host work (three allocations and fills), which belongs in the comparison.
 Not imported by the library.
 
   python3 benchmarks/functional_op_alloc.py
