@@ -49,10 +49,7 @@ elif [ "$1" = timers ]; then
 elif [ "$1" = final ]; then
   # main with the 1000 us spin: the torch/JAX framework GPU tests (their scratch rule changed
   # in 7064ae6 after session 12's run), the demo, a second full benchmark process with the
-  # device-time timer, with dbias and without. Part "pipes": ncu on qwen3 and dsv3, ours against grouped_mm: the tensor pipe's
-  # active cycles and the shared-memory data banks' load (does the 128 x 128 tile's B read
-  # twice per k-step, one 64-row WGMMA each, load the banks more than CUTLASS's 128 x 256?
-  # our cooperative 128 x 256 kernel (t256c2m2k) too)
+  # device-time timer, with dbias and without
   tp fw_tests -m gpu tests/test_torch_fast_path.py tests/test_torch_integration.py tests/test_jax_ffi.py
   t demo timeout 150 python3 -m cudnn_ext demo
   t bench_gpu_2 python3 benchmarks/bench_dglu.py --reps 30 --warmup 5 --out "$OUT/bench_gpu_2.json"
@@ -68,6 +65,10 @@ elif [ "$1" = coop ]; then
   vbench coop_db coop_db t256c2m2k
   vbench coop_nodb coop_nodb t256c2m2k --no-dbias
 elif [ "$1" = pipes ]; then
+  # ncu on qwen3 and dsv3, ours, our cooperative 128 x 256 kernel (t256c2m2k) and
+  # grouped_mm: SM cycles and clock, L2 reads and the shared-memory load (does the 128 x 128
+  # tile's B read twice per k-step, one 64-row WGMMA each, load the banks more than CUTLASS's
+  # 128 x 256?). The tensor-pipe metric named here is not in ncu's gh100 list (skipped).
   ncu --query-metrics --chip gh100 > "$OUT/ncu_metrics_gh100.txt" 2>&1
   M=""
   for m in sm__pipe_tensor_op_gmma_cycles_active l1tex__data_bank_reads l1tex__data_bank_writes \
