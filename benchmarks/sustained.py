@@ -11,8 +11,14 @@ derived from them, so that kernels are compared at the clocks they run at. Calls
 in batches of 50 and synchronized after each batch (a short idle gap per batch). nvidia-smi's
 power.draw is an average over about a second, so the first ``--settle`` seconds of each
 stretch (default 1) are left out of its figures; rows rotate by one place per pass.
+
+Where NVML's library is present it also reads the GPU's energy counter around each stretch
+(``NvmlEnergy``: exact over the stretch, where power.draw is a ~1 s average) and prints
+``nvml_mj_per_call``, the stretch's energy over its calls (the idle gap after each batch of
+50 included). Added in session 13, not yet run on a GPU.
 """
 import argparse
+import ctypes
 import json
 import os
 import statistics
@@ -58,6 +64,42 @@ class SmiSampler:
 
     def stop(self):
         self.proc.terminate()
+
+
+class NvmlEnergy:
+    """The GPU's total energy counter in mJ (NVML ``nvmlDeviceGetTotalEnergyConsumption``,
+    Volta and later), read through ctypes from ``libnvidia-ml.so.1``: no Python package
+    needed on the device. ``index`` is NVML's device index (the only GPU on a lent
+    machine: 0). Raises OSError where the library or the counter is missing."""
+
+    def __init__(self, index=0, lib=None):
+        self.lib = lib if lib is not None else ctypes.CDLL("libnvidia-ml.so.1")
+        self._check(self.lib.nvmlInit_v2(), "nvmlInit_v2")
+        self.handle = ctypes.c_void_p()
+        self._check(self.lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(index),
+                                                            ctypes.byref(self.handle)),
+                    "nvmlDeviceGetHandleByIndex_v2")
+
+    @staticmethod
+    def _check(rc, what):
+        if rc != 0:  # NVML_SUCCESS
+            raise OSError(f"{what} returned NVML error {rc}")
+
+    def total_mj(self):
+        value = ctypes.c_ulonglong()
+        self._check(self.lib.nvmlDeviceGetTotalEnergyConsumption(self.handle,
+                                                                 ctypes.byref(value)),
+                    "nvmlDeviceGetTotalEnergyConsumption")
+        return value.value
+
+
+def open_energy():
+    """An NvmlEnergy, or None (with the reason printed) where NVML cannot be read."""
+    try:
+        return NvmlEnergy()
+    except OSError as exc:
+        print(f"NVML energy counter unavailable: {exc}")
+        return None
 
 
 def per_call(row):
@@ -108,20 +150,24 @@ def main():
     for fn in rows.values():
         fn()
     torch.cuda.synchronize()
-    smi, out = SmiSampler(), []
+    smi, out, energy = SmiSampler(), [], open_energy()
     try:
         time.sleep(1.0)
         for p, order in enumerate(round_robin_order(list(rows), args.passes)):
             for name in order:
                 t0 = time.monotonic()
+                e0 = energy.total_mj() if energy else None
                 ms, n = stretch(rows[name], args.seconds)
                 row = {"shape": args.shape, "impl": name, "pass": p, "ms": ms, "calls": n,
                        **smi.window(t0 + args.settle, time.monotonic())}
+                if energy:
+                    row["nvml_mj_per_call"] = (energy.total_mj() - e0) / n
                 row.update(per_call(row))
                 out.append(row)
                 print(f"{args.shape:8s} {name:24s} pass {p}  {ms:7.3f} ms  "
                       f"{row.get('sm_mhz', 0):6.0f} MHz  {row.get('power_w', 0):5.0f} W  "
                       f"{row.get('mj_per_call', 0):7.1f} mJ  "
+                      f"(NVML {row.get('nvml_mj_per_call', float('nan')):7.1f} mJ)  "
                       f"{row.get('mcycles_per_call', 0):6.3f} Mcyc  "
                       f"{row.get('temp_c_max', 0):3.0f} C  ({n} calls)", flush=True)
     finally:
