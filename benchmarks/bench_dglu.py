@@ -496,8 +496,7 @@ def main(argv=None):
     for r in rows:
         r.update(device=dev_name, date=date, command=command, timer=args.timer)
     with open(out, "w") as f:
-        json.dump(dict(command=" ".join([os.path.basename(sys.argv[0])] + (argv or sys.argv[1:])),
-                       device=dev_name, date=date, torch=torch.__version__,
+        json.dump(dict(command=command, device=dev_name, date=date, torch=torch.__version__,
                        rounds=args.rounds, timer=args.timer, cudnn_ext=imported_cudnn_ext(),
                        host_overhead_us=overhead, rows=rows), f, indent=1)
     print("wrote", out)
