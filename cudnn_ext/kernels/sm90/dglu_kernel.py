@@ -862,6 +862,11 @@ class GroupedDgluSm90:
         return pipeline.NamedBarrier(barrier_id=6 + w,
                                      num_threads=(128 if self.coop else 32) + 32)
 
+    def hand_back_bar(self, w):
+        """C producer warp 1 + w alone (ping-pong dbias): orders its lanes' slice reads
+        before its elected lane's full-barrier arrive (see _hand_back)."""
+        return pipeline.NamedBarrier(barrier_id=10 + w, num_threads=32)
+
     @cute.jit
     def c_producer(self, c_pipe, tma_atom_c, tCgC, tCsC, w, unit0, walk, d_store, dbias):
         """Warp 1 + w: TMA-loads, block by block, the C window of every tile math warpgroup
@@ -975,9 +980,18 @@ class GroupedDgluSm90:
             # by the issuing lane (the others have no bulk group); the warp sync keeps every
             # lane, hence the next load, after it
             cute.arch.cp_async_bulk_wait_group(0, read=True)
-        if cutlass.const_expr(d_store is not None or dbias is not None):
-            # every lane's reads of the stage (and of its slice) before the elected lane's
-            # arrive on the full barrier, after which the stage is written again
+        if cutlass.const_expr(dbias is not None):
+            # every lane's reads of the slice before the elected lane's arrive on the full
+            # barrier, after which the math warps write the slice again. A one-warp named
+            # barrier rather than a warp sync: ptxas drops bar.warp.sync in this converged
+            # warp (a NOP in the SASS), so compute-sanitizer's racecheck saw lanes 1-31's
+            # reads unordered against the math warps' next writes (sessions 10-12: 4
+            # hazards, 124 per tile and read instruction = 31 lanes x 4 bytes); bar.sync
+            # stays in the SASS, and racecheck models it
+            self.hand_back_bar(w).arrive_and_wait()
+        elif cutlass.const_expr(d_store is not None):
+            # the issuing lane's wait for the store's read before any lane goes on to the
+            # elected arrive on the full barrier, after which TMA writes the stage again
             cute.arch.sync_warp()
 
     def _fold_signal(self, e_q: int, dbias):
