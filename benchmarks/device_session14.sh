@@ -10,9 +10,35 @@
 # on the four benchmark shapes and without dbias on dsv3 (where the cooperative kernel was
 # 3% faster under device time). About 3 minutes.
 #   source .gpu/env/setup.sh && bash benchmarks/device_session14.sh energy
+# Part "race" (session 14): compute-sanitizer racecheck on the kernel's walks after dad3cea
+# (the C producer's slice reads ordered by a one-warp named barrier instead of a warp sync
+# that ptxas had lowered to a NOP; sessions 10-12 reported 4 hazards on walk, chalf and
+# cluster), memcheck on the walk, then the GPU cases that run that hand-off (64-row C
+# entries, per-expert weights with dbias, the heuristics' choices with dbias).
+# Part "probe" (session 14): where the epilogue's time goes. Branch exp/epi-probe (unpacked
+# untracked into exp_pkg/) adds a diagnostic knob (variant suffix p1-p3; wrong results by
+# design): p1 trivial epilogue math (no MUFU), p2 also no C traffic, p3 also no D stores.
+# The engine's ping-pong default (t128c1m2h2) and the cooperative kernel (t256c2m2k), each
+# with its probes, next to grouped_mm, on qwen3 and dsv3 with dbias, round-robin.
+#   source .gpu/env/setup.sh && bash benchmarks/device_session14.sh race|probe
 set -o pipefail
 source "$(dirname "$0")/device_common.sh"
-if [ "$1" = energy ]; then
+if [ "$1" = race ]; then
+  for m in walk chalf cluster discretecl coop; do san racecheck $m; done
+  san memcheck walk
+  tp c_half_tests -m gpu tests/gpu/test_sm90_correctness.py -k "c_half"
+  tp heur_tests -m gpu tests/gpu/test_sm90_correctness.py -k "heuristics"
+  tp discrete_tests -m gpu tests/gpu/test_sm90_discrete.py -k "dbias1"
+elif [ "$1" = probe ]; then
+  [ -d exp_pkg/cudnn_ext ] || { echo "exp_pkg/ missing"; exit 1; }
+  (cd /tmp && env PYTHONPATH="$OLDPWD/exp_pkg:$PYTHONPATH" python3 -c \
+    "import cudnn_ext; print('probe package:', cudnn_ext.__file__)")
+  V=t128c1m2h2,t128c1m2h2p1,t128c1m2h2p2,t128c1m2h2p3,t256c2m2k,t256c2m2kp1,t256c2m2kp3
+  t probe env PYTHONPATH="$PWD/exp_pkg:$PYTHONPATH" python3 exp_pkg/benchmarks/bench_dglu.py \
+    --impls cudnn_ext,torch_grouped_mm --variants $V --shapes qwen3,dsv3 --rounds 5 --reps 30 \
+    --warmup 5 --out "$OUT/probe.json"
+  grep -E "^(dsv3|qwen3|mixtral|skew) " "$OUT/probe.log"
+elif [ "$1" = energy ]; then
   for shape in dsv3 mixtral qwen3 skew; do
     t "energy_$shape" python3 benchmarks/sustained.py $shape --out "$OUT/energy_$shape.json"
     grep -E "pass|NVML" "$OUT/energy_$shape.log"
