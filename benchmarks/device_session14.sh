@@ -20,7 +20,13 @@
 # design): p1 trivial epilogue math (no MUFU), p2 also no C traffic, p3 also no D stores.
 # The engine's ping-pong default (t128c1m2h2) and the cooperative kernel (t256c2m2k), each
 # with its probes, next to grouped_mm, on qwen3 and dsv3 with dbias, round-robin.
-#   source .gpu/env/setup.sh && bash benchmarks/device_session14.sh race|probe
+# Part "race" found the hazards unchanged (the named barrier did not help); part "race2"
+# runs the same after the next change: every lane of the C producer warp arrives on the C
+# full barrier (count 32, lane 0 with the bytes), the pattern of racecheck_probe.py's
+# wartx32, which racecheck reported clean in session 11.
+# Part "probe2": probes 4 (no C L2 prefetch, correct results) and 5 (no C TMA loads, the
+# prefetch kept) on the four shapes, then main (ab new) against 18683a8 (ab_old/, ab old).
+#   source .gpu/env/setup.sh && bash benchmarks/device_session14.sh race|probe|race2|probe2
 set -o pipefail
 source "$(dirname "$0")/device_common.sh"
 if [ "$1" = race ]; then
@@ -29,6 +35,20 @@ if [ "$1" = race ]; then
   tp c_half_tests -m gpu tests/gpu/test_sm90_correctness.py -k "c_half"
   tp heur_tests -m gpu tests/gpu/test_sm90_correctness.py -k "heuristics"
   tp discrete_tests -m gpu tests/gpu/test_sm90_discrete.py -k "dbias1"
+elif [ "$1" = race2 ]; then
+  for m in walk chalf cluster discretecl; do san racecheck $m; done
+  san memcheck chalf
+  tp c_half_tests -m gpu tests/gpu/test_sm90_correctness.py -k "c_half"
+  tp heur_tests -m gpu tests/gpu/test_sm90_correctness.py -k "heuristics"
+  tp discrete_tests -m gpu tests/gpu/test_sm90_discrete.py -k "dbias1"
+elif [ "$1" = probe2 ]; then
+  [ -d exp_pkg/cudnn_ext ] || { echo "exp_pkg/ missing"; exit 1; }
+  need_ab_old
+  t probe2 env PYTHONPATH="$PWD/exp_pkg:$PYTHONPATH" python3 exp_pkg/benchmarks/bench_dglu.py \
+    --impls cudnn_ext,torch_grouped_mm --variants t128c1m2h2,t128c1m2h2p4,t128c1m2h2p5 \
+    --rounds 5 --reps 30 --warmup 5 --out "$OUT/probe2.json"
+  grep -E "^(dsv3|qwen3|mixtral|skew) " "$OUT/probe2.log"
+  ab ab_old_1 old; ab ab_new_1 new
 elif [ "$1" = probe ]; then
   [ -d exp_pkg/cudnn_ext ] || { echo "exp_pkg/ missing"; exit 1; }
   (cd /tmp && env PYTHONPATH="$OLDPWD/exp_pkg:$PYTHONPATH" python3 -c \

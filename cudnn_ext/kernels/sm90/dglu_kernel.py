@@ -640,7 +640,11 @@ class GroupedDgluSm90:
         c_pipe = pipeline.PipelineTmaAsync.create(
             barrier_storage=storage.c_mbar.data_ptr(),
             num_stages=MATH_WARPGROUPS * self.c_stages,
-            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+            # ping-pong dbias: every lane of the C producer warp arrives (one with the
+            # expected bytes), each after its own reads of the stage's dbias slice; else the
+            # elected lane alone (see c_producer)
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread,
+                                                     self.c_full_arrivals()),
             # released by each of the warpgroup's 4 warps (lane 0) once it has read the block
             # or, when D goes out through the block's shared memory, written its D values
             # over it (the C producer warp then TMA-stores the block before reloading it);
@@ -855,17 +859,25 @@ class GroupedDgluSm90:
         """Ping-pong with dbias: the C producer warps add the column sums (c_producer)."""
         return self.cfg.generate_dbias and not self.coop
 
+    def c_full_arrivals(self) -> int:
+        """Arrivals that (with the TMA bytes) complete a C stage's full barrier: with the
+        dbias hand-off every lane of the C producer warp (each after its own reads of the
+        slice that the math warps write again once the phase completes), else one.
+
+        The PTX memory model is satisfied either way (the warp sync before the elected
+        arrive orders the other lanes' reads), but compute-sanitizer's racecheck does not
+        carry that ordering into the tensor-TMA-completed phase: with one arrival it
+        reported 4 write-after-read hazards on the walks (sessions 10-14; 124 per tile and
+        read instruction, lanes 1-31; a one-warp bar.sync in place of the warp sync did not
+        change that), while its probe of every lane arriving (``wartx32``) reported none."""
+        return 32 if self.dbias_via_producer() else 1
+
     def fold_bar(self, w):
         """The dbias folder warp meets whoever added math warpgroup w's sums of a tile, once
         per tile (fold_in_kernel only): ping-pong, C producer warp 1 + w; cooperative, math
         warpgroup w itself."""
         return pipeline.NamedBarrier(barrier_id=6 + w,
                                      num_threads=(128 if self.coop else 32) + 32)
-
-    def hand_back_bar(self, w):
-        """C producer warp 1 + w alone (ping-pong dbias): orders its lanes' slice reads
-        before its elected lane's full-barrier arrive (see _hand_back)."""
-        return pipeline.NamedBarrier(barrier_id=10 + w, num_threads=32)
 
     @cute.jit
     def c_producer(self, c_pipe, tma_atom_c, tCgC, tCsC, w, unit0, walk, d_store, dbias):
@@ -917,7 +929,16 @@ class GroupedDgluSm90:
                 if p + e >= self.c_stages:
                     self._hand_back(d_store, dbias, st, w, p + e - self.c_stages, e_q, unit0,
                                     walk, cur if e >= self.c_stages else prev)
-                c_pipe.sync_object_full.arrive(st.index, c_pipe.producer_mask)
+                if cutlass.const_expr(self.c_full_arrivals() > 1):
+                    # every lane, lane 0 with the bytes the load below brings
+                    full = c_pipe.producer_get_barrier(st)
+                    if cute.arch.lane_idx() == 0:
+                        cute.arch.mbarrier_arrive_and_expect_tx(
+                            full, c_pipe.sync_object_full.tx_count)
+                    else:
+                        cute.arch.mbarrier_arrive(full)
+                else:
+                    c_pipe.sync_object_full.arrive(st.index, c_pipe.producer_mask)
                 # a block past column 2N is entirely out of bounds: TMA zero-fills it (and
                 # still counts the full box bytes), the epilogue never stores it
                 cute.copy(tma_atom_c,
@@ -980,18 +1001,10 @@ class GroupedDgluSm90:
             # by the issuing lane (the others have no bulk group); the warp sync keeps every
             # lane, hence the next load, after it
             cute.arch.cp_async_bulk_wait_group(0, read=True)
-        if cutlass.const_expr(dbias is not None):
-            # every lane's reads of the slice before the elected lane's arrive on the full
-            # barrier, after which the math warps write the slice again. A one-warp named
-            # barrier rather than a warp sync: ptxas drops bar.warp.sync in this converged
-            # warp (a NOP in the SASS), so compute-sanitizer's racecheck saw lanes 1-31's
-            # reads unordered against the math warps' next writes (sessions 10-12: 4
-            # hazards, 124 per tile and read instruction = 31 lanes x 4 bytes); bar.sync
-            # stays in the SASS, and racecheck models it
-            self.hand_back_bar(w).arrive_and_wait()
-        elif cutlass.const_expr(d_store is not None):
-            # the issuing lane's wait for the store's read before any lane goes on to the
-            # elected arrive on the full barrier, after which TMA writes the stage again
+        if cutlass.const_expr(d_store is not None or dbias is not None):
+            # every lane's reads of the stage (and of its slice) before the elected lane's
+            # arrive on the full barrier, after which the stage is written again (with
+            # dbias every lane also arrives there itself: see c_producer)
             cute.arch.sync_warp()
 
     def _fold_signal(self, e_q: int, dbias):
