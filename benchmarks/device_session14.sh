@@ -26,7 +26,7 @@
 # wartx32, which racecheck reported clean in session 11.
 # Part "probe2": probes 4 (no C L2 prefetch, correct results) and 5 (no C TMA loads, the
 # prefetch kept) on the four shapes, then main (ab new) against 18683a8 (ab_old/, ab old).
-#   source .gpu/env/setup.sh && bash benchmarks/device_session14.sh race|probe|race2|probe2
+#   source .gpu/env/setup.sh && bash benchmarks/device_session14.sh race|probe|race2|probe2|nopf|final|energy
 set -o pipefail
 source "$(dirname "$0")/device_common.sh"
 if [ "$1" = race ]; then
@@ -49,6 +49,19 @@ elif [ "$1" = probe2 ]; then
     --rounds 5 --reps 30 --warmup 5 --out "$OUT/probe2.json"
   grep -E "^(dsv3|qwen3|mixtral|skew) " "$OUT/probe2.log"
   ab ab_old_1 old; ab ab_new_1 new
+elif [ "$1" = nopf ]; then
+  # the A/B producer's C L2 prefetch removed (working tree) against 762e649 (ab_old/), two
+  # alternating process pairs, each with the cooperative kernel as a variant; then the
+  # heuristics' GPU cases on the new build
+  need_ab_old
+  for i in 1 2; do
+    ab "nopf_old_$i" old --variants t256c2m2k; ab "nopf_new_$i" new --variants t256c2m2k
+  done
+  tp heur_tests -m gpu tests/gpu/test_sm90_correctness.py -k "heuristics"
+elif [ "$1" = final ]; then
+  # energy per call (part energy) and the full benchmark on the final main
+  t bench_final python3 benchmarks/bench_dglu.py --reps 30 --warmup 5 --out "$OUT/bench_final.json"
+  grep -E "^(dsv3|qwen3|mixtral|skew) |host overhead|timer" "$OUT/bench_final.log"
 elif [ "$1" = probe ]; then
   [ -d exp_pkg/cudnn_ext ] || { echo "exp_pkg/ missing"; exit 1; }
   (cd /tmp && env PYTHONPATH="$OLDPWD/exp_pkg:$PYTHONPATH" python3 -c \

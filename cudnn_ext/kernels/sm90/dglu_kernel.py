@@ -16,7 +16,7 @@ unit also spans 2 N-tiles and A k-tiles are multicast the same way along N.
 * warpgroup 0, warp 0: A/B TMA producer. For every tile of the CTA, in order, streams the
   (128 x 64) A and (TILE_N x 64) B k-tiles into an ``ab_stages``-deep shared-memory ring
   (``PipelineTmaAsync``: full barriers count the TMA bytes, empty barriers are released by
-  the consuming warpgroup's 4 warps). It also issues L2 prefetches of each tile's C window.
+  the consuming warpgroup's 4 warps).
 * warpgroup 0, warps 1 and 2: C TMA producers, one per math warpgroup. Each walks the tiles
   of its math warpgroup and loads their C windows, 128 x 64 block by block (gate 32 + up 32
   columns), into that warpgroup's private ``c_stages``-deep ring, TMA-stores the D blocks
@@ -110,7 +110,8 @@ class Sm90KernelConfig:
     # C blocks in flight per math warpgroup (0 = default 1). Measured on the H200 (bf16 C,
     # tile 128): 1 C stage + 5 A/B stages beat 2 + 4 on all four benchmark shapes (e.g.
     # mixtral 3.11 vs 3.38 ms, skew 0.56 vs 0.60 ms): the mainloop wants the shared memory
-    # more, and the producer's L2 prefetch of C keeps the single C stage fed. (Measured
+    # more. (Then the A/B producer also L2-prefetched each tile's C window; session 14
+    # measured the kernel faster without that prefetch. Measured
     # with the 4 KB margin; since session 10 one C stage leaves room for 6 A/B stages, and
     # 2 C stages for 5 without dbias: see stages().)
     c_stages: int = 0
@@ -686,7 +687,7 @@ class GroupedDgluSm90:
             cute.arch.setmaxregister_decrease(self.producer_regs)
             if warp_idx == 0:
                 self.producer(ab_pipe, tma_atom_a, tAgA, tAsA, tma_atom_b, tBgB, tBsB, mOffs,
-                              num_experts, unit0, walk, mC, tidx, b_desc_ptr)
+                              num_experts, unit0, walk, b_desc_ptr)
             if (warp_idx == 1) | (warp_idx == 2):
                 dbias = None
                 if cutlass.const_expr(self.dbias_via_producer()):
@@ -797,7 +798,7 @@ class GroupedDgluSm90:
 
     @cute.jit
     def producer(self, ab_pipe, tma_atom_a, tAgA, tAsA, tma_atom_b, tBgB, tBsB, mOffs,
-                 num_experts, unit0, walk, mC, tidx, b_desc_ptr):
+                 num_experts, unit0, walk, b_desc_ptr):
         nunits, num_units, _, rank = walk
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer,
                                              self.ab_stages)
@@ -816,9 +817,9 @@ class GroupedDgluSm90:
         while unit < num_units:
             m_tile, n_tile = self.tile_of(unit, walk)
             expert = expert_of_row(mOffs, num_experts, m_tile * TILE_M)
-            # Warm L2 with this tile's C window now; its epilogue reads it about one
-            # mainloop later (the ring keeps us at most `ab_stages` k-tiles ahead).
-            self.prefetch_c_tile(mC, m_tile, n_tile, tidx % 32)
+            # (No L2 prefetch of the tile's C window here: until session 14 this warp
+            # issued one, 16 prefetch.global.L2 per lane and tile; without it the kernel
+            # measured 1-3.5% faster on all four benchmark shapes: docs/kernels.md.)
             # dense: the expert is B's L coordinate; discrete: its device-built descriptor
             desc, l_idx = None, expert
             if cutlass.const_expr(self.cfg.discrete()):
@@ -1028,22 +1029,6 @@ class GroupedDgluSm90:
                   tDgD[(None, self.c_row_block(m_tile, w, e_q % self.c_split),
                         n_tile * self.nblk + e_q // self.c_split)])
         cute.arch.cp_async_bulk_commit_group()
-
-    @cute.jit
-    def prefetch_c_tile(self, mC, m_tile, n_tile, lane):
-        """prefetch.global.L2 of the tile's (128 x 2*TILE_N) C window, one 128-byte line per
-        lane and step; lines past column 2N (partial last N-tile) are skipped."""
-        two_n = 2 * self.cfg.n
-        elems_per_line = 128 * 8 // self.cfg.c_dtype.width
-        lines_per_row = (2 * self.tile_n) // elems_per_line
-        row0 = m_tile * TILE_M
-        col0 = 2 * n_tile * self.tile_n
-        for i in cutlass.range_constexpr(TILE_M * lines_per_row // 32):
-            idx = i * 32 + lane
-            col = col0 + (idx % lines_per_row) * elems_per_line
-            if col < two_n:
-                off = (row0 + idx // lines_per_row) * two_n + col
-                cute.arch.prefetch((mC.iterator + off).llvm_ptr, cache_level="L2")
 
     @cute.jit
     def mma_mainloop(self, ab_pipe, mmas, tCrA, tCrB, acc, pos: Int32, mine_done,
