@@ -26,7 +26,7 @@
 # wartx32, which racecheck reported clean in session 11.
 # Part "probe2": probes 4 (no C L2 prefetch, correct results) and 5 (no C TMA loads, the
 # prefetch kept) on the four shapes, then main (ab new) against 18683a8 (ab_old/, ab old).
-#   source .gpu/env/setup.sh && bash benchmarks/device_session14.sh race|probe|race2|probe2|nopf|final|energy
+#   source .gpu/env/setup.sh && bash benchmarks/device_session14.sh race|probe|race2|probe2|nopf|final|energy|cring
 set -o pipefail
 source "$(dirname "$0")/device_common.sh"
 if [ "$1" = race ]; then
@@ -62,6 +62,10 @@ elif [ "$1" = final ]; then
   # energy per call (part energy) and the full benchmark on the final main
   t bench_final python3 benchmarks/bench_dglu.py --reps 30 --warmup 5 --out "$OUT/bench_final.json"
   grep -E "^(dsv3|qwen3|mixtral|skew) |host overhead|timer" "$OUT/bench_final.log"
+elif [ "$1" = cring ]; then
+  # after the prefetch removal: the engine's default (1 C stage, 64-row entries, 6 A/B
+  # stages) against 2 C stages (4 A/B stages) and 128-row entries, one process, 4 shapes
+  vbench cring cring t128c1m2h2,t128c2m2h2,t128c1m2 --rounds 5 --reps 30
 elif [ "$1" = probe ]; then
   [ -d exp_pkg/cudnn_ext ] || { echo "exp_pkg/ missing"; exit 1; }
   (cd /tmp && env PYTHONPATH="$OLDPWD/exp_pkg:$PYTHONPATH" python3 -c \

@@ -244,6 +244,23 @@ def test_zeroed_workspace_variant_compiles_for_sm90a(capfd):
     assert _compile_checked(key, capfd) is not None
 
 
+@needs_dsl
+@pytest.mark.parametrize("dbias,coop,arrivals", [(True, False, 32), (False, False, 1),
+                                                 (True, True, 1)])
+def test_c_full_barrier_arrivals(dbias, coop, arrivals):
+    """With the ping-pong dbias hand-off every lane of a C producer warp arrives on the C
+    full barrier (lane 0 with the TMA bytes), each after its own reads of the dbias slice
+    that the math warps write once the phase completes: compute-sanitizer racecheck reported
+    4 write-after-read hazards with one elected arrival and 0 with 32 (H200, session 14,
+    benchmarks/results/session14/race2/). Elsewhere the slice does not exist: one arrival."""
+    from cudnn_ext.kernels.sm90.dglu_kernel import GroupedDgluSm90
+
+    knobs = Knobs.of(tile_n=256 if coop else 128, cluster_m=2, cooperative=coop)
+    kernel = GroupedDgluSm90(Sm90CompileKey.of(_problem(dbias=dbias), knobs).kernel_config())
+    assert kernel.dbias_via_producer() == (dbias and not coop)
+    assert kernel.c_full_arrivals() == arrivals
+
+
 def test_build_compiles_unless_deferred(monkeypatch):
     """build() compiles the contract variant (class API/graph users expect build = compile);
     under defer_compile (the functional torch path) nothing compiles until an execute picks

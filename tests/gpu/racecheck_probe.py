@@ -39,6 +39,13 @@ producer) waits on the empty barrier, reads and adds the 4 warps' sums, syncs th
 its lane 0 arrives on the full barrier with 128 expected bytes and issues the bulk copy that
 completes the phase (the C reload), for 8 rounds. ``ring``: 2 stages; ``ring1``: 1 stage.
 
+Session 12: ``ring`` 0, ``ring1`` 0. Session 14: with every lane of the kernel's C producer
+warp arriving on the full barrier (762e649) racecheck reports none on the kernel either, where
+one elected arrive gave 4 hazards (124 per tile and read: lanes 1-31). What the probe does not
+copy is not settled; the likeliest difference is that the kernel's phase is completed by a
+tensor TMA load (``cp.async.bulk.tensor``, SASS ``UTMALDG``), the probe's by a plain bulk
+copy (``UBLKCP``). A ``tensor`` mode would tell.
+
 The script checks the values it read (``none`` may read stale values; it only reports) and
 prints one line.
 """
