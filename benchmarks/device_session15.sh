@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Prepared in session 14 for the next device session (H200); not yet run.
+# Why: session 14's probes (docs/kernels.md, "Session 14") put most of the epilogue's cost in
+# reading C (its DRAM traffic more than its loads), and session 12's ncu run had our kernel
+# read 263 MB from DRAM on qwen3 where A, B and C hold 217 MB (grouped_mm: 168 of 167): the
+# (M, 2N) C and D streams pass through the 50 MB L2 and can push out the A/B k-tiles that
+# other CTAs re-read.
+# Part "l2": branch exp/l2-hints, unpacked untracked into exp_l2/
+#   (mkdir exp_l2 && git archive exp/l2-hints cudnn_ext benchmarks | tar -x -C exp_l2):
+#   L2 eviction hints on the TMA traffic (variant suffix e1: C loads and D stores
+#   evict-first; e2: also A/B loads evict-last), ping-pong default and cooperative, four
+#   shapes, two processes, round-robin; then ncu DRAM bytes and L2 sectors on qwen3 for the
+#   default and e2. About 6 minutes.
+# Part "mainloop": branch exp/epi-probe, unpacked into exp_probe/ the same way: ncu of probe
+#   p3 (no C traffic, no D stores, no activation math; wrong results by design) next to
+#   grouped_mm on qwen3 and dsv3 (SM cycles, clock, L2 sectors, shared wavefronts, warp
+#   stalls): what the 5-6% between our ping-pong mainloop and grouped_mm's is. About 4 minutes.
+#   source .gpu/env/setup.sh && bash benchmarks/device_session15.sh l2|mainloop
+set -o pipefail
+source "$(dirname "$0")/device_common.sh"
+# (metrics that sessions 12-13's ncu runs on the H200 accepted)
+# pkg DIR NAME ARGS...: t NAME, running DIR's bench_dglu.py with DIR's package first
+pkg() { local d=$1 name=$2; shift 2
+  [ -d "$d/cudnn_ext" ] || { echo "$d/ missing"; exit 1; }
+  (cd /tmp && env PYTHONPATH="$OLDPWD/$d:$PYTHONPATH" python3 -c \
+    "import cudnn_ext; print('$d package:', cudnn_ext.__file__)")
+  t "$name" env PYTHONPATH="$PWD/$d:$PYTHONPATH" python3 "$d/benchmarks/bench_dglu.py" \
+    --impls cudnn_ext,torch_grouped_mm "$@" --out "$OUT/$name.json"
+  grep -E "^(dsv3|qwen3|mixtral|skew) " "$OUT/$name.log"; }
+M=lts__t_sectors_op_read.sum,lts__t_sectors_op_write.sum,dram__bytes_read.sum
+M=$M,dram__bytes_write.sum,lts__t_sector_hit_rate.pct,sm__cycles_active.avg
+M=$M,l1tex__data_pipe_lsu_wavefronts_mem_shared.avg.pct_of_peak_sustained_elapsed
+# prof DIR NAME SHAPE ARGS...: ncu one launch of DIR's profile_one.py SHAPE ARGS
+prof() { local d=$1 name=$2 shape=$3; shift 3; local kn=regex:cutlass_kernel_cudnn
+  [ "$1" = --grouped-mm ] && kn=regex:device_kernel
+  timeout 200 env PYTHONPATH="$PWD/$d:$PYTHONPATH" ncu --clock-control none --kernel-name "$kn" \
+    --launch-skip 2 --launch-count 1 --section SpeedOfLight --section WarpStateStats \
+    --metrics "$M" python3 "$d/benchmarks/profile_one.py" "$shape" "$@" > "$OUT/$name.txt" 2>&1
+  echo "== $name rc=$?"
+  grep -E "Duration|Elapsed Cycles|SM Frequency|dram__bytes_read|lts__t_sectors_op_read|lts__t_sector_hit" \
+    "$OUT/$name.txt" | head -7; }
+if [ "$1" = l2 ]; then
+  V=t128c1m2h2,t128c1m2h2e1,t128c1m2h2e2,t256c2m2k,t256c2m2ke1
+  pkg exp_l2 l2_1 --variants $V --rounds 5 --reps 30 --warmup 5
+  pkg exp_l2 l2_2 --variants $V --rounds 5 --reps 30 --warmup 5
+  prof exp_l2 ncu_qwen3_e0 qwen3 --variant t128c1m2h2
+  prof exp_l2 ncu_qwen3_e2 qwen3 --variant t128c1m2h2e2
+elif [ "$1" = mainloop ]; then
+  for s in qwen3 dsv3; do
+    prof exp_probe "ncu_${s}_p3" $s --variant t128c1m2h2p3
+    prof exp_probe "ncu_${s}_p0" $s --variant t128c1m2h2
+    prof exp_probe "ncu_${s}_mm" $s --grouped-mm
+  done
+fi
+bundle "session15_$1"  # every log and JSON in one file (the tool returns at most 8)
