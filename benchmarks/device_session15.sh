@@ -12,8 +12,8 @@
 #   shapes, two processes, round-robin; then ncu DRAM bytes and L2 sectors on qwen3 for the
 #   default and e2. About 6 minutes.
 # Part "mainloop": branch exp/epi-probe2 (main after session 14 plus the probes), unpacked
-#   into exp_probe/ the same way: ncu of probe p3 (no C traffic, no D stores, no activation math; wrong results by design) next to
-#   grouped_mm on qwen3 and dsv3 (SM cycles, clock, L2 sectors, shared wavefronts, warp
+#   into exp_probe/ the same way: ncu of probe p3 (no C loads, no D stores, no activation
+#   math; wrong results by design) and of the kernel, next to grouped_mm, on qwen3 and dsv3 (SM cycles, clock, L2 sectors, shared wavefronts, warp
 #   stalls): what the 5-6% between our ping-pong mainloop and grouped_mm's is. About 4 minutes.
 #   source .gpu/env/setup.sh && bash benchmarks/device_session15.sh l2|mainloop
 set -o pipefail
