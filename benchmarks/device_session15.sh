@@ -7,10 +7,10 @@
 # other CTAs re-read.
 # Part "l2": branch exp/l2-hints, unpacked untracked into exp_l2/
 #   (mkdir exp_l2 && git archive exp/l2-hints cudnn_ext benchmarks | tar -x -C exp_l2):
-#   L2 eviction hints on the TMA traffic (variant suffix e1: C loads and D stores
-#   evict-first; e2: also A/B loads evict-last), ping-pong default and cooperative, four
-#   shapes, two processes, round-robin; then ncu DRAM bytes and L2 sectors on qwen3 for the
-#   default and e2. About 6 minutes.
+#   L2 eviction hints on the TMA traffic (variant suffix e<mask>: 1 C loads evict-first,
+#   2 D stores evict-first, 4 A/B loads evict-last), ping-pong default and cooperative,
+#   four shapes, two processes, round-robin; then ncu DRAM bytes and L2 sectors on qwen3
+#   for the default and e7. About 7 minutes.
 # Part "mainloop": branch exp/epi-probe2 (main after session 14 plus the probes), unpacked
 #   into exp_probe/ the same way: ncu of probe p3 (no C loads, no D stores, no activation
 #   math; wrong results by design) and of the kernel, next to grouped_mm, on qwen3 and dsv3 (SM cycles, clock, L2 sectors, shared wavefronts, warp
@@ -40,11 +40,11 @@ prof() { local d=$1 name=$2 shape=$3; shift 3; local kn=regex:cutlass_kernel_cud
   grep -E "Duration|Elapsed Cycles|SM Frequency|dram__bytes_read|lts__t_sectors_op_read|lts__t_sector_hit" \
     "$OUT/$name.txt" | head -7; }
 if [ "$1" = l2 ]; then
-  V=t128c1m2h2,t128c1m2h2e1,t128c1m2h2e2,t256c2m2k,t256c2m2ke1
+  V=t128c1m2h2,t128c1m2h2e1,t128c1m2h2e3,t128c1m2h2e7,t256c2m2k,t256c2m2ke3
   pkg exp_l2 l2_1 --variants $V --rounds 5 --reps 30 --warmup 5
   pkg exp_l2 l2_2 --variants $V --rounds 5 --reps 30 --warmup 5
   prof exp_l2 ncu_qwen3_e0 qwen3 --variant t128c1m2h2
-  prof exp_l2 ncu_qwen3_e2 qwen3 --variant t128c1m2h2e2
+  prof exp_l2 ncu_qwen3_e7 qwen3 --variant t128c1m2h2e7
 elif [ "$1" = mainloop ]; then
   for s in qwen3 dsv3; do
     prof exp_probe "ncu_${s}_p3" $s --variant t128c1m2h2p3
