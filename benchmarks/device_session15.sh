@@ -15,7 +15,10 @@
 #   into exp_probe/ the same way: ncu of probe p3 (no C loads, no D stores, no activation
 #   math; wrong results by design) and of the kernel, next to grouped_mm, on qwen3 and dsv3 (SM cycles, clock, L2 sectors, shared wavefronts, warp
 #   stalls): what the 5-6% between our ping-pong mainloop and grouped_mm's is. About 4 minutes.
-#   source .gpu/env/setup.sh && bash benchmarks/device_session15.sh l2|mainloop
+# Part "sanitizers": tests/gpu/test_sm90_sanitizers.py (new in session 14, not yet run):
+#   racecheck on walk, chalf, cluster, discretecl, coop and memcheck on walk, chalf through
+#   pytest, so that a hazard fails a test from now on. About 3 minutes.
+#   source .gpu/env/setup.sh && bash benchmarks/device_session15.sh l2|mainloop|sanitizers
 set -o pipefail
 source "$(dirname "$0")/device_common.sh"
 # (metrics that sessions 12-13's ncu runs on the H200 accepted)
@@ -45,6 +48,8 @@ if [ "$1" = l2 ]; then
   pkg exp_l2 l2_2 --variants $V --rounds 5 --reps 30 --warmup 5
   prof exp_l2 ncu_qwen3_e0 qwen3 --variant t128c1m2h2
   prof exp_l2 ncu_qwen3_e7 qwen3 --variant t128c1m2h2e7
+elif [ "$1" = sanitizers ]; then
+  tp sanitizer_tests -m gpu tests/gpu/test_sm90_sanitizers.py -v
 elif [ "$1" = mainloop ]; then
   for s in qwen3 dsv3; do
     prof exp_probe "ncu_${s}_p3" $s --variant t128c1m2h2p3

@@ -1,0 +1,60 @@
+"""compute-sanitizer on the SM90 kernel's small cases (``pytest -m gpu``; skipped without a GPU
+or without ``compute-sanitizer`` on PATH).
+
+racecheck watches the shared-memory hand-offs between warps: the ping-pong dbias sums that
+the math warps write into a C stage's slice and the C producer warp reads, across many
+tiles (``walk``, ``chalf``), in 2-CTA clusters (``cluster``, ``discretecl``) and the
+cooperative schedule's shared sums (``coop``). Sessions 10-13 saw 3-4 hazards on the
+ping-pong walks; every lane of the C producer arriving on the full barrier (762e649) made
+them 0 on the H200 (session 14). memcheck checks the same walks for out-of-bounds and
+misaligned accesses. Each run also checks the results against the float64 reference
+(``sanitize_sm90.py`` raises otherwise), so a clean report of a wrong kernel fails too.
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from sm90_cases import skip_unless_sm90
+
+pytestmark = pytest.mark.gpu
+
+HERE = os.path.dirname(__file__)
+
+
+def _sanitize(tool: str, mode: str) -> str:
+    skip_unless_sm90()
+    exe = shutil.which("compute-sanitizer")
+    if exe is None:
+        pytest.skip("compute-sanitizer is not on PATH")
+    # the child imports this checkout's cudnn_ext, as this process does
+    root = os.path.dirname(os.path.dirname(HERE))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (root, os.environ.get("PYTHONPATH", "")) if p))
+    proc = subprocess.run(
+        [exe, "--report-api-errors", "no", "--tool", tool, sys.executable,
+         os.path.join(HERE, "sanitize_sm90.py"), mode],
+        capture_output=True, text=True, timeout=600, env=env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"{tool} {mode}: exit {proc.returncode}\n{out[-4000:]}"
+    return out
+
+
+@pytest.mark.parametrize("mode", ["walk", "chalf", "cluster", "discretecl", "coop"])
+def test_racecheck_reports_no_hazard(mode):
+    out = _sanitize("racecheck", mode)
+    summary = re.search(
+        r"RACECHECK SUMMARY: (\d+) hazards displayed \((\d+) errors, (\d+) warnings\)", out)
+    assert summary, f"racecheck {mode}: no summary line\n{out[-4000:]}"
+    assert summary.groups() == ("0", "0", "0"), f"racecheck {mode}:\n{out[-4000:]}"
+
+
+@pytest.mark.parametrize("mode", ["walk", "chalf"])
+def test_memcheck_reports_no_error(mode):
+    out = _sanitize("memcheck", mode)
+    summary = re.search(r"ERROR SUMMARY: (\d+) errors?", out)
+    assert summary, f"memcheck {mode}: no summary line\n{out[-4000:]}"
+    assert summary.group(1) == "0", f"memcheck {mode}:\n{out[-4000:]}"
