@@ -6,7 +6,7 @@
 # (M, 2N) C and D streams pass through the 50 MB L2 and can push out the A/B k-tiles that
 # other CTAs re-read.
 # Part "l2": branch exp/l2-hints, unpacked untracked into exp_l2/
-#   (mkdir exp_l2 && git archive exp/l2-hints cudnn_ext benchmarks | tar -x -C exp_l2):
+#   (mkdir exp_l2 && git archive exp/l2-hints cudnn_ext benchmarks tests | tar -x -C exp_l2):
 #   L2 eviction hints on the TMA traffic (variant suffix e<mask>: 1 C loads evict-first,
 #   2 D stores evict-first, 4 A/B loads evict-last), ping-pong default and cooperative,
 #   four shapes, two processes, round-robin; then ncu DRAM bytes and L2 sectors on qwen3
@@ -18,7 +18,11 @@
 # Part "sanitizers": tests/gpu/test_sm90_sanitizers.py (new in session 14, not yet run):
 #   racecheck on walk, chalf, cluster, discretecl, coop and memcheck on walk, chalf through
 #   pytest, so that a hazard fails a test from now on. About 3 minutes.
-#   source .gpu/env/setup.sh && bash benchmarks/device_session15.sh l2|mainloop|sanitizers
+# Part "desc": branch exp/desc-once, unpacked into exp_desc/ the same way (discrete weights:
+#   the descriptor acquire fence only when the tile's expert changes, not every tile): its
+#   discrete GPU cases, then the discrete rows of main and of the branch in two alternating
+#   process pairs. About 5 minutes.
+#   source .gpu/env/setup.sh && bash benchmarks/device_session15.sh l2|mainloop|sanitizers|desc
 set -o pipefail
 source "$(dirname "$0")/device_common.sh"
 # (metrics that sessions 12-13's ncu runs on the H200 accepted)
@@ -48,6 +52,17 @@ if [ "$1" = l2 ]; then
   pkg exp_l2 l2_2 --variants $V --rounds 5 --reps 30 --warmup 5
   prof exp_l2 ncu_qwen3_e0 qwen3 --variant t128c1m2h2
   prof exp_l2 ncu_qwen3_e7 qwen3 --variant t128c1m2h2e7
+elif [ "$1" = desc ]; then
+  [ -d exp_desc/cudnn_ext ] || { echo "exp_desc/ missing"; exit 1; }
+  t desc_tests env PYTHONPATH="$PWD/exp_desc:$PYTHONPATH" python3 -m pytest -m gpu -q \
+    -p no:cacheprovider exp_desc/tests/gpu/test_sm90_discrete.py
+  for i in 1 2; do
+    t "desc_main_$i" python3 benchmarks/bench_dglu.py --impls cudnn_ext_discrete,torch_grouped_mm \
+      --rounds 10 --reps 60 --warmup 5 --out "$OUT/desc_main_$i.json"
+    grep -E "^(dsv3|qwen3|mixtral|skew) " "$OUT/desc_main_$i.log"
+    pkg exp_desc "desc_branch_$i" --impls cudnn_ext_discrete,torch_grouped_mm --rounds 10 \
+      --reps 60 --warmup 5
+  done
 elif [ "$1" = sanitizers ]; then
   tp sanitizer_tests -m gpu tests/gpu/test_sm90_sanitizers.py -v
 elif [ "$1" = mainloop ]; then
