@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepared in session 14 for the next device session (H200); not yet run.
-# Why: session 14's probes (docs/kernels.md, "Session 14") put most of the epilogue's cost in
+# Why: session 14's probes (docs/kernel_sessions.md, "Session 14") put most of the epilogue's cost in
 # reading C (its DRAM traffic more than its loads), and session 12's ncu run had our kernel
 # read 263 MB from DRAM on qwen3 where A, B and C hold 217 MB (grouped_mm: 168 of 167): the
 # (M, 2N) C and D streams pass through the 50 MB L2 and can push out the A/B k-tiles that

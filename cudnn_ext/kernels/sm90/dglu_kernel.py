@@ -819,7 +819,7 @@ class GroupedDgluSm90:
             expert = expert_of_row(mOffs, num_experts, m_tile * TILE_M)
             # (No L2 prefetch of the tile's C window here: until session 14 this warp
             # issued one, 16 prefetch.global.L2 per lane and tile; without it the kernel
-            # measured 1-3.5% faster on all four benchmark shapes: docs/kernels.md.)
+            # measured 1-3.5% faster on all four benchmark shapes: docs/kernel_sessions.md.)
             # dense: the expert is B's L coordinate; discrete: its device-built descriptor
             desc, l_idx = None, expert
             if cutlass.const_expr(self.cfg.discrete()):
