@@ -17,7 +17,9 @@
 #   stalls): what the 5-6% between our ping-pong mainloop and grouped_mm's is. About 4 minutes.
 # Part "sanitizers": tests/gpu/test_sm90_sanitizers.py (new in session 14, not yet run):
 #   racecheck on walk, chalf, cluster, discretecl, coop and memcheck on walk, chalf through
-#   pytest, so that a hazard fails a test from now on. About 3 minutes.
+#   pytest, so that a hazard fails a test from now on; then racecheck_probe.py's ring modes
+#   (ringtma, ringtma32: new, the kernel's tensor-TMA full barrier with one or 32 arrivals;
+#   ring as the control). About 4 minutes.
 # Part "desc": branch exp/desc-once, unpacked into exp_desc/ the same way (discrete weights:
 #   the descriptor acquire fence only when the tile's expert changes, not every tile): its
 #   discrete GPU cases, then the discrete rows of main and of the branch in two alternating
@@ -65,6 +67,7 @@ elif [ "$1" = desc ]; then
   done
 elif [ "$1" = sanitizers ]; then
   tp sanitizer_tests -m gpu tests/gpu/test_sm90_sanitizers.py -v
+  probe ring ringtma ringtma32
 elif [ "$1" = mainloop ]; then
   for s in qwen3 dsv3; do
     prof exp_probe "ncu_${s}_p3" $s --variant t128c1m2h2p3

@@ -15,7 +15,7 @@ needs_dsl = pytest.mark.skipif(importlib.util.find_spec("cutlass") is None,
 
 @needs_dsl
 @pytest.mark.parametrize("mode", ["bar", "mbar", "none", "mbar1", "war1", "war32", "wartx",
-                                  "wartx32", "ring", "ring1"])
+                                  "wartx32", "ring", "ring1", "ringtma", "ringtma32"])
 def test_probe_compiles_for_sm90a(mode):
     import racecheck_probe
 

@@ -44,7 +44,9 @@ warp arriving on the full barrier (762e649) racecheck reports none on the kernel
 one elected arrive gave 4 hazards (124 per tile and read: lanes 1-31). What the probe does not
 copy is not settled; the likeliest difference is that the kernel's phase is completed by a
 tensor TMA load (``cp.async.bulk.tensor``, SASS ``UTMALDG``), the probe's by a plain bulk
-copy (``UBLKCP``). A ``tensor`` mode would tell.
+copy (``UBLKCP``). Modes ``ringtma`` (lane 0 alone arrives, a tensor TMA load completes the
+phase) and ``ringtma32`` (every lane arrives) copy that; racecheck hazards in ``ringtma``
+and none in ``ringtma32`` would confirm it (session 14: compiled, not yet run).
 
 The script checks the values it read (``none`` may read stale values; it only reports) and
 prints one line.
@@ -59,7 +61,8 @@ import cutlass.cute as cute  # noqa: E402
 from cutlass import Float32, Int32  # noqa: E402
 
 HANDOFF_MODES = ("bar", "mbar", "none", "mbar1", "war1", "war32", "wartx", "wartx32")
-MODES = HANDOFF_MODES + ("ring", "ring1")
+RING_MODES = ("ring", "ring1", "ringtma", "ringtma32")
+MODES = HANDOFF_MODES + RING_MODES
 RING_ROUNDS = 8
 
 
@@ -146,15 +149,29 @@ class HandOff:
 
 
 class RingHandOff:
-    """One CTA of 160 threads: warps 0-3 write, warp 4 reads, over ``stages`` stages."""
+    """One CTA of 160 threads: warps 0-3 write, warp 4 reads, over ``stages`` stages.
 
-    def __init__(self, stages: int):
+    ``tensor``: the load that completes each full-barrier phase is a tensor TMA load (the
+    kernel's ``cp.async.bulk.tensor``, SASS ``UTMALDG``) instead of a plain bulk copy
+    (``UBLKCP``); ``all_lanes``: every lane of the reader warp arrives on the full barrier
+    (count 32, lane 0 with the bytes), as the kernel has since session 14, instead of lane 0
+    alone after a warp sync (the kernel until then)."""
+
+    def __init__(self, stages: int, tensor: bool = False, all_lanes: bool = False):
         self.stages = stages
+        self.tensor = tensor
+        self.all_lanes = all_lanes
 
     @cute.jit
     def __call__(self, out_ptr: cute.Pointer, stream):
         mOut = cute.make_tensor(out_ptr, cute.make_layout((32,)))
         S = self.stages
+        # the tensor-TMA source: the output buffer seen as one (1, 32) fp32 tile (its values
+        # are never used; only the bytes' arrival completes the phase)
+        mSrc = cute.make_tensor(out_ptr, cute.make_layout((1, 32), stride=(32, 1)))
+        tma_atom, tma_src = cute.nvgpu.cpasync.make_tiled_tma_atom(
+            cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp(), mSrc,
+            cute.make_layout((1, 32), stride=(32, 1)), (1, 32))
 
         @cute.struct
         class Shared:
@@ -164,10 +181,11 @@ class RingHandOff:
             empty: cute.struct.MemRange[cutlass.Int64, S]
 
         self.shared = Shared
-        self.kernel(mOut).launch(grid=(1, 1, 1), block=[160, 1, 1], stream=stream)
+        self.kernel(mOut, tma_atom, tma_src).launch(grid=(1, 1, 1), block=[160, 1, 1],
+                                                     stream=stream)
 
     @cute.kernel
-    def kernel(self, mOut: cute.Tensor):
+    def kernel(self, mOut: cute.Tensor, tma_atom: cute.CopyAtom, tma_src: cute.Tensor):
         S = self.stages
         tidx, _, _ = cute.arch.thread_idx()
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
@@ -177,9 +195,13 @@ class RingHandOff:
         sl = st.slices.get_tensor(cute.make_layout((32, 4, S)))
         full = st.full.data_ptr()
         empty = st.empty.data_ptr()
+        land = st.land.get_tensor(cute.make_layout((1, 32, S), stride=(32, 1, 32)))
+        tLs, tLg = cute.nvgpu.cpasync.tma_partition(
+            tma_atom, 0, cute.make_layout(1), cute.group_modes(land, 0, 2),
+            cute.group_modes(cute.local_tile(tma_src, (1, 32), (None, None)), 0, 2))
         if tidx == 0:
             for s in cutlass.range_constexpr(S):
-                cute.arch.mbarrier_init(full + s, 1)
+                cute.arch.mbarrier_init(full + s, 32 if self.all_lanes else 1)
                 cute.arch.mbarrier_init(empty + s, 128)
         cute.arch.mbarrier_init_fence()
         cute.arch.sync_threads()
@@ -195,6 +217,13 @@ class RingHandOff:
                     cute.arch.sync_warp()
                     if lane == 0:
                         cute.arch.mbarrier_arrive_and_expect_tx(full + s, 128)
+                    elif cutlass.const_expr(self.all_lanes):
+                        cute.arch.mbarrier_arrive(full + s)
+                    if cutlass.const_expr(self.tensor):
+                        # warp-uniform issue, as in the kernel's C producer
+                        cute.copy(tma_atom, tLg[(None, 0, 0)], tLs[(None, s)],
+                                  tma_bar_ptr=full + s)
+                    elif lane == 0:
                         cute.arch.inline_ptx(
                             "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
                             " [{$r0}], [{$r1}], 128, [{$r2}];",
@@ -221,7 +250,11 @@ def compile_probe(mode: str):
     from cutlass.cute.runtime import make_fake_stream, make_ptr
 
     ptr = make_ptr(Float32, 0, cute.AddressSpace.gmem, assumed_align=16)
-    probe = RingHandOff(2 if mode == "ring" else 1) if mode.startswith("ring") else HandOff(mode)
+    if mode in RING_MODES:
+        probe = RingHandOff(2 if mode in ("ring", "ringtma", "ringtma32") else 1,
+                            tensor=mode.startswith("ringtma"), all_lanes=mode == "ringtma32")
+    else:
+        probe = HandOff(mode)
     return cute.compile(probe, ptr, make_fake_stream(), options="--gpu-arch sm_90a")
 
 
