@@ -68,6 +68,24 @@ elif [ "$1" = desc ]; then
 elif [ "$1" = sanitizers ]; then
   tp sanitizer_tests -m gpu tests/gpu/test_sm90_sanitizers.py -v
   probe ring ringtma ringtma32
+elif [ "$1" = attrib ]; then
+  # (added in session 15 after part mainloop) p3 (no C, no D, no math) took the same
+  # cycles as grouped_mm but ran at a lower clock: split the clock gap between L2 reads
+  # (2x2 clusters: grouped_mm's L2 bytes per MMA, our shared-memory bytes) and shared-memory
+  # reads (cooperative 128 x 256: grouped_mm's L2 and shared-memory bytes per MMA).
+  M=$M,smsp__inst_executed.sum
+  for s in dsv3 qwen3; do
+    prof exp_probe "ncu_${s}_coop_p3" $s --variant t256c2m2kp3
+    prof exp_probe "ncu_${s}_2x2_p3" $s --variant t128c1m2n2p3
+  done
+  prof exp_probe ncu_dsv3_pp_p3i dsv3 --variant t128c1m2h2p3  # with the instruction count
+  prof exp_probe ncu_dsv3_mm_i dsv3 --grouped-mm
+elif [ "$1" = stages ]; then
+  # (added in session 15) what an A/B stage is worth: the cooperative kernel with 3 stages
+  # (the only count that leaves room for the structural route's 64 KB of parked
+  # accumulators, docs/kernels.md "What is left") and ping-pong with 5 and 4 (what a
+  # deeper C ring would cost it); this tree's package, one process, round-robin.
+  vbench stages stages t256c2m2k,t256c2m2s3k,t256c1m2s3k,t128c1m2s5h2,t128c1m2s4h2 --rounds 8 --reps 40
 elif [ "$1" = mainloop ]; then
   for s in qwen3 dsv3; do
     prof exp_probe "ncu_${s}_p3" $s --variant t128c1m2h2p3
