@@ -1,5 +1,10 @@
 #!/usr/bin/env bash
-# Prepared in session 14 for the next device session (H200); not yet run.
+# Prepared in session 14 (parts l2, mainloop, sanitizers, desc); run in session 15 on lent
+# H200s with parts attrib, stages, trace and cpf added there (results under
+# benchmarks/results/session15/<part>/; docs/kernel_sessions.md "Session 15"). Parts trace
+# and cpf ran with their branch checked out (exp/trace, exp/c-l2-prefetch); unpacking all
+# three branches at once pushed the tree past the device tool's 64 MiB with .gpu/1
+# (unpack only cudnn_ext, tests and the benchmark scripts, not benchmarks/results).
 # Why: session 14's probes (docs/kernel_sessions.md, "Session 14") put most of the epilogue's cost in
 # reading C (its DRAM traffic more than its loads), and session 12's ncu run had our kernel
 # read 263 MB from DRAM on qwen3 where A, B and C hold 217 MB (grouped_mm: 168 of 167): the
@@ -86,6 +91,25 @@ elif [ "$1" = stages ]; then
   # accumulators, docs/kernels.md "What is left") and ping-pong with 5 and 4 (what a
   # deeper C ring would cost it); this tree's package, one process, round-robin.
   vbench stages stages t256c2m2k,t256c2m2s3k,t256c1m2s3k,t128c1m2s5h2,t128c1m2s4h2 --rounds 8 --reps 40
+elif [ "$1" = trace ]; then
+  # (added in session 15, run from branch exp/trace checked out) per-tile timelines of the
+  # math warpgroups (benchmarks/trace_one.py): ping-pong on the four shapes, cooperative on
+  # dsv3 and qwen3, ping-pong without dbias on qwen3
+  for s in qwen3 dsv3 skew mixtral; do
+    t "trace_$s" python3 benchmarks/trace_one.py $s --json "$OUT/trace_$s.json"
+    tail -1 "$OUT/trace_$s.log"; done
+  for s in qwen3 dsv3; do
+    t "trace_${s}_coop" python3 benchmarks/trace_one.py $s --variant t256c2m2k \
+      --json "$OUT/trace_${s}_coop.json"
+    tail -1 "$OUT/trace_${s}_coop.log"; done
+  t trace_qwen3_nodb python3 benchmarks/trace_one.py qwen3 --no-dbias --json "$OUT/trace_qwen3_nodb.json"
+  tail -1 "$OUT/trace_qwen3_nodb.log"
+elif [ "$1" = cpf ]; then
+  # (added in session 15, run from branch exp/c-l2-prefetch checked out) the C producer's
+  # TMA L2 prefetch of a tile's remaining C entries: f1 when the epilogue starts, f2 one
+  # ring-full earlier; one process, round-robin; then its GPU cases
+  vbench cpf cpf t128c1m2h2,t128c1m2h2f1,t128c1m2h2f2 --rounds 6 --reps 40
+  tp cpf_tests -m gpu tests/gpu/test_sm90_c_prefetch.py
 elif [ "$1" = mainloop ]; then
   for s in qwen3 dsv3; do
     prof exp_probe "ncu_${s}_p3" $s --variant t128c1m2h2p3

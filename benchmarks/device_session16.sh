@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Prepared in session 15 for the next device session (H200); not yet run.
+# Why (docs/kernel_sessions.md "Session 15"): session 15's per-tile trace found the ping-pong
+# epilogue about 1.7x slower while the other warpgroup's mainloop runs (19-21 k SM cycles on
+# every shape) than alone (10.5-12 k, each CTA's last tile). On qwen3 that is as long as a
+# mainloop (~20 k), so no mainloop runs for ~6 k cycles per CTA and each CTA's last epilogue
+# (~12 k) is exposed: ~13% of qwen3's span. What in the epilogue slows down next to the
+# mainloop (its shared-memory traffic against the WGMMA operand reads, or issue) decides
+# what could shorten it.
+# Part "traceprobe": branch exp/trace-probe checked out (exp/trace plus exp/epi-probe2's
+#   probe knob): trace_one.py on qwen3 and dsv3 for the kernel and probes p1 (no activation
+#   math), p2 (+ no C loads), p3 (+ no D stores): each probe's steady and alone epilogue.
+#   Probe results are wrong by design. About 3 minutes.
+# Part "cpf2": branch exp/c-l2-prefetch checked out: two more processes of the kernel
+#   against its c_prefetch 1 variant (session 15's one process: -1% on qwen3, within 0.5%
+#   elsewhere; f2 slower everywhere). About 4 minutes.
+#   git checkout <branch> && source .gpu/env/setup.sh && bash benchmarks/device_session16.sh <part>
+# (The branches carry this script once main is merged into them; session 15 did that.)
+set -o pipefail
+source "$(dirname "$0")/device_common.sh"
+if [ "$1" = traceprobe ]; then
+  [ -f benchmarks/trace_one.py ] || { echo "check out exp/trace-probe first"; exit 1; }
+  for s in qwen3 dsv3; do
+    for p in "" p1 p2 p3; do
+      t "trace_${s}_p${p:-0}" python3 benchmarks/trace_one.py $s --variant "t128c1m2h2$p" \
+        --json "$OUT/trace_${s}_p${p:-0}.json"
+    done
+  done
+  gzip -9 "$OUT"/trace_*.json
+elif [ "$1" = cpf2 ]; then
+  for i in 1 2; do vbench "cpf2_$i" "cpf2_$i" t128c1m2h2,t128c1m2h2f1; done
+  tp cpf2_tests -m gpu tests/gpu/test_sm90_c_prefetch.py
+else
+  echo "usage: device_session16.sh traceprobe|cpf2"; exit 2
+fi
+bundle "session16_$1"  # every log and JSON in one file (the tool returns at most 8)
