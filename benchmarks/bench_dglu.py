@@ -211,8 +211,10 @@ def run_cudnn_ext_discrete(pack, K, N, dbias=True, knobs=None):
     return fn, extra
 
 
-def run_cudnn_ext(pack, K, N, knobs=None, dbias=True, weight_mode="dense"):
-    from cudnn_ext.engines.sm90 import Sm90DgluEngine, compile_seconds
+def build_plan(pack, K, N, knobs=None, dbias=True, weight_mode="dense"):
+    """(plan, workspace, knobs, build seconds) of the SM90 engine for the pack's problem
+    (``knobs`` None: the engine's choice)."""
+    from cudnn_ext.engines.sm90 import Sm90DgluEngine
     from cudnn_ext.problem import ActConfig, DgluProblem
 
     L = pack["alpha"].shape[0]
@@ -228,6 +230,13 @@ def run_cudnn_ext(pack, K, N, knobs=None, dbias=True, weight_mode="dense"):
     plan = eng.build(problem, knobs)
     build_s = time.perf_counter() - t0
     ws = torch.empty(max(plan.workspace_size, 1), dtype=torch.uint8, device="cuda")
+    return plan, ws, knobs, build_s
+
+
+def run_cudnn_ext(pack, K, N, knobs=None, dbias=True, weight_mode="dense"):
+    from cudnn_ext.engines.sm90 import compile_seconds
+
+    plan, ws, knobs, build_s = build_plan(pack, K, N, knobs, dbias, weight_mode)
     stream = torch.cuda.current_stream()
     return (lambda: plan.execute(pack, ws, stream)), dict(
         knobs=dict(knobs.values), first_compile_s=compile_seconds(plan.key) or build_s)

@@ -7,10 +7,14 @@
 # (~12 k) is exposed: ~13% of qwen3's span. What in the epilogue slows down next to the
 # mainloop (its shared-memory traffic against the WGMMA operand reads, or issue) decides
 # what could shorten it.
-# Part "traceprobe": branch exp/trace-probe checked out (exp/trace plus exp/epi-probe2's
-#   probe knob): trace_one.py on qwen3 and dsv3 for the kernel and probes p1 (no activation
-#   math), p2 (+ no C loads), p3 (+ no D stores): each probe's steady and alone epilogue.
-#   Probe results are wrong by design. About 3 minutes.
+# Part "trace" (main): the trace knob's workspace form (new in session 15, CPU-tested only):
+#   tests/gpu/test_sm90_trace.py, then trace_one.py on qwen3 and dsv3 (session 15's branch
+#   form measured qwen3's epilogue at ~20.8 k cycles next to a mainloop, ~12.0 k alone).
+#   About 2 minutes.
+# Part "traceprobe": branch exp/trace-probe checked out (main after session 15 plus
+#   exp/epi-probe2's probe knob): trace_one.py on qwen3 and dsv3 for the kernel and probes
+#   p1 (no activation math), p2 (+ no C loads), p3 (+ no D stores): each probe's steady and
+#   alone epilogue. Probe results are wrong by design. About 3 minutes.
 # Part "cpf2": branch exp/c-l2-prefetch checked out: two more processes of the kernel
 #   against its c_prefetch 1 variant (session 15's one process: -1% on qwen3, within 0.5%
 #   elsewhere; f2 slower everywhere). About 4 minutes.
@@ -18,19 +22,23 @@
 # (The branches carry this script once main is merged into them; session 15 did that.)
 set -o pipefail
 source "$(dirname "$0")/device_common.sh"
-if [ "$1" = traceprobe ]; then
+if [ "$1" = trace ]; then
+  tp trace_tests -m gpu tests/gpu/test_sm90_trace.py
+  for s in qwen3 dsv3; do
+    t "trace_$s" python3 benchmarks/trace_one.py $s --json "$OUT/trace_$s.json.gz"
+  done
+elif [ "$1" = traceprobe ]; then
   [ -f benchmarks/trace_one.py ] || { echo "check out exp/trace-probe first"; exit 1; }
   for s in qwen3 dsv3; do
     for p in "" p1 p2 p3; do
       t "trace_${s}_p${p:-0}" python3 benchmarks/trace_one.py $s --variant "t128c1m2h2$p" \
-        --json "$OUT/trace_${s}_p${p:-0}.json"
+        --json "$OUT/trace_${s}_p${p:-0}.json.gz"
     done
   done
-  gzip -9 "$OUT"/trace_*.json
 elif [ "$1" = cpf2 ]; then
   for i in 1 2; do vbench "cpf2_$i" "cpf2_$i" t128c1m2h2,t128c1m2h2f1; done
   tp cpf2_tests -m gpu tests/gpu/test_sm90_c_prefetch.py
 else
-  echo "usage: device_session16.sh traceprobe|cpf2"; exit 2
+  echo "usage: device_session16.sh trace|traceprobe|cpf2"; exit 2
 fi
 bundle "session16_$1"  # every log and JSON in one file (the tool returns at most 8)

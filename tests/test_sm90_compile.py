@@ -30,7 +30,7 @@ def test_compile_key_fields_are_pinned():
     assert names == ["arch", "n", "k", "ab_dtype", "c_dtype", "d_dtype", "act_func",
                      "generate_dbias", "weight_mode", "b_major", "tile_n", "ab_stages",
                      "raster_group_m", "c_stages", "cluster_m", "cluster_n", "init_outputs", "cooperative",
-                     "c_split", "ws_zeroed", "tvm_ffi"]
+                     "c_split", "ws_zeroed", "tvm_ffi", "trace"]
 
 
 def test_compile_key_ignores_runtime_sizes_and_constants():
@@ -352,6 +352,79 @@ def test_discrete_launch_passes_the_table_and_workspace_regions(monkeypatch):
                          ws.data_ptr() + 128 * L, ptr["b_ptrs"], ws.data_ptr(), ptr["dbias"])
     with pytest.raises(ValueError, match="128-byte aligned"):
         plan.execute(pack, ws[4:], types.SimpleNamespace(cuda_stream=77))
+
+
+@pytest.mark.parametrize("dbias", [True, False])
+def test_trace_launch_passes_its_region_in_the_descriptor_slot(monkeypatch, dbias):
+    """The trace knob (dense weights): the workspace holds [trace][dbias sums], the kernel's
+    descriptor slot gets the trace region, the dbias slot the sums after it, and the region
+    launches keep zero (``zeroed_region``) starts after the trace."""
+    import types
+
+    from cudnn_ext.engines import sm90
+
+    calls = []
+    monkeypatch.setattr(sm90, "compile_cached", lambda key: (lambda *args: calls.append(args)))
+    monkeypatch.setitem(sm90.Sm90Plan._resident, (-1, 1), 132)
+    L, n, k, m = 4, 96, 200, 1024
+    p = dataclasses.replace(_problem(n=n, k=k, m=m, L=L, dbias=dbias), device_type="cpu")
+    plan = Sm90DgluEngine().build(p, Knobs.of(tile_n=128, trace=8))
+    if not plan.key.tvm_ffi:
+        pytest.skip("apache-tvm-ffi is not installed: the launch packs DSL pointer objects")
+    trace_bytes = 8 * 4 * 9 * 2 * sm90.TRACE_MAX_CTAS
+    assert [(r.name, r.offset, r.nbytes) for r in plan._layout.regions][0] == ("trace", 0, trace_bytes)
+    assert plan.zeroed_region == (trace_bytes if dbias else None)
+    pack = _cpu_pack(m, n, k, L, dbias=dbias)
+    ws = torch.empty(plan.workspace_size, dtype=torch.uint8)
+    plan.execute(pack, ws, types.SimpleNamespace(cuda_stream=77))
+    (args,) = calls
+    ptr = {name: v.data_ptr() for name, v in pack.items() if v is not None}
+    assert args[9] == (ws.data_ptr() + trace_bytes if dbias else ptr["dprob"])
+    assert args[11] == ws.data_ptr()  # the descriptor slot: the trace region
+    with pytest.raises(ValueError, match="needs .* bytes, got None"):
+        plan.execute(pack, None, types.SimpleNamespace(cuda_stream=77))
+    stamps = plan.read_trace(ws, -1)
+    assert stamps.shape == (132, 2, 9, 4) and stamps.dtype == torch.int64
+
+
+def test_trace_knob_rules():
+    """Dense weights only, a bounded tile count, and only on a plan built with it; each
+    refused before anything compiles."""
+    eng = Sm90DgluEngine()
+    with pytest.raises(NotImplementedError, match="trace: dense weights only"):
+        eng.build(_problem(weight_mode="discrete"), Knobs.of(tile_n=128, trace=4))
+    with pytest.raises(ValueError, match=r"trace: .* in \[0, 4096\], got -1"):
+        eng.build(_problem(), Knobs.of(tile_n=128, trace=-1))
+    plan = sm90_plan_without_compile(_problem(), Knobs.of(tile_n=128))
+    with pytest.raises(ValueError, match="built without the trace knob"):
+        plan.read_trace(torch.empty(0, dtype=torch.uint8), -1)
+
+
+def sm90_plan_without_compile(problem, knobs):
+    from cudnn_ext.engines.sm90 import Sm90Plan
+
+    return Sm90Plan(problem, knobs, Sm90CompileKey.of(problem, knobs))
+
+
+@needs_dsl
+def test_engine_restates_the_kernels_constants():
+    """The engine sizes workspace regions without importing the DSL: its copies of the
+    kernel's constants must agree."""
+    from cudnn_ext.engines import sm90
+    from cudnn_ext.kernels.sm90 import dglu_kernel
+
+    assert (sm90.TRACE_MAX_CTAS, sm90.DESC_BYTES) == (dglu_kernel.TRACE_MAX_CTAS,
+                                                     dglu_kernel.DESC_BYTES)
+
+
+@needs_dsl
+@pytest.mark.parametrize("coop", [False, True])
+def test_trace_variant_compiles_for_sm90a(coop, capfd):
+    p = _problem(n=768, k=2048)
+    knobs = Knobs.of(tile_n=256 if coop else 128, cluster_m=2, cooperative=coop, trace=64,
+                     raster_group_m=RASTER_GROUP_M[2], scheduler="static_persistent",
+                     **({} if coop else {"c_split": 2}))
+    assert _compile_checked(Sm90CompileKey.of(p, knobs), capfd) is not None
 
 
 @pytest.mark.parametrize("dbias", [True, False])

@@ -56,6 +56,9 @@ _C_SPLIT_DISCRETE_MAX_K = 2048
 _INT32_MAX = 2**31 - 1
 #: Bytes of one expert's B TMA descriptor in the workspace (discrete weights), vendor_facts 4.5.
 DESC_BYTES = 128
+#: CTAs a trace region holds (the trace knob); the kernel module's TRACE_MAX_CTAS, restated
+#: here so the engine needs no DSL import (a CPU test pins that they agree)
+TRACE_MAX_CTAS = 256
 
 @dataclass(frozen=True)
 class Sm90CompileKey:
@@ -94,6 +97,9 @@ class Sm90CompileKey:
     ws_zeroed: bool = False
     #: host calling convention (TVM-FFI when apache-tvm-ffi is installed); not device code
     tvm_ffi: bool = False
+    #: per-tile timeline stamps (Sm90KernelConfig.trace; a diagnostic knob, never chosen by
+    #: the engine): tiles per math warpgroup recorded, 0 = off
+    trace: int = 0
 
     @classmethod
     def of(cls, problem: DgluProblem, knobs: Knobs) -> "Sm90CompileKey":
@@ -112,6 +118,7 @@ class Sm90CompileKey:
             cooperative=bool(knobs.get("cooperative", False)),
             c_split=int(knobs.get("c_split", 1)),
             tvm_ffi=importlib.util.find_spec("tvm_ffi") is not None,
+            trace=int(knobs.get("trace", 0)),
         )
 
     def kernel_config(self):
@@ -127,7 +134,8 @@ class Sm90CompileKey:
             raster_group_m=self.raster_group_m, c_stages=self.c_stages,
             weight_mode=self.weight_mode, b_major=self.b_major, cluster_m=self.cluster_m,
             cluster_n=self.cluster_n, init_outputs=self.init_outputs,
-            cooperative=self.cooperative, c_split=self.c_split, ws_zeroed=self.ws_zeroed)
+            cooperative=self.cooperative, c_split=self.c_split, ws_zeroed=self.ws_zeroed,
+            trace=self.trace)
 
 
 _compiled: Dict[Sm90CompileKey, object] = {}
@@ -193,31 +201,57 @@ class Sm90Plan(CompiledPlan):
         self._dbias_ws_elems = (problem.num_experts * (2 * problem.n + n_tiles)
                                 if problem.generate_dbias else 0)
         self._discrete = problem.weight_mode == "discrete"
+        if not 0 <= key.trace <= 4096:
+            raise ValueError(f"knob trace: tiles per warpgroup to record, in [0, 4096], got {key.trace}")
+        if key.trace and self._discrete:
+            raise NotImplementedError("knob trace: dense weights only (with per-expert weights "
+                                      "the kernel's descriptor slot holds their descriptors)")
         # Discrete: [b_descriptors: L x 128 B][dbias_partials: L x 2N fp32], each 128-B
-        # aligned (WorkspaceLayout rule). Dense: the fp32 dbias partials alone at offset 0.
-        self._layout = WorkspaceLayout.of(self.workspace_requests()) if self._discrete else None
-        if self._discrete:
-            desc = self._layout.region("b_descriptors")
+        # aligned (WorkspaceLayout rule). Dense: the fp32 dbias partials alone at offset 0;
+        # with the trace knob [trace][dbias_partials] (the trace first: the region from
+        # ``zeroed_region`` on is the one launches keep zero).
+        self._layout = (WorkspaceLayout.of(self.workspace_requests())
+                        if self._discrete or key.trace else None)
+        self._desc_off, self._dbias_off = 0, 0
+        if self._layout is not None:
+            first = self._layout.region("b_descriptors" if self._discrete else "trace")
             dbias = self._layout.region("dbias_partials")
-            self._desc_off = desc.offset
+            self._desc_off = first.offset
             self._dbias_off = dbias.offset if dbias is not None else 0
-        else:
-            self._desc_off, self._dbias_off = 0, 0
 
     def workspace_requests(self):
-        if not self._discrete:
+        if self._discrete:
+            reqs = [WorkspaceRequest("b_descriptors", DESC_BYTES * self.problem.num_experts,
+                                     DESC_BYTES)]
+        elif self.key.trace:
+            reqs = [WorkspaceRequest("trace", self._trace_bytes(), 128)]
+        else:
             return super().workspace_requests()
-        reqs = [WorkspaceRequest("b_descriptors", DESC_BYTES * self.problem.num_experts,
-                                 DESC_BYTES)]
         if self._dbias_ws_elems:
             reqs.append(WorkspaceRequest("dbias_partials", 4 * self._dbias_ws_elems, 128))
         return reqs
 
     @property
     def workspace_size(self) -> int:
-        if self._discrete:
+        if self._layout is not None:
             return self._layout.size
         return 4 * self._dbias_ws_elems
+
+    def _trace_bytes(self) -> int:
+        return 8 * 4 * (self.key.trace + 1) * 2 * TRACE_MAX_CTAS
+
+    def read_trace(self, workspace: torch.Tensor, device_index: int) -> torch.Tensor:
+        """The timeline of the last launch of a ``trace`` plan on ``device_index`` from its
+        ``workspace``: an int64 CPU tensor (CTAs of the grid, 2 math warpgroups,
+        trace + 1, 4), laid out as Sm90KernelConfig.trace says; zero stamps belong to tiles
+        the warpgroup did not run. Synchronizes the device."""
+        if not self.key.trace:
+            raise ValueError("read_trace: this plan was built without the trace knob")
+        grid = self._resident_ctas(device_index)
+        if grid > TRACE_MAX_CTAS:
+            raise ValueError(f"read_trace: grid of {grid} CTAs, the trace holds {TRACE_MAX_CTAS}")
+        region = self._layout.view(workspace, "trace", torch.int64)
+        return region.view(TRACE_MAX_CTAS, 2, self.key.trace + 1, 4)[:grid].cpu()
 
     #: (device index, cluster size) -> resident CTAs, shared by every plan of the process
     _resident: Dict[tuple, int] = {}
@@ -268,7 +302,7 @@ class Sm90Plan(CompiledPlan):
         m = c.shape[0]
         num_experts = pack["padded_offsets"].shape[0]
         dbias = pack.get("dbias") if self.problem.generate_dbias else None
-        if (dbias is not None or self._discrete) and workspace is None:
+        if (dbias is not None or self._discrete or self.key.trace) and workspace is None:
             raise ValueError(f"workspace: this plan needs {self.workspace_size} bytes, got None")
         if m == 0 or num_experts == 0:
             return
@@ -299,7 +333,9 @@ class Sm90Plan(CompiledPlan):
                 raise ValueError(f"workspace: must be {DESC_BYTES}-byte aligned for the B "
                                  f"descriptors, got address {desc_addr:#x}")
         else:
-            b_addr, b_ptrs_addr, desc_addr = b, a, a  # (table, descriptors: unused when dense)
+            # (table, descriptors: unused when dense; with the trace knob, its region)
+            b_addr, b_ptrs_addr = b, a
+            desc_addr = workspace + self._desc_off if self.key.trace else a
         # without dbias the sums' slot gets dprob's address and dbias A's: never read. With
         # dbias the launch zeroes the workspace's dbias region first (unless kept zero) and the
         # kernel folds it into dbias, leaving it zero.

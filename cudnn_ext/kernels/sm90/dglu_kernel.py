@@ -90,6 +90,7 @@ SMEM_CAPACITY = 232448  # sm_90 max dynamic shared memory per block (227 KB)
 NUM_THREADS = 384  # 1 producer + 2 math warpgroups
 MATH_WARPGROUPS = 2
 DESC_BYTES = 128  # one TMA descriptor (CUtensorMap) per expert in the descriptor workspace
+TRACE_MAX_CTAS = 256  # CTAs a trace region holds (a launch's grid is at most the SM count)
 C_BLOCK_COLS = 64  # one C block = the gate (32) + up (32) columns of 32 accumulator columns
 
 
@@ -164,6 +165,17 @@ class Sm90KernelConfig:
     # 128 x 256 moves about 20% fewer shared-memory bytes per MMA than 128 x 128 ping-pong
     # (operand reads + TMA writes), at the price of an epilogue the MMAs do not hide.
     cooperative: bool = False
+    # Diagnostic timeline (dense weights only; not an engine choice): trace > 0 makes the
+    # leader thread of each math warpgroup store int64 stamps in a workspace region that the
+    # launch passes in the descriptor slot (unused with dense weights), laid out
+    # (4, trace + 1, 2, TRACE_MAX_CTAS) column-major: entry 0 = (globaltimer, clock64) at the
+    # warpgroup's start and at its end; entry 1 + t for its t-th tile (t < trace) = clock64
+    # at the loop top, after the ping-pong turn, after the mainloop (its last WGMMA
+    # retired), after the epilogue; a launch zeroes its CTAs' tile entries first. Results
+    # are the kernel's; the stamps cost a few stores per tile. Read with
+    # engines.sm90.Sm90Plan.read_trace; benchmarks/trace_one.py analyses them (session 15
+    # found the ping-pong epilogue 1.7x slower next to a mainloop than alone with it).
+    trace: int = 0
 
     def wg_rows(self) -> int:
         """Rows of a tile one math warpgroup owns (and of its C/D blocks)."""
@@ -277,6 +289,10 @@ class GroupedDgluSm90:
             raise ValueError(f"cluster_m must be 1 or 2, got {cfg.cluster_m}")
         if cfg.discrete() and cfg.cluster_n != 1:
             raise ValueError(f"cluster_n must be 1 with discrete B, got {cfg.cluster_n}")
+        if not 0 <= cfg.trace <= 4096 or (cfg.trace and cfg.discrete()):
+            raise ValueError(f"trace must be in [0, 4096] and 0 with discrete B (its slot "
+                             f"holds the descriptors), got trace={cfg.trace}, weight_mode="
+                             f"{cfg.weight_mode!r}")
         if cfg.init_outputs and cfg.generate_dbias and not cfg.fold_dbias:
             raise ValueError("init_outputs with dbias needs fold_dbias (the fold writes dbias)")
         if cfg.cluster_n not in (1, 2) or (cfg.cluster_n == 2 and cfg.cluster_m != 2):
@@ -736,18 +752,34 @@ class GroupedDgluSm90:
                 self.math_sync().arrive_and_wait()
             unit = unit0 + self.first_unit_offset(wg, nunits)
             first_unit = unit
+            tr = None
+            tcount = Int32(0)
+            if cutlass.const_expr(self.cfg.trace > 0):
+                tr = cute.make_tensor(b_desc_ptr, cute.make_layout(
+                    (4, self.cfg.trace + 1, MATH_WARPGROUPS, TRACE_MAX_CTAS)))
+                if (tidx % 128 == 0) & (bid < TRACE_MAX_CTAS):
+                    for t in cutlass.range(1, self.cfg.trace + 1):
+                        for j in cutlass.range_constexpr(4):
+                            tr[(j, t, wg, bid)] = cutlass.Int64(0)
+                    tr[(0, 0, wg, bid)] = cute.arch.globaltimer()
+                    tr[(1, 0, wg, bid)] = cute.arch.clock64()
+
             pos = Int32(0) if self.coop else wg * self.k_tile_cnt  # first k-tile's ring position
             cpos = Int32(0)  # position in this warpgroup's private C FIFO
             while unit < num_units:
                 m_tile, n_tile = self.tile_of(unit, walk)
                 expert = expert_of_row(mOffs, num_experts, m_tile * TILE_M)
+                self._stamp(tr, 0, tcount, wg, bid, tidx)
                 if cutlass.const_expr(self.coop):
+                    self._stamp(tr, 1, tcount, wg, bid, tidx)
                     self.mma_mainloop(ab_pipe, mmas, tCrA, tCrB, acc, pos, mine_done, False)
                 else:
                     if unit >= nunits:  # a previous unit (the other warpgroup's) exists
                         other_done.arrive_and_wait()
+                    self._stamp(tr, 1, tcount, wg, bid, tidx)
                     self.mma_mainloop(ab_pipe, mmas, tCrA, tCrB, acc, pos, mine_done,
                                       unit + nunits < num_units)
+                self._stamp(tr, 2, tcount, wg, bid, tidx)
                 if cutlass.const_expr(self.coop and self.cfg.fold_in_kernel()):
                     if unit != first_unit:
                         # the previous tile's dbias atomics, issued a whole mainloop ago
@@ -755,12 +787,25 @@ class GroupedDgluSm90:
                 self.epilogue(acc, tCcC, c_pipe, sC, wg, cpos, mD, mAlpha, mBeta, mProb,
                               mDprob, mDbias, geglu_alpha, clamp_max, clamp_min,
                               linear_offset, m_tile, n_tile, expert, tidx, sDb)
+                self._stamp(tr, 3, tcount, wg, bid, tidx)
+                tcount += 1
                 cpos += self.nent
                 unit += self.unit_step(nunits)
                 pos += self.unit_step(1) * self.k_tile_cnt
             if cutlass.const_expr(self.coop and self.cfg.fold_in_kernel()):
                 if first_unit < num_units:
                     self._signal_fold(fold_bar)  # the last tile's
+            if cutlass.const_expr(self.cfg.trace > 0):
+                if (tidx % 128 == 0) & (bid < TRACE_MAX_CTAS):
+                    tr[(2, 0, wg, bid)] = cute.arch.globaltimer()
+                    tr[(3, 0, wg, bid)] = cute.arch.clock64()
+
+    @cute.jit
+    def _stamp(self, tr, j, t, wg, bid, tidx):
+        """Trace builds: clock64 as stamp j of this warpgroup's t-th tile (leader thread)."""
+        if cutlass.const_expr(self.cfg.trace > 0):
+            if (tidx % 128 == 0) & (t < self.cfg.trace) & (bid < TRACE_MAX_CTAS):
+                tr[(j, t + 1, wg, bid)] = cute.arch.clock64()
 
     @cute.jit
     def _signal_fold(self, fold_bar):
