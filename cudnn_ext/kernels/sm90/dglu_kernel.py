@@ -174,7 +174,7 @@ class Sm90KernelConfig:
     # retired), after the epilogue; a launch zeroes its CTAs' tile entries first. Results
     # are the kernel's; the stamps cost a few stores per tile. Read with
     # engines.sm90.Sm90Plan.read_trace; benchmarks/trace_one.py analyses them (session 15
-    # found the ping-pong epilogue 1.7x slower next to a mainloop than alone with it).
+    # found the ping-pong epilogue 1.7x slower next to the other mainloop than alone).
     trace: int = 0
 
     def wg_rows(self) -> int:
