@@ -18,6 +18,10 @@
 # Part "cpf2": branch exp/c-l2-prefetch checked out: two more processes of the kernel
 #   against its c_prefetch 1 variant (session 15's one process: -1% on qwen3, within 0.5%
 #   elsewhere; f2 slower everywhere). About 4 minutes.
+# Part "coop2x2" (main): the cooperative 128 x 256 kernel in 2x2 clusters (A multicast too:
+#   fewer L2 bytes per MMA than grouped_mm, but 120 CTAs) next to its 2x1 form and the
+#   default: does the lower L2 traffic buy the cooperative kernel a higher clock than the
+#   idle SMs cost? One process, round-robin. About 2 minutes.
 #   git checkout <branch> && source .gpu/env/setup.sh && bash benchmarks/device_session16.sh <part>
 # (The branches carry this script once main is merged into them; session 15 did that.)
 set -o pipefail
@@ -35,10 +39,12 @@ elif [ "$1" = traceprobe ]; then
         --json "$OUT/trace_${s}_p${p:-0}.json.gz"
     done
   done
+elif [ "$1" = coop2x2 ]; then
+  vbench coop2x2 coop2x2 t256c2m2k,t256c2m2n2k --rounds 6 --reps 40
 elif [ "$1" = cpf2 ]; then
   for i in 1 2; do vbench "cpf2_$i" "cpf2_$i" t128c1m2h2,t128c1m2h2f1; done
   tp cpf2_tests -m gpu tests/gpu/test_sm90_c_prefetch.py
 else
-  echo "usage: device_session16.sh trace|traceprobe|cpf2"; exit 2
+  echo "usage: device_session16.sh trace|traceprobe|coop2x2|cpf2"; exit 2
 fi
 bundle "session16_$1"  # every log and JSON in one file (the tool returns at most 8)
