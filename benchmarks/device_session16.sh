@@ -22,6 +22,11 @@
 #   fewer L2 bytes per MMA than grouped_mm, but 120 CTAs) next to its 2x1 form and the
 #   default: does the lower L2 traffic buy the cooperative kernel a higher clock than the
 #   idle SMs cost? One process, round-robin. About 2 minutes.
+# Part "pp64": branch exp/pp64 checked out (knob pp_rows 64, variant suffix w64: ping-pong
+#   warpgroup tiles of 64 x 256, one WGMMA 64 x 256 per k-step: 17% fewer shared-memory
+#   operand reads per MMA than 128 x 128, the same L2 bytes; 4 A/B stages of 40 KB with 2 C
+#   entries of 64 rows per warpgroup, 5 with 1): its 6 GPU cases, one process against the
+#   default, and its timeline on qwen3 (does the epilogue contend less?). About 5 minutes.
 #   git checkout <branch> && source .gpu/env/setup.sh && bash benchmarks/device_session16.sh <part>
 # (The branches carry this script once main is merged into them; session 15 did that.)
 set -o pipefail
@@ -41,10 +46,16 @@ elif [ "$1" = traceprobe ]; then
   done
 elif [ "$1" = coop2x2 ]; then
   vbench coop2x2 coop2x2 t256c2m2k,t256c2m2n2k --rounds 6 --reps 40
+elif [ "$1" = pp64 ]; then
+  [ -f tests/gpu/test_sm90_pp64.py ] || { echo "check out exp/pp64 first"; exit 1; }
+  tp pp64_tests -m gpu tests/gpu/test_sm90_pp64.py
+  vbench pp64 pp64 t256c2m2w64,t256c1m2w64 --rounds 6 --reps 40
+  t trace_qwen3_pp64 python3 benchmarks/trace_one.py qwen3 --variant t256c2m2w64 \
+    --json "$OUT/trace_qwen3_pp64.json.gz"
 elif [ "$1" = cpf2 ]; then
   for i in 1 2; do vbench "cpf2_$i" "cpf2_$i" t128c1m2h2,t128c1m2h2f1; done
   tp cpf2_tests -m gpu tests/gpu/test_sm90_c_prefetch.py
 else
-  echo "usage: device_session16.sh trace|traceprobe|coop2x2|cpf2"; exit 2
+  echo "usage: device_session16.sh trace|traceprobe|coop2x2|pp64|cpf2"; exit 2
 fi
 bundle "session16_$1"  # every log and JSON in one file (the tool returns at most 8)
