@@ -42,6 +42,7 @@ def analyse(tr, coop=False):
     """tr: (grid, 2, MAX_TILES + 1, 4) int64 on the host (the kernel's (4, T+1, 2, grid)).
     ``coop``: both warpgroups share every tile (one tile sequence; warpgroup 0's stamps)."""
     eff, gaps, tails, spans, epi_steady, epi_alone, clocks, ends_ns, ntiles = ([] for _ in range(9))
+    truncated = False  # a warpgroup ran more tiles than the trace holds
     for blk in tr.tolist():
         wgs = [0] if coop else [0, 1]
         starts = [blk[w][0][1] for w in wgs if blk[w][0][1]]
@@ -55,6 +56,9 @@ def analyse(tr, coop=False):
         # (mainloop end, turn stamp, epilogue end) of every tile of the CTA, in mainloop order
         tiles = sorted((t[2], t[1], t[3]) for w in wgs for t in blk[w][1:] if t[3])
         ntiles.append(len(tiles))
+        truncated = truncated or any(blk[w][-1][3] for w in wgs)
+        if not tiles:  # a CTA of the grid with no unit to run
+            continue
         prev = None
         for s2, s1, s3 in tiles:
             if prev is not None:
@@ -69,6 +73,7 @@ def analyse(tr, coop=False):
     med = statistics.median
     t_end = max(ends_ns)
     return {
+        "truncated": truncated,
         "tiles_per_cta": [min(ntiles), med(ntiles), max(ntiles)],
         "mainloop_eff": [med(eff), pct(eff, 0.1), pct(eff, 0.9)] if eff else None,
         "gap_per_cta": sum(gaps) / len(spans),
@@ -106,11 +111,14 @@ def main():
     stream = torch.cuda.current_stream()
     for _ in range(6):  # the last launch's stamps are read
         plan.execute(pack, ws, stream)
-    tr = plan.read_trace(ws, torch.cuda.current_device())
+    tr = plan.read_trace(ws)
     grid = tr.shape[0]
     res = dict(shape=name, variant=variant, dbias=dbias, grid=grid,
                **analyse(tr[:grid], coop=bool(knobs.get("cooperative", False))))
     print(json.dumps(res))
+    if res["truncated"]:
+        print(f"WARNING: a warpgroup ran more than {MAX_TILES} tiles; the figures cover "
+              f"its first {MAX_TILES} only (tail, gaps and the alone epilogue are wrong)")
     if "--json" in args:
         out = args[args.index("--json") + 1]
         with (gzip.open if out.endswith(".gz") else open)(out, "wt") as f:

@@ -61,3 +61,14 @@ def test_analyse_skips_ctas_without_stamps():
     tr = torch.cat([_trace([(101, 102, 300, 400)], [(103, 104, 500, 600)]),
                     torch.zeros(1, 2, trace_one.MAX_TILES + 1, 4, dtype=torch.int64)])
     assert trace_one.analyse(tr)["tiles_per_cta"] == [2, 2, 2]
+
+
+def test_a_cta_without_tiles_and_a_full_trace():
+    # a CTA of the grid that ran no unit is skipped; a warpgroup that filled every slot
+    # marks the result truncated
+    empty = _trace([], [])
+    full = _trace([(10 * t, 10 * t + 1, 10 * t + 5, 10 * t + 9)
+                   for t in range(1, trace_one.MAX_TILES + 1)], [])
+    out = trace_one.analyse(torch.cat([_trace([(101, 102, 300, 400)], []), empty]))
+    assert out["tiles_per_cta"] == [0, 0.5, 1] and not out["truncated"]
+    assert trace_one.analyse(full)["truncated"]

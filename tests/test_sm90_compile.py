@@ -371,20 +371,31 @@ def test_trace_launch_passes_its_region_in_the_descriptor_slot(monkeypatch, dbia
     plan = Sm90DgluEngine().build(p, Knobs.of(tile_n=128, trace=8))
     if not plan.key.tvm_ffi:
         pytest.skip("apache-tvm-ffi is not installed: the launch packs DSL pointer objects")
-    trace_bytes = 8 * 4 * 9 * 2 * sm90.TRACE_MAX_CTAS
+    trace_bytes = 8 * 4 * 9 * 2 * (sm90.TRACE_MAX_CTAS + 1)  # and the grid's header row
     assert [(r.name, r.offset, r.nbytes) for r in plan._layout.regions][0] == ("trace", 0, trace_bytes)
-    assert plan.zeroed_region == (trace_bytes if dbias else None)
+    dbias_off = -(-trace_bytes // 128) * 128  # the next region starts 128-B aligned
+    assert plan.zeroed_region == (dbias_off if dbias else None)
     pack = _cpu_pack(m, n, k, L, dbias=dbias)
     ws = torch.empty(plan.workspace_size, dtype=torch.uint8)
     plan.execute(pack, ws, types.SimpleNamespace(cuda_stream=77))
     (args,) = calls
     ptr = {name: v.data_ptr() for name, v in pack.items() if v is not None}
-    assert args[9] == (ws.data_ptr() + trace_bytes if dbias else ptr["dprob"])
+    assert args[9] == (ws.data_ptr() + dbias_off if dbias else ptr["dprob"])
     assert args[11] == ws.data_ptr()  # the descriptor slot: the trace region
     with pytest.raises(ValueError, match="needs .* bytes, got None"):
         plan.execute(pack, None, types.SimpleNamespace(cuda_stream=77))
-    stamps = plan.read_trace(ws, -1)
+    with pytest.raises(ValueError, match="16-byte aligned for the trace stamps"):
+        plan.execute(pack, ws[8:], types.SimpleNamespace(cuda_stream=77))
+    # the rows of the launch's grid, which the kernel's CTA 0 writes in the header slot
+    region = ws[:trace_bytes].view(torch.int64).view(sm90.TRACE_MAX_CTAS + 1, 2, 9, 4)
+    region.zero_()
+    with pytest.raises(ValueError, match="holds no launch"):
+        plan.read_trace(ws)
+    region[sm90.TRACE_MAX_CTAS, 0, 0, 0] = 132
+    region[131, 1, 2, 3] = 7
+    stamps = plan.read_trace(ws)
     assert stamps.shape == (132, 2, 9, 4) and stamps.dtype == torch.int64
+    assert stamps[131, 1, 2, 3] == 7
 
 
 def test_trace_knob_rules():
@@ -397,7 +408,7 @@ def test_trace_knob_rules():
         eng.build(_problem(), Knobs.of(tile_n=128, trace=-1))
     plan = sm90_plan_without_compile(_problem(), Knobs.of(tile_n=128))
     with pytest.raises(ValueError, match="built without the trace knob"):
-        plan.read_trace(torch.empty(0, dtype=torch.uint8), -1)
+        plan.read_trace(torch.empty(0, dtype=torch.uint8))
 
 
 def sm90_plan_without_compile(problem, knobs):

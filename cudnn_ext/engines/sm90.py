@@ -238,20 +238,23 @@ class Sm90Plan(CompiledPlan):
         return 4 * self._dbias_ws_elems
 
     def _trace_bytes(self) -> int:
-        return 8 * 4 * (self.key.trace + 1) * 2 * TRACE_MAX_CTAS
+        # TRACE_MAX_CTAS rows of stamps and one header row (the launch's grid)
+        return 8 * 4 * (self.key.trace + 1) * 2 * (TRACE_MAX_CTAS + 1)
 
-    def read_trace(self, workspace: torch.Tensor, device_index: int) -> torch.Tensor:
-        """The timeline of the last launch of a ``trace`` plan on ``device_index`` from its
-        ``workspace``: an int64 CPU tensor (CTAs of the grid, 2 math warpgroups,
-        trace + 1, 4), laid out as Sm90KernelConfig.trace says; zero stamps belong to tiles
-        the warpgroup did not run. Synchronizes the device."""
+    def read_trace(self, workspace: torch.Tensor) -> torch.Tensor:
+        """The timeline of the last launch of a ``trace`` plan from its ``workspace``: an
+        int64 CPU tensor (CTAs of that launch's grid, 2 math warpgroups, trace + 1, 4), laid
+        out as Sm90KernelConfig.trace says; zero stamps belong to tiles the warpgroup did
+        not run. Synchronizes the device."""
         if not self.key.trace:
             raise ValueError("read_trace: this plan was built without the trace knob")
-        grid = self._resident_ctas(device_index)
-        if grid > TRACE_MAX_CTAS:
-            raise ValueError(f"read_trace: grid of {grid} CTAs, the trace holds {TRACE_MAX_CTAS}")
         region = self._layout.view(workspace, "trace", torch.int64)
-        return region.view(TRACE_MAX_CTAS, 2, self.key.trace + 1, 4)[:grid].cpu()
+        rows = region.view(TRACE_MAX_CTAS + 1, 2, self.key.trace + 1, 4).cpu()
+        grid = int(rows[TRACE_MAX_CTAS, 0, 0, 0])
+        if not 0 < grid <= TRACE_MAX_CTAS:
+            raise ValueError(f"read_trace: the workspace holds no launch of up to "
+                             f"{TRACE_MAX_CTAS} CTAs (grid slot {grid})")
+        return rows[:grid]
 
     #: (device index, cluster size) -> resident CTAs, shared by every plan of the process
     _resident: Dict[tuple, int] = {}
@@ -335,7 +338,12 @@ class Sm90Plan(CompiledPlan):
         else:
             # (table, descriptors: unused when dense; with the trace knob, its region)
             b_addr, b_ptrs_addr = b, a
-            desc_addr = workspace + self._desc_off if self.key.trace else a
+            desc_addr = a
+            if self.key.trace:
+                desc_addr = workspace + self._desc_off
+                if desc_addr % 16:
+                    raise ValueError(f"workspace: must be 16-byte aligned for the trace "
+                                     f"stamps, got address {desc_addr:#x}")
         # without dbias the sums' slot gets dprob's address and dbias A's: never read. With
         # dbias the launch zeroes the workspace's dbias region first (unless kept zero) and the
         # kernel folds it into dbias, leaving it zero.

@@ -168,10 +168,12 @@ class Sm90KernelConfig:
     # Diagnostic timeline (dense weights only; not an engine choice): trace > 0 makes the
     # leader thread of each math warpgroup store int64 stamps in a workspace region that the
     # launch passes in the descriptor slot (unused with dense weights), laid out
-    # (4, trace + 1, 2, TRACE_MAX_CTAS) column-major: entry 0 = (globaltimer, clock64) at the
-    # warpgroup's start and at its end; entry 1 + t for its t-th tile (t < trace) = clock64
-    # at the loop top, after the ping-pong turn, after the mainloop (its last WGMMA
-    # retired), after the epilogue; a launch zeroes its CTAs' tile entries first. Results
+    # (4, trace + 1, 2, TRACE_MAX_CTAS + 1) column-major: for CTA b < TRACE_MAX_CTAS and
+    # math warpgroup w, entry 0 = (globaltimer, clock64) at the warpgroup's start and at its
+    # end; entry 1 + t for its t-th tile (t < trace) = clock64 at the loop top, after the
+    # ping-pong turn, after the mainloop (its last WGMMA retired), after the epilogue; a
+    # launch zeroes its CTAs' tile entries first. Slot (0, 0, 0, TRACE_MAX_CTAS) holds the
+    # launch's grid (CTA 0 writes it), so a reader skips rows no CTA of it wrote. Results
     # are the kernel's; the stamps cost a few stores per tile. Read with
     # engines.sm90.Sm90Plan.read_trace; benchmarks/trace_one.py analyses them (session 15
     # found the ping-pong epilogue 1.7x slower next to the other mainloop than alone).
@@ -756,7 +758,9 @@ class GroupedDgluSm90:
             tcount = Int32(0)
             if cutlass.const_expr(self.cfg.trace > 0):
                 tr = cute.make_tensor(b_desc_ptr, cute.make_layout(
-                    (4, self.cfg.trace + 1, MATH_WARPGROUPS, TRACE_MAX_CTAS)))
+                    (4, self.cfg.trace + 1, MATH_WARPGROUPS, TRACE_MAX_CTAS + 1)))
+                if (tidx == 128) & (bid == 0):
+                    tr[(0, 0, 0, TRACE_MAX_CTAS)] = cutlass.Int64(nblocks)
                 if (tidx % 128 == 0) & (bid < TRACE_MAX_CTAS):
                     for t in cutlass.range(1, self.cfg.trace + 1):
                         for j in cutlass.range_constexpr(4):
