@@ -16,7 +16,7 @@
 #   p1 (no activation math), p2 (+ no C loads), p3 (+ no D stores): each probe's steady and
 #   alone epilogue. Probe results are wrong by design. About 3 minutes.
 # Part "cpf2": branch exp/c-l2-prefetch checked out: two more processes of the kernel
-#   against its c_prefetch 1 variant (session 15's one process: -1% on qwen3, within 0.5%
+#   against its c_prefetch 1 variant (session 15's one process: -0.5% on qwen3, within 0.5%
 #   elsewhere; f2 slower everywhere). About 4 minutes.
 # Part "coop2x2" (main): the cooperative 128 x 256 kernel in 2x2 clusters (A multicast too:
 #   fewer L2 bytes per MMA than grouped_mm, but 120 CTAs) next to its 2x1 form and the
@@ -25,7 +25,7 @@
 # Part "pp64": branch exp/pp64 checked out (knob pp_rows 64, variant suffix w64: ping-pong
 #   warpgroup tiles of 64 x 256, one WGMMA 64 x 256 per k-step: 17% fewer shared-memory
 #   operand reads per MMA than 128 x 128, the same L2 bytes; 4 A/B stages of 40 KB with 2 C
-#   entries of 64 rows per warpgroup, 5 with 1): its 6 GPU cases, one process against the
+#   entries of 64 rows per warpgroup, 5 with 1): its 7 GPU cases, one process against the
 #   default, and its timeline on qwen3 (does the epilogue contend less?). About 5 minutes.
 #   git checkout <branch> && source .gpu/env/setup.sh && bash benchmarks/device_session16.sh <part>
 # (The branches carry this script once main is merged into them; session 15 did that.)

@@ -8,11 +8,12 @@ Runs the engine's kernel built with ``trace`` (Sm90KernelConfig.trace: clock64 s
 tile at the loop top, after the ping-pong turn, after the mainloop, after the epilogue;
 globaltimer/clock64 at each warpgroup's start and end) a few times, keeps the last launch's
 stamps and prints, in SM cycles (ping-pong):
-  * the effective mainloop of each tile: from the later of its warpgroup's turn stamp and
-    the previous mainloop's end in the CTA (either warpgroup) to its own end. The turn stamp
+  * the effective mainloop of each tile but the CTA's first: from the later of its
+    warpgroup's turn stamp and the previous mainloop's end in the CTA (either warpgroup) to
+    its own end. The turn stamp
     alone does not show the turn wait: ptxas emits the turn barrier as
     ``BAR.SYNC.DEFER_BLOCKING`` and the clock read after it issues before the barrier
-    resolves (session 15: 29 cycles on every shape), so the wait lands in the mainloop's
+    resolves (session 15: 22-29 cycles on every shape), so the wait lands in the mainloop's
     first k-tile wait instead;
   * the gaps where no mainloop runs because the warpgroup whose turn it is is still in its
     epilogue, and the tail after the CTA's last mainloop;
