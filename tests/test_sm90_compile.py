@@ -424,8 +424,8 @@ def test_engine_restates_the_kernels_constants():
     from cudnn_ext.engines import sm90
     from cudnn_ext.kernels.sm90 import dglu_kernel
 
-    assert (sm90.TRACE_MAX_CTAS, sm90.DESC_BYTES) == (dglu_kernel.TRACE_MAX_CTAS,
-                                                     dglu_kernel.DESC_BYTES)
+    assert (sm90.TRACE_MAX_CTAS, sm90.TRACE_MAX_TILES, sm90.DESC_BYTES) == (
+        dglu_kernel.TRACE_MAX_CTAS, dglu_kernel.TRACE_MAX_TILES, dglu_kernel.DESC_BYTES)
 
 
 @needs_dsl

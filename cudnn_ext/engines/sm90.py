@@ -59,6 +59,8 @@ DESC_BYTES = 128
 #: CTAs a trace region holds (the trace knob); the kernel module's TRACE_MAX_CTAS, restated
 #: here so the engine needs no DSL import (a CPU test pins that they agree)
 TRACE_MAX_CTAS = 256
+#: the trace knob's bound (tiles recorded per math warpgroup), the kernel module's as well
+TRACE_MAX_TILES = 4096
 
 @dataclass(frozen=True)
 class Sm90CompileKey:
@@ -201,8 +203,9 @@ class Sm90Plan(CompiledPlan):
         self._dbias_ws_elems = (problem.num_experts * (2 * problem.n + n_tiles)
                                 if problem.generate_dbias else 0)
         self._discrete = problem.weight_mode == "discrete"
-        if not 0 <= key.trace <= 4096:
-            raise ValueError(f"knob trace: tiles per warpgroup to record, in [0, 4096], got {key.trace}")
+        if not 0 <= key.trace <= TRACE_MAX_TILES:
+            raise ValueError(f"knob trace: tiles per warpgroup to record, in [0, "
+                             f"{TRACE_MAX_TILES}], got {key.trace}")
         if key.trace and self._discrete:
             raise NotImplementedError("knob trace: dense weights only (with per-expert weights "
                                       "the kernel's descriptor slot holds their descriptors)")

@@ -91,6 +91,7 @@ NUM_THREADS = 384  # 1 producer + 2 math warpgroups
 MATH_WARPGROUPS = 2
 DESC_BYTES = 128  # one TMA descriptor (CUtensorMap) per expert in the descriptor workspace
 TRACE_MAX_CTAS = 256  # CTAs a trace region holds (a launch's grid is at most the SM count)
+TRACE_MAX_TILES = 4096  # the trace knob's bound: tiles recorded per math warpgroup
 C_BLOCK_COLS = 64  # one C block = the gate (32) + up (32) columns of 32 accumulator columns
 
 
@@ -291,8 +292,8 @@ class GroupedDgluSm90:
             raise ValueError(f"cluster_m must be 1 or 2, got {cfg.cluster_m}")
         if cfg.discrete() and cfg.cluster_n != 1:
             raise ValueError(f"cluster_n must be 1 with discrete B, got {cfg.cluster_n}")
-        if not 0 <= cfg.trace <= 4096 or (cfg.trace and cfg.discrete()):
-            raise ValueError(f"trace must be in [0, 4096] and 0 with discrete B (its slot "
+        if not 0 <= cfg.trace <= TRACE_MAX_TILES or (cfg.trace and cfg.discrete()):
+            raise ValueError(f"trace must be in [0, {TRACE_MAX_TILES}] and 0 with discrete B (its slot "
                              f"holds the descriptors), got trace={cfg.trace}, weight_mode="
                              f"{cfg.weight_mode!r}")
         if cfg.init_outputs and cfg.generate_dbias and not cfg.fold_dbias:
@@ -754,36 +755,38 @@ class GroupedDgluSm90:
                 self.math_sync().arrive_and_wait()
             unit = unit0 + self.first_unit_offset(wg, nunits)
             first_unit = unit
+            # trace builds: (stamps, whether this thread writes this warpgroup's row)
             tr = None
             tcount = Int32(0)
             if cutlass.const_expr(self.cfg.trace > 0):
-                tr = cute.make_tensor(b_desc_ptr, cute.make_layout(
-                    (4, self.cfg.trace + 1, MATH_WARPGROUPS, TRACE_MAX_CTAS + 1)))
+                tr = (cute.make_tensor(b_desc_ptr, cute.make_layout(
+                    (4, self.cfg.trace + 1, MATH_WARPGROUPS, TRACE_MAX_CTAS + 1))),
+                    (tidx % 128 == 0) & (bid < TRACE_MAX_CTAS))
                 if (tidx == 128) & (bid == 0):
-                    tr[(0, 0, 0, TRACE_MAX_CTAS)] = cutlass.Int64(nblocks)
-                if (tidx % 128 == 0) & (bid < TRACE_MAX_CTAS):
+                    tr[0][(0, 0, 0, TRACE_MAX_CTAS)] = cutlass.Int64(nblocks)
+                if tr[1]:
                     for t in cutlass.range(1, self.cfg.trace + 1):
                         for j in cutlass.range_constexpr(4):
-                            tr[(j, t, wg, bid)] = cutlass.Int64(0)
-                    tr[(0, 0, wg, bid)] = cute.arch.globaltimer()
-                    tr[(1, 0, wg, bid)] = cute.arch.clock64()
+                            tr[0][(j, t, wg, bid)] = cutlass.Int64(0)
+                    tr[0][(0, 0, wg, bid)] = cute.arch.globaltimer()
+                    tr[0][(1, 0, wg, bid)] = cute.arch.clock64()
 
             pos = Int32(0) if self.coop else wg * self.k_tile_cnt  # first k-tile's ring position
             cpos = Int32(0)  # position in this warpgroup's private C FIFO
             while unit < num_units:
                 m_tile, n_tile = self.tile_of(unit, walk)
                 expert = expert_of_row(mOffs, num_experts, m_tile * TILE_M)
-                self._stamp(tr, 0, tcount, wg, bid, tidx)
+                self._stamp(tr, 0, tcount, wg, bid)
                 if cutlass.const_expr(self.coop):
-                    self._stamp(tr, 1, tcount, wg, bid, tidx)
+                    self._stamp(tr, 1, tcount, wg, bid)
                     self.mma_mainloop(ab_pipe, mmas, tCrA, tCrB, acc, pos, mine_done, False)
                 else:
                     if unit >= nunits:  # a previous unit (the other warpgroup's) exists
                         other_done.arrive_and_wait()
-                    self._stamp(tr, 1, tcount, wg, bid, tidx)
+                    self._stamp(tr, 1, tcount, wg, bid)
                     self.mma_mainloop(ab_pipe, mmas, tCrA, tCrB, acc, pos, mine_done,
                                       unit + nunits < num_units)
-                self._stamp(tr, 2, tcount, wg, bid, tidx)
+                self._stamp(tr, 2, tcount, wg, bid)
                 if cutlass.const_expr(self.coop and self.cfg.fold_in_kernel()):
                     if unit != first_unit:
                         # the previous tile's dbias atomics, issued a whole mainloop ago
@@ -791,7 +794,7 @@ class GroupedDgluSm90:
                 self.epilogue(acc, tCcC, c_pipe, sC, wg, cpos, mD, mAlpha, mBeta, mProb,
                               mDprob, mDbias, geglu_alpha, clamp_max, clamp_min,
                               linear_offset, m_tile, n_tile, expert, tidx, sDb)
-                self._stamp(tr, 3, tcount, wg, bid, tidx)
+                self._stamp(tr, 3, tcount, wg, bid)
                 tcount += 1
                 cpos += self.nent
                 unit += self.unit_step(nunits)
@@ -800,16 +803,16 @@ class GroupedDgluSm90:
                 if first_unit < num_units:
                     self._signal_fold(fold_bar)  # the last tile's
             if cutlass.const_expr(self.cfg.trace > 0):
-                if (tidx % 128 == 0) & (bid < TRACE_MAX_CTAS):
-                    tr[(2, 0, wg, bid)] = cute.arch.globaltimer()
-                    tr[(3, 0, wg, bid)] = cute.arch.clock64()
+                if tr[1]:
+                    tr[0][(2, 0, wg, bid)] = cute.arch.globaltimer()
+                    tr[0][(3, 0, wg, bid)] = cute.arch.clock64()
 
     @cute.jit
-    def _stamp(self, tr, j, t, wg, bid, tidx):
+    def _stamp(self, tr, j, t, wg, bid):
         """Trace builds: clock64 as stamp j of this warpgroup's t-th tile (leader thread)."""
         if cutlass.const_expr(self.cfg.trace > 0):
-            if (tidx % 128 == 0) & (t < self.cfg.trace) & (bid < TRACE_MAX_CTAS):
-                tr[(j, t + 1, wg, bid)] = cute.arch.clock64()
+            if tr[1] & (t < self.cfg.trace):
+                tr[0][(j, t + 1, wg, bid)] = cute.arch.clock64()
 
     @cute.jit
     def _signal_fold(self, fold_bar):
