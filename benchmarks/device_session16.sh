@@ -55,7 +55,30 @@ elif [ "$1" = pp64 ]; then
 elif [ "$1" = cpf2 ]; then
   for i in 1 2; do vbench "cpf2_$i" "cpf2_$i" t128c1m2h2,t128c1m2h2f1; done
   tp cpf2_tests -m gpu tests/gpu/test_sm90_c_prefetch.py
+elif [ "$1" = kaxis ]; then
+  # (main, session 16) ping-pong (the engine's choice) against cooperative 128 x 256 along
+  # K: dsv3 (K 7168) and bench_dglu's EXTRA_SHAPES k6k, k8k, k12k; one process, round-robin
+  t kaxis python3 benchmarks/bench_dglu.py --impls cudnn_ext,torch_grouped_mm \
+    --variants t256c2m2k --shapes dsv3,k6k,k8k,k12k --rounds 6 --reps 30 --warmup 5 \
+    --out "$OUT/kaxis.json"
+  grep -E "^(dsv3|k6k|k8k|k12k) " "$OUT/kaxis.log"
+elif [ "$1" = coopk ]; then
+  # (main, session 16, after the heuristics change: cooperative at K >= 7168) the engine's
+  # choice against ping-pong (t128c1m2h2) with and without dbias, and the heuristics tests
+  tp heur_tests -m gpu tests/gpu/test_sm90_correctness.py -k heuristics
+  for db in "" --no-dbias; do
+    t "coopk${db:+_nodb}" python3 benchmarks/bench_dglu.py --impls cudnn_ext,torch_grouped_mm \
+      --variants t128c1m2h2 --shapes dsv3,k6k,k8k,k12k --rounds 6 --reps 30 --warmup 5 $db \
+      --out "$OUT/coopk${db:+_nodb}.json"
+    grep -E "^(dsv3|k6k|k8k|k12k) " "$OUT/coopk${db:+_nodb}.log"
+  done
+elif [ "$1" = final ]; then
+  # (main, session 16) the full benchmark on dsv3, the one issue shape whose engine choice
+  # the session changed (cooperative at K >= 7168); every peer
+  t bench_final python3 benchmarks/bench_dglu.py --shapes dsv3 --reps 30 --warmup 5 \
+    --out "$OUT/bench_final.json"
+  grep -E "^dsv3 |host overhead|timer" "$OUT/bench_final.log"
 else
-  echo "usage: device_session16.sh trace|traceprobe|coop2x2|pp64|cpf2"; exit 2
+  echo "usage: device_session16.sh trace|traceprobe|coop2x2|pp64|cpf2|kaxis|coopk|final"; exit 2
 fi
 bundle "session16_$1"  # every log and JSON in one file (the tool returns at most 8)

@@ -478,10 +478,10 @@ def test_cluster_shapes_per_weight_mode():
     assert {k.get("cluster_m") for k in eng.knob_space(_problem(weight_mode="discrete"))} == {1, 2}
     assert {k.get("cluster_n", 1) for k in eng.knob_space(_problem(weight_mode="discrete"))} == {1}
     assert {k.get("cluster_n", 1) for k in eng.knob_space(_problem())} == {1, 2}
-    # the chosen dense schedules run in 2x1 clusters: ping-pong 128 x 128 (mixtral-like and
-    # dsv3-like with dbias, qwen3-like without) and cooperative 128 x 256 (qwen3-like, no
-    # dbias, C and D of different 16-bit types)
-    for kw, tile_n in ((dict(m=16384, n=14336, k=4096), 128), (dict(m=32768, n=2048, k=7168), 128),
+    # the chosen dense schedules run in 2x1 clusters: ping-pong 128 x 128 (mixtral-like with
+    # dbias, qwen3-like without) and cooperative 128 x 256 (dsv3-like with dbias: deep K;
+    # qwen3-like without dbias, C and D of different 16-bit types)
+    for kw, tile_n in ((dict(m=16384, n=14336, k=4096), 128), (dict(m=32768, n=2048, k=7168), 256),
                        (dict(m=16384, n=768, k=2048, dbias=False), 128),
                        (dict(m=16384, n=768, k=2048, dbias=False, d=torch.float16), 256)):
         best = min(eng.knob_space(_problem(**kw)), key=lambda k: eng.cost(_problem(**kw), k))
@@ -626,7 +626,7 @@ def test_pingpong_two_c_stages_with_dbias_compiles_for_sm90a(tile_n, cluster_m, 
 
 
 #: The cooperative schedule (both math warpgroups on one 128-row tile) in configurations the
-#: heuristics never pick (dbias on, K > 2048, N < 256, fp32 D): explicit knobs only
+#: heuristics never pick (dbias on at K < 7168, N < 256, fp32 D): explicit knobs only
 _COOP = [(256, 2, "dswiglu", True, torch.bfloat16), (128, 1, "dgeglu", False, torch.float32)]
 
 
@@ -643,12 +643,13 @@ def test_cooperative_variant_compiles_for_sm90a(tile_n, cluster_m, act, dbias, d
     assert _compile_checked(key, capfd) is not None
 
 
-def test_cooperative_is_selected_only_where_c_halves_do_not_apply():
-    """Heuristics: the cooperative 128 x 256 schedule (measured faster than ping-pong with
-    128-row C entries without dbias at K 2048, slower than ping-pong with 64-row entries) is
-    ranked first only for dense weights, C and D of different 16-bit types, N % 256 == 0,
-    enough tiles, no dbias and K <= 2048; everything else keeps ping-pong 128 x 128 in 2x1
-    clusters, with 64-row C entries where they apply."""
+def test_cooperative_is_selected_where_it_measured_faster():
+    """Heuristics: the cooperative 128 x 256 schedule is ranked first for dense weights,
+    16-bit C and D, N % 256 == 0 and enough tiles, where it measured faster than ping-pong:
+    at K >= 7168 with or without dbias (session 16: dsv3, K 8192, K 12288; slower at K 6144
+    and 4096), and without dbias at K <= 2048 for C and D of different 16-bit types (where
+    ping-pong cannot take 64-row C entries). Everything else keeps ping-pong 128 x 128 in
+    2x1 clusters, with 64-row C entries where they apply."""
     from cudnn_ext.engines.sm90 import COOPERATIVE_KNOBS
 
     eng = Sm90DgluEngine()
@@ -658,28 +659,39 @@ def test_cooperative_is_selected_only_where_c_halves_do_not_apply():
         return min(eng.knob_space(p), key=lambda k: eng.cost(p, k))
 
     mixed = dict(c=torch.bfloat16, d=torch.float16)
+    dsv3 = dict(k=7168, n=2048, L=8, m=32768)
     assert best(dbias=False, **mixed) == COOPERATIVE_KNOBS
     assert best(dbias=False, act="dgeglu", c=torch.float16, d=torch.bfloat16) == COOPERATIVE_KNOBS
     assert best(dbias=False, k=1416, **mixed) == COOPERATIVE_KNOBS
+    for kw in (dict(dbias=True, **dsv3), dict(dbias=False, **dsv3),
+               dict(dbias=True, **{**dsv3, "k": 8192}), dict(dbias=True, **{**dsv3, "k": 12288}),
+               dict(dbias=True, act="dgeglu", **dsv3), dict(dbias=True, **mixed, **dsv3),
+               dict(dbias=True, c=torch.float16, d=torch.float16, **dsv3),
+               dict(dbias=True, b_major="n", **dsv3)):
+        assert best(**kw) == COOPERATIVE_KNOBS, kw
     split, whole = 2, 1
     for kw, c_split in ((dict(dbias=False), split),  # qwen3
                         (dict(dbias=False, c=torch.float16, d=torch.float16), split),
                         (dict(dbias=True), split),
                         (dict(dbias=True, k=4096, n=1024), split),  # skew
                         (dict(dbias=False, k=4096, n=1024), split),
-                        (dict(dbias=True, k=7168, n=2048, L=8, m=32768), split),  # dsv3
-                        (dict(dbias=False, k=7168, n=2048, L=8, m=32768), split),
+                        (dict(dbias=True, **{**dsv3, "k": 7160}), split),  # just below
+                        (dict(dbias=True, k=6144, n=16384, L=8), split),  # k6k
                         (dict(dbias=True, k=4096, n=14336, L=8), split),  # mixtral
                         (dict(dbias=False, k=4096, n=14336, L=8), split),
                         (dict(dbias=False, k=2056, **mixed), whole),
                         (dict(dbias=False, weight_mode="discrete"), split),
                         (dict(dbias=True, weight_mode="discrete", k=4096), whole),
+                        (dict(dbias=True, weight_mode="discrete", **dsv3), whole),
                         (dict(dbias=False, d=torch.float32), whole),
+                        (dict(dbias=True, d=torch.float32, **dsv3), whole),
                         (dict(dbias=False, c=torch.float32), whole),
                         (dict(dbias=False, n=96, **mixed), whole),
                         (dict(dbias=False, n=640, **mixed), whole),
+                        (dict(dbias=True, **{**dsv3, "n": 1920}), split),  # N % 256 != 0
                         # 64 wide tiles: too few for 132 SMs
-                        (dict(dbias=False, m=4096, n=512, **mixed), whole)):
+                        (dict(dbias=False, m=4096, n=512, **mixed), whole),
+                        (dict(dbias=True, **{**dsv3, "m": 4096, "n": 512}), split)):
         choice = best(**kw)
         assert not choice.get("cooperative", False), (kw, choice)
         assert choice.get("tile_n") == 128 and choice.get("cluster_m") == 2
@@ -687,31 +699,38 @@ def test_cooperative_is_selected_only_where_c_halves_do_not_apply():
         assert choice.get("c_split", 1) == c_split, (kw, choice)
 
 
-#: The cooperative configurations the heuristics can select (C and D of different 16-bit
-#: types, no dbias, K <= 2048)
-_COOP_SELECTABLE = [("dswiglu", torch.bfloat16, torch.float16, "k"),
-                    ("dgeglu", torch.float16, torch.bfloat16, "k"),
-                    ("dswiglu", torch.float16, torch.bfloat16, "n"),
-                    ("dgeglu", torch.bfloat16, torch.float16, "n")]
+#: The cooperative configurations the heuristics can select: C and D of different 16-bit
+#: types without dbias at K <= 2048; any 16-bit C and D, dbias or not, at K >= 7168
+_COOP_SELECTABLE = [("dswiglu", torch.bfloat16, torch.float16, "k", False, 2048),
+                    ("dgeglu", torch.float16, torch.bfloat16, "k", False, 2048),
+                    ("dswiglu", torch.float16, torch.bfloat16, "n", False, 2048),
+                    ("dgeglu", torch.bfloat16, torch.float16, "n", False, 2048),
+                    ("dswiglu", torch.bfloat16, torch.bfloat16, "k", True, 7168),
+                    ("dgeglu", torch.bfloat16, torch.bfloat16, "n", True, 7168),
+                    ("dgeglu", torch.float16, torch.float16, "k", True, 7168),
+                    ("dswiglu", torch.bfloat16, torch.float16, "k", True, 7168),
+                    ("dswiglu", torch.bfloat16, torch.bfloat16, "k", False, 7168)]
 
 
 @needs_dsl
-@pytest.mark.parametrize("act,c,d,b_major", _COOP_SELECTABLE,
-                         ids=[f"{a}-C{_DT[c]}-D{_DT[d]}-{b}major" for a, c, d, b in _COOP_SELECTABLE])
-def test_selectable_cooperative_variant_compiles_for_sm90a(act, c, d, b_major, capfd):
+@pytest.mark.parametrize("act,c,d,b_major,dbias,k", _COOP_SELECTABLE,
+                         ids=[f"{a}-C{_DT[c]}-D{_DT[d]}-{b}major-dbias{int(db)}-K{k}"
+                              for a, c, d, b, db, k in _COOP_SELECTABLE])
+def test_selectable_cooperative_variant_compiles_for_sm90a(act, c, d, b_major, dbias, k, capfd):
     from cudnn_ext.engines.sm90 import COOPERATIVE_KNOBS
 
-    p = _problem(act=act, c=c, d=d, dbias=False, n=512, k=2048, m=32768, b_major=b_major)
+    p = _problem(act=act, c=c, d=d, dbias=dbias, n=512, k=k, m=32768, b_major=b_major)
     assert COOPERATIVE_KNOBS in Sm90DgluEngine().knob_space(p)
     assert _compile_checked(Sm90CompileKey.of(p, COOPERATIVE_KNOBS), capfd) is not None
 
 
 @needs_dsl
-def test_selectable_cooperative_fresh_outputs_variant_compiles_for_sm90a(capfd):
+@pytest.mark.parametrize("dbias,k,d", [(False, 2048, torch.float16), (True, 7168, torch.bfloat16)])
+def test_selectable_cooperative_fresh_outputs_variant_compiles_for_sm90a(dbias, k, d, capfd):
     """The functional torch op runs the fresh-outputs variant of whatever the heuristics pick."""
     from cudnn_ext.engines.sm90 import COOPERATIVE_KNOBS
 
-    p = _problem(dbias=False, n=512, k=2048, m=32768, c=torch.bfloat16, d=torch.float16)
+    p = _problem(dbias=dbias, n=512, k=k, m=32768, c=torch.bfloat16, d=d)
     assert COOPERATIVE_KNOBS in Sm90DgluEngine().knob_space(p)
     key = dataclasses.replace(Sm90CompileKey.of(p, COOPERATIVE_KNOBS), init_outputs=True)
     assert key.cooperative

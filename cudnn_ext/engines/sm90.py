@@ -44,10 +44,14 @@ COOPERATIVE_KNOBS = Knobs.of(tile_n=256, c_stages=2, stages=0, raster_group_m=RA
                              scheduler="static_persistent", cluster_m=2, cooperative=True)
 #: 128 x 256 tiles below which ping-pong 128 x 128 keeps the GPU busier (two waves, 132 SMs)
 _COOP_MIN_TILES = 264
-#: The cooperative schedule is offered only without dbias and for K <= this (the one place
-#: where it measured clearly faster than ping-pong with 128-row C entries, 3-4% on qwen3;
-#: with dbias it tied there; see _cooperative_applies)
+#: Shallow K: the cooperative schedule is offered without dbias for K <= this (where it
+#: measured clearly faster than ping-pong with 128-row C entries, 3-4% on qwen3; with dbias
+#: it tied there; see _cooperative_applies)
 _COOP_MAX_K = 2048
+#: ... and, with or without dbias and whatever the C/D types, for K >= this: a deep enough
+#: mainloop hides its exposed epilogue's cost under the higher clock of 128 x 256 tiles
+#: (session 16; see _cooperative_applies)
+_COOP_MIN_DEEP_K = 7168
 #: Ping-pong 128-wide tiles use 64-row C ring entries (c_split 2) with discrete weights only
 #: for K <= this (dense weights: any K): halving the C entries lets one half's D store and C
 #: reload overlap the other half's math; with per-expert weights it measured slower at
@@ -485,8 +489,9 @@ class Sm90DgluEngine(Engine):
     def _cooperative_applies(problem: DgluProblem) -> bool:
         """The cooperative 128 x 256 schedule (2x1 clusters, 2 C stages per warpgroup) is
         offered for dense weights, 16-bit C and D, N a multiple of 256 (no padded tile), at
-        least _COOP_MIN_TILES such tiles, no dbias and K <= _COOP_MAX_K, where ping-pong
-        cannot take 64-row C entries (C and D of different 16-bit types).
+        least _COOP_MIN_TILES such tiles, and either K >= _COOP_MIN_DEEP_K (with or without
+        dbias) or no dbias and K <= _COOP_MAX_K where ping-pong cannot take 64-row C entries
+        (C and D of different 16-bit types).
 
         Why so narrow: timed round-robin against ping-pong 128 x 128 (2x1 clusters) in one
         process, each row's calls spread over 10 rounds so no row gains from its place
@@ -517,15 +522,29 @@ class Sm90DgluEngine(Engine):
         The benchmark's round-robin timing is the protocol the targets are stated in, so it
         decides; those 2-3% are the price without dbias in a power-capped steady state.
 
+        Deep K (session 16): the cooperative kernel runs at a higher SM clock than
+        ping-pong (per-tile trace on dsv3, K 7168: 1.63 vs 1.38 GHz; 128 x 256 tiles read
+        about 2/3 of 128 x 128's L2 bytes per MMA, and the L2 traffic sets the clock), which
+        pays for its exposed epilogue (~18 k cycles per tile) once the mainloop is long
+        enough. Round-robin in one process on the H200 with dbias (bench_dglu.py --variants
+        t256c2m2k, results/session16/kaxis/), cooperative vs ping-pong, ms: dsv3 1.372 vs
+        1.405, K 8192 (k8k) 1.544 vs 1.629, K 12288 (k12k) 2.266 vs 2.457, but K 6144 (k6k,
+        N 16384) 5.261 vs 4.927 and mixtral (K 4096) 3.112 vs 2.861 (results/session16/
+        coop2x2/). dsv3 with dbias in earlier sessions' single processes: 1.370 vs 1.377
+        (session 13), 1.351 vs 1.360 (session 15), 1.336 vs 1.354 and 1.360 vs 1.400
+        (session 16); without dbias 1.320 vs 1.361 (session 13). So from K 7168 on it is
+        offered with or without dbias; between 4096 and 7168 the evidence is k6k's loss.
+
         The smallest benchmark shape has 384 wide tiles; the _COOP_MIN_TILES floor (two
         waves on 132 SMs, below which halving the tile count costs parallelism) is a guess,
         not a measurement."""
         tiles = (max(problem.m, 256) // 128) * (problem.n // 256)
-        return (not problem.generate_dbias and problem.k <= _COOP_MAX_K
+        shallow = (not problem.generate_dbias and problem.k <= _COOP_MAX_K
+                   and not Sm90DgluEngine._c_split_applies(problem, 128, 1))
+        return ((shallow or problem.k >= _COOP_MIN_DEEP_K)
                 and problem.weight_mode == "dense"
                 and problem.n % 256 == 0 and tiles >= _COOP_MIN_TILES
-                and problem.c_dtype in _HALF_DTYPES and problem.d_dtype in _HALF_DTYPES
-                and not Sm90DgluEngine._c_split_applies(problem, 128, 1))
+                and problem.c_dtype in _HALF_DTYPES and problem.d_dtype in _HALF_DTYPES)
 
     def cost(self, problem: DgluProblem, knobs: Knobs) -> float:
         """Microseconds: WGMMA time at ~600 TFLOP/s with N padded to the tile (~680 with B
