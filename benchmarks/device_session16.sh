@@ -78,7 +78,18 @@ elif [ "$1" = final ]; then
   t bench_final python3 benchmarks/bench_dglu.py --shapes dsv3 --reps 30 --warmup 5 \
     --out "$OUT/bench_final.json"
   grep -E "^dsv3 |host overhead|timer" "$OUT/bench_final.log"
+elif [ "$1" = coopprobe ]; then
+  # (branch exp/trace-probe, commit bf9294c) the cooperative kernel's exposed epilogue on
+  # dsv3, by part: the kernel, probes p1-p3 (wrong results by design), the kernel without dbias
+  [ -f benchmarks/trace_one.py ] && grep -q probe cudnn_ext/engines/sm90.py \
+    || { echo "check out exp/trace-probe first"; exit 1; }
+  for p in "" p1 p2 p3; do
+    t "trace_dsv3_k${p:-p0}" python3 benchmarks/trace_one.py dsv3 --variant "t256c2m2k$p" \
+      --json "$OUT/trace_dsv3_k${p:-p0}.json.gz"
+  done
+  t trace_dsv3_k_nodb python3 benchmarks/trace_one.py dsv3 --variant t256c2m2k --no-dbias \
+    --json "$OUT/trace_dsv3_k_nodb.json.gz"
 else
-  echo "usage: device_session16.sh trace|traceprobe|coop2x2|pp64|cpf2|kaxis|coopk|final"; exit 2
+  echo "usage: device_session16.sh trace|traceprobe|coop2x2|pp64|cpf2|kaxis|coopk|final|coopprobe"; exit 2
 fi
 bundle "session16_$1"  # every log and JSON in one file (the tool returns at most 8)
