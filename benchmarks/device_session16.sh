@@ -89,7 +89,17 @@ elif [ "$1" = coopprobe ]; then
   done
   t trace_dsv3_k_nodb python3 benchmarks/trace_one.py dsv3 --variant t256c2m2k --no-dbias \
     --json "$OUT/trace_dsv3_k_nodb.json.gz"
+elif [ "$1" = coopfold ]; then
+  # branch exp/coop-fold: the folder warp flushes the cooperative dbias sums (suffix x)
+  [ -f tests/gpu/test_sm90_fold_flush.py ] || { echo "check out exp/coop-fold first"; exit 1; }
+  tp fold_tests -m gpu tests/gpu/test_sm90_fold_flush.py
+  t coopfold python3 benchmarks/bench_dglu.py --impls cudnn_ext,torch_grouped_mm \
+    --variants t256c2m2k,t256c2m2kx --shapes dsv3,k8k,k12k --rounds 6 --reps 30 --warmup 5 \
+    --out "$OUT/coopfold.json"
+  grep -E "^(dsv3|k8k|k12k) " "$OUT/coopfold.log"
+  t trace_dsv3_kx python3 benchmarks/trace_one.py dsv3 --variant t256c2m2kx \
+    --json "$OUT/trace_dsv3_kx.json.gz"
 else
-  echo "usage: device_session16.sh trace|traceprobe|coop2x2|pp64|cpf2|kaxis|coopk|final|coopprobe"; exit 2
+  echo "usage: device_session16.sh trace|traceprobe|coop2x2|pp64|cpf2|kaxis|coopk|final|coopprobe|coopfold"; exit 2
 fi
 bundle "session16_$1"  # every log and JSON in one file (the tool returns at most 8)

@@ -30,7 +30,7 @@ def test_compile_key_fields_are_pinned():
     assert names == ["arch", "n", "k", "ab_dtype", "c_dtype", "d_dtype", "act_func",
                      "generate_dbias", "weight_mode", "b_major", "tile_n", "ab_stages",
                      "raster_group_m", "c_stages", "cluster_m", "cluster_n", "init_outputs", "cooperative",
-                     "c_split", "ws_zeroed", "tvm_ffi", "trace"]
+                     "c_split", "ws_zeroed", "tvm_ffi", "fold_flush", "trace"]
 
 
 def test_compile_key_ignores_runtime_sizes_and_constants():
@@ -812,3 +812,14 @@ def test_c_split_is_ping_pong_only():
         GroupedDgluSm90(cfg)
     with pytest.raises(ValueError, match="c_split must be 1, or 2 .*got c_split=4"):
         GroupedDgluSm90(dataclasses.replace(cfg, cooperative=False, tile_n=128, c_split=4))
+
+
+@needs_dsl
+@pytest.mark.parametrize("act,b_major", [("dswiglu", "k"), ("dgeglu", "n")])
+def test_fold_flush_variant_compiles_for_sm90a(act, b_major, capfd):
+    """EXPERIMENT (exp/coop-fold): the folder warp flushes the cooperative dbias sums."""
+    from cudnn_ext.engines.sm90 import COOPERATIVE_KNOBS
+
+    p = _problem(n=2048, k=7168, act=act, b_major=b_major)
+    knobs = Knobs.of(**dict(COOPERATIVE_KNOBS.values), fold_flush=True)
+    assert _compile_checked(Sm90CompileKey.of(p, knobs), capfd) is not None

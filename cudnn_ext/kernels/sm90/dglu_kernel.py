@@ -166,6 +166,15 @@ class Sm90KernelConfig:
     # 128 x 256 moves about 20% fewer shared-memory bytes per MMA than 128 x 128 ping-pong
     # (operand reads + TMA writes), at the price of an epilogue the MMAs do not hide.
     cooperative: bool = False
+    # EXPERIMENT (branch exp/coop-fold): cooperative with the in-kernel dbias fold. The
+    # folder warp, not the math warpgroups, flushes each tile's shared-memory column sums to
+    # the workspace: the math warpgroups arrive on a barrier once their sums are in (no wait)
+    # and go on; the folder adds the sums to the workspace, zeroes them, fences, arrives on a
+    # second barrier that the math warpgroups wait on before their next tile's epilogue (a
+    # mainloop later), and counts the tile. Session 16's probes: dbias costs 5 k of the
+    # cooperative dsv3 epilogue's ~18 k exposed cycles; the flush's two barriers and atomics
+    # and the fold signal's fence and barrier are on that path.
+    fold_flush: bool = False
     # Diagnostic timeline (dense weights only; not an engine choice): trace > 0 makes the
     # leader thread of each math warpgroup store int64 stamps in a workspace region that the
     # launch passes in the descriptor slot (unused with dense weights), laid out
@@ -301,6 +310,10 @@ class GroupedDgluSm90:
         if cfg.cluster_n not in (1, 2) or (cfg.cluster_n == 2 and cfg.cluster_m != 2):
             raise ValueError(f"cluster_n must be 1, or 2 with cluster_m == 2, got "
                              f"cluster_n={cfg.cluster_n}, cluster_m={cfg.cluster_m}")
+        if cfg.fold_flush and not (cfg.cooperative and cfg.fold_in_kernel()):
+            raise ValueError(f"fold_flush needs the cooperative schedule with dbias folded in "
+                             f"the kernel, got cooperative={cfg.cooperative}, dbias="
+                             f"{cfg.generate_dbias}, fold_dbias={cfg.fold_dbias}")
         self.cfg = cfg
         self.tile_n = cfg.tile_n
         self.ab_stages = cfg.stages()
@@ -719,7 +732,7 @@ class GroupedDgluSm90:
             if cutlass.const_expr(self.cfg.fold_in_kernel()):
                 if warp_idx == 3:
                     self.dbias_folder(mOffs, num_experts, mDbias, mCount, mDbOut, unit0, walk,
-                                      valid_m_units * cm, tidx)
+                                      valid_m_units * cm, tidx, sDb)
         else:
             cute.arch.setmaxregister_increase(self.math_regs)
             wg = warp_group - 1
@@ -787,7 +800,11 @@ class GroupedDgluSm90:
                     self.mma_mainloop(ab_pipe, mmas, tCrA, tCrB, acc, pos, mine_done,
                                       unit + nunits < num_units)
                 self._stamp(tr, 2, tcount, wg, bid)
-                if cutlass.const_expr(self.coop and self.cfg.fold_in_kernel()):
+                if cutlass.const_expr(self.cfg.fold_flush):
+                    if unit != first_unit:
+                        # the folder warp has flushed and zeroed the previous tile's sums
+                        self.flush_bars()[1].arrive_and_wait()
+                elif cutlass.const_expr(self.coop and self.cfg.fold_in_kernel()):
                     if unit != first_unit:
                         # the previous tile's dbias atomics, issued a whole mainloop ago
                         self._signal_fold(fold_bar)
@@ -799,7 +816,11 @@ class GroupedDgluSm90:
                 cpos += self.nent
                 unit += self.unit_step(nunits)
                 pos += self.unit_step(1) * self.k_tile_cnt
-            if cutlass.const_expr(self.coop and self.cfg.fold_in_kernel()):
+            if cutlass.const_expr(self.cfg.fold_flush):
+                if first_unit < num_units:
+                    # the last tile's flush (one wait per folder arrival: none left pending)
+                    self.flush_bars()[1].arrive_and_wait()
+            elif cutlass.const_expr(self.coop and self.cfg.fold_in_kernel()):
                 if first_unit < num_units:
                     self._signal_fold(fold_bar)  # the last tile's
             if cutlass.const_expr(self.cfg.trace > 0):
@@ -1294,7 +1315,10 @@ class GroupedDgluSm90:
         if lane % 4 == 0:
             for s in cutlass.range_constexpr(len(dprob)):
                 cute.arch.atomic_add((mDprob.iterator + rows[s]).llvm_ptr, dprob[s])
-        if cutlass.const_expr(cfg.generate_dbias and self.coop):
+        if cutlass.const_expr(cfg.fold_flush):
+            # the sums are in shared memory (the arrive releases them): the folder flushes
+            self.flush_bars()[0].arrive()
+        elif cutlass.const_expr(cfg.generate_dbias and self.coop):
             self._dbias_flush_shared(sDb, mDbias, expert, n0, tidx)
 
     def _release_entry(self, c_pipe, st, sDb, col_gate, col_up, tidx, last_of_block: bool):
@@ -1361,7 +1385,7 @@ class GroupedDgluSm90:
 
     @cute.jit
     def dbias_folder(self, mOffs, num_experts, mWs, mCount, mDbOut, unit0, walk, m_tiles,
-                     tidx):
+                     tidx, sDb):
         """Warp 3 (otherwise idle): folds the fp32 dbias column sums into the caller's bf16
         dbias from inside the kernel, so that no second kernel is needed.
 
@@ -1391,7 +1415,25 @@ class GroupedDgluSm90:
         k = Int32(0)
         while unit < num_units:
             m_tile, n_tile = self.tile_of(unit, walk)
-            if cutlass.const_expr(self.coop):
+            if cutlass.const_expr(self.cfg.fold_flush):
+                # both math warpgroups' sums of this tile are in shared memory: add them to
+                # the workspace, zero them, fence (before the count), hand them back
+                sums_in, flushed = self.flush_bars()
+                sums_in.arrive_and_wait()
+                n0f = n_tile * self.tile_n
+                expert_f = expert_of_row(mOffs, num_experts, m_tile * TILE_M)
+                for i in cutlass.range_constexpr((2 * self.tile_n) // 32):
+                    col = 32 * i + lane
+                    if 2 * n0f + col < two_n:
+                        cute.arch.atomic_add(
+                            (mWs.iterator + (expert_f * two_n + 2 * n0f + col)).llvm_ptr,
+                            sDb[col])
+                    sDb[col] = Float32(0.0)
+                cute.arch.fence_acq_rel_gpu()
+                # every lane's fenced atomics before lane 0 counts the tile (below)
+                cute.arch.sync_warp()
+                flushed.arrive()
+            elif cutlass.const_expr(self.coop):
                 for w in cutlass.range_constexpr(MATH_WARPGROUPS):
                     bars[w].arrive_and_wait()
             else:
@@ -1426,6 +1468,13 @@ class GroupedDgluSm90:
                         cute.arch.atomic_exch(counter, Int32(0), sem="relaxed", scope="gpu")
             unit += nunits
             k += 1
+
+    def flush_bars(self):
+        """fold_flush: (sums in: both math warpgroups arrive, the folder waits; sums flushed
+        and zeroed: the folder arrives, both math warpgroups wait)."""
+        n = 128 * MATH_WARPGROUPS + 32
+        return (pipeline.NamedBarrier(barrier_id=9, num_threads=n),
+                pipeline.NamedBarrier(barrier_id=10, num_threads=n))
 
     def math_sync(self):
         """Both math warpgroups (cooperative dbias: the shared column sums)."""
