@@ -272,7 +272,7 @@ def variant_knobs(v):
     from cudnn_ext.engines.base import Knobs
     from cudnn_ext.engines.sm90 import RASTER_GROUP_M
 
-    mt = re.fullmatch(r"t(\d+)c(\d+)(?:m(\d+))?(?:n(\d+))?(?:s(\d+))?(?:r(\d+))?(?:h(\d+))?(k?)(x?)",
+    mt = re.fullmatch(r"t(\d+)c(\d+)(?:m(\d+))?(?:n(\d+))?(?:s(\d+))?(?:r(\d+))?(?:h(\d+))?(k?)",
                       v)
     if not mt:
         raise ValueError(f"variant {v!r}: expected t<tile_n>c<c_stages>[m<cluster_m>]"
@@ -281,8 +281,7 @@ def variant_knobs(v):
     return Knobs.of(tile_n=int(mt[1]), c_stages=int(mt[2]), cluster_m=cl,
                     cluster_n=int(mt[4] or 1), stages=int(mt[5] or 0),
                     raster_group_m=int(mt[6] or RASTER_GROUP_M[cl]), cooperative=bool(mt[8]),
-                    scheduler="static_persistent", **({"c_split": int(mt[7])} if mt[7] else {}),
-                    **({"fold_flush": True} if mt[9] else {}))
+                    scheduler="static_persistent", **({"c_split": int(mt[7])} if mt[7] else {}))
 
 
 def run_grouped_mm(pack):

@@ -30,7 +30,7 @@ def test_compile_key_fields_are_pinned():
     assert names == ["arch", "n", "k", "ab_dtype", "c_dtype", "d_dtype", "act_func",
                      "generate_dbias", "weight_mode", "b_major", "tile_n", "ab_stages",
                      "raster_group_m", "c_stages", "cluster_m", "cluster_n", "init_outputs", "cooperative",
-                     "c_split", "ws_zeroed", "tvm_ffi", "fold_flush", "trace"]
+                     "c_split", "ws_zeroed", "tvm_ffi", "trace"]
 
 
 def test_compile_key_ignores_runtime_sizes_and_constants():
@@ -815,11 +815,18 @@ def test_c_split_is_ping_pong_only():
 
 
 @needs_dsl
-@pytest.mark.parametrize("act,b_major", [("dswiglu", "k"), ("dgeglu", "n")])
-def test_fold_flush_variant_compiles_for_sm90a(act, b_major, capfd):
-    """EXPERIMENT (exp/coop-fold): the folder warp flushes the cooperative dbias sums."""
-    from cudnn_ext.engines.sm90 import COOPERATIVE_KNOBS
+def test_folder_flushes_the_cooperative_sums_only_with_the_in_kernel_fold():
+    """The folder warp flushes the cooperative dbias sums (session 16) only where it runs:
+    cooperative, dbias, folded in the kernel; ping-pong keeps its C producer hand-back and
+    the unfolded (JAX) path its math-warp flush."""
+    import cutlass
 
-    p = _problem(n=2048, k=7168, act=act, b_major=b_major)
-    knobs = Knobs.of(**dict(COOPERATIVE_KNOBS.values), fold_flush=True)
-    assert _compile_checked(Sm90CompileKey.of(p, knobs), capfd) is not None
+    from cudnn_ext.kernels.sm90.dglu_kernel import Sm90KernelConfig
+
+    cfg = Sm90KernelConfig(n=512, k=7168, ab_dtype=cutlass.BFloat16, c_dtype=cutlass.BFloat16,
+                           d_dtype=cutlass.BFloat16, act_func="dswiglu", generate_dbias=True,
+                           tile_n=256, cooperative=True)
+    assert cfg.fold_in_kernel() and cfg.folder_flushes()
+    assert not dataclasses.replace(cfg, fold_dbias=False).folder_flushes()
+    assert not dataclasses.replace(cfg, generate_dbias=False).folder_flushes()
+    assert not dataclasses.replace(cfg, cooperative=False, tile_n=128).folder_flushes()

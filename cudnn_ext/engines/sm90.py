@@ -103,8 +103,6 @@ class Sm90CompileKey:
     ws_zeroed: bool = False
     #: host calling convention (TVM-FFI when apache-tvm-ffi is installed); not device code
     tvm_ffi: bool = False
-    #: EXPERIMENT (exp/coop-fold): see Sm90KernelConfig.fold_flush
-    fold_flush: bool = False
     #: per-tile timeline stamps (Sm90KernelConfig.trace; a diagnostic knob, never chosen by
     #: the engine): tiles per math warpgroup recorded, 0 = off
     trace: int = 0
@@ -125,7 +123,6 @@ class Sm90CompileKey:
             cluster_n=int(knobs.get("cluster_n", 1)),
             cooperative=bool(knobs.get("cooperative", False)),
             c_split=int(knobs.get("c_split", 1)),
-            fold_flush=bool(knobs.get("fold_flush", False)),
             tvm_ffi=importlib.util.find_spec("tvm_ffi") is not None,
             trace=int(knobs.get("trace", 0)),
         )
@@ -144,7 +141,7 @@ class Sm90CompileKey:
             weight_mode=self.weight_mode, b_major=self.b_major, cluster_m=self.cluster_m,
             cluster_n=self.cluster_n, init_outputs=self.init_outputs,
             cooperative=self.cooperative, c_split=self.c_split, ws_zeroed=self.ws_zeroed,
-            fold_flush=self.fold_flush, trace=self.trace)
+            trace=self.trace)
 
 
 _compiled: Dict[Sm90CompileKey, object] = {}

@@ -43,9 +43,9 @@ quad shuffle; dbias: per-warp column sums (butterfly reduce-scatter) go to share
 Ping-pong: into the block's C stage slice, which the C producer warp sums over the 4 warps
 and adds to the workspace (one fp32 atomic per column) before it reloads the stage; after a
 tile's last block it fences its atomics and tells warp 3. Cooperative: added into one
-shared copy of the tile's columns, and after the tile's last block one fp32 atomic per
-column; the warpgroups fence them and tell warp 3 only after their next mainloop, when they
-have long landed. Warp 3 folds the workspace into the caller's bf16 dbias once an (expert,
+shared copy of the tile's columns; after the tile's last block the warpgroups only arrive on
+a barrier, and warp 3 adds the copy to the workspace (one fp32 atomic per column), zeroes it
+and fences (without the in-kernel fold the warpgroups flush it themselves). Warp 3 folds the workspace into the caller's bf16 dbias once an (expert,
 N-tile)'s last tile is in (one rounding; see ``dbias_folder``).
 
 Runtime sizes (M, L, the offsets, the SM count) are kernel arguments; N, K, dtypes, tile and
@@ -166,15 +166,6 @@ class Sm90KernelConfig:
     # 128 x 256 moves about 20% fewer shared-memory bytes per MMA than 128 x 128 ping-pong
     # (operand reads + TMA writes), at the price of an epilogue the MMAs do not hide.
     cooperative: bool = False
-    # EXPERIMENT (branch exp/coop-fold): cooperative with the in-kernel dbias fold. The
-    # folder warp, not the math warpgroups, flushes each tile's shared-memory column sums to
-    # the workspace: the math warpgroups arrive on a barrier once their sums are in (no wait)
-    # and go on; the folder adds the sums to the workspace, zeroes them, fences, arrives on a
-    # second barrier that the math warpgroups wait on before their next tile's epilogue (a
-    # mainloop later), and counts the tile. Session 16's probes: dbias costs 5 k of the
-    # cooperative dsv3 epilogue's ~18 k exposed cycles; the flush's two barriers and atomics
-    # and the fold signal's fence and barrier are on that path.
-    fold_flush: bool = False
     # Diagnostic timeline (dense weights only; not an engine choice): trace > 0 makes the
     # leader thread of each math warpgroup store int64 stamps in a workspace region that the
     # launch passes in the descriptor slot (unused with dense weights), laid out
@@ -268,6 +259,15 @@ class Sm90KernelConfig:
         """dbias is folded by the kernel (arrival counters in the workspace)."""
         return self.generate_dbias and self.fold_dbias
 
+    def folder_flushes(self) -> bool:
+        """Cooperative with the in-kernel fold: the folder warp, not the math warpgroups,
+        adds each tile's shared-memory column sums to the workspace (the math warpgroups
+        arrive on a barrier once their sums are in and go on; they wait for the flush only
+        before their next tile's epilogue, a mainloop later). Session 16 (branch
+        exp/coop-fold): the cooperative dsv3 epilogue 17.9 k -> 16.3 k cycles per tile; dsv3,
+        K 8192, K 12288 0.3-0.7% faster in two processes (results/session16/coopfold/)."""
+        return self.cooperative and self.fold_in_kernel()
+
     def raster_group(self) -> int:
         """Raster group size in schedule units (cluster_m M-tiles each)."""
         return max(1, self.raster_group_m // self.cluster_m)
@@ -310,10 +310,6 @@ class GroupedDgluSm90:
         if cfg.cluster_n not in (1, 2) or (cfg.cluster_n == 2 and cfg.cluster_m != 2):
             raise ValueError(f"cluster_n must be 1, or 2 with cluster_m == 2, got "
                              f"cluster_n={cfg.cluster_n}, cluster_m={cfg.cluster_m}")
-        if cfg.fold_flush and not (cfg.cooperative and cfg.fold_in_kernel()):
-            raise ValueError(f"fold_flush needs the cooperative schedule with dbias folded in "
-                             f"the kernel, got cooperative={cfg.cooperative}, dbias="
-                             f"{cfg.generate_dbias}, fold_dbias={cfg.fold_dbias}")
         self.cfg = cfg
         self.tile_n = cfg.tile_n
         self.ab_stages = cfg.stages()
@@ -757,7 +753,6 @@ class GroupedDgluSm90:
             # refills a stage only once both released it.)
             mine_done = pipeline.NamedBarrier(barrier_id=2 + wg, num_threads=256)
             other_done = pipeline.NamedBarrier(barrier_id=3 - wg, num_threads=256)
-            fold_bar = self.fold_bar(wg)  # (cooperative only: see fold_bar)
             if cutlass.const_expr(self.coop and self.cfg.generate_dbias):
                 # both warpgroups: the shared dbias sums start at zero (the flush puts them
                 # back to zero after each tile)
@@ -800,14 +795,10 @@ class GroupedDgluSm90:
                     self.mma_mainloop(ab_pipe, mmas, tCrA, tCrB, acc, pos, mine_done,
                                       unit + nunits < num_units)
                 self._stamp(tr, 2, tcount, wg, bid)
-                if cutlass.const_expr(self.cfg.fold_flush):
+                if cutlass.const_expr(self.cfg.folder_flushes()):
                     if unit != first_unit:
                         # the folder warp has flushed and zeroed the previous tile's sums
                         self.flush_bars()[1].arrive_and_wait()
-                elif cutlass.const_expr(self.coop and self.cfg.fold_in_kernel()):
-                    if unit != first_unit:
-                        # the previous tile's dbias atomics, issued a whole mainloop ago
-                        self._signal_fold(fold_bar)
                 self.epilogue(acc, tCcC, c_pipe, sC, wg, cpos, mD, mAlpha, mBeta, mProb,
                               mDprob, mDbias, geglu_alpha, clamp_max, clamp_min,
                               linear_offset, m_tile, n_tile, expert, tidx, sDb)
@@ -816,13 +807,10 @@ class GroupedDgluSm90:
                 cpos += self.nent
                 unit += self.unit_step(nunits)
                 pos += self.unit_step(1) * self.k_tile_cnt
-            if cutlass.const_expr(self.cfg.fold_flush):
+            if cutlass.const_expr(self.cfg.folder_flushes()):
                 if first_unit < num_units:
                     # the last tile's flush (one wait per folder arrival: none left pending)
                     self.flush_bars()[1].arrive_and_wait()
-            elif cutlass.const_expr(self.coop and self.cfg.fold_in_kernel()):
-                if first_unit < num_units:
-                    self._signal_fold(fold_bar)  # the last tile's
             if cutlass.const_expr(self.cfg.trace > 0):
                 if tr[1]:
                     tr[0][(2, 0, wg, bid)] = cute.arch.globaltimer()
@@ -834,17 +822,6 @@ class GroupedDgluSm90:
         if cutlass.const_expr(self.cfg.trace > 0):
             if tr[1] & (t < self.cfg.trace):
                 tr[0][(j, t + 1, wg, bid)] = cute.arch.clock64()
-
-    @cute.jit
-    def _signal_fold(self, fold_bar):
-        """Cooperative: tell the dbias folder warp that this warpgroup's sums of its previous
-        tile are in the workspace (ping-pong: the C producer warp does, ``_fold_signal``):
-        every thread fences its atomics (gpu scope: see dbias_folder), then the warpgroup
-        meets the folder on its fold barrier. Called after the next tile's
-        mainloop (and once after the last tile): by then the atomics have landed, so the
-        fence costs little, where right after the epilogue it waited for all of them."""
-        cute.arch.fence_acq_rel_gpu()
-        fold_bar.arrive_and_wait()
 
     def first_unit_offset(self, wg, nunits):
         """Ping-pong: warpgroup w starts at the CTA's unit w; cooperative: both at unit 0."""
@@ -947,11 +924,10 @@ class GroupedDgluSm90:
         return 32 if self.dbias_via_producer() else 1
 
     def fold_bar(self, w):
-        """The dbias folder warp meets whoever added math warpgroup w's sums of a tile, once
-        per tile (fold_in_kernel only): ping-pong, C producer warp 1 + w; cooperative, math
-        warpgroup w itself."""
-        return pipeline.NamedBarrier(barrier_id=6 + w,
-                                     num_threads=(128 if self.coop else 32) + 32)
+        """Ping-pong: the dbias folder warp meets C producer warp 1 + w, which added math
+        warpgroup w's sums of a tile, once per tile (fold_in_kernel only; cooperative:
+        ``flush_bars``)."""
+        return pipeline.NamedBarrier(barrier_id=6 + w, num_threads=32 + 32)
 
     @cute.jit
     def c_producer(self, c_pipe, tma_atom_c, tCgC, tCsC, w, unit0, walk, d_store, dbias):
@@ -1315,7 +1291,7 @@ class GroupedDgluSm90:
         if lane % 4 == 0:
             for s in cutlass.range_constexpr(len(dprob)):
                 cute.arch.atomic_add((mDprob.iterator + rows[s]).llvm_ptr, dprob[s])
-        if cutlass.const_expr(cfg.fold_flush):
+        if cutlass.const_expr(cfg.folder_flushes()):
             # the sums are in shared memory (the arrive releases them): the folder flushes
             self.flush_bars()[0].arrive()
         elif cutlass.const_expr(cfg.generate_dbias and self.coop):
@@ -1390,32 +1366,32 @@ class GroupedDgluSm90:
         dbias from inside the kernel, so that no second kernel is needed.
 
         It walks the CTA's units in order (ping-pong: unit k is math warpgroup k % 2's;
-        cooperative: both warpgroups share each) and, per tile, meets on the fold barrier
-        whoever added the tile's sums, once they have fenced them (gpu scope: the
+        cooperative: both warpgroups share each). Ping-pong: per tile it meets on the fold
+        barrier the warpgroup's C producer warp, which added the tile's sums after it handed
+        back the tile's last block and fenced them (``_fold_signal``; gpu scope: the
         threadFenceReduction pattern, with the barrier carrying the order to this warp).
-        Ping-pong: the warpgroup's C producer warp, after it handed back the tile's last
-        block (``_fold_signal``). Cooperative: both math warpgroups, after their next tile's
-        mainloop (``_signal_fold``), so the count trails by a tile.
-        Lane 0 then counts the arrival on (expert, N-tile) with an acq_rel atomic. The count
-        that completes the expert's tiles (the scheduled 128-row M-tiles whose first row is
-        the expert's, among the first ``m_tiles``: (offs[e] - offs[e-1]) / 128 with
-        256-aligned offsets, and still a count every counter reaches when offsets are not
-        256-aligned or negative; decreasing offsets can leave one short) folds the tile's
-        2*TILE_N columns: each sum read by atomic exchange with 0 (coherent at L2, leaves
-        zero), dbias = bf16(fp32(dbias) + sum), then the counter reset. So every launch
-        leaves the dbias region of the workspace zero. Whoever meets this warp only fences
-        and meets it (no atomic with a result in their loop: in the math warps that cost
-        ptxas ~50 B of spills in the fp32-C epilogue). The phantom N-tile of an odd cluster_n
-        pair is met but not counted (no columns, no counter)."""
+        Cooperative: once both math warpgroups' sums of the tile are in shared memory
+        (``flush_bars``), this warp adds them to the workspace, zeroes them, fences and
+        hands them back. Lane 0 then counts the arrival on (expert, N-tile) with an acq_rel
+        atomic. The count that completes the expert's tiles (the scheduled 128-row M-tiles
+        whose first row is the expert's, among the first ``m_tiles``: (offs[e] - offs[e-1])
+        / 128 with 256-aligned offsets, and still a count every counter reaches when offsets
+        are not 256-aligned or negative; decreasing offsets can leave one short) folds the
+        tile's 2*TILE_N columns: each sum read by atomic exchange with 0 (coherent at L2,
+        leaves zero), dbias = bf16(fp32(dbias) + sum), then the counter reset. So every
+        launch leaves the dbias region of the workspace zero. Whoever meets this warp only
+        fences and meets it (no atomic with a result in their loop: in the math warps that
+        cost ptxas ~50 B of spills in the fp32-C epilogue). The phantom N-tile of an odd
+        cluster_n pair is met but not counted (no columns, no counter)."""
         nunits, num_units, _, _ = walk
         lane = tidx % 32
         two_n = 2 * self.cfg.n
-        bars = [self.fold_bar(w) for w in range(MATH_WARPGROUPS)]
+        bars = [self.fold_bar(w) for w in range(MATH_WARPGROUPS)]  # (ping-pong)
         unit = unit0
         k = Int32(0)
         while unit < num_units:
             m_tile, n_tile = self.tile_of(unit, walk)
-            if cutlass.const_expr(self.cfg.fold_flush):
+            if cutlass.const_expr(self.coop):
                 # both math warpgroups' sums of this tile are in shared memory: add them to
                 # the workspace, zero them, fence (before the count), hand them back
                 sums_in, flushed = self.flush_bars()
@@ -1433,9 +1409,6 @@ class GroupedDgluSm90:
                 # every lane's fenced atomics before lane 0 counts the tile (below)
                 cute.arch.sync_warp()
                 flushed.arrive()
-            elif cutlass.const_expr(self.coop):
-                for w in cutlass.range_constexpr(MATH_WARPGROUPS):
-                    bars[w].arrive_and_wait()
             else:
                 if k % 2 == 0:
                     bars[0].arrive_and_wait()
@@ -1470,8 +1443,9 @@ class GroupedDgluSm90:
             k += 1
 
     def flush_bars(self):
-        """fold_flush: (sums in: both math warpgroups arrive, the folder waits; sums flushed
-        and zeroed: the folder arrives, both math warpgroups wait)."""
+        """Cooperative with the in-kernel fold (``folder_flushes``): (sums in: both math
+        warpgroups arrive, the folder waits; sums flushed and zeroed: the folder arrives, both
+        math warpgroups wait)."""
         n = 128 * MATH_WARPGROUPS + 32
         return (pipeline.NamedBarrier(barrier_id=9, num_threads=n),
                 pipeline.NamedBarrier(barrier_id=10, num_threads=n))
