@@ -61,6 +61,29 @@ def _uses_ffi(f, avals) -> bool:
     return "cutlass_call_inner" in str(jax.make_jaxpr(f)(*avals))
 
 
+def test_jit_keeps_ping_pong_for_dbias_at_deep_k():
+    """Under jax.jit dbias stays in fp32 for JAX to round (fold_dbias=False); the cooperative
+    kernel's unfolded flush has not run on a GPU, so with dbias the FFI path keeps ping-pong
+    where the engine would pick the cooperative kernel (K >= 7168), and takes it without."""
+    from cudnn_ext.engines.sm90 import COOPERATIVE_KNOBS, Sm90DgluEngine
+    from cudnn_ext.jax.ffi import choose_knobs
+    from cudnn_ext.problem import ActConfig, DgluProblem
+
+    def problem(dbias):
+        return DgluProblem(n=2048, k=7168, num_experts=8, m=32768, weight_mode="dense",
+                           b_major="k", ab_dtype=torch.bfloat16, c_dtype=torch.bfloat16,
+                           d_dtype=torch.bfloat16, act=ActConfig("dswiglu"),
+                           generate_dbias=dbias, device_type="cuda")
+
+    eng = Sm90DgluEngine()
+    for dbias in (True, False):  # what the engine itself picks
+        p = problem(dbias)
+        assert min(eng.knob_space(p), key=lambda kn: eng.cost(p, kn)) == COOPERATIVE_KNOBS
+    picked = choose_knobs(problem(True))
+    assert not picked.get("cooperative", False) and picked.get("tile_n") == 128
+    assert choose_knobs(problem(False)) == COOPERATIVE_KNOBS
+
+
 @needs_dsl
 def test_ffi_branch_only_where_the_sm90_kernel_applies(monkeypatch):
     assert _uses_ffi(_fn(generate_dbias=True), _avals())
