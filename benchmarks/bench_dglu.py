@@ -53,10 +53,12 @@ SHAPES = {
 }
 #: Shapes timed only when named in --shapes (not the issue's four): the K axis, for the
 #: schedule choice between ping-pong 128 x 128 and cooperative 128 x 256 (session 16).
-#: k6k is Mixtral 8x22B's expert MLP (hidden 6144, 16384 wide), k8k and k12k dsv3 with a
-#: deeper K.
+#: k6k is Mixtral 8x22B's expert MLP (hidden 6144, 16384 wide); k5k, k6kd, k8k and k12k are
+#: dsv3 with another K.
 EXTRA_SHAPES = {
     "k6k": (8, 2048, 6144, 16384),
+    "k5k": (8, 4096, 5120, 2048),
+    "k6kd": (8, 4096, 6144, 2048),
     "k8k": (8, 4096, 8192, 2048),
     "k12k": (8, 4096, 12288, 2048),
 }

@@ -216,6 +216,22 @@ def test_export_for_cuda_lowers_the_ffi_custom_call(act_func, dbias, c_dtype, d_
     assert mods and all(90 in _cubin_archs(mod) for mod in mods)
 
 
+@needs_dsl
+def test_export_cooperative_dbias_variant_compiles(monkeypatch):
+    """The cooperative kernel with dbias as the FFI path would build it (fold_dbias=False),
+    forced: it compiles for sm_90a (its GPU test is the ``gpu`` one below)."""
+    from cutlass.jax import get_export_disabled_safety_checks
+
+    from cudnn_ext.engines.sm90 import COOPERATIVE_KNOBS
+    from cudnn_ext.jax import ffi
+
+    monkeypatch.setattr(ffi, "choose_knobs", lambda problem: COOPERATIVE_KNOBS)
+    f = jax.jit(_fn(generate_dbias=True))
+    exp = jax.export.export(f, platforms=["cuda"],
+                            disabled_checks=get_export_disabled_safety_checks())(*_avals())
+    assert len(TARGET.findall(exp.mlir_module())) == 1
+
+
 def _rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
     x, ref = x.double(), ref.double()
     den = ref.norm().item() or 1.0
@@ -289,4 +305,24 @@ def test_ffi_on_gpu_matches_the_float64_oracle(act_func):
     assert "CuteDSLRT_NvJaxCutlassCall" in f.lower(*args).as_text()
     d_row, dprob, dbias = jax.block_until_ready(f(*args))
     assert grouped_gemm_dglu_jax_sm100 is grouped_gemm_dglu_jax
+    _check_against_oracle(act_func, j, d_row, dprob, dbias)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("act_func", ["dswiglu", "dgeglu"])
+def test_ffi_cooperative_dbias_on_gpu_matches_the_float64_oracle(act_func, monkeypatch):
+    """The cooperative kernel with dbias under jax.jit (fold_dbias=False: the math warps
+    flush the shared sums to the workspace, JAX rounds them), which ``choose_knobs`` does not
+    pick until this has passed on a GPU: forced here on the dense operands (N < tile: the
+    tile's columns past N are phantoms)."""
+    _skip_unless_jax_gpu()
+    from cudnn_ext.engines.sm90 import COOPERATIVE_KNOBS
+    from cudnn_ext.jax import ffi
+
+    monkeypatch.setattr(ffi, "choose_knobs", lambda problem: COOPERATIVE_KNOBS)
+    j = _gpu_operands()
+    f = jax.jit(_fn(act_func=act_func, generate_dbias=True))
+    args = (j["a"], j["c"], j["offs"], j["alpha"], j["beta"], j["prob"], j["b"])
+    assert "CuteDSLRT_NvJaxCutlassCall" in f.lower(*args).as_text()
+    d_row, dprob, dbias = jax.block_until_ready(f(*args))
     _check_against_oracle(act_func, j, d_row, dprob, dbias)
