@@ -534,6 +534,9 @@ class Sm90DgluEngine(Engine):
         (session 13), 1.351 vs 1.360 (session 15), 1.336 vs 1.354 and 1.360 vs 1.400
         (session 16); without dbias 1.320 vs 1.361 (session 13). So from K 7168 on it is
         offered with or without dbias; between 4096 and 7168 the evidence is k6k's loss.
+        Timed again after the change (results/session16/coopk/, the engine's choice against
+        ping-pong): with dbias dsv3 1.336 vs 1.333, k8k 1.510 vs 1.543, k12k 2.237 vs 2.293;
+        without dbias 1.299 vs 1.310, 1.471 vs 1.507, 2.171 vs 2.243.
 
         The smallest benchmark shape has 384 wide tiles; the _COOP_MIN_TILES floor (two
         waves on 132 SMs, below which halving the tile count costs parallelism) is a guess,

@@ -264,8 +264,9 @@ class Sm90KernelConfig:
         adds each tile's shared-memory column sums to the workspace (the math warpgroups
         arrive on a barrier once their sums are in and go on; they wait for the flush only
         before their next tile's epilogue, a mainloop later). Session 16 (branch
-        exp/coop-fold): the cooperative dsv3 epilogue 17.9 k -> 16.3 k cycles per tile; dsv3,
-        K 8192, K 12288 0.3-0.7% faster in two processes (results/session16/coopfold/)."""
+        exp/coop-fold): the cooperative dsv3 epilogue 17.9 k -> 16.3 k cycles per tile; 0.3-0.6%
+        faster on dsv3 and K 12288 (two processes) and K 8192 (one;
+        results/session16/coopfold/)."""
         return self.cooperative and self.fold_in_kernel()
 
     def raster_group(self) -> int:
