@@ -29,6 +29,9 @@
 #   default, and its timeline on qwen3 (does the epilogue contend less?). About 5 minutes.
 #   git checkout <branch> && source .gpu/env/setup.sh && bash benchmarks/device_session16.sh <part>
 # (The branches carry this script once main is merged into them; session 15 did that.)
+# Added and run during session 16 (each part's comment below says its branch): cregs
+# (exp/c-regs), kaxis, coopk and final (main), coopprobe (exp/trace-probe), coopfold
+# (exp/coop-fold); benchmarks/results/session16/README.md lists the commits.
 set -o pipefail
 source "$(dirname "$0")/device_common.sh"
 if [ "$1" = trace ]; then
@@ -100,6 +103,7 @@ elif [ "$1" = coopfold ]; then
   t trace_dsv3_kx python3 benchmarks/trace_one.py dsv3 --variant t256c2m2kx \
     --json "$OUT/trace_dsv3_kx.json.gz"
 else
-  echo "usage: device_session16.sh trace|traceprobe|coop2x2|pp64|cpf2|kaxis|coopk|final|coopprobe|coopfold"; exit 2
+  echo "usage: device_session16.sh" \
+    "trace|traceprobe|coop2x2|pp64|cpf2|kaxis|coopk|final|coopprobe|coopfold"; exit 2
 fi
 bundle "session16_$1"  # every log and JSON in one file (the tool returns at most 8)

@@ -235,10 +235,15 @@ def test_fresh_outputs_variant_compiles_for_sm90a(tile_n, cluster_m, act, dbias,
 
 
 @needs_dsl
-def test_zeroed_workspace_variant_compiles_for_sm90a(capfd):
-    """The contract launch without its zeroing kernel (a scratch kept zero: the torch replay)."""
-    p = _problem()
-    knobs = _engine_knobs(p, 128, 2)
+@pytest.mark.parametrize("coop", [False, True])
+def test_zeroed_workspace_variant_compiles_for_sm90a(coop, capfd):
+    """The contract launch without its zeroing kernel (a scratch kept zero: the torch replay),
+    for ping-pong and for the cooperative kernel the engine picks at deep K."""
+    from cudnn_ext.engines.sm90 import COOPERATIVE_KNOBS
+
+    p = _problem(n=512, k=7168, m=32768) if coop else _problem()
+    knobs = COOPERATIVE_KNOBS if coop else _engine_knobs(p, 128, 2)
+    assert knobs in Sm90DgluEngine().knob_space(p)
     key = dataclasses.replace(Sm90CompileKey.of(p, knobs), ws_zeroed=True)
     assert key != Sm90CompileKey.of(p, knobs)
     assert _compile_checked(key, capfd) is not None

@@ -48,7 +48,7 @@ _COOP_MIN_TILES = 264
 #: measured clearly faster than ping-pong with 128-row C entries, 3-4% on qwen3; with dbias
 #: it tied there; see _cooperative_applies)
 _COOP_MAX_K = 2048
-#: ... and, with or without dbias and whatever the C/D types, for K >= this: a deep enough
+#: ... and, with or without dbias and for any 16-bit C and D, for K >= this: a deep enough
 #: mainloop hides its exposed epilogue's cost under the higher clock of 128 x 256 tiles
 #: (session 16; see _cooperative_applies)
 _COOP_MIN_DEEP_K = 7168
@@ -533,7 +533,10 @@ class Sm90DgluEngine(Engine):
         coop2x2/). dsv3 with dbias in earlier sessions' single processes: 1.370 vs 1.377
         (session 13), 1.351 vs 1.360 (session 15), 1.336 vs 1.354 and 1.360 vs 1.400
         (session 16); without dbias 1.320 vs 1.361 (session 13). So from K 7168 on it is
-        offered with or without dbias; between 4096 and 7168 the evidence is k6k's loss.
+        offered with or without dbias; between 4096 and 7168 the evidence is k6k's loss
+        (N 16384: K and N both differ from dsv3; device_session17.sh crossover times K 5120
+        and 6144 at dsv3's N). All of it was timed with bf16 C and D; fp16 and mixed 16-bit
+        C/D follow by analogy, untimed.
         Timed again after the change (results/session16/coopk/, the engine's choice against
         ping-pong): with dbias dsv3 1.336 vs 1.333, k8k 1.510 vs 1.543, k12k 2.237 vs 2.293;
         without dbias 1.299 vs 1.310, 1.471 vs 1.507, 2.171 vs 2.243.

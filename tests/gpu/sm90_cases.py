@@ -206,6 +206,10 @@ def run_and_check(case: Case, engine=None, knobs=None, fresh: bool = False) -> d
         ws.fill_(0xA5)  # stale bytes: the descriptor slots must be fully rewritten
     (plan.execute_fresh if fresh else plan.execute)(pack, ws, torch.cuda.current_stream())
     torch.cuda.synchronize()
+    if plan.zeroed_region is not None:
+        # every launch leaves the dbias sums and counters zero: what lets the torch replay
+        # skip the zeroing kernel (address_launcher's zeroed_workspace)
+        assert not ws[plan.zeroed_region:].any(), f"{case.label()}: dbias workspace left dirty"
     rows = int(pack["padded_offsets"][-1].item()) if len(case.groups) else 0
     d = pack["d_row"]
     out = {}

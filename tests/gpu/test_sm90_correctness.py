@@ -93,7 +93,8 @@ def test_sm90_heuristics_choice_is_correct(fresh, kw, expect):
     """What the engine itself picks (ping-pong 128 x 128 in 2x1 clusters, with 64-row C
     ring entries for 16-bit C and D of one type, with per-expert weights only at K <= 2048;
     the cooperative 128 x 256 schedule without dbias at K <= 2048 for C and D of different
-    16-bit types, and at K >= 7168 for dense weights with or without dbias), run as the class API (contract) and the functional op (fresh outputs) would:
+    16-bit types, and at K >= 7168 for dense weights with or without dbias), run as the
+    class API (contract) and the functional op (fresh outputs) would:
     empty experts, rows past the last offset, a K tail, and enough tiles that every CTA
     walks several (accumulator overwrite, the C FIFO and the dbias sums carried across
     tiles)."""

@@ -52,6 +52,15 @@ def test_racecheck_reports_no_hazard(mode):
     assert summary.groups() == ("0", "0", "0"), f"racecheck {mode}:\n{out[-4000:]}"
 
 
+def test_synccheck_reports_no_error_on_the_cooperative_folder_flush():
+    """The cooperative dbias flush (session 16): the math warpgroups arrive on one named
+    barrier and wait on another that the folder warp arrives on."""
+    out = _sanitize("synccheck", "coop")
+    summary = re.search(r"ERROR SUMMARY: (\d+) errors?", out)
+    assert summary, f"synccheck coop: no summary line\n{out[-4000:]}"
+    assert summary.group(1) == "0", f"synccheck coop:\n{out[-4000:]}"
+
+
 @pytest.mark.parametrize("mode", ["walk", "chalf"])
 def test_memcheck_reports_no_error(mode):
     out = _sanitize("memcheck", mode)

@@ -45,8 +45,9 @@ and adds to the workspace (one fp32 atomic per column) before it reloads the sta
 tile's last block it fences its atomics and tells warp 3. Cooperative: added into one
 shared copy of the tile's columns; after the tile's last block the warpgroups only arrive on
 a barrier, and warp 3 adds the copy to the workspace (one fp32 atomic per column), zeroes it
-and fences (without the in-kernel fold the warpgroups flush it themselves). Warp 3 folds the workspace into the caller's bf16 dbias once an (expert,
-N-tile)'s last tile is in (one rounding; see ``dbias_folder``).
+and fences (without the in-kernel fold the warpgroups flush it themselves). Warp 3 folds
+the workspace into the caller's bf16 dbias once an (expert, N-tile)'s last tile is in (one
+rounding; see ``dbias_folder``).
 
 Runtime sizes (M, L, the offsets, the SM count) are kernel arguments; N, K, dtypes, tile and
 activation are compile-time. TMA zero-fills the K and N tails, so K need not be a multiple
@@ -1380,9 +1381,10 @@ class GroupedDgluSm90:
         are not 256-aligned or negative; decreasing offsets can leave one short) folds the
         tile's 2*TILE_N columns: each sum read by atomic exchange with 0 (coherent at L2,
         leaves zero), dbias = bf16(fp32(dbias) + sum), then the counter reset. So every
-        launch leaves the dbias region of the workspace zero. Whoever meets this warp only
-        fences and meets it (no atomic with a result in their loop: in the math warps that
-        cost ptxas ~50 B of spills in the fp32-C epilogue). The phantom N-tile of an odd
+        launch leaves the dbias region of the workspace zero. The ping-pong C producer warp
+        only fences and meets this warp, and the cooperative math warpgroups only arrive (no
+        atomic with a result in their loops: in the math warps that cost ptxas ~50 B of
+        spills in the fp32-C epilogue). The phantom N-tile of an odd
         cluster_n pair is met but not counted (no columns, no counter)."""
         nunits, num_units, _, _ = walk
         lane = tidx % 32
@@ -1457,9 +1459,10 @@ class GroupedDgluSm90:
 
     @cute.jit
     def _dbias_flush_shared(self, sDb, mDbias, expert, n0, tidx):
-        """Cooperative, after the tile's last block: the 8 warps' shared-memory sums of the
-        tile's 2*TILE_N C columns go to the fp32 workspace, one atomic per column, and back
-        to zero. Both warpgroups meet before (every warp has added) and after (with few
+        """Cooperative without the in-kernel fold (``fold_dbias=False``, the JAX path; with
+        it the folder warp flushes: ``folder_flushes``), after the tile's last block: the 8
+        warps' shared-memory sums of the tile's 2*TILE_N C columns go to the fp32 workspace,
+        one atomic per column, and back to zero. Both warpgroups meet before (every warp has added) and after (with few
         k-tiles one warpgroup could reach its next tile's epilogue while the other still
         flushes: both consume every A/B stage, but only ab_stages k-tiles bound the lead)."""
         sync = self.math_sync()
