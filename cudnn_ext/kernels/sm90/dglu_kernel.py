@@ -265,8 +265,8 @@ class Sm90KernelConfig:
         adds each tile's shared-memory column sums to the workspace (the math warpgroups
         arrive on a barrier once their sums are in and go on; they wait for the flush only
         before their next tile's epilogue, a mainloop later). Session 16 (branch
-        exp/coop-fold): the cooperative dsv3 epilogue 17.9 k -> 16.3 k cycles per tile; 0.3-0.6%
-        faster on dsv3 and K 12288 (two processes) and K 8192 (one;
+        exp/coop-fold): the cooperative dsv3 epilogue 17.9 k -> 16.3 k cycles per tile;
+        0.3-0.6% faster on dsv3 and K 12288 (two processes) and K 8192 (one;
         results/session16/coopfold/)."""
         return self.cooperative and self.fold_in_kernel()
 
@@ -304,9 +304,9 @@ class GroupedDgluSm90:
         if cfg.discrete() and cfg.cluster_n != 1:
             raise ValueError(f"cluster_n must be 1 with discrete B, got {cfg.cluster_n}")
         if not 0 <= cfg.trace <= TRACE_MAX_TILES or (cfg.trace and cfg.discrete()):
-            raise ValueError(f"trace must be in [0, {TRACE_MAX_TILES}] and 0 with discrete B (its slot "
-                             f"holds the descriptors), got trace={cfg.trace}, weight_mode="
-                             f"{cfg.weight_mode!r}")
+            raise ValueError(f"trace must be in [0, {TRACE_MAX_TILES}] and 0 with discrete B "
+                             f"(its slot holds the descriptors), got trace={cfg.trace}, "
+                             f"weight_mode={cfg.weight_mode!r}")
         if cfg.init_outputs and cfg.generate_dbias and not cfg.fold_dbias:
             raise ValueError("init_outputs with dbias needs fold_dbias (the fold writes dbias)")
         if cfg.cluster_n not in (1, 2) or (cfg.cluster_n == 2 and cfg.cluster_m != 2):
@@ -1384,8 +1384,8 @@ class GroupedDgluSm90:
         launch leaves the dbias region of the workspace zero. The ping-pong C producer warp
         only fences and meets this warp, and the cooperative math warpgroups only arrive (no
         atomic with a result in their loops: in the math warps that cost ptxas ~50 B of
-        spills in the fp32-C epilogue). The phantom N-tile of an odd
-        cluster_n pair is met but not counted (no columns, no counter)."""
+        spills in the fp32-C epilogue). The phantom N-tile of an odd cluster_n pair is met
+        but not counted (no columns, no counter)."""
         nunits, num_units, _, _ = walk
         lane = tidx % 32
         two_n = 2 * self.cfg.n
@@ -1399,15 +1399,8 @@ class GroupedDgluSm90:
                 # the workspace, zero them, fence (before the count), hand them back
                 sums_in, flushed = self.flush_bars()
                 sums_in.arrive_and_wait()
-                n0f = n_tile * self.tile_n
-                expert_f = expert_of_row(mOffs, num_experts, m_tile * TILE_M)
-                for i in cutlass.range_constexpr((2 * self.tile_n) // 32):
-                    col = 32 * i + lane
-                    if 2 * n0f + col < two_n:
-                        cute.arch.atomic_add(
-                            (mWs.iterator + (expert_f * two_n + 2 * n0f + col)).llvm_ptr,
-                            sDb[col])
-                    sDb[col] = Float32(0.0)
+                self._flush_columns(sDb, mWs, expert_of_row(mOffs, num_experts, m_tile * TILE_M),
+                                    n_tile * self.tile_n, lane, 32)
                 cute.arch.fence_acq_rel_gpu()
                 # every lane's fenced atomics before lane 0 counts the tile (below)
                 cute.arch.sync_warp()
@@ -1462,17 +1455,30 @@ class GroupedDgluSm90:
         """Cooperative without the in-kernel fold (``fold_dbias=False``, the JAX path; with
         it the folder warp flushes: ``folder_flushes``), after the tile's last block: the 8
         warps' shared-memory sums of the tile's 2*TILE_N C columns go to the fp32 workspace,
-        one atomic per column, and back to zero. Both warpgroups meet before (every warp has added) and after (with few
-        k-tiles one warpgroup could reach its next tile's epilogue while the other still
-        flushes: both consume every A/B stage, but only ab_stages k-tiles bound the lead)."""
+        one atomic per column, and back to zero. Both warpgroups meet before (every warp has
+        added) and after (with few k-tiles one warpgroup could reach its next tile's
+        epilogue while the other still flushes: both consume every A/B stage, but only
+        ab_stages k-tiles bound the lead)."""
         sync = self.math_sync()
         sync.arrive_and_wait()
+        self._flush_columns(sDb, mDbias, expert, n0, tidx - 128, 256)
+        sync.arrive_and_wait()
+
+    @cute.jit
+    def _flush_columns(self, sDb, mWs, expert, n0, first, step: int):
+        """Cooperative dbias: the tile's shared-memory column sums ``sDb`` (2*TILE_N) into
+        the fp32 workspace ``mWs`` (L, 2N) at the tile's columns, one atomic per column
+        inside 2N, and back to zero; this thread takes columns first, first + step, ...
+        (``step`` threads together cover all; the folder warp's 32 lanes or the math
+        warpgroups' 256 threads)."""
         two_n = 2 * self.cfg.n
-        for i in cutlass.range_constexpr((2 * self.tile_n + 255) // 256):
-            col = tidx - 128 + 256 * i
-            if col < 2 * self.tile_n:
+        cols = 2 * self.tile_n
+        for i in cutlass.range_constexpr((cols + step - 1) // step):
+            col = first + step * i
+            # (bounds the last round when step does not divide the columns; the folder's
+            # 32 always do)
+            if cutlass.const_expr(cols % step == 0) or col < cols:
                 if 2 * n0 + col < two_n:
                     cute.arch.atomic_add(
-                        (mDbias.iterator + (expert * two_n + 2 * n0 + col)).llvm_ptr, sDb[col])
+                        (mWs.iterator + (expert * two_n + 2 * n0 + col)).llvm_ptr, sDb[col])
                 sDb[col] = Float32(0.0)
-        sync.arrive_and_wait()
