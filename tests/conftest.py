@@ -1,7 +1,12 @@
 import os
 
-import pytest
-import torch
+# JAX grabs 75% of GPU memory when it first touches the GPU. Tests in one process (and
+# pytest-xdist workers sharing the GPU) allocate through torch and JAX both; session 17's
+# parallel GPU run failed with out-of-memory next to a JAX worker holding 107 GiB.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):

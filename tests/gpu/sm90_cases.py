@@ -175,6 +175,12 @@ def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
 TOL = {"d_bf16": 1.5e-2, "d_fp16": 4e-3, "d_fp32": 2e-3, "dprob": 2e-3, "dbias": 1.5e-2}
 
 
+def dbias_workspace_bytes(case: Case) -> int:
+    """Bytes of the workspace's dbias region (from ``zeroed_region``): fp32 sums (L, 2N) and
+    one int32 arrival counter per (expert, N-tile)."""
+    return 4 * len(case.groups) * (2 * case.n + -(-case.n // case.tile_n))
+
+
 def run_and_check(case: Case, engine=None, knobs=None, fresh: bool = False) -> dict:
     """Run one case on the SM90 engine; returns the errors; raises AssertionError on failure.
 
@@ -201,15 +207,17 @@ def run_and_check(case: Case, engine=None, knobs=None, fresh: bool = False) -> d
                          **({"c_stages": case.c_stages} if case.c_stages else {}),
                          **({"c_split": case.c_split} if case.c_split > 1 else {}))
     plan = engine.build(problem, knobs)
-    ws = torch.empty(max(plan.workspace_size, 1), dtype=torch.uint8, device="cuda")
-    if case.weight_mode == "discrete":
-        ws.fill_(0xA5)  # stale bytes: the descriptor slots must be fully rewritten
+    # stale bytes everywhere: the descriptor slots must be fully rewritten, and the launch's
+    # zeroing kernel must clear the dbias sums and counters before the kernel adds to them
+    ws = torch.full((max(plan.workspace_size, 1),), 0xA5, dtype=torch.uint8, device="cuda")
     (plan.execute_fresh if fresh else plan.execute)(pack, ws, torch.cuda.current_stream())
     torch.cuda.synchronize()
     if plan.zeroed_region is not None:
         # every launch leaves the dbias sums and counters zero: what lets the torch replay
-        # skip the zeroing kernel (address_launcher's zeroed_workspace)
-        assert not ws[plan.zeroed_region:].any(), f"{case.label()}: dbias workspace left dirty"
+        # skip the zeroing kernel (address_launcher's zeroed_workspace). Only those bytes: the
+        # layout's tail padding (discrete, trace) is never written and keeps its stale bytes
+        region = ws[plan.zeroed_region:plan.zeroed_region + dbias_workspace_bytes(case)]
+        assert not region.any(), f"{case.label()}: dbias workspace left dirty"
     rows = int(pack["padded_offsets"][-1].item()) if len(case.groups) else 0
     d = pack["d_row"]
     out = {}
