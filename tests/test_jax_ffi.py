@@ -15,6 +15,7 @@ these tests compile in the same process as the sm90 compile tests, one at a time
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import re
@@ -61,10 +62,10 @@ def _uses_ffi(f, avals) -> bool:
     return "cutlass_call_inner" in str(jax.make_jaxpr(f)(*avals))
 
 
-def test_jit_keeps_ping_pong_for_dbias_at_deep_k():
-    """Under jax.jit dbias stays in fp32 for JAX to round (fold_dbias=False); the cooperative
-    kernel's unfolded flush has not run on a GPU, so with dbias the FFI path keeps ping-pong
-    where the engine would pick the cooperative kernel (K >= 7168), and takes it without."""
+def test_jit_takes_the_engines_choice_at_deep_k():
+    """Under jax.jit dbias stays in fp32 for JAX to round (fold_dbias=False); the FFI path
+    picks what the engine picks, the cooperative kernel at K >= 7168, with dbias too (that
+    unfolded form passed its GPU test in session 17)."""
     from cudnn_ext.engines.sm90 import COOPERATIVE_KNOBS, Sm90DgluEngine
     from cudnn_ext.jax.ffi import choose_knobs
     from cudnn_ext.problem import ActConfig, DgluProblem
@@ -79,9 +80,10 @@ def test_jit_keeps_ping_pong_for_dbias_at_deep_k():
     for dbias in (True, False):  # what the engine itself picks
         p = problem(dbias)
         assert min(eng.knob_space(p), key=lambda kn: eng.cost(p, kn)) == COOPERATIVE_KNOBS
-    picked = choose_knobs(problem(True))
-    assert not picked.get("cooperative", False) and picked.get("tile_n") == 128
+    assert choose_knobs(problem(True)) == COOPERATIVE_KNOBS
     assert choose_knobs(problem(False)) == COOPERATIVE_KNOBS
+    shallow = dataclasses.replace(problem(True), k=4096)  # mixtral's K: ping-pong
+    assert not choose_knobs(shallow).get("cooperative", False)
 
 
 @needs_dsl
@@ -312,9 +314,9 @@ def test_ffi_on_gpu_matches_the_float64_oracle(act_func):
 @pytest.mark.parametrize("act_func", ["dswiglu", "dgeglu"])
 def test_ffi_cooperative_dbias_on_gpu_matches_the_float64_oracle(act_func, monkeypatch):
     """The cooperative kernel with dbias under jax.jit (fold_dbias=False: the math warps
-    flush the shared sums to the workspace, JAX rounds them), which ``choose_knobs`` does not
-    pick until this has passed on a GPU: forced here on the dense operands (N < tile: the
-    tile's columns past N are phantoms)."""
+    flush the shared sums to the workspace, JAX rounds them), what ``choose_knobs`` picks at
+    K >= 7168 (first passed on an H200 in session 17): forced here on the small dense
+    operands (N < tile: the tile's columns past N are phantoms)."""
     _skip_unless_jax_gpu()
     from cudnn_ext.engines.sm90 import COOPERATIVE_KNOBS
     from cudnn_ext.jax import ffi

@@ -94,17 +94,15 @@ def sm90_problem(a_shape, c_shape, c_td, b_shape, num_experts: int, d_td, act, g
 
 
 def choose_knobs(problem):
-    """The SM90 engine's cheapest configuration for ``problem`` (its own cost model), but
-    not the cooperative schedule with dbias. Here the kernel leaves dbias's fp32 sums to JAX
-    (``fold_dbias=False``), and the cooperative kernel's unfolded dbias flush has not run on
-    a GPU yet: the engine offers the cooperative schedule with dbias only since session 16
-    (K >= 7168), and that session's GPU runs covered the folded form."""
+    """The SM90 engine's cheapest configuration for ``problem`` (its own cost model). With
+    dbias the kernel here leaves the fp32 sums to JAX (``fold_dbias=False``); that form of
+    the cooperative kernel the engine picks at K >= 7168 passed its GPU test in session 17
+    (``test_ffi_cooperative_dbias_on_gpu_matches_the_float64_oracle``), so it is offered
+    too."""
     from ..engines.sm90 import Sm90DgluEngine
 
     eng = Sm90DgluEngine()
-    space = [kn for kn in eng.knob_space(problem)
-             if not (problem.generate_dbias and kn.get("cooperative", False))]
-    return min(space, key=lambda kn: eng.cost(problem, kn))
+    return min(eng.knob_space(problem), key=lambda kn: eng.cost(problem, kn))
 
 
 @functools.lru_cache(maxsize=None)
