@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Prepared in session 16 for the next device session (H200); not yet run. All parts from main:
+# Prepared in session 16 for the next device session (H200); run in session 17 (results/
+# session17/README.md: sanitize and jaxcoop from fd8beda; verify, crossover and final after
+# the phantom-block change, a97037c). All parts from main:
 #   source .gpu/env/setup.sh && bash benchmarks/device_session17.sh <part>
 # Part "sanitize": compute-sanitizer on the cooperative kernel with dbias (tests/gpu/
 #   sanitize_sm90.py coop), whose folder warp now flushes the shared column sums between two
@@ -20,6 +22,18 @@ if [ "$1" = sanitize ]; then
   san racecheck coop
   san synccheck coop
   san memcheck coop
+elif [ "$1" = verify ]; then
+  # after the phantom-block change (the cooperative epilogue skips dbias blocks past 2N; the
+  # flush leaves their sums alone): racecheck three times (its hazard came in 2 of 3 runs
+  # before), synccheck, then the cooperative and heuristics GPU cases and the JAX FFI tests
+  for i in 1 2 3; do
+    t "racecheck_coop$i" timeout 120 compute-sanitizer --report-api-errors no --tool racecheck \
+      python3 tests/gpu/sanitize_sm90.py coop
+    grep -E 'SUMMARY' "$OUT/racecheck_coop$i.log" | tail -1
+  done
+  san synccheck coop
+  tp coop_tests -m gpu tests/gpu/test_sm90_correctness.py -k "cooperative or heuristics"
+  tp jax_tests -m gpu tests/test_jax_ffi.py
 elif [ "$1" = jaxcoop ]; then
   tp jax_tests -m gpu tests/test_jax_ffi.py
 elif [ "$1" = crossover ]; then
@@ -33,6 +47,6 @@ elif [ "$1" = final ]; then
   t bench_final python3 benchmarks/bench_dglu.py --reps 30 --warmup 5 --out "$OUT/bench_final.json"
   grep -E "^(dsv3|qwen3|mixtral|skew) |host overhead|timer" "$OUT/bench_final.log"
 else
-  echo "usage: device_session17.sh sanitize|jaxcoop|crossover|final"; exit 2
+  echo "usage: device_session17.sh sanitize|verify|jaxcoop|crossover|final"; exit 2
 fi
 bundle "session17_$1"  # every log and JSON in one file (the tool returns at most 8)

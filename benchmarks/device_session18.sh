@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Prepared in session 17 for the next device session (H200); not yet run:
+#   source .gpu/env/setup.sh && bash benchmarks/device_session18.sh <part>
+# Part "gpu" (main): the whole GPU suite in 4 workers (session 17's parallel runs failed
+#   only on out-of-memory next to a JAX worker that preallocated 75% of the GPU, fixed in
+#   tests/conftest.py, and once on a cudaErrorUnknown launch in test_torch_fast_path.py's
+#   zero-kept-scratch test, which is rerun alone first here). About 5 min.
+# Part "discoop" (main): per-expert weights (b_ptrs) on the cooperative 128 x 256 kernel
+#   (--discrete-variants t256c2m2k, which the engine does not offer for discrete weights)
+#   against the engine's ping-pong choice and dense weights on dsv3, K 8192 and K 12288,
+#   with dbias. About 3 min.
+# Part "nits" (branch exp/folder-nits): the cooperative folder warp arrives on "flushed"
+#   before its gpu fence and finds the tile's expert once; its GPU cases, racecheck, then
+#   the dsv3-family timing against main's kernel (ab old|new: ab_old/ must hold main's
+#   cudnn_ext, `git archive main cudnn_ext | tar -x -C ab_old`). About 5 min.
+set -o pipefail
+source "$(dirname "$0")/device_common.sh"
+if [ "$1" = gpu ]; then
+  tp zero_kept -m gpu tests/test_torch_fast_path.py -k zero_kept_scratch
+  tp gpu_all -m gpu tests -n 4 --durations=8
+  grep -E "passed|failed" "$OUT/gpu_all.log" | tail -1
+elif [ "$1" = discoop ]; then
+  t discoop python3 benchmarks/bench_dglu.py --impls cudnn_ext,cudnn_ext_discrete,torch_grouped_mm \
+    --discrete-variants t256c2m2k --shapes dsv3,k8k,k12k --rounds 6 --reps 30 --warmup 5 \
+    --out "$OUT/discoop.json"
+  grep -E "^(dsv3|k8k|k12k) " "$OUT/discoop.log"
+elif [ "$1" = nits ]; then
+  need_ab_old
+  tp nits_tests -m gpu tests/gpu/test_sm90_correctness.py -k "cooperative or heuristics"
+  t racecheck_coop timeout 120 compute-sanitizer --report-api-errors no --tool racecheck \
+    python3 tests/gpu/sanitize_sm90.py coop
+  grep -E 'SUMMARY' "$OUT/racecheck_coop.log" | tail -1
+  ab ab_old old --shapes dsv3,k8k,k12k
+  ab ab_new new --shapes dsv3,k8k,k12k
+else
+  echo "usage: device_session18.sh gpu|discoop|nits"; exit 2
+fi
+bundle "session18_$1"  # every log and JSON in one file (the tool returns at most 8)
