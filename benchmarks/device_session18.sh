@@ -13,6 +13,12 @@
 #   before its gpu fence and finds the tile's expert once; its GPU cases, racecheck, then
 #   the dsv3-family timing against main's kernel (ab old|new: ab_old/ must hold main's
 #   cudnn_ext, `git archive main cudnn_ext | tar -x -C ab_old`). About 5 min.
+# Part "slots" (branch exp/coop-dbias-slots): the cooperative dbias through one shared slot
+#   of per-warp rows handed block by block to the folder warp, instead of the tile's shared
+#   sums that all 8 warps add into with compare-and-swap loops (ncu/trace: dbias was ~3.4 k
+#   of the 16.3 k-cycle dsv3 epilogue); also runs the folder without the in-kernel fold
+#   (JAX). Its GPU cases (cooperative, heuristics, JAX), racecheck and synccheck, then
+#   dsv3, K 8192, K 12288 against main's kernel (ab_old/ as for "nits"). About 6 min.
 set -o pipefail
 source "$(dirname "$0")/device_common.sh"
 if [ "$1" = gpu ]; then
@@ -32,7 +38,15 @@ elif [ "$1" = nits ]; then
   grep -E 'SUMMARY' "$OUT/racecheck_coop.log" | tail -1
   ab ab_old old --shapes dsv3,k8k,k12k
   ab ab_new new --shapes dsv3,k8k,k12k
+elif [ "$1" = slots ]; then
+  need_ab_old
+  tp slots_tests -m gpu tests/gpu/test_sm90_correctness.py tests/test_jax_ffi.py \
+    -k "cooperative or heuristics or ffi"
+  san racecheck coop
+  san synccheck coop
+  ab ab_old old --shapes dsv3,k8k,k12k
+  ab ab_new new --shapes dsv3,k8k,k12k
 else
-  echo "usage: device_session18.sh gpu|discoop|nits"; exit 2
+  echo "usage: device_session18.sh gpu|discoop|nits|slots"; exit 2
 fi
 bundle "session18_$1"  # every log and JSON in one file (the tool returns at most 8)
