@@ -534,9 +534,12 @@ class Sm90DgluEngine(Engine):
         (session 13), 1.351 vs 1.360 (session 15), 1.336 vs 1.354 and 1.360 vs 1.400
         (session 16); without dbias 1.320 vs 1.361 (session 13). So from K 7168 on it is
         offered with or without dbias; between 4096 and 7168 the evidence is k6k's loss
-        (N 16384: K and N both differ from dsv3; device_session17.sh crossover times K 5120
-        and 6144 at dsv3's N). All of it was timed with bf16 C and D; fp16 and mixed 16-bit
-        C/D follow by analogy, untimed.
+        (N 16384: K and N both differ from dsv3) and session 17's crossover at dsv3's N
+        (results/session17/crossover/, cooperative vs ping-pong, one process): with dbias
+        K 5120 1.014 vs 0.997, K 6144 1.191 vs 1.189, K 7168 1.364 vs 1.377; without dbias
+        0.980 vs 0.977, 1.156 vs 1.167, 1.333 vs 1.361 (k6k 5.523 vs 4.893 and 5.259 vs
+        4.875). All of it was timed with bf16 C and D; fp16 and mixed 16-bit C/D follow by
+        analogy, untimed.
         Timed again after the change (results/session16/coopk/, the engine's choice against
         ping-pong): with dbias dsv3 1.336 vs 1.333, k8k 1.510 vs 1.543, k12k 2.237 vs 2.293;
         without dbias 1.299 vs 1.310, 1.471 vs 1.507, 2.171 vs 2.243.
