@@ -336,6 +336,10 @@ def cooperative_cases() -> list:
              **co),
         Case([256, 0, 768, 256], 352, 200, "dswiglu", tile_n=256, cluster_m=2, cluster_n=2,
              **co),
+        # one N-tile in 2x2 clusters: each pair's second tile is a phantom (no columns, no
+        # dbias blocks on either side of the folder hand-off)
+        Case([256, 0, 768, 256], 224, 200, "dgeglu", tile_n=256, cluster_m=2, cluster_n=2,
+             **co),
         Case([256, 0, 768, 256], 288, 200, "dgeglu", weight_mode="discrete", b_major="n",
              tile_n=256, **co),
         Case([2048, 256, 0, 4096, 1024, 512, 256, 2048], 768, 1416, "dswiglu", tile_n=256,
