@@ -93,17 +93,24 @@ def test_discrete_workspace_layout(dbias):
             r = lay.region("dbias_partials")
             assert r.offset == 128 * L and r.offset % 128 == 0 and r.nbytes == 4 * L * (2 * 96 + 1)
             assert plan.zeroed_region == r.offset
+            # the region alone: the layout pads past it, and launches never write the padding
+            assert plan.zeroed_region_bytes == r.nbytes
+            assert r.offset + r.nbytes <= lay.size
         else:
-            assert plan.zeroed_region is None
+            assert plan.zeroed_region is None and plan.zeroed_region_bytes == 0
         assert plan.workspace_size == lay.size and lay.size % 128 == 0
     dense = _problem(L=3, dbias=dbias)
     plan = Sm90Plan(dense, knobs, Sm90CompileKey.of(dense, knobs), compiled=None)
     assert plan.workspace_size == (4 * 3 * (2 * 96 + 1) if dbias else 0)
     assert plan.zeroed_region == (0 if dbias else None)
+    assert plan.zeroed_region_bytes == plan.workspace_size
     assert [r.name for r in plan.workspace_requests()] == (["scratch"] if dbias else [])
     n300 = _problem(L=3, n=300)  # 3 N-tiles of 128: 3 counters per expert
     plan = Sm90Plan(n300, knobs, Sm90CompileKey.of(n300, knobs), compiled=None)
-    assert plan.workspace_size == 4 * 3 * (2 * 300 + 3)
+    assert plan.workspace_size == plan.zeroed_region_bytes == 4 * 3 * (2 * 300 + 3)
+    wide = Knobs.of(tile_n=256, cluster_m=2, cooperative=True)  # 2 N-tiles of 256
+    plan = Sm90Plan(n300, wide, Sm90CompileKey.of(n300, wide), compiled=None)
+    assert plan.zeroed_region_bytes == 4 * 3 * (2 * 300 + 2)
 
 
 def _compile_checked(key, capfd, max_spill=0):
@@ -380,6 +387,7 @@ def test_trace_launch_passes_its_region_in_the_descriptor_slot(monkeypatch, dbia
     assert [(r.name, r.offset, r.nbytes) for r in plan._layout.regions][0] == ("trace", 0, trace_bytes)
     dbias_off = -(-trace_bytes // 128) * 128  # the next region starts 128-B aligned
     assert plan.zeroed_region == (dbias_off if dbias else None)
+    assert plan.zeroed_region_bytes == (4 * L * (2 * n + 1) if dbias else 0)
     pack = _cpu_pack(m, n, k, L, dbias=dbias)
     ws = torch.empty(plan.workspace_size, dtype=torch.uint8)
     plan.execute(pack, ws, types.SimpleNamespace(cuda_stream=77))

@@ -113,6 +113,8 @@ class CompiledPlan(abc.ABC):
     #: Workspace offset from which a launch leaves the bytes zero (so a scratch kept for such
     #: launches needs no zeroing), or None: see ``Sm90Plan.zeroed_region``.
     zeroed_region = None
+    #: Length in bytes of that region (0 without one): ``Sm90Plan.zeroed_region_bytes``.
+    zeroed_region_bytes = 0
 
 
 class Engine(abc.ABC):

@@ -293,6 +293,13 @@ class Sm90Plan(CompiledPlan):
         skip the zeroing kernel."""
         return self._dbias_off if self._dbias_ws_elems else None
 
+    @property
+    def zeroed_region_bytes(self) -> int:
+        """Length of that region: the fp32 sums (L, 2N) and one int32 counter per (expert,
+        N-tile); 0 without dbias. The layout may pad the workspace past it (discrete, trace):
+        launches never write the padding."""
+        return 4 * self._dbias_ws_elems
+
     def warmup(self) -> None:
         """Compile the contract variant now (what ``execute`` runs)."""
         self._fn(False)

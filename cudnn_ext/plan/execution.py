@@ -90,6 +90,11 @@ class ExecutionPlan:
         """See ``CompiledPlan.zeroed_region``."""
         return self.compiled.zeroed_region
 
+    @property
+    def zeroed_region_bytes(self):
+        """See ``CompiledPlan.zeroed_region_bytes``."""
+        return self.compiled.zeroed_region_bytes
+
     def describe(self) -> str:
         return f"{self.engine_name}{dict(self.knobs.values)}"
 

@@ -175,12 +175,6 @@ def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
 TOL = {"d_bf16": 1.5e-2, "d_fp16": 4e-3, "d_fp32": 2e-3, "dprob": 2e-3, "dbias": 1.5e-2}
 
 
-def dbias_workspace_bytes(case: Case) -> int:
-    """Bytes of the workspace's dbias region (from ``zeroed_region``): fp32 sums (L, 2N) and
-    one int32 arrival counter per (expert, N-tile)."""
-    return 4 * len(case.groups) * (2 * case.n + -(-case.n // case.tile_n))
-
-
 def run_and_check(case: Case, engine=None, knobs=None, fresh: bool = False) -> dict:
     """Run one case on the SM90 engine; returns the errors; raises AssertionError on failure.
 
@@ -216,7 +210,8 @@ def run_and_check(case: Case, engine=None, knobs=None, fresh: bool = False) -> d
         # every launch leaves the dbias sums and counters zero: what lets the torch replay
         # skip the zeroing kernel (address_launcher's zeroed_workspace). Only those bytes: the
         # layout's tail padding (discrete, trace) is never written and keeps its stale bytes
-        region = ws[plan.zeroed_region:plan.zeroed_region + dbias_workspace_bytes(case)]
+        region = ws[plan.zeroed_region:plan.zeroed_region + plan.zeroed_region_bytes]
+        assert region.numel() == plan.zeroed_region_bytes > 0
         assert not region.any(), f"{case.label()}: dbias workspace left dirty"
     rows = int(pack["padded_offsets"][-1].item()) if len(case.groups) else 0
     d = pack["d_row"]
