@@ -9,6 +9,9 @@
 #   (--discrete-variants t256c2m2k, which the engine does not offer for discrete weights)
 #   against the engine's ping-pong choice and dense weights on dsv3, K 8192 and K 12288,
 #   with dbias. About 3 min.
+# Part "discoop_tests" (branch exp/discrete-coop, if discoop shows a gain): the heuristics and
+#   cooperative GPU cases with per-expert weights on the cooperative kernel at K 7176 (K- and
+#   N-major, contract and fresh outputs; the fresh variants compile on the CPU). About 3 min.
 # Part "nits" (branch exp/folder-nits): the cooperative folder warp arrives on "flushed"
 #   before its gpu fence and finds the tile's expert once; its GPU cases, racecheck, then
 #   the dsv3-family timing against main's kernel (ab old|new: ab_old/ must hold main's
@@ -34,6 +37,8 @@ elif [ "$1" = discoop ]; then
     --discrete-variants t256c2m2k --shapes dsv3,k8k,k12k --rounds 6 --reps 30 --warmup 5 \
     --out "$OUT/discoop.json"
   grep -E "^(dsv3|k8k|k12k) " "$OUT/discoop.log"
+elif [ "$1" = discoop_tests ]; then
+  tp discoop_tests -m gpu tests/gpu/test_sm90_correctness.py -k "heuristics or cooperative"
 elif [ "$1" = nits ]; then
   need_ab_old
   tp nits_tests -m gpu tests/gpu/test_sm90_correctness.py -k "cooperative or heuristics"
@@ -51,6 +56,6 @@ elif [ "$1" = slots ]; then
   ab ab_old old --shapes dsv3,k8k,k12k
   ab ab_new new --shapes dsv3,k8k,k12k
 else
-  echo "usage: device_session18.sh gpu|discoop|nits|slots"; exit 2
+  echo "usage: device_session18.sh gpu|discoop|discoop_tests|nits|slots"; exit 2
 fi
 bundle "session18_$1"  # every log and JSON in one file (the tool returns at most 8)
