@@ -583,7 +583,7 @@ def test_pingpong_keeps_six_ab_stages_with_and_without_dbias():
     """Shared memory budget (227 KiB): ping-pong 128 x 128 with one C stage per warpgroup
     keeps 6 A/B stages of 32 KiB with dbias too: its dbias sums are one 64-column slice per
     C stage (2 KiB, summed by the C producer warps), and the mbarriers get a 1 KiB margin;
-    the cooperative 128 x 256 schedule keeps 4 stages of 48 KiB next to its 2 KiB of sums.
+    the cooperative 128 x 256 schedule keeps 4 stages of 48 KiB next to its 2 KiB dbias slot.
     (The sum below is the buffers' arithmetic; the GPU runs launch the real layout.)"""
     import cutlass
 
@@ -600,7 +600,7 @@ def test_pingpong_keeps_six_ab_stages_with_and_without_dbias():
         assert SMEM_CAPACITY - used >= 512  # room for the mbarriers (< 200 B here)
     assert dataclasses.replace(cfg, c_stages=2).stages() == 4
     coop = dataclasses.replace(cfg, cooperative=True, tile_n=256, c_stages=2)
-    assert coop.dbias_smem_shape() == (512,) and coop.stages() == 4
+    assert coop.dbias_smem_shape() == (64, 8) and coop.stages() == 4
 
 
 @needs_dsl
@@ -828,10 +828,11 @@ def test_c_split_is_ping_pong_only():
 
 
 @needs_dsl
-def test_folder_flushes_the_cooperative_sums_only_with_the_in_kernel_fold():
-    """The folder warp flushes the cooperative dbias sums (session 16) only where it runs:
-    cooperative, dbias, folded in the kernel; ping-pong keeps its C producer hand-back and
-    the unfolded (JAX) path its math-warp flush."""
+def test_folder_sums_the_cooperative_dbias_slots_folded_or_not():
+    """The folder warp sums the cooperative dbias slots (session 17) wherever the cooperative
+    kernel has dbias, folded in the kernel or not (the JAX path): then warp 3 runs, and the
+    shared slot is one block's (64 columns, 8 warps). Ping-pong keeps its C producer
+    hand-back, with a folder only to fold."""
     import cutlass
 
     from cudnn_ext.kernels.sm90.dglu_kernel import Sm90KernelConfig
@@ -839,7 +840,13 @@ def test_folder_flushes_the_cooperative_sums_only_with_the_in_kernel_fold():
     cfg = Sm90KernelConfig(n=512, k=7168, ab_dtype=cutlass.BFloat16, c_dtype=cutlass.BFloat16,
                            d_dtype=cutlass.BFloat16, act_func="dswiglu", generate_dbias=True,
                            tile_n=256, cooperative=True)
-    assert cfg.fold_in_kernel() and cfg.folder_flushes()
-    assert not dataclasses.replace(cfg, fold_dbias=False).folder_flushes()
-    assert not dataclasses.replace(cfg, generate_dbias=False).folder_flushes()
-    assert not dataclasses.replace(cfg, cooperative=False, tile_n=128).folder_flushes()
+    assert cfg.fold_in_kernel() and cfg.folder_flushes() and cfg.has_folder()
+    unfolded = dataclasses.replace(cfg, fold_dbias=False)
+    assert unfolded.folder_flushes() and unfolded.has_folder() and not unfolded.fold_in_kernel()
+    assert cfg.dbias_smem_shape() == (64, 8) == unfolded.dbias_smem_shape()
+    assert dataclasses.replace(cfg, tile_n=128).dbias_smem_shape() == (64, 8)
+    nodb = dataclasses.replace(cfg, generate_dbias=False)
+    assert not nodb.folder_flushes() and not nodb.has_folder()
+    pp = dataclasses.replace(cfg, cooperative=False, tile_n=128)
+    assert not pp.folder_flushes() and pp.has_folder()
+    assert not dataclasses.replace(pp, fold_dbias=False).has_folder()

@@ -42,10 +42,10 @@ register stores, 2 columns at a time); dprob gets one fp32 atomic per (row, tile
 quad shuffle; dbias: per-warp column sums (butterfly reduce-scatter) go to shared memory.
 Ping-pong: into the block's C stage slice, which the C producer warp sums over the 4 warps
 and adds to the workspace (one fp32 atomic per column) before it reloads the stage; after a
-tile's last block it fences its atomics and tells warp 3. Cooperative: added into one
-shared copy of the tile's columns; after the tile's last block the warpgroups only arrive on
-a barrier, and warp 3 adds the copy to the workspace (one fp32 atomic per column), zeroes it
-and fences (without the in-kernel fold the warpgroups flush it themselves). Warp 3 folds
+tile's last block it fences its atomics and tells warp 3. Cooperative: each of the 8 warps
+writes its block sums to its row of one shared slot, arrives on a barrier and goes on; warp
+3 sums the 8 rows, adds them to the workspace (one fp32 atomic per column) and hands the
+slot back (``dbias_folder``). Warp 3 folds
 the workspace into the caller's bf16 dbias once an (expert, N-tile)'s last tile is in (one
 rounding; see ``dbias_folder``).
 
@@ -226,13 +226,16 @@ class Sm90KernelConfig:
         column sums in the slice of the block's stage before it releases the stage, and the
         warpgroup's C producer warp sums the 4 warps and adds them to the workspace before
         it reloads the stage (2 KB with one C stage per warpgroup: what lets a sixth A/B
-        stage fit). Cooperative: (2 TILE_N,) once, which all 8 warps add into with
-        shared-memory atomics (2 KB at tile 256; per-warp slices, 16 KB, would cost an A/B
-        stage). Without dbias a 1-element placeholder."""
+        stage fit). Cooperative: one block's slot, (64 block columns, 8 warps), which each
+        warp writes its row of without atomics and the folder warp sums, block by block (2
+        KB, what the tile's 2 TILE_N shared sums took at tile 256 before session 17; all 8
+        warps added into those with shared-memory compare-and-swap loops; per-warp slices of
+        the whole tile, 16 KB, would cost an A/B stage). Without dbias a 1-element
+        placeholder."""
         if not self.generate_dbias:
             return (1, 1, 1)
         if self.cooperative:
-            return (2 * self.tile_n,)
+            return (C_BLOCK_COLS, 4 * MATH_WARPGROUPS)
         return (C_BLOCK_COLS, 4, MATH_WARPGROUPS * self.c_ring())
 
     def dbias_smem_floats(self) -> int:
@@ -261,14 +264,19 @@ class Sm90KernelConfig:
         return self.generate_dbias and self.fold_dbias
 
     def folder_flushes(self) -> bool:
-        """Cooperative with the in-kernel fold: the folder warp, not the math warpgroups,
-        adds each tile's shared-memory column sums to the workspace (the math warpgroups
-        arrive on a barrier once their sums are in and go on; they wait for the flush only
-        before their next tile's epilogue, a mainloop later). Session 16 (branch
-        exp/coop-fold): the cooperative dsv3 epilogue 17.9 k -> 16.3 k cycles per tile;
-        0.3-0.6% faster on dsv3 and K 12288 (two processes) and K 8192 (one;
-        results/session16/coopfold/)."""
-        return self.cooperative and self.fold_in_kernel()
+        """Cooperative with dbias (folded in the kernel or not): the folder warp, not the
+        math warpgroups, sums each block's per-warp column sums and adds them to the
+        workspace (``dbias_folder``). Session 16 (branch exp/coop-fold) moved the per-tile
+        flush of the shared sums there (the dsv3 epilogue 17.9 k -> 16.3 k cycles per tile);
+        session 17 (branch exp/coop-dbias-slots) replaced the shared sums, into which all 8
+        warps added with compare-and-swap loops, by a slot of per-warp rows handed over
+        block by block."""
+        return self.cooperative and self.generate_dbias
+
+    def has_folder(self) -> bool:
+        """Warp 3 runs ``dbias_folder``: it folds dbias in the kernel, or (cooperative) it
+        sums the blocks' dbias slots."""
+        return self.fold_in_kernel() or self.folder_flushes()
 
     def raster_group(self) -> int:
         """Raster group size in schedule units (cluster_m M-tiles each)."""
@@ -727,7 +735,7 @@ class GroupedDgluSm90:
                                           self.fold_bar(warp_idx - 1))
                 self.c_producer(c_pipe, tma_atom_c, tCgC_tma, tCsC_tma, warp_idx - 1, unit0,
                                 walk, d_store, dbias)
-            if cutlass.const_expr(self.cfg.fold_in_kernel()):
+            if cutlass.const_expr(self.cfg.has_folder()):
                 if warp_idx == 3:
                     self.dbias_folder(mOffs, num_experts, mDbias, mCount, mDbOut, unit0, walk,
                                       valid_m_units * cm, tidx, sDb)
@@ -755,14 +763,6 @@ class GroupedDgluSm90:
             # refills a stage only once both released it.)
             mine_done = pipeline.NamedBarrier(barrier_id=2 + wg, num_threads=256)
             other_done = pipeline.NamedBarrier(barrier_id=3 - wg, num_threads=256)
-            if cutlass.const_expr(self.coop and self.cfg.generate_dbias):
-                # both warpgroups: the shared dbias sums start at zero (the flush puts them
-                # back to zero after each tile)
-                for i in cutlass.range_constexpr((2 * self.tile_n + 255) // 256):
-                    col = tidx - 128 + 256 * i
-                    if col < 2 * self.tile_n:
-                        sDb[col] = Float32(0.0)
-                self.math_sync().arrive_and_wait()
             unit = unit0 + self.first_unit_offset(wg, nunits)
             first_unit = unit
             # trace builds: (stamps, whether this thread writes this warpgroup's row)
@@ -797,10 +797,6 @@ class GroupedDgluSm90:
                     self.mma_mainloop(ab_pipe, mmas, tCrA, tCrB, acc, pos, mine_done,
                                       unit + nunits < num_units)
                 self._stamp(tr, 2, tcount, wg, bid)
-                if cutlass.const_expr(self.cfg.folder_flushes()):
-                    if unit != first_unit:
-                        # the folder warp has flushed and zeroed the previous tile's sums
-                        self.flush_bars()[1].arrive_and_wait()
                 self.epilogue(acc, tCcC, c_pipe, sC, wg, cpos, mD, mAlpha, mBeta, mProb,
                               mDprob, mDbias, geglu_alpha, clamp_max, clamp_min,
                               linear_offset, m_tile, n_tile, expert, tidx, sDb)
@@ -810,9 +806,9 @@ class GroupedDgluSm90:
                 unit += self.unit_step(nunits)
                 pos += self.unit_step(1) * self.k_tile_cnt
             if cutlass.const_expr(self.cfg.folder_flushes()):
-                if first_unit < num_units:
-                    # the last tile's flush (one wait per folder arrival: none left pending)
-                    self.flush_bars()[1].arrive_and_wait()
+                # the folder warp's hand-back of the last block's slot (or its first arrive,
+                # with no tile): one wait per folder arrival, none left pending at exit
+                self.slot_bars()[1].arrive_and_wait()
             if cutlass.const_expr(self.cfg.trace > 0):
                 if tr[1]:
                     tr[0][(2, 0, wg, bid)] = cute.arch.globaltimer()
@@ -928,7 +924,7 @@ class GroupedDgluSm90:
     def fold_bar(self, w):
         """Ping-pong: the dbias folder warp meets C producer warp 1 + w, which added math
         warpgroup w's sums of a tile, once per tile (fold_in_kernel only; cooperative:
-        ``flush_bars``)."""
+        ``slot_bars``)."""
         return pipeline.NamedBarrier(barrier_id=6 + w, num_threads=32 + 32)
 
     @cute.jit
@@ -1298,11 +1294,6 @@ class GroupedDgluSm90:
         if lane % 4 == 0:
             for s in cutlass.range_constexpr(len(dprob)):
                 cute.arch.atomic_add((mDprob.iterator + rows[s]).llvm_ptr, dprob[s])
-        if cutlass.const_expr(cfg.folder_flushes()):
-            # the sums are in shared memory (the arrive releases them): the folder flushes
-            self.flush_bars()[0].arrive()
-        elif cutlass.const_expr(cfg.generate_dbias and self.coop):
-            self._dbias_flush_shared(sDb, mDbias, expert, n0, tidx)
 
     def _release_entry(self, c_pipe, st, sDb, col_gate, col_up, tidx, last_of_block: bool):
         """Hand C ring entry ``st`` back to the C producer warp once this thread is done
@@ -1358,10 +1349,15 @@ class GroupedDgluSm90:
         b4 = (lane >> 4) & 1
         col = 2 * (lane % 4) + 8 * (b4 + 2 * b3) + 32 * b2  # block-local C column
         if cutlass.const_expr(self.coop):
-            # the 8 warps' sums of these columns meet in shared memory (flushed per tile)
+            # this warp's row of the block's slot, once the folder warp has summed the
+            # previous block's (every thread waits and then arrives itself: the arrive
+            # releases its own writes to the folder)
+            slot_in, slot_free = self.slot_bars()
+            slot_free.arrive_and_wait()
+            w = tidx // 32 - 4  # math warp 0-7
             for i in cutlass.range_constexpr(2):
-                cute.arch.atomic_add((sDb.iterator + (C_BLOCK_COLS * where + col + i)).llvm_ptr,
-                                     vals[i], scope="cta")
+                sDb[(col + i, w)] = vals[i]
+            slot_in.arrive()
         else:
             for i in cutlass.range_constexpr(2):
                 sDb[(col + i, (tidx % 128) // 32, where)] = vals[i]
@@ -1370,122 +1366,118 @@ class GroupedDgluSm90:
     def dbias_folder(self, mOffs, num_experts, mWs, mCount, mDbOut, unit0, walk, m_tiles,
                      tidx, sDb):
         """Warp 3 (otherwise idle): folds the fp32 dbias column sums into the caller's bf16
-        dbias from inside the kernel, so that no second kernel is needed.
+        dbias from inside the kernel, so that no second kernel is needed, and (cooperative,
+        folded or not) sums each block's dbias slot into the workspace.
 
         It walks the CTA's units in order (ping-pong: unit k is math warpgroup k % 2's;
         cooperative: both warpgroups share each). Ping-pong: per tile it meets on the fold
         barrier the warpgroup's C producer warp, which added the tile's sums after it handed
         back the tile's last block and fenced them (``_fold_signal``; gpu scope: the
         threadFenceReduction pattern, with the barrier carrying the order to this warp).
-        Cooperative: once both math warpgroups' sums of the tile are in shared memory
-        (``flush_bars``), this warp adds them to the workspace, zeroes them, fences and
-        hands them back. Lane 0 then counts the arrival on (expert, N-tile) with an acq_rel
+        Cooperative: per block, once the 8 math warps' rows of the slot are written
+        (``slot_bars``), this warp sums them, hands the slot back and adds the sums to the
+        workspace (``_sum_slots``); after the tile's last block it fences. Lane 0 then counts the arrival on (expert, N-tile) with an acq_rel
         atomic. The count that completes the expert's tiles (the scheduled 128-row M-tiles
         whose first row is the expert's, among the first ``m_tiles``: (offs[e] - offs[e-1])
         / 128 with 256-aligned offsets, and still a count every counter reaches when offsets
         are not 256-aligned or negative; decreasing offsets can leave one short) folds the
         tile's 2*TILE_N columns: each sum read by atomic exchange with 0 (coherent at L2,
         leaves zero), dbias = bf16(fp32(dbias) + sum), then the counter reset. So every
-        launch leaves the dbias region of the workspace zero. The ping-pong C producer warp
-        only fences and meets this warp, and the cooperative math warpgroups only arrive (no
-        atomic with a result in their loops: in the math warps that cost ptxas ~50 B of
-        spills in the fp32-C epilogue). The phantom N-tile of an odd cluster_n pair is met
+        launch leaves the dbias region of the workspace zero (``_count_and_fold``). The
+        ping-pong C producer warp only fences and meets this warp, and the cooperative math
+        warps only write their rows and arrive (no atomic with a result in their loops: in
+        the math warps that cost ptxas ~50 B of spills in the fp32-C epilogue). The phantom N-tile of an odd cluster_n pair is met
         but not counted (no columns, no counter)."""
         nunits, num_units, _, _ = walk
         lane = tidx % 32
         two_n = 2 * self.cfg.n
         bars = [self.fold_bar(w) for w in range(MATH_WARPGROUPS)]  # (ping-pong)
+        if cutlass.const_expr(self.coop):
+            # the slot is free before the first block (the math warps wait for it there)
+            self.slot_bars()[1].arrive()
         unit = unit0
         k = Int32(0)
         while unit < num_units:
             m_tile, n_tile = self.tile_of(unit, walk)
+            expert = expert_of_row(mOffs, num_experts, m_tile * TILE_M)
+            n0 = n_tile * self.tile_n
             if cutlass.const_expr(self.coop):
-                # both math warpgroups' sums of this tile are in shared memory: add them to
-                # the workspace, zero them, fence (before the count), hand them back
-                sums_in, flushed = self.flush_bars()
-                sums_in.arrive_and_wait()
-                self._flush_columns(sDb, mWs, expert_of_row(mOffs, num_experts, m_tile * TILE_M),
-                                    n_tile * self.tile_n, lane, 32)
-                cute.arch.fence_acq_rel_gpu()
-                # every lane's fenced atomics before lane 0 counts the tile (below)
-                cute.arch.sync_warp()
-                flushed.arrive()
+                self._sum_slots(sDb, mWs, expert, n0, lane)
             else:
                 if k % 2 == 0:
                     bars[0].arrive_and_wait()
                 else:
                     bars[1].arrive_and_wait()
-            n0 = n_tile * self.tile_n
-            if n0 < self.cfg.n:
-                expert = expert_of_row(mOffs, num_experts, m_tile * TILE_M)
-                counter = (mCount.iterator + (expert * self.num_n_tiles + n_tile)).llvm_ptr
-                last = Int32(0)
-                if lane == 0:
-                    lo = Int32(0)
-                    if expert > 0:  # (clamped: a negative offset breaks the contract)
-                        lo = cutlass.max((mOffs[expert - 1] + (TILE_M - 1)) // TILE_M, Int32(0))
-                    hi = cutlass.min((mOffs[expert] + (TILE_M - 1)) // TILE_M, m_tiles)
-                    old = cute.arch.atomic_add(counter, Int32(1), sem="acq_rel", scope="gpu")
-                    if old == hi - lo - 1:
-                        last = Int32(1)
-                last = cute.arch.shuffle_sync(last, 0)
-                if last == Int32(1):
+            if cutlass.const_expr(self.cfg.fold_in_kernel()):
+                if cutlass.const_expr(self.coop):
+                    # every lane's atomics fenced before lane 0 counts the tile
                     cute.arch.fence_acq_rel_gpu()
-                    for i in cutlass.range_constexpr((2 * self.tile_n) // 32):
-                        g = 2 * n0 + 32 * i + lane
-                        if g < two_n:
-                            idx = expert * two_n + g
-                            v = cute.arch.atomic_exch((mWs.iterator + idx).llvm_ptr,
-                                                      Float32(0.0), sem="relaxed", scope="gpu")
-                            mDbOut[idx] = (mDbOut[idx].to(Float32) + v).to(mDbOut.element_type)
-                    if lane == 0:
-                        cute.arch.atomic_exch(counter, Int32(0), sem="relaxed", scope="gpu")
+                    cute.arch.sync_warp()
+                if n0 < self.cfg.n:
+                    self._count_and_fold(mOffs, mWs, mCount, mDbOut, expert, n_tile, m_tiles,
+                                         lane)
             unit += nunits
             k += 1
 
-    def flush_bars(self):
-        """Cooperative with the in-kernel fold (``folder_flushes``): (sums in: both math
-        warpgroups arrive, the folder waits; sums flushed and zeroed: the folder arrives, both
-        math warpgroups wait)."""
+    @cute.jit
+    def _count_and_fold(self, mOffs, mWs, mCount, mDbOut, expert, n_tile, m_tiles, lane):
+        """Lane 0 counts a tile's arrival on (expert, N-tile); the count that completes the
+        expert's tiles folds the tile's columns (see ``dbias_folder``)."""
+        two_n = 2 * self.cfg.n
+        n0 = n_tile * self.tile_n
+        counter = (mCount.iterator + (expert * self.num_n_tiles + n_tile)).llvm_ptr
+        last = Int32(0)
+        if lane == 0:
+            lo = Int32(0)
+            if expert > 0:  # (clamped: a negative offset breaks the contract)
+                lo = cutlass.max((mOffs[expert - 1] + (TILE_M - 1)) // TILE_M, Int32(0))
+            hi = cutlass.min((mOffs[expert] + (TILE_M - 1)) // TILE_M, m_tiles)
+            old = cute.arch.atomic_add(counter, Int32(1), sem="acq_rel", scope="gpu")
+            if old == hi - lo - 1:
+                last = Int32(1)
+        last = cute.arch.shuffle_sync(last, 0)
+        if last == Int32(1):
+            cute.arch.fence_acq_rel_gpu()
+            for i in cutlass.range_constexpr((2 * self.tile_n) // 32):
+                g = 2 * n0 + 32 * i + lane
+                if g < two_n:
+                    idx = expert * two_n + g
+                    v = cute.arch.atomic_exch((mWs.iterator + idx).llvm_ptr,
+                                              Float32(0.0), sem="relaxed", scope="gpu")
+                    mDbOut[idx] = (mDbOut[idx].to(Float32) + v).to(mDbOut.element_type)
+            if lane == 0:
+                cute.arch.atomic_exch(counter, Int32(0), sem="relaxed", scope="gpu")
+
+    def slot_bars(self):
+        """Cooperative dbias (``folder_flushes``): (slot in: the 8 math warps arrive once
+        their rows of a block are written, the folder warp waits; slot free: the folder
+        arrives once it has read them, the math warps wait before they write the next
+        block's). 256 + 32 threads."""
         n = 128 * MATH_WARPGROUPS + 32
         return (pipeline.NamedBarrier(barrier_id=9, num_threads=n),
                 pipeline.NamedBarrier(barrier_id=10, num_threads=n))
 
-    def math_sync(self):
-        """Both math warpgroups (cooperative dbias: the shared column sums)."""
-        return pipeline.NamedBarrier(barrier_id=8, num_threads=128 * MATH_WARPGROUPS)
-
     @cute.jit
-    def _dbias_flush_shared(self, sDb, mDbias, expert, n0, tidx):
-        """Cooperative without the in-kernel fold (``fold_dbias=False``, the JAX path; with
-        it the folder warp flushes: ``folder_flushes``), after the tile's last block: the 8
-        warps' shared-memory sums of the tile's 2*TILE_N C columns go to the fp32 workspace,
-        one atomic per column, and back to zero. Both warpgroups meet before (every warp has
-        added) and after (with few k-tiles one warpgroup could reach its next tile's
-        epilogue while the other still flushes: both consume every A/B stage, but only
-        ab_stages k-tiles bound the lead)."""
-        sync = self.math_sync()
-        sync.arrive_and_wait()
-        self._flush_columns(sDb, mDbias, expert, n0, tidx - 128, 256)
-        sync.arrive_and_wait()
-
-    @cute.jit
-    def _flush_columns(self, sDb, mWs, expert, n0, first, step: int):
-        """Cooperative dbias: the tile's shared-memory column sums ``sDb`` (2*TILE_N) into
-        the fp32 workspace ``mWs`` (L, 2N) at the tile's columns, one atomic per column
-        inside 2N, and back to zero; this thread takes columns first, first + step, ...
-        (``step`` threads together cover all; the folder warp's 32 lanes or the math
-        warpgroups' 256 threads)."""
+    def _sum_slots(self, sDb, mWs, expert, n0, lane):
+        """The folder warp's part of one cooperative tile's dbias: for each block the
+        epilogue sums (those inside 2N, in the epilogue's order), wait for the 8 warps'
+        rows of the slot, add each column's 8 values and that sum to the workspace ``mWs``
+        (L, 2N) (one fp32 atomic per column; lane takes columns lane and lane + 32), then
+        hand the slot back."""
         two_n = 2 * self.cfg.n
-        cols = 2 * self.tile_n
-        for i in cutlass.range_constexpr((cols + step - 1) // step):
-            col = first + step * i
-            # (bounds the last round when step does not divide the columns; the folder's
-            # 32 always do)
-            if cutlass.const_expr(cols % step == 0) or col < cols:
-                # columns past 2N (a tile's phantom blocks) are never added to (the epilogue
-                # skips those blocks): zero from the start, left alone here
-                if 2 * n0 + col < two_n:
-                    cute.arch.atomic_add(
-                        (mWs.iterator + (expert * two_n + 2 * n0 + col)).llvm_ptr, sDb[col])
-                    sDb[col] = Float32(0.0)
+        slot_in, slot_free = self.slot_bars()
+        for j in cutlass.range_constexpr(self.nblk):
+            if n0 + 32 * j < self.cfg.n:  # (as the epilogue's ``valid``)
+                slot_in.arrive_and_wait()
+                sums = []
+                for i in cutlass.range_constexpr(2):
+                    col = lane + 32 * i
+                    x = sDb[(col, 0)]
+                    for w in cutlass.range_constexpr(1, 4 * MATH_WARPGROUPS):
+                        x = x + sDb[(col, w)]
+                    sums.append(x)
+                # every read of the slot is done: the math warps may write the next block
+                slot_free.arrive()
+                for i in cutlass.range_constexpr(2):
+                    g = 2 * n0 + C_BLOCK_COLS * j + lane + 32 * i
+                    cute.arch.atomic_add((mWs.iterator + (expert * two_n + g)).llvm_ptr, sums[i])
