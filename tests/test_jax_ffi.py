@@ -313,10 +313,10 @@ def test_ffi_on_gpu_matches_the_float64_oracle(act_func):
 @pytest.mark.gpu
 @pytest.mark.parametrize("act_func", ["dswiglu", "dgeglu"])
 def test_ffi_cooperative_dbias_on_gpu_matches_the_float64_oracle(act_func, monkeypatch):
-    """The cooperative kernel with dbias under jax.jit (fold_dbias=False: the math warps
-    flush the shared sums to the workspace, JAX rounds them), what ``choose_knobs`` picks at
-    K >= 7168 (first passed on an H200 in session 17): forced here on the small dense
-    operands (N < tile: the tile's columns past N are phantoms)."""
+    """The cooperative kernel with dbias under jax.jit (fold_dbias=False: the folder warp
+    adds the sums to the workspace without folding them, JAX rounds them), what
+    ``choose_knobs`` picks at K >= 7168 (first passed on an H200 in session 17): forced
+    here on the small dense operands (N < tile: the tile's columns past N are phantoms)."""
     _skip_unless_jax_gpu()
     from cudnn_ext.engines.sm90 import COOPERATIVE_KNOBS
     from cudnn_ext.jax import ffi

@@ -840,13 +840,13 @@ def test_folder_sums_the_cooperative_dbias_slots_folded_or_not():
     cfg = Sm90KernelConfig(n=512, k=7168, ab_dtype=cutlass.BFloat16, c_dtype=cutlass.BFloat16,
                            d_dtype=cutlass.BFloat16, act_func="dswiglu", generate_dbias=True,
                            tile_n=256, cooperative=True)
-    assert cfg.fold_in_kernel() and cfg.folder_flushes() and cfg.has_folder()
+    assert cfg.fold_in_kernel() and cfg.coop_dbias_slots() and cfg.has_folder()
     unfolded = dataclasses.replace(cfg, fold_dbias=False)
-    assert unfolded.folder_flushes() and unfolded.has_folder() and not unfolded.fold_in_kernel()
+    assert unfolded.coop_dbias_slots() and unfolded.has_folder() and not unfolded.fold_in_kernel()
     assert cfg.dbias_smem_shape() == (64, 8) == unfolded.dbias_smem_shape()
     assert dataclasses.replace(cfg, tile_n=128).dbias_smem_shape() == (64, 8)
     nodb = dataclasses.replace(cfg, generate_dbias=False)
-    assert not nodb.folder_flushes() and not nodb.has_folder()
+    assert not nodb.coop_dbias_slots() and not nodb.has_folder()
     pp = dataclasses.replace(cfg, cooperative=False, tile_n=128)
-    assert not pp.folder_flushes() and pp.has_folder()
+    assert not pp.coop_dbias_slots() and pp.has_folder()
     assert not dataclasses.replace(pp, fold_dbias=False).has_folder()

@@ -263,20 +263,20 @@ class Sm90KernelConfig:
         """dbias is folded by the kernel (arrival counters in the workspace)."""
         return self.generate_dbias and self.fold_dbias
 
-    def folder_flushes(self) -> bool:
-        """Cooperative with dbias (folded in the kernel or not): the folder warp, not the
-        math warpgroups, sums each block's per-warp column sums and adds them to the
-        workspace (``dbias_folder``). Session 16 (branch exp/coop-fold) moved the per-tile
-        flush of the shared sums there (the dsv3 epilogue 17.9 k -> 16.3 k cycles per tile);
-        session 17 (branch exp/coop-dbias-slots) replaced the shared sums, into which all 8
-        warps added with compare-and-swap loops, by a slot of per-warp rows handed over
-        block by block."""
+    def coop_dbias_slots(self) -> bool:
+        """Cooperative with dbias (folded in the kernel or not): the math warps hand each
+        block's per-warp column sums to the folder warp through a shared slot, and the
+        folder sums them and adds them to the workspace (``dbias_folder``). Session 16
+        (branch exp/coop-fold) moved the per-tile flush of the tile's shared sums there (the
+        dsv3 epilogue 17.9 k -> 16.3 k cycles per tile); session 17 (branch
+        exp/coop-dbias-slots) replaced those sums, into which all 8 warps added with
+        compare-and-swap loops, by a slot of per-warp rows handed over block by block."""
         return self.cooperative and self.generate_dbias
 
     def has_folder(self) -> bool:
         """Warp 3 runs ``dbias_folder``: it folds dbias in the kernel, or (cooperative) it
         sums the blocks' dbias slots."""
-        return self.fold_in_kernel() or self.folder_flushes()
+        return self.fold_in_kernel() or self.coop_dbias_slots()
 
     def raster_group(self) -> int:
         """Raster group size in schedule units (cluster_m M-tiles each)."""
@@ -764,7 +764,6 @@ class GroupedDgluSm90:
             mine_done = pipeline.NamedBarrier(barrier_id=2 + wg, num_threads=256)
             other_done = pipeline.NamedBarrier(barrier_id=3 - wg, num_threads=256)
             unit = unit0 + self.first_unit_offset(wg, nunits)
-            first_unit = unit
             # trace builds: (stamps, whether this thread writes this warpgroup's row)
             tr = None
             tcount = Int32(0)
@@ -805,7 +804,7 @@ class GroupedDgluSm90:
                 cpos += self.nent
                 unit += self.unit_step(nunits)
                 pos += self.unit_step(1) * self.k_tile_cnt
-            if cutlass.const_expr(self.cfg.folder_flushes()):
+            if cutlass.const_expr(self.cfg.coop_dbias_slots()):
                 # the folder warp's hand-back of the last block's slot (or its first arrive,
                 # with no tile): one wait per folder arrival, none left pending at exit
                 self.slot_bars()[1].arrive_and_wait()
@@ -1230,7 +1229,7 @@ class GroupedDgluSm90:
                 st = self.c_state(wg, cpos + j, False)
                 c_pipe.consumer_wait(st)
                 sCj = sC[(None, None, st.index)]
-            valid = (n0 + 32 * j) < cfg.n
+            valid = self._block_valid(n0, j)
             col_gate = self._zeros(8)
             col_up = self._zeros(8)
             for h in cutlass.range_constexpr(self.halves):
@@ -1328,8 +1327,8 @@ class GroupedDgluSm90:
         shuffles per value (48) leaving lanes 0-3 with all 16. Lane bit 2 then holds gate
         (0) or up (1), bits 3-4 the 8-column group, and every lane stores its 2 adjacent
         block columns (gate 0-31, up 32-63) to the warp's part of the slice of C stage
-        ``where`` (ping-pong), or adds them to the tile's shared sums at block ``where``
-        (cooperative)."""
+        ``where`` (ping-pong), or to the warp's row of the block's slot (cooperative:
+        ``where`` unused; see ``slot_bars``)."""
         lane = tidx % 32
         vals = list(col_gate) + list(col_up)  # slot s: gate s (< 8), up s - 8
         for lvl in cutlass.range_constexpr(3):
@@ -1376,8 +1375,8 @@ class GroupedDgluSm90:
         threadFenceReduction pattern, with the barrier carrying the order to this warp).
         Cooperative: per block, once the 8 math warps' rows of the slot are written
         (``slot_bars``), this warp sums them, hands the slot back and adds the sums to the
-        workspace (``_sum_slots``); after the tile's last block it fences. Lane 0 then counts the arrival on (expert, N-tile) with an acq_rel
-        atomic. The count that completes the expert's tiles (the scheduled 128-row M-tiles
+        workspace (``_sum_slots``); after the tile's last block it fences. Lane 0 then
+        counts the arrival on (expert, N-tile) with an acq_rel atomic. The count that completes the expert's tiles (the scheduled 128-row M-tiles
         whose first row is the expert's, among the first ``m_tiles``: (offs[e] - offs[e-1])
         / 128 with 256-aligned offsets, and still a count every counter reaches when offsets
         are not 256-aligned or negative; decreasing offsets can leave one short) folds the
@@ -1386,11 +1385,10 @@ class GroupedDgluSm90:
         launch leaves the dbias region of the workspace zero (``_count_and_fold``). The
         ping-pong C producer warp only fences and meets this warp, and the cooperative math
         warps only write their rows and arrive (no atomic with a result in their loops: in
-        the math warps that cost ptxas ~50 B of spills in the fp32-C epilogue). The phantom N-tile of an odd cluster_n pair is met
-        but not counted (no columns, no counter)."""
+        the math warps that cost ptxas ~50 B of spills in the fp32-C epilogue). The phantom
+        N-tile of an odd cluster_n pair is met but not counted (no columns, no counter)."""
         nunits, num_units, _, _ = walk
         lane = tidx % 32
-        two_n = 2 * self.cfg.n
         bars = [self.fold_bar(w) for w in range(MATH_WARPGROUPS)]  # (ping-pong)
         if cutlass.const_expr(self.coop):
             # the slot is free before the first block (the math warps wait for it there)
@@ -1448,8 +1446,14 @@ class GroupedDgluSm90:
             if lane == 0:
                 cute.arch.atomic_exch(counter, Int32(0), sem="relaxed", scope="gpu")
 
+    def _block_valid(self, n0, j: int):
+        """Whether 32-column block j of the tile starting at column n0 is inside N (N % 32 ==
+        0: a block is all in or all out). The epilogue stores and sums only these blocks,
+        and the folder warp takes exactly these blocks' slots."""
+        return n0 + 32 * j < self.cfg.n
+
     def slot_bars(self):
-        """Cooperative dbias (``folder_flushes``): (slot in: the 8 math warps arrive once
+        """Cooperative dbias (``coop_dbias_slots``): (slot in: the 8 math warps arrive once
         their rows of a block are written, the folder warp waits; slot free: the folder
         arrives once it has read them, the math warps wait before they write the next
         block's). 256 + 32 threads."""
@@ -1467,7 +1471,7 @@ class GroupedDgluSm90:
         two_n = 2 * self.cfg.n
         slot_in, slot_free = self.slot_bars()
         for j in cutlass.range_constexpr(self.nblk):
-            if n0 + 32 * j < self.cfg.n:  # (as the epilogue's ``valid``)
+            if self._block_valid(n0, j):
                 slot_in.arrive_and_wait()
                 sums = []
                 for i in cutlass.range_constexpr(2):
