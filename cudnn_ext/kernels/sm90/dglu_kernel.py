@@ -85,6 +85,40 @@ class DbiasHandBack(NamedTuple):
     ws: object
     fold_bar: object
 
+class SlotHandOver:
+    """(Functions of the two mbarriers at ``mbar``.) The cooperative dbias slot's hand-over between the 8 math warps and the folder warp,
+    one block at a time, on two mbarriers (``full``: 256 math threads arrive after their
+    row stores; ``empty``: the folder warp's 32 threads arrive after their reads). Block k
+    of the CTA (the math warps and the folder count the blocks alike: ``_valid_blocks``)
+    completes phase k of each, so its waits take the parity k % 2 (the math warps wait for
+    the previous block's release: parity (k + 1) % 2, immediately true for block 0, as a
+    CUTLASS producer's first acquire). Session 17's form, two named barriers (bar.arrive
+    / bar.sync), timed the same but compute-sanitizer's racecheck reported it (session 18);
+    mbarrier phases carry the order in a form the tools track (the C and A/B rings)."""
+
+    @staticmethod
+    def init(mbar):
+        """One thread, before the CTA-wide sync that ends the C ring's create()."""
+        cute.arch.mbarrier_init(mbar, 128 * MATH_WARPGROUPS)
+        cute.arch.mbarrier_init(mbar + 1, 32)
+
+    @staticmethod
+    def wait_empty(mbar, k):
+        cute.arch.mbarrier_wait(mbar + 1, (k + 1) % 2)
+
+    @staticmethod
+    def arrive_full(mbar):
+        cute.arch.mbarrier_arrive(mbar)
+
+    @staticmethod
+    def wait_full(mbar, k):
+        cute.arch.mbarrier_wait(mbar, k % 2)
+
+    @staticmethod
+    def arrive_empty(mbar):
+        cute.arch.mbarrier_arrive(mbar + 1)
+
+
 TILE_M = 128  # one math warpgroup x two 64-row WGMMA halves; 256-aligned offsets => one expert
 TILE_K = 64  # 4 x WGMMA K (16) per k-tile: 128-byte rows => 128B swizzle for 16-bit types
 SMEM_CAPACITY = 232448  # sm_90 max dynamic shared memory per block (227 KB)
@@ -467,6 +501,7 @@ class GroupedDgluSm90:
                 cute.struct.MemRange[cfg.c_dtype, cute.cosize(c_smem_staged)], 1024]
             ab_mbar: cute.struct.MemRange[cutlass.Int64, self.ab_stages * 2]
             c_mbar: cute.struct.MemRange[cutlass.Int64, MATH_WARPGROUPS * self.c_stages * 2]
+            slot_mbar: cute.struct.MemRange[cutlass.Int64, 2]  # (cooperative dbias slot)
             sDb: cute.struct.Align[
                 cute.struct.MemRange[Float32, cfg.dbias_smem_floats()], 16]
 
@@ -673,6 +708,12 @@ class GroupedDgluSm90:
             # remote arrive can reach a barrier before it is initialized
             cta_layout_vmnk=cute.make_layout((1, cm, cn, 1)),
         )
+        # the cooperative dbias slot's (full, empty) mbarriers (see SlotHandOver); the C
+        # ring's create() below fences mbarrier inits and syncs the CTA
+        slot_mbar = storage.slot_mbar.data_ptr()
+        if cutlass.const_expr(self.cfg.coop_dbias_slots()):
+            if tidx == 0:
+                SlotHandOver.init(slot_mbar)
         # One ring of 2*c_stages C blocks; math warpgroup w owns stages
         # [w*c_stages, (w+1)*c_stages) and its own producer warp (1 + w), so each half is a
         # private in-order FIFO (see c_state).
@@ -738,7 +779,7 @@ class GroupedDgluSm90:
             if cutlass.const_expr(self.cfg.has_folder()):
                 if warp_idx == 3:
                     self.dbias_folder(mOffs, num_experts, mDbias, mCount, mDbOut, unit0, walk,
-                                      valid_m_units * cm, tidx, sDb)
+                                      valid_m_units * cm, tidx, sDb, slot_mbar)
         else:
             cute.arch.setmaxregister_increase(self.math_regs)
             wg = warp_group - 1
@@ -782,6 +823,7 @@ class GroupedDgluSm90:
 
             pos = Int32(0) if self.coop else wg * self.k_tile_cnt  # first k-tile's ring position
             cpos = Int32(0)  # position in this warpgroup's private C FIFO
+            kslot = Int32(0)  # (cooperative dbias) blocks handed over so far
             while unit < num_units:
                 m_tile, n_tile = self.tile_of(unit, walk)
                 expert = expert_of_row(mOffs, num_experts, m_tile * TILE_M)
@@ -798,16 +840,15 @@ class GroupedDgluSm90:
                 self._stamp(tr, 2, tcount, wg, bid)
                 self.epilogue(acc, tCcC, c_pipe, sC, wg, cpos, mD, mAlpha, mBeta, mProb,
                               mDprob, mDbias, geglu_alpha, clamp_max, clamp_min,
-                              linear_offset, m_tile, n_tile, expert, tidx, sDb)
+                              linear_offset, m_tile, n_tile, expert, tidx, sDb, slot_mbar,
+                              kslot)
                 self._stamp(tr, 3, tcount, wg, bid)
+                if cutlass.const_expr(self.cfg.coop_dbias_slots()):
+                    kslot += self._valid_blocks(n_tile * self.tile_n)
                 tcount += 1
                 cpos += self.nent
                 unit += self.unit_step(nunits)
                 pos += self.unit_step(1) * self.k_tile_cnt
-            if cutlass.const_expr(self.cfg.coop_dbias_slots()):
-                # the folder warp's hand-back of the last block's slot (or its first arrive,
-                # with no tile): one wait per folder arrival, none left pending at exit
-                self.slot_bars()[1].arrive_and_wait()
             if cutlass.const_expr(self.cfg.trace > 0):
                 if tr[1]:
                     tr[0][(2, 0, wg, bid)] = cute.arch.globaltimer()
@@ -923,7 +964,7 @@ class GroupedDgluSm90:
     def fold_bar(self, w):
         """Ping-pong: the dbias folder warp meets C producer warp 1 + w, which added math
         warpgroup w's sums of a tile, once per tile (fold_in_kernel only; cooperative:
-        ``slot_bars``)."""
+        ``SlotHandOver``)."""
         return pipeline.NamedBarrier(barrier_id=6 + w, num_threads=32 + 32)
 
     @cute.jit
@@ -1183,7 +1224,7 @@ class GroupedDgluSm90:
     @cute.jit
     def epilogue(self, acc, tCcC, c_pipe, sC, wg, cpos, mD, mAlpha, mBeta, mProb, mDprob,
                  mDbias, geglu_alpha, clamp_max, clamp_min, linear_offset, m_tile, n_tile,
-                 expert, tidx, sDb):
+                 expert, tidx, sDb, slot_mbar, kslot):
         """Fused dGLU epilogue from one warpgroup's wg_rows x TILE_N accumulator registers
         (ping-pong: the whole 128-row tile, two 64-row halves; cooperative: its 64 rows).
 
@@ -1281,8 +1322,8 @@ class GroupedDgluSm90:
                 # all out. Session 17: racecheck reported, in 2 of 3 runs, the folder's
                 # zeroing of a phantom block against these adds of zeros; a phantom block's
                 # sums are neither added nor flushed now)
-                if valid:
-                    self._dbias_block(col_gate, col_up, sDb, j, tidx)
+                if valid:  # (the valid blocks are a prefix: block kslot + j of the CTA)
+                    self._dbias_block(col_gate, col_up, sDb, j, tidx, slot_mbar, kslot + j)
 
         # dprob: the 4 lanes of a quad hold the same rows -> butterfly over lane bits 0-1
         for s in cutlass.range_constexpr(len(dprob)):
@@ -1300,7 +1341,8 @@ class GroupedDgluSm90:
         the entry's slice, (D through shared memory) the proxy fence, then the release."""
         if cutlass.const_expr(self.dbias_via_producer() and last_of_block):
             # the C producer warp adds them to the workspace before it reloads the stage
-            self._dbias_block(col_gate, col_up, sDb, st.index // self.c_split, tidx)
+            self._dbias_block(col_gate, col_up, sDb, st.index // self.c_split, tidx, None,
+                              None)
         if cutlass.const_expr(self.cfg.d_via_smem()):
             # the D values over C are complete in this warp: visible to the TMA store that
             # the C producer warp issues once the stage is released
@@ -1317,7 +1359,7 @@ class GroupedDgluSm90:
             c_pipe.consumer_release(st)
 
     @cute.jit
-    def _dbias_block(self, col_gate, col_up, sDb, where, tidx):
+    def _dbias_block(self, col_gate, col_up, sDb, where, tidx, slot_mbar, k):
         """Column sums of one 32-column block over this warp's 16 rows of both halves.
 
         The 8 quads of a warp (lane bits 2-4) hold the same 16 columns (8 gate, 8 up) for
@@ -1327,8 +1369,8 @@ class GroupedDgluSm90:
         shuffles per value (48) leaving lanes 0-3 with all 16. Lane bit 2 then holds gate
         (0) or up (1), bits 3-4 the 8-column group, and every lane stores its 2 adjacent
         block columns (gate 0-31, up 32-63) to the warp's part of the slice of C stage
-        ``where`` (ping-pong), or to the warp's row of the block's slot (cooperative:
-        ``where`` unused; see ``slot_bars``)."""
+        ``where`` (ping-pong), or to the warp's row of the slot as the CTA's ``k``-th block
+        (cooperative: ``where`` unused; see ``SlotHandOver``)."""
         lane = tidx % 32
         vals = list(col_gate) + list(col_up)  # slot s: gate s (< 8), up s - 8
         for lvl in cutlass.range_constexpr(3):
@@ -1348,22 +1390,21 @@ class GroupedDgluSm90:
         b4 = (lane >> 4) & 1
         col = 2 * (lane % 4) + 8 * (b4 + 2 * b3) + 32 * b2  # block-local C column
         if cutlass.const_expr(self.coop):
-            # this warp's row of the block's slot, once the folder warp has summed the
-            # previous block's (every thread waits and then arrives itself: the arrive
-            # releases its own writes to the folder)
-            slot_in, slot_free = self.slot_bars()
-            slot_free.arrive_and_wait()
+            # this warp's row of the slot, once the folder warp has read the previous
+            # block's (every thread waits and then arrives itself: its arrive releases
+            # its own writes to the folder)
+            SlotHandOver.wait_empty(slot_mbar, k)
             w = tidx // 32 - 4  # math warp 0-7
             for i in cutlass.range_constexpr(2):
                 sDb[(col + i, w)] = vals[i]
-            slot_in.arrive()
+            SlotHandOver.arrive_full(slot_mbar)
         else:
             for i in cutlass.range_constexpr(2):
                 sDb[(col + i, (tidx % 128) // 32, where)] = vals[i]
 
     @cute.jit
     def dbias_folder(self, mOffs, num_experts, mWs, mCount, mDbOut, unit0, walk, m_tiles,
-                     tidx, sDb):
+                     tidx, sDb, slot_mbar):
         """Warp 3 (otherwise idle): folds the fp32 dbias column sums into the caller's bf16
         dbias from inside the kernel, so that no second kernel is needed, and (cooperative,
         folded or not) sums each block's dbias slot into the workspace.
@@ -1374,7 +1415,7 @@ class GroupedDgluSm90:
         back the tile's last block and fenced them (``_fold_signal``; gpu scope: the
         threadFenceReduction pattern, with the barrier carrying the order to this warp).
         Cooperative: per block, once the 8 math warps' rows of the slot are written
-        (``slot_bars``), this warp sums them, hands the slot back and adds the sums to the
+        (``SlotHandOver``), this warp sums them, hands the slot back and adds the sums to the
         workspace (``_sum_slots``); after the tile's last block it fences. Lane 0 then
         counts the arrival on (expert, N-tile) with an acq_rel atomic. The count that completes the expert's tiles (the scheduled 128-row M-tiles
         whose first row is the expert's, among the first ``m_tiles``: (offs[e] - offs[e-1])
@@ -1390,17 +1431,16 @@ class GroupedDgluSm90:
         nunits, num_units, _, _ = walk
         lane = tidx % 32
         bars = [self.fold_bar(w) for w in range(MATH_WARPGROUPS)]  # (ping-pong)
-        if cutlass.const_expr(self.coop):
-            # the slot is free before the first block (the math warps wait for it there)
-            self.slot_bars()[1].arrive()
         unit = unit0
         k = Int32(0)
+        kslot = Int32(0)  # (cooperative) blocks taken so far, counted as the math warps do
         while unit < num_units:
             m_tile, n_tile = self.tile_of(unit, walk)
             expert = expert_of_row(mOffs, num_experts, m_tile * TILE_M)
             n0 = n_tile * self.tile_n
             if cutlass.const_expr(self.coop):
-                self._sum_slots(sDb, mWs, expert, n0, lane)
+                self._sum_slots(sDb, mWs, expert, n0, lane, slot_mbar, kslot)
+                kslot += self._valid_blocks(n0)
             else:
                 if k % 2 == 0:
                     bars[0].arrive_and_wait()
@@ -1452,27 +1492,22 @@ class GroupedDgluSm90:
         and the folder warp takes exactly these blocks' slots."""
         return n0 + 32 * j < self.cfg.n
 
-    def slot_bars(self):
-        """Cooperative dbias (``coop_dbias_slots``): (slot in: the 8 math warps arrive once
-        their rows of a block are written, the folder warp waits; slot free: the folder
-        arrives once it has read them, the math warps wait before they write the next
-        block's). 256 + 32 threads."""
-        n = 128 * MATH_WARPGROUPS + 32
-        return (pipeline.NamedBarrier(barrier_id=9, num_threads=n),
-                pipeline.NamedBarrier(barrier_id=10, num_threads=n))
+    def _valid_blocks(self, n0):
+        """How many of the tile's blocks are inside N (a prefix: ``_block_valid``), so that
+        the math warps and the folder warp count the slot's hand-overs alike."""
+        return cutlass.min(Int32(self.nblk), (self.cfg.n - n0) // 32)
 
     @cute.jit
-    def _sum_slots(self, sDb, mWs, expert, n0, lane):
+    def _sum_slots(self, sDb, mWs, expert, n0, lane, slot_mbar, kslot):
         """The folder warp's part of one cooperative tile's dbias: for each block the
         epilogue sums (those inside 2N, in the epilogue's order), wait for the 8 warps'
         rows of the slot, add each column's 8 values and that sum to the workspace ``mWs``
         (L, 2N) (one fp32 atomic per column; lane takes columns lane and lane + 32), then
-        hand the slot back."""
+        hand the slot back. ``kslot``: the CTA's blocks before this tile's."""
         two_n = 2 * self.cfg.n
-        slot_in, slot_free = self.slot_bars()
         for j in cutlass.range_constexpr(self.nblk):
             if self._block_valid(n0, j):
-                slot_in.arrive_and_wait()
+                SlotHandOver.wait_full(slot_mbar, kslot + j)
                 sums = []
                 for i in cutlass.range_constexpr(2):
                     col = lane + 32 * i
@@ -1481,7 +1516,7 @@ class GroupedDgluSm90:
                         x = x + sDb[(col, w)]
                     sums.append(x)
                 # every read of the slot is done: the math warps may write the next block
-                slot_free.arrive()
+                SlotHandOver.arrive_empty(slot_mbar)
                 for i in cutlass.range_constexpr(2):
                     g = 2 * n0 + C_BLOCK_COLS * j + lane + 32 * i
                     cute.arch.atomic_add((mWs.iterator + (expert * two_n + g)).llvm_ptr, sums[i])
