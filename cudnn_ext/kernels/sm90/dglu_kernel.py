@@ -1378,8 +1378,8 @@ class GroupedDgluSm90:
         back the tile's last block and fenced them (``_fold_signal``; gpu scope: the
         threadFenceReduction pattern, with the barrier carrying the order to this warp).
         Cooperative: once both math warpgroups' sums of the tile are in shared memory
-        (``flush_bars``), this warp adds them to the workspace, zeroes them, fences and
-        hands them back. Lane 0 then counts the arrival on (expert, N-tile) with an acq_rel
+        (``flush_bars``), this warp adds them to the workspace, zeroes them, hands them back
+        and fences its atomics. Lane 0 then counts the arrival on (expert, N-tile) with an acq_rel
         atomic. The count that completes the expert's tiles (the scheduled 128-row M-tiles
         whose first row is the expert's, among the first ``m_tiles``: (offs[e] - offs[e-1])
         / 128 with 256-aligned offsets, and still a count every counter reaches when offsets
@@ -1399,17 +1399,18 @@ class GroupedDgluSm90:
         k = Int32(0)
         while unit < num_units:
             m_tile, n_tile = self.tile_of(unit, walk)
+            expert = expert_of_row(mOffs, num_experts, m_tile * TILE_M)
             if cutlass.const_expr(self.coop):
                 # both math warpgroups' sums of this tile are in shared memory: add them to
-                # the workspace, zero them, fence (before the count), hand them back
+                # the workspace, zero them, hand them back (the arrive releases the zeroing:
+                # all the math warpgroups wait for), then fence the atomics before the count
                 sums_in, flushed = self.flush_bars()
                 sums_in.arrive_and_wait()
-                self._flush_columns(sDb, mWs, expert_of_row(mOffs, num_experts, m_tile * TILE_M),
-                                    n_tile * self.tile_n, lane, 32)
+                self._flush_columns(sDb, mWs, expert, n_tile * self.tile_n, lane, 32)
+                flushed.arrive()
                 cute.arch.fence_acq_rel_gpu()
                 # every lane's fenced atomics before lane 0 counts the tile (below)
                 cute.arch.sync_warp()
-                flushed.arrive()
             else:
                 if k % 2 == 0:
                     bars[0].arrive_and_wait()
@@ -1417,7 +1418,6 @@ class GroupedDgluSm90:
                     bars[1].arrive_and_wait()
             n0 = n_tile * self.tile_n
             if n0 < self.cfg.n:
-                expert = expert_of_row(mOffs, num_experts, m_tile * TILE_M)
                 counter = (mCount.iterator + (expert * self.num_n_tiles + n_tile)).llvm_ptr
                 last = Int32(0)
                 if lane == 0:
