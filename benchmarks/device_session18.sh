@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in session 17 for the next device session (H200); not yet run:
+# Prepared in session 17, run in session 18 (results/session18/README.md):
 #   source .gpu/env/setup.sh && bash benchmarks/device_session18.sh <part>
 # Part "gpu" (main): the whole GPU suite in 4 workers (session 17's parallel runs failed
 #   only on out-of-memory next to a JAX worker that preallocated 75% of the GPU, fixed in

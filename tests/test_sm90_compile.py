@@ -681,7 +681,7 @@ def test_cooperative_is_selected_where_it_measured_faster():
                dict(dbias=True, act="dgeglu", **dsv3), dict(dbias=True, **mixed, **dsv3),
                dict(dbias=True, c=torch.float16, d=torch.float16, **dsv3),
                dict(dbias=True, b_major="n", **dsv3),
-               # per-expert weights at deep K (branch exp/discrete-coop)
+               # per-expert weights at deep K (session 18)
                dict(dbias=True, weight_mode="discrete", **dsv3),
                dict(dbias=False, weight_mode="discrete", b_major="n", **dsv3)):
         assert best(**kw) == COOPERATIVE_KNOBS, kw
@@ -745,7 +745,7 @@ def test_selectable_cooperative_variant_compiles_for_sm90a(act, c, d, b_major, d
 @pytest.mark.parametrize("b_major,dbias", [("k", True), ("n", True), ("k", False)])
 def test_selectable_discrete_cooperative_variant_compiles_for_sm90a(b_major, dbias, capfd):
     """Per-expert weights (device-built descriptors) on the cooperative kernel, which the
-    heuristics pick at K >= 7168 (branch exp/discrete-coop)."""
+    heuristics pick at K >= 7168 (since session 18)."""
     from cudnn_ext.engines.sm90 import COOPERATIVE_KNOBS
 
     p = _problem(dbias=dbias, n=512, k=7168, m=32768, weight_mode="discrete", b_major=b_major)
