@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in session 17 for the next device session (H200); not yet run:
+# Prepared in session 17, run in session 18 (results/session18/README.md):
 #   source .gpu/env/setup.sh && bash benchmarks/device_session18.sh <part>
 # Part "gpu" (main): the whole GPU suite in 4 workers (session 17's parallel runs failed
 #   only on out-of-memory next to a JAX worker that preallocated 75% of the GPU, fixed in
@@ -22,6 +22,7 @@
 #   of the 16.3 k-cycle dsv3 epilogue); also runs the folder without the in-kernel fold
 #   (JAX). Its GPU cases (cooperative, heuristics, JAX), racecheck and synccheck, then
 #   dsv3, K 8192, K 12288 against main's kernel (ab_old/ as for "nits"). About 6 min.
+# Part "final" (main after the merges): the full benchmark for the README's table. About 2 min.
 #   Two risks a review named: the two math warpgroups now meet once per block (the slot's
 #   barriers), which the A/B timing shows; and racecheck, which in session 17 did not
 #   always follow bar.arrive -> bar.sync order, may report the hand-off (the fallback: the
@@ -32,6 +33,9 @@ if [ "$1" = gpu ]; then
   tp zero_kept -m gpu tests/test_torch_fast_path.py -k zero_kept_scratch
   tp gpu_all -m gpu tests -n 4 --durations=8
   grep -E "passed|failed" "$OUT/gpu_all.log" | tail -1
+elif [ "$1" = final ]; then
+  t bench_final python3 benchmarks/bench_dglu.py --reps 30 --warmup 5 --out "$OUT/bench_final.json"
+  grep -E "^(dsv3|qwen3|mixtral|skew) |host overhead|timer" "$OUT/bench_final.log"
 elif [ "$1" = discoop ]; then
   t discoop python3 benchmarks/bench_dglu.py --impls cudnn_ext,cudnn_ext_discrete,torch_grouped_mm \
     --discrete-variants t256c2m2k --shapes dsv3,k8k,k12k --rounds 6 --reps 30 --warmup 5 \
@@ -56,6 +60,6 @@ elif [ "$1" = slots ]; then
   ab ab_old old --shapes dsv3,k8k,k12k
   ab ab_new new --shapes dsv3,k8k,k12k
 else
-  echo "usage: device_session18.sh gpu|discoop|discoop_tests|nits|slots"; exit 2
+  echo "usage: device_session18.sh gpu|final|discoop|discoop_tests|nits|slots"; exit 2
 fi
 bundle "session18_$1"  # every log and JSON in one file (the tool returns at most 8)

@@ -680,7 +680,10 @@ def test_cooperative_is_selected_where_it_measured_faster():
                dict(dbias=True, **{**dsv3, "k": 8192}), dict(dbias=True, **{**dsv3, "k": 12288}),
                dict(dbias=True, act="dgeglu", **dsv3), dict(dbias=True, **mixed, **dsv3),
                dict(dbias=True, c=torch.float16, d=torch.float16, **dsv3),
-               dict(dbias=True, b_major="n", **dsv3)):
+               dict(dbias=True, b_major="n", **dsv3),
+               # per-expert weights at deep K (session 18)
+               dict(dbias=True, weight_mode="discrete", **dsv3),
+               dict(dbias=False, weight_mode="discrete", b_major="n", **dsv3)):
         assert best(**kw) == COOPERATIVE_KNOBS, kw
     split, whole = 2, 1
     for kw, c_split in ((dict(dbias=False), split),  # qwen3
@@ -695,7 +698,8 @@ def test_cooperative_is_selected_where_it_measured_faster():
                         (dict(dbias=False, k=2056, **mixed), whole),
                         (dict(dbias=False, weight_mode="discrete"), split),
                         (dict(dbias=True, weight_mode="discrete", k=4096), whole),
-                        (dict(dbias=True, weight_mode="discrete", **dsv3), whole),
+                        (dict(dbias=True, weight_mode="discrete", **{**dsv3, "k": 7160}),
+                         whole),
                         (dict(dbias=False, d=torch.float32), whole),
                         (dict(dbias=True, d=torch.float32, **dsv3), whole),
                         (dict(dbias=False, c=torch.float32), whole),
@@ -733,6 +737,18 @@ def test_selectable_cooperative_variant_compiles_for_sm90a(act, c, d, b_major, d
     from cudnn_ext.engines.sm90 import COOPERATIVE_KNOBS
 
     p = _problem(act=act, c=c, d=d, dbias=dbias, n=512, k=k, m=32768, b_major=b_major)
+    assert COOPERATIVE_KNOBS in Sm90DgluEngine().knob_space(p)
+    assert _compile_checked(Sm90CompileKey.of(p, COOPERATIVE_KNOBS), capfd) is not None
+
+
+@needs_dsl
+@pytest.mark.parametrize("b_major,dbias", [("k", True), ("n", True), ("k", False)])
+def test_selectable_discrete_cooperative_variant_compiles_for_sm90a(b_major, dbias, capfd):
+    """Per-expert weights (device-built descriptors) on the cooperative kernel, which the
+    heuristics pick at K >= 7168 (since session 18)."""
+    from cudnn_ext.engines.sm90 import COOPERATIVE_KNOBS
+
+    p = _problem(dbias=dbias, n=512, k=7168, m=32768, weight_mode="discrete", b_major=b_major)
     assert COOPERATIVE_KNOBS in Sm90DgluEngine().knob_space(p)
     assert _compile_checked(Sm90CompileKey.of(p, COOPERATIVE_KNOBS), capfd) is not None
 

@@ -495,10 +495,13 @@ class Sm90DgluEngine(Engine):
     @staticmethod
     def _cooperative_applies(problem: DgluProblem) -> bool:
         """The cooperative 128 x 256 schedule (2x1 clusters, 2 C stages per warpgroup) is
-        offered for dense weights, 16-bit C and D, N a multiple of 256 (no padded tile), at
-        least _COOP_MIN_TILES such tiles, and either K >= _COOP_MIN_DEEP_K (with or without
-        dbias) or no dbias and K <= _COOP_MAX_K where ping-pong cannot take 64-row C entries
-        (C and D of different 16-bit types).
+        offered for 16-bit C and D, N a multiple of 256 (no padded tile), at least
+        _COOP_MIN_TILES such tiles, and either K >= _COOP_MIN_DEEP_K (dense or per-expert
+        weights, with or without dbias) or, for dense weights, no dbias and K <= _COOP_MAX_K
+        where ping-pong cannot take 64-row C entries (C and D of different 16-bit types).
+        Per-expert weights at deep K, against ping-pong in one process (session 18,
+        device_session18.sh discoop, H200, dbias, ms): dsv3 1.372 vs 1.393, K 8192 1.540
+        vs 1.613, K 12288 2.267 vs 2.420.
 
         Why so narrow: timed round-robin against ping-pong 128 x 128 (2x1 clusters) in one
         process, each row's calls spread over 10 rounds so no row gains from its place
@@ -557,8 +560,9 @@ class Sm90DgluEngine(Engine):
         tiles = (max(problem.m, 256) // 128) * (problem.n // 256)
         shallow = (not problem.generate_dbias and problem.k <= _COOP_MAX_K
                    and not Sm90DgluEngine._c_split_applies(problem, 128, 1))
-        return ((shallow or problem.k >= _COOP_MIN_DEEP_K)
-                and problem.weight_mode == "dense"
+        # per-expert weights (discrete) at deep K as well (session 18's timing, above)
+        deep = problem.k >= _COOP_MIN_DEEP_K
+        return ((deep or (shallow and problem.weight_mode == "dense"))
                 and problem.n % 256 == 0 and tiles >= _COOP_MIN_TILES
                 and problem.c_dtype in _HALF_DTYPES and problem.d_dtype in _HALF_DTYPES)
 

@@ -81,10 +81,12 @@ _HEURISTICS = [("nodbias-K1416", dict(dbias=False, k=1416), 2),
                ("dbias-K1416", dict(k=1416), 2),
                ("dbias-K1416-discrete", dict(k=1416, weight_mode="discrete"), 2),
                ("dbias-K4104-discreteN", dict(k=4104, weight_mode="discrete", b_major="n"), 1),
-               # deep K: cooperative with or without dbias (dense only)
+               # deep K: cooperative with or without dbias, dense or per-expert weights
                ("dbias-K7176", dict(k=7176), "coop"),
                ("nodbias-K7176", dict(dbias=False, k=7176), "coop"),
-               ("dbias-K7176-discrete", dict(k=7176, weight_mode="discrete"), 1)]
+               ("dbias-K7176-discrete", dict(k=7176, weight_mode="discrete"), "coop"),
+               ("dbias-K7176-discreteN", dict(k=7176, weight_mode="discrete", b_major="n"),
+                "coop")]
 
 
 @pytest.mark.parametrize("fresh", [False, True], ids=["contract", "fresh"])
@@ -93,8 +95,8 @@ def test_sm90_heuristics_choice_is_correct(fresh, kw, expect):
     """What the engine itself picks (ping-pong 128 x 128 in 2x1 clusters, with 64-row C
     ring entries for 16-bit C and D of one type, with per-expert weights only at K <= 2048;
     the cooperative 128 x 256 schedule without dbias at K <= 2048 for C and D of different
-    16-bit types, and at K >= 7168 for dense weights with or without dbias), run as the
-    class API (contract) and the functional op (fresh outputs) would:
+    16-bit types, and at K >= 7168 with or without dbias, dense or per-expert weights), run
+    as the class API (contract) and the functional op (fresh outputs) would:
     empty experts, rows past the last offset, a K tail, and enough tiles that every CTA
     walks several (accumulator overwrite, the C FIFO and the dbias sums carried across
     tiles)."""
