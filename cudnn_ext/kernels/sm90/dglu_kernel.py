@@ -43,9 +43,10 @@ quad shuffle; dbias: per-warp column sums (butterfly reduce-scatter) go to share
 Ping-pong: into the block's C stage slice, which the C producer warp sums over the 4 warps
 and adds to the workspace (one fp32 atomic per column) before it reloads the stage; after a
 tile's last block it fences its atomics and tells warp 3. Cooperative: each of the 8 warps
-writes its block sums to its row of one shared slot, arrives on a barrier and goes on; warp
-3 sums the 8 rows, adds them to the workspace (one fp32 atomic per column) and hands the
-slot back (``dbias_folder``). Warp 3 folds
+writes its block sums to its row of one shared slot once the folder warp has released the
+previous block's (an mbarrier), arrives on another and goes on; warp 3 sums the 8 rows,
+releases the slot and adds the sums to the workspace (one fp32 atomic per column;
+``dbias_folder``, ``SlotHandOver``). Warp 3 folds
 the workspace into the caller's bf16 dbias once an (expert, N-tile)'s last tile is in (one
 rounding; see ``dbias_folder``).
 
@@ -86,15 +87,16 @@ class DbiasHandBack(NamedTuple):
     fold_bar: object
 
 class SlotHandOver:
-    """(Functions of the two mbarriers at ``mbar``.) The cooperative dbias slot's hand-over between the 8 math warps and the folder warp,
-    one block at a time, on two mbarriers (``full``: 256 math threads arrive after their
-    row stores; ``empty``: the folder warp's 32 threads arrive after their reads). Block k
-    of the CTA (the math warps and the folder count the blocks alike: ``_valid_blocks``)
-    completes phase k of each, so its waits take the parity k % 2 (the math warps wait for
-    the previous block's release: parity (k + 1) % 2, immediately true for block 0, as a
-    CUTLASS producer's first acquire). Session 17's form, two named barriers (bar.arrive
-    / bar.sync), timed the same but compute-sanitizer's racecheck reported it (session 18);
-    mbarrier phases carry the order in a form the tools track (the C and A/B rings)."""
+    """The cooperative dbias slot's hand-over between the 8 math warps and the folder
+    warp, one block at a time, on the two mbarriers at ``mbar`` (``full``: the 256 math
+    threads arrive after their row stores; ``empty``, at ``mbar + 1``: the folder warp's
+    32 threads arrive after their reads). Block k of the CTA (the math warps and the folder
+    count the blocks alike: ``_valid_blocks``) completes phase k of each, so its waits take
+    the parity k % 2 (the math warps wait for the previous block's release: parity
+    (k + 1) % 2, immediately true for block 0, as a CUTLASS producer's first acquire).
+    Session 17's form, two named barriers (bar.arrive / bar.sync), was 0.5-1.1% faster than
+    main's shared compare-and-swap sums, but compute-sanitizer's racecheck reported it
+    (session 18); mbarrier phases carry the order in the form the A/B and C rings use."""
 
     @staticmethod
     def init(mbar):
@@ -1417,10 +1419,11 @@ class GroupedDgluSm90:
         Cooperative: per block, once the 8 math warps' rows of the slot are written
         (``SlotHandOver``), this warp sums them, hands the slot back and adds the sums to the
         workspace (``_sum_slots``); after the tile's last block it fences. Lane 0 then
-        counts the arrival on (expert, N-tile) with an acq_rel atomic. The count that completes the expert's tiles (the scheduled 128-row M-tiles
-        whose first row is the expert's, among the first ``m_tiles``: (offs[e] - offs[e-1])
-        / 128 with 256-aligned offsets, and still a count every counter reaches when offsets
-        are not 256-aligned or negative; decreasing offsets can leave one short) folds the
+        counts the arrival on (expert, N-tile) with an acq_rel atomic. The count that
+        completes the expert's tiles (the scheduled 128-row M-tiles whose first row is the
+        expert's, among the first ``m_tiles``: (offs[e] - offs[e-1]) / 128 with 256-aligned
+        offsets, and still a count every counter reaches when offsets are not 256-aligned
+        or negative; decreasing offsets can leave one short) folds the
         tile's 2*TILE_N columns: each sum read by atomic exchange with 0 (coherent at L2,
         leaves zero), dbias = bf16(fp32(dbias) + sum), then the counter reset. So every
         launch leaves the dbias region of the workspace zero (``_count_and_fold``). The
@@ -1494,8 +1497,10 @@ class GroupedDgluSm90:
 
     def _valid_blocks(self, n0):
         """How many of the tile's blocks are inside N (a prefix: ``_block_valid``), so that
-        the math warps and the folder warp count the slot's hand-overs alike."""
-        return cutlass.min(Int32(self.nblk), (self.cfg.n - n0) // 32)
+        the math warps and the folder warp count the slot's hand-overs alike: none on the
+        phantom N-tile of an odd cluster_n pair (n0 >= N; without the floor at 0 the count
+        went negative there and every later wait took the wrong parity: review, session 18)."""
+        return cutlass.max(cutlass.min(Int32(self.nblk), (self.cfg.n - n0) // 32), Int32(0))
 
     @cute.jit
     def _sum_slots(self, sDb, mWs, expert, n0, lane, slot_mbar, kslot):
