@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Prepared in session 18 for the next device session (H200); not yet run:
+#   source .gpu/env/setup.sh && bash benchmarks/device_session19.sh <part>
+# Part "mbar" (branch exp/coop-dbias-mbar, main merged in; ab_old/ must hold main's
+#   cudnn_ext: `git archive main cudnn_ext | tar -x -C ab_old`, untracked, not ignored):
+#   the cooperative dbias through one shared slot of per-warp rows, handed block by block
+#   to the folder warp on two mbarriers (session 18's named-barrier form of the same slot was
+#   0.5-1.4% faster than main's shared compare-and-swap sums, but racecheck reported its
+#   hand-over and synccheck the bar.sync variant). First the sanitizers (racecheck twice,
+#   synccheck, memcheck on `coop`), then its GPU cases (cooperative, heuristics, JAX FFI),
+#   then dsv3, K 8192 and K 12288 against main's kernel. About 7 min.
+# Part "gpu" (main, after a merge): the whole GPU suite in 4 workers. About 5 min.
+# Part "final" (main): the full benchmark for the README's table. About 2 min.
+set -o pipefail
+source "$(dirname "$0")/device_common.sh"
+if [ "$1" = mbar ]; then
+  need_ab_old
+  san racecheck coop
+  mv "$OUT/racecheck_coop.log" "$OUT/racecheck_coop_1.log"
+  san racecheck coop
+  san synccheck coop
+  san memcheck coop
+  tp mbar_tests -m gpu tests/gpu/test_sm90_correctness.py tests/test_jax_ffi.py \
+    -k "cooperative or heuristics or ffi"
+  ab ab_old old --shapes dsv3,k8k,k12k
+  ab ab_new new --shapes dsv3,k8k,k12k
+  grep -hE "^(k8k|k12k) " "$OUT/ab_old.log" "$OUT/ab_new.log"
+elif [ "$1" = gpu ]; then
+  tp gpu_all -m gpu tests -n 4 --durations=8
+  grep -E "passed|failed" "$OUT/gpu_all.log" | tail -1
+elif [ "$1" = final ]; then
+  t bench_final python3 benchmarks/bench_dglu.py --reps 30 --warmup 5 --out "$OUT/bench_final.json"
+  grep -E "^(dsv3|qwen3|mixtral|skew) |host overhead|timer" "$OUT/bench_final.log"
+else
+  echo "usage: device_session19.sh mbar|gpu|final"; exit 2
+fi
+bundle "session19_$1"  # every log and JSON in one file (the tool returns at most 8)
