@@ -22,11 +22,11 @@
 #   of the 16.3 k-cycle dsv3 epilogue); also runs the folder without the in-kernel fold
 #   (JAX). Its GPU cases (cooperative, heuristics, JAX), racecheck and synccheck, then
 #   dsv3, K 8192, K 12288 against main's kernel (ab_old/ as for "nits"). About 6 min.
-# Part "final" (main after the merges): the full benchmark for the README's table. About 2 min.
 #   Two risks a review named: the two math warpgroups now meet once per block (the slot's
 #   barriers), which the A/B timing shows; and racecheck, which in session 17 did not
 #   always follow bar.arrive -> bar.sync order, may report the hand-off (the fallback: the
 #   math warps arrive_and_wait on barrier 9, where the folder is normally waiting already).
+# Part "final" (main after the merges): the full benchmark for the README's table. About 2 min.
 set -o pipefail
 source "$(dirname "$0")/device_common.sh"
 if [ "$1" = gpu ]; then
