@@ -46,3 +46,8 @@ vbench() { local log=$1 json=$2 v=$3; shift 3
   t "$log" python3 benchmarks/bench_dglu.py --impls cudnn_ext,torch_grouped_mm --variants "$v" \
     --rounds 10 --reps 60 --warmup 5 "$@" --out "$OUT/$json.json"
   grep -E "^(dsv3|qwen3|mixtral|skew) " "$OUT/$log.log"; }
+# final_bench: the full benchmark (every shape, every peer), the README's table, in
+# $OUT/bench_final.{log,json}; prints the shapes' rows, the host overhead and the timer.
+final_bench() {
+  t bench_final python3 benchmarks/bench_dglu.py --reps 30 --warmup 5 --out "$OUT/bench_final.json"
+  grep -E "^(dsv3|qwen3|mixtral|skew) |host overhead|timer" "$OUT/bench_final.log"; }

@@ -34,8 +34,7 @@ if [ "$1" = gpu ]; then
   tp gpu_all -m gpu tests -n 4 --durations=8
   grep -E "passed|failed" "$OUT/gpu_all.log" | tail -1
 elif [ "$1" = final ]; then
-  t bench_final python3 benchmarks/bench_dglu.py --reps 30 --warmup 5 --out "$OUT/bench_final.json"
-  grep -E "^(dsv3|qwen3|mixtral|skew) |host overhead|timer" "$OUT/bench_final.log"
+  final_bench
 elif [ "$1" = discoop ]; then
   t discoop python3 benchmarks/bench_dglu.py --impls cudnn_ext,cudnn_ext_discrete,torch_grouped_mm \
     --discrete-variants t256c2m2k --shapes dsv3,k8k,k12k --rounds 6 --reps 30 --warmup 5 \

@@ -29,8 +29,7 @@ elif [ "$1" = gpu ]; then
   tp gpu_all -m gpu tests -n 4 --durations=8
   grep -E "passed|failed" "$OUT/gpu_all.log" | tail -1
 elif [ "$1" = final ]; then
-  t bench_final python3 benchmarks/bench_dglu.py --reps 30 --warmup 5 --out "$OUT/bench_final.json"
-  grep -E "^(dsv3|qwen3|mixtral|skew) |host overhead|timer" "$OUT/bench_final.log"
+  final_bench
 else
   echo "usage: device_session19.sh mbar|gpu|final"; exit 2
 fi
