@@ -9,6 +9,11 @@
 #   hand-over and synccheck the bar.sync variant). First the sanitizers (racecheck twice,
 #   synccheck, memcheck on `coop`), then its GPU cases (cooperative, heuristics, JAX FFI),
 #   then dsv3, K 8192 and K 12288 against main's kernel. About 7 min.
+# Part "probe" (branch exp/probe-no-store-wait, a diagnostic build whose D is wrong by
+#   design; ab_old/ as for "mbar"): the C producer reloads a stage without waiting for the
+#   D store's read of it. If the four shapes (qwen3 above all, whose ping-pong epilogue is
+#   as long as a mainloop) gain clearly more than the ~2% a sixth A/B stage is worth, a
+#   separate D staging buffer (one A/B stage of shared memory) is worth building. About 2 min.
 # Part "gpu" (main, after a merge): the whole GPU suite in 4 workers. About 5 min.
 # Part "final" (main): the full benchmark for the README's table. About 2 min.
 set -o pipefail
@@ -25,12 +30,16 @@ if [ "$1" = mbar ]; then
   ab ab_old old --shapes dsv3,k8k,k12k
   ab ab_new new --shapes dsv3,k8k,k12k
   grep -hE "^(k8k|k12k) " "$OUT/ab_old.log" "$OUT/ab_new.log"
+elif [ "$1" = probe ]; then
+  need_ab_old
+  ab ab_old old
+  ab ab_new new
 elif [ "$1" = gpu ]; then
   tp gpu_all -m gpu tests -n 4 --durations=8
   grep -E "passed|failed" "$OUT/gpu_all.log" | tail -1
 elif [ "$1" = final ]; then
   final_bench
 else
-  echo "usage: device_session19.sh mbar|gpu|final"; exit 2
+  echo "usage: device_session19.sh mbar|probe|gpu|final"; exit 2
 fi
 bundle "session19_$1"  # every log and JSON in one file (the tool returns at most 8)
