@@ -14,6 +14,12 @@
 #   D store's read of it. If the four shapes (qwen3 above all, whose ping-pong epilogue is
 #   as long as a mainloop) gain clearly more than the ~2% a sixth A/B stage is worth, a
 #   separate D staging buffer (one A/B stage of shared memory) is worth building. About 2 min.
+# Part "dstage" (branch exp/d-stage, an experiment worth running if "probe" shows a clear
+#   gain; ab_old/ as for "mbar"): ping-pong with 64-row C entries writes D into two staging
+#   buffers per warpgroup (mbarrier-phased) instead of over the C entry, so the C producer
+#   reloads the entry without waiting for the D store's read; one A/B stage fewer (6 -> 5).
+#   The 64-row-entry, heuristics and fresh-output GPU cases, the sanitizers on `chalf`
+#   (the 64-row-entry walk), then the four shapes against main. About 6 min.
 # Part "gpu" (main, after a merge): the whole GPU suite in 4 workers. About 5 min.
 # Part "final" (main): the full benchmark for the README's table. About 2 min.
 set -o pipefail
@@ -34,12 +40,20 @@ elif [ "$1" = probe ]; then
   need_ab_old
   ab ab_old old
   ab ab_new new
+elif [ "$1" = dstage ]; then
+  need_ab_old
+  tp dstage_tests -m gpu tests/gpu/test_sm90_correctness.py -k "c_half or heuristics or fresh"
+  san racecheck chalf
+  san synccheck chalf
+  san memcheck chalf
+  ab ab_old old
+  ab ab_new new
 elif [ "$1" = gpu ]; then
   tp gpu_all -m gpu tests -n 4 --durations=8
   grep -E "passed|failed" "$OUT/gpu_all.log" | tail -1
 elif [ "$1" = final ]; then
   final_bench
 else
-  echo "usage: device_session19.sh mbar|probe|gpu|final"; exit 2
+  echo "usage: device_session19.sh mbar|probe|dstage|gpu|final"; exit 2
 fi
 bundle "session19_$1"  # every log and JSON in one file (the tool returns at most 8)
