@@ -44,8 +44,7 @@ elif [ "$1" = crossover ]; then
     grep -E "^(k5k|k6kd|dsv3|k6k) " "$OUT/cross${db:+_nodb}.log"
   done
 elif [ "$1" = final ]; then
-  t bench_final python3 benchmarks/bench_dglu.py --reps 30 --warmup 5 --out "$OUT/bench_final.json"
-  grep -E "^(dsv3|qwen3|mixtral|skew) |host overhead|timer" "$OUT/bench_final.log"
+  final_bench
 else
   echo "usage: device_session17.sh sanitize|verify|jaxcoop|crossover|final"; exit 2
 fi

@@ -45,9 +45,7 @@ elif [ "$1" = discoop_tests ]; then
 elif [ "$1" = nits ]; then
   need_ab_old
   tp nits_tests -m gpu tests/gpu/test_sm90_correctness.py -k "cooperative or heuristics"
-  t racecheck_coop timeout 120 compute-sanitizer --report-api-errors no --tool racecheck \
-    python3 tests/gpu/sanitize_sm90.py coop
-  grep -E 'SUMMARY' "$OUT/racecheck_coop.log" | tail -1
+  san racecheck coop
   ab ab_old old --shapes dsv3,k8k,k12k
   ab ab_new new --shapes dsv3,k8k,k12k
 elif [ "$1" = slots ]; then

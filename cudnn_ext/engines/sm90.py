@@ -48,9 +48,9 @@ _COOP_MIN_TILES = 264
 #: measured clearly faster than ping-pong with 128-row C entries, 3-4% on qwen3; with dbias
 #: it tied there; see _cooperative_applies)
 _COOP_MAX_K = 2048
-#: ... and, with or without dbias and for any 16-bit C and D, for K >= this: a deep enough
-#: mainloop hides its exposed epilogue's cost under the higher clock of 128 x 256 tiles
-#: (session 16; see _cooperative_applies)
+#: ... and, with or without dbias, for any 16-bit C and D and for dense or per-expert
+#: weights, for K >= this: a deep enough mainloop hides its exposed epilogue's cost under
+#: the higher clock of 128 x 256 tiles (sessions 16 and 18; see _cooperative_applies)
 _COOP_MIN_DEEP_K = 7168
 #: Ping-pong 128-wide tiles use 64-row C ring entries (c_split 2) with discrete weights only
 #: for K <= this (dense weights: any K): halving the C entries lets one half's D store and C
