@@ -20,6 +20,12 @@
 #   reloads the entry without waiting for the D store's read; one A/B stage fewer (6 -> 5).
 #   The 64-row-entry, heuristics and fresh-output GPU cases, the sanitizers on `chalf`
 #   (the 64-row-entry walk), then the four shapes against main. About 6 min.
+# Part "ctas" (main, added after the parts above ran): where the epilogue's time goes, by
+#   grid size. trace_one.py on dsv3 (the cooperative kernel, whose epilogue is exposed) and
+#   qwen3 (ping-pong, whose epilogue runs next to a mainloop), each with the resident grid
+#   and with half of it (--ctas 66): a phase whose cycles per tile fall with half the CTAs
+#   is bound by the chip's shared bandwidth (every CTA's epilogue at once), one that holds
+#   is bound inside its SM. About 2 min.
 # Part "gpu" (main, after a merge): the whole GPU suite in 4 workers. About 5 min.
 # Part "final" (main): the full benchmark for the README's table. About 2 min.
 set -o pipefail
@@ -48,12 +54,20 @@ elif [ "$1" = dstage ]; then
   san memcheck chalf
   ab ab_old old
   ab ab_new new
+elif [ "$1" = ctas ]; then
+  for c in full 66; do
+    a=(); [ $c = full ] || a=(--ctas $c)
+    t "trace_dsv3_$c" python3 benchmarks/trace_one.py dsv3 --variant t256c2m2k "${a[@]}" \
+      --json "$OUT/trace_dsv3_$c.json.gz"
+    t "trace_qwen3_$c" python3 benchmarks/trace_one.py qwen3 --variant t128c1m2h2 "${a[@]}" \
+      --json "$OUT/trace_qwen3_$c.json.gz"
+  done
 elif [ "$1" = gpu ]; then
   tp gpu_all -m gpu tests -n 4 --durations=8
   grep -E "passed|failed" "$OUT/gpu_all.log" | tail -1
 elif [ "$1" = final ]; then
   final_bench
 else
-  echo "usage: device_session19.sh mbar|probe|dstage|gpu|final"; exit 2
+  echo "usage: device_session19.sh mbar|probe|dstage|ctas|gpu|final"; exit 2
 fi
 bundle "session19_$1"  # every log and JSON in one file (the tool returns at most 8)

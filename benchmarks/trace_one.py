@@ -1,7 +1,7 @@
 """The per-tile timeline of the SM90 kernel's math warpgroups in one launch (a profile, not
 a benchmark: the stamps cost a few stores per tile).
 
-    python3 benchmarks/trace_one.py qwen3 [--variant t128c1m2h2] [--no-dbias] [--json OUT]
+    python3 benchmarks/trace_one.py qwen3 [--variant t128c1m2h2] [--no-dbias] [--ctas N] [--json OUT]
     python3 benchmarks/trace_one.py --analyse OUT.json ...   (again, from saved stamps)
 
 Runs the engine's kernel built with ``trace`` (Sm90KernelConfig.trace: clock64 stamps per
@@ -20,6 +20,11 @@ stamps and prints, in SM cycles (ping-pong):
   * the epilogue: steady state (another mainloop runs alongside) and the CTA's last one
     (alone);
   * the SM clock (cycles / ns) and the spread of the CTAs' end times (ns, globaltimer).
+
+``--ctas N`` launches a persistent grid of N CTAs (a multiple of the cluster size, at most
+the resident count) instead of the resident count: with fewer CTAs each tile's loads and
+stores share the memory system with fewer others, so a phase that shortens is one limited
+by the chip's shared bandwidth, not by its own SM.
 """
 import gzip
 import json
@@ -104,6 +109,16 @@ def main():
     from cudnn_ext.engines.base import Knobs
 
     knobs = Knobs.of(**dict(variant_knobs(variant).values), trace=MAX_TILES)
+    if "--ctas" in args:
+        from cudnn_ext.engines.sm90 import Sm90Plan, resident_ctas
+
+        ctas = int(args[args.index("--ctas") + 1])
+        cl = knobs.get("cluster_m", 1) * knobs.get("cluster_n", 1)
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
+        if ctas <= 0 or ctas % cl or ctas > resident_ctas(sms, cl):
+            raise ValueError(f"--ctas {ctas}: must be a positive multiple of the cluster size "
+                             f"{cl}, at most {resident_ctas(sms, cl)} (the resident count)")
+        Sm90Plan._resident[(0, cl)] = ctas  # the plans' persistent grid (a profiling override)
     L, per, K, N = SHAPES[name]
     pack = make_inputs(group_sizes(name, L, per), K, N)
     if not dbias:
