@@ -55,7 +55,7 @@ elif [ "$1" = dstage ]; then
   ab ab_old old
   ab ab_new new
 elif [ "$1" = ctas ]; then
-  for c in full 66; do
+  for c in ${CTAS_LIST:-full 66}; do
     a=(); [ $c = full ] || a=(--ctas $c)
     t "trace_dsv3_$c" python3 benchmarks/trace_one.py dsv3 --variant t256c2m2k "${a[@]}" \
       --json "$OUT/trace_dsv3_$c.json.gz"

@@ -115,6 +115,7 @@ def main():
         ctas = int(args[args.index("--ctas") + 1])
         cl = knobs.get("cluster_m", 1) * knobs.get("cluster_n", 1)
         sms = torch.cuda.get_device_properties(0).multi_processor_count
+        torch.zeros(1, device="cuda")  # the driver query below needs a current context
         if ctas <= 0 or ctas % cl or ctas > resident_ctas(sms, cl):
             raise ValueError(f"--ctas {ctas}: must be a positive multiple of the cluster size "
                              f"{cl}, at most {resident_ctas(sms, cl)} (the resident count)")
