@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# Prepared in session 18 for the next device session (H200); not yet run:
+# Prepared in session 18 for the next device session (H200); parts ctas and epiprobe added in
+# session 19. All parts ran in session 19 (results/session19/, whose README names the trees;
+# `ctas` from main d0480a9, its half-grid traces again with 5f77312's context fix,
+# CTAS_LIST=66; its no-dbias traces typed into the device tool, see that README):
 #   source .gpu/env/setup.sh && bash benchmarks/device_session19.sh <part>
 # Part "mbar" (branch exp/coop-dbias-mbar, main merged in; ab_old/ must hold main's
 #   cudnn_ext: `git archive main cudnn_ext | tar -x -C ab_old`, untracked, not ignored):
@@ -26,6 +29,10 @@
 #   and with half of it (--ctas 66): a phase whose cycles per tile fall with half the CTAs
 #   is bound by the chip's shared bandwidth (every CTA's epilogue at once), one that holds
 #   is bound inside its SM. About 2 min.
+# Part "epiprobe" (branch exp/probe19: main plus session 16's diagnostic probe knob, whose
+#   results are wrong by design): trace_one.py on dsv3 (cooperative) and qwen3 (ping-pong)
+#   for the kernel and probes p1 (no activation math), p2 (p1 and no C loads), p3 (p2 and
+#   no D stores): the epilogue's cycles by part on session 19's kernel. About 3 min.
 # Part "gpu" (main, after a merge): the whole GPU suite in 4 workers. About 5 min.
 # Part "final" (main): the full benchmark for the README's table. About 2 min.
 set -o pipefail
@@ -62,12 +69,20 @@ elif [ "$1" = ctas ]; then
     t "trace_qwen3_$c" python3 benchmarks/trace_one.py qwen3 --variant t128c1m2h2 "${a[@]}" \
       --json "$OUT/trace_qwen3_$c.json.gz"
   done
+elif [ "$1" = epiprobe ]; then
+  grep -q "probe: int" cudnn_ext/engines/sm90.py || { echo "check out exp/probe19 first"; exit 1; }
+  for p in "" p1 p2 p3; do
+    t "trace_dsv3_k${p:-p0}" python3 benchmarks/trace_one.py dsv3 --variant "t256c2m2k$p" \
+      --json "$OUT/trace_dsv3_k${p:-p0}.json.gz"
+    t "trace_qwen3_${p:-p0}" python3 benchmarks/trace_one.py qwen3 --variant "t128c1m2h2$p" \
+      --json "$OUT/trace_qwen3_${p:-p0}.json.gz"
+  done
 elif [ "$1" = gpu ]; then
   tp gpu_all -m gpu tests -n 4 --durations=8
   grep -E "passed|failed" "$OUT/gpu_all.log" | tail -1
 elif [ "$1" = final ]; then
   final_bench
 else
-  echo "usage: device_session19.sh mbar|probe|dstage|ctas|gpu|final"; exit 2
+  echo "usage: device_session19.sh mbar|probe|dstage|ctas|epiprobe|gpu|final"; exit 2
 fi
 bundle "session19_$1"  # every log and JSON in one file (the tool returns at most 8)

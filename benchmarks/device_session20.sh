@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Prepared in session 19 for the next device session (H200); not yet run:
+#   source .gpu/env/setup.sh && bash benchmarks/device_session20.sh <part>
+# Part "coopc" (main): does a deeper C ring shorten the cooperative epilogue? Session 19's
+#   probes (results/session19/epiprobe/) split the dsv3 cooperative epilogue, 13.6 k cycles
+#   per tile, into the activation math 3.0 k, the C loads 2.5 k, the D stores ~0.1 k and
+#   7.9 k that is none of these (smem reads and writes, sums, and the waits of the 2-entry
+#   C ring per warpgroup and of the dbias slot). With 3 A/B stages instead of 4 the ring can
+#   hold 3 or 4 entries (t256c3m2s3k, t256c4m2s3k; both compile here). Session 15 measured 3
+#   A/B stages with 2 C entries (t256c2m2s3k) 0.7% slower on dsv3. First the three variants
+#   timed round-robin with the default on dsv3, K 8192 and K 12288, then their traces on
+#   dsv3 (epilogue and mainloop cycles per tile). About 3 min.
+# Part "final" (main): the full benchmark for the README's table. About 2 min.
+set -o pipefail
+source "$(dirname "$0")/device_common.sh"
+if [ "$1" = coopc ]; then
+  vbench coopc coopc t256c2m2k,t256c2m2s3k,t256c3m2s3k,t256c4m2s3k --shapes dsv3,k8k,k12k
+  grep -E "^(k8k|k12k) " "$OUT/coopc.log"
+  for v in t256c2m2k t256c3m2s3k t256c4m2s3k; do
+    t "trace_dsv3_$v" python3 benchmarks/trace_one.py dsv3 --variant $v \
+      --json "$OUT/trace_dsv3_$v.json.gz"
+  done
+elif [ "$1" = final ]; then
+  final_bench
+else
+  echo "usage: device_session20.sh coopc|final"; exit 2
+fi
+bundle "session20_$1"  # every log and JSON in one file (the tool returns at most 8)
