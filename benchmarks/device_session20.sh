@@ -10,6 +10,11 @@
 #   A/B stages with 2 C entries (t256c2m2s3k) 0.7% slower on dsv3. First the three variants
 #   timed round-robin with the default on dsv3, K 8192 and K 12288, then their traces on
 #   dsv3 (epilogue and mainloop cycles per tile). About 3 min.
+# Part "ringprobe" (branch exp/probe19: session 16's diagnostic probe knob plus probe 4, no
+#   C ring at all; results wrong by design): how much of the cooperative epilogue's 7.9 k
+#   skeleton is the C ring's hand-overs. trace_one.py on dsv3 (cooperative) with probes 3
+#   and 4, with and without dbias, and on qwen3 (ping-pong, without dbias: probe 4 refuses
+#   the ping-pong dbias) with probes 3 and 4. About 2 min.
 # Part "final" (main): the full benchmark for the README's table. About 2 min.
 set -o pipefail
 source "$(dirname "$0")/device_common.sh"
@@ -20,9 +25,20 @@ if [ "$1" = coopc ]; then
     t "trace_dsv3_$v" python3 benchmarks/trace_one.py dsv3 --variant $v \
       --json "$OUT/trace_dsv3_$v.json.gz"
   done
+elif [ "$1" = ringprobe ]; then
+  grep -q "probe >= 4" cudnn_ext/kernels/sm90/dglu_kernel.py \
+    || { echo "check out exp/probe19 first"; exit 1; }
+  for p in p3 p4; do
+    for db in "" --no-dbias; do
+      t "trace_dsv3_k$p${db:+_nodb}" python3 benchmarks/trace_one.py dsv3 \
+        --variant "t256c2m2k$p" $db --json "$OUT/trace_dsv3_k$p${db:+_nodb}.json.gz"
+    done
+    t "trace_qwen3_${p}_nodb" python3 benchmarks/trace_one.py qwen3 --variant "t128c1m2h2$p" \
+      --no-dbias --json "$OUT/trace_qwen3_${p}_nodb.json.gz"
+  done
 elif [ "$1" = final ]; then
   final_bench
 else
-  echo "usage: device_session20.sh coopc|final"; exit 2
+  echo "usage: device_session20.sh coopc|ringprobe|final"; exit 2
 fi
 bundle "session20_$1"  # every log and JSON in one file (the tool returns at most 8)
