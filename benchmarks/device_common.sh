@@ -46,6 +46,10 @@ vbench() { local log=$1 json=$2 v=$3; shift 3
   t "$log" python3 benchmarks/bench_dglu.py --impls cudnn_ext,torch_grouped_mm --variants "$v" \
     --rounds 10 --reps 60 --warmup 5 "$@" --out "$OUT/$json.json"
   grep -E "^(dsv3|qwen3|mixtral|skew) " "$OUT/$log.log"; }
+# trace NAME TRACE_ONE_ARGS...: trace_one.py with its stamps in $OUT/trace_NAME.json.gz and
+# its output in $OUT/trace_NAME.log.
+trace() { local name=$1; shift
+  t "trace_$name" python3 benchmarks/trace_one.py "$@" --json "$OUT/trace_$name.json.gz"; }
 # final_bench: the full benchmark (every shape, every peer), the README's table, in
 # $OUT/bench_final.{log,json}; prints the shapes' rows, the host overhead and the timer.
 final_bench() {

@@ -22,19 +22,16 @@ if [ "$1" = coopc ]; then
   vbench coopc coopc t256c2m2k,t256c2m2s3k,t256c3m2s3k,t256c4m2s3k --shapes dsv3,k8k,k12k
   grep -E "^(k8k|k12k) " "$OUT/coopc.log"
   for v in t256c2m2k t256c3m2s3k t256c4m2s3k; do
-    t "trace_dsv3_$v" python3 benchmarks/trace_one.py dsv3 --variant $v \
-      --json "$OUT/trace_dsv3_$v.json.gz"
+    trace "dsv3_$v" dsv3 --variant $v
   done
 elif [ "$1" = ringprobe ]; then
   grep -q "probe >= 4" cudnn_ext/kernels/sm90/dglu_kernel.py \
     || { echo "check out exp/probe19 first"; exit 1; }
   for p in p3 p4; do
     for db in "" --no-dbias; do
-      t "trace_dsv3_k$p${db:+_nodb}" python3 benchmarks/trace_one.py dsv3 \
-        --variant "t256c2m2k$p" $db --json "$OUT/trace_dsv3_k$p${db:+_nodb}.json.gz"
+      trace "dsv3_k$p${db:+_nodb}" dsv3 --variant "t256c2m2k$p" $db
     done
-    t "trace_qwen3_${p}_nodb" python3 benchmarks/trace_one.py qwen3 --variant "t128c1m2h2$p" \
-      --no-dbias --json "$OUT/trace_qwen3_${p}_nodb.json.gz"
+    trace "qwen3_${p}_nodb" qwen3 --variant "t128c1m2h2$p" --no-dbias
   done
 elif [ "$1" = final ]; then
   final_bench
