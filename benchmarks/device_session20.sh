@@ -11,10 +11,11 @@
 #   timed round-robin with the default on dsv3, K 8192 and K 12288, then their traces on
 #   dsv3 (epilogue and mainloop cycles per tile). About 3 min.
 # Part "ringprobe" (branch exp/probe19: session 16's diagnostic probe knob plus probe 4, no
-#   C ring at all; results wrong by design): how much of the cooperative epilogue's 7.9 k
-#   skeleton is the C ring's hand-overs. trace_one.py on dsv3 (cooperative) with probes 3
-#   and 4, with and without dbias, and on qwen3 (ping-pong, without dbias: probe 4 refuses
-#   the ping-pong dbias) with probes 3 and 4. About 2 min.
+#   C ring at all, and probe 5, no proxy fence per entry either; results wrong by design):
+#   how much of the cooperative epilogue's 7.9 k skeleton is the C ring's hand-overs and
+#   the fences. trace_one.py on dsv3 (cooperative) with probes 3-5, with and without dbias,
+#   and on qwen3 (ping-pong, without dbias: probes 4-5 refuse the ping-pong dbias) with
+#   probes 3-5. About 3 min.
 # Part "final" (main): the full benchmark for the README's table. About 2 min.
 set -o pipefail
 source "$(dirname "$0")/device_common.sh"
@@ -27,7 +28,7 @@ if [ "$1" = coopc ]; then
 elif [ "$1" = ringprobe ]; then
   grep -q "probe >= 4" cudnn_ext/kernels/sm90/dglu_kernel.py \
     || { echo "check out exp/probe19 first"; exit 1; }
-  for p in p3 p4; do
+  for p in p3 p4 p5; do
     for db in "" --no-dbias; do
       trace "dsv3_k$p${db:+_nodb}" dsv3 --variant "t256c2m2k$p" $db
     done
