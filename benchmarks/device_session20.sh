@@ -16,6 +16,16 @@
 #   the fences. trace_one.py on dsv3 (cooperative) with probes 3-5, with and without dbias,
 #   and on qwen3 (ping-pong, without dbias: probes 4-5 refuse the ping-pong dbias) with
 #   probes 3-5. About 3 min.
+# Part "dstage2" (branch exp/d-stage at 016fc9d or later, main merged in; ab_old/ must hold
+#   main's cudnn_ext: `git archive main cudnn_ext | tar -x -C ab_old`, untracked, not
+#   ignored): session 19 measured the D staging buffers 1.9% faster on mixtral (no gain on
+#   qwen3, 1.1% slower on skew) but synccheck reported divergent threads at the folder's
+#   named barrier after the C producer's all-lane wait for a D buffer. The wait is on lane 0
+#   now, with WARPSYNC.ALL before that BAR.SYNC in the SASS (compiled here). synccheck
+#   first, then racecheck and memcheck on `chalf`, the 64-row-entry, heuristics and
+#   fresh-output GPU cases, and the four shapes against main. If synccheck is clean and
+#   mixtral's gain holds, the staging wants a compile-key knob the engine sets for
+#   mixtral-like shapes only. About 6 min.
 # Part "final" (main): the full benchmark for the README's table. About 2 min.
 set -o pipefail
 source "$(dirname "$0")/device_common.sh"
@@ -34,9 +44,19 @@ elif [ "$1" = ringprobe ]; then
     done
     trace "qwen3_${p}_nodb" qwen3 --variant "t128c1m2h2$p" --no-dbias
   done
+elif [ "$1" = dstage2 ]; then
+  need_ab_old
+  grep -q "def d_staged" cudnn_ext/kernels/sm90/dglu_kernel.py \
+    || { echo "check out exp/d-stage first"; exit 1; }
+  san synccheck chalf
+  san racecheck chalf
+  san memcheck chalf
+  tp dstage_tests -m gpu tests/gpu/test_sm90_correctness.py -k "c_half or heuristics or fresh"
+  ab ab_old old
+  ab ab_new new
 elif [ "$1" = final ]; then
   final_bench
 else
-  echo "usage: device_session20.sh coopc|ringprobe|final"; exit 2
+  echo "usage: device_session20.sh coopc|ringprobe|dstage2|final"; exit 2
 fi
 bundle "session20_$1"  # every log and JSON in one file (the tool returns at most 8)
