@@ -23,9 +23,10 @@
 #   named barrier after the C producer's all-lane wait for a D buffer. The wait is on lane 0
 #   now, with WARPSYNC.ALL before that BAR.SYNC in the SASS (compiled here). synccheck
 #   first, then racecheck and memcheck on `chalf`, the 64-row-entry, heuristics and
-#   fresh-output GPU cases, and the four shapes against main. If synccheck is clean and
+#   fresh-output GPU cases, the four shapes against main, then mixtral again and K 6144,
+#   N 16384 (Mixtral 8x22B) in a second pair of processes. If synccheck is clean and
 #   mixtral's gain holds, the staging wants a compile-key knob the engine sets for
-#   mixtral-like shapes only. About 6 min.
+#   mixtral-like shapes only. About 7 min.
 # Part "final" (main): the full benchmark for the README's table. About 2 min.
 set -o pipefail
 source "$(dirname "$0")/device_common.sh"
@@ -54,6 +55,10 @@ elif [ "$1" = dstage2 ]; then
   tp dstage_tests -m gpu tests/gpu/test_sm90_correctness.py -k "c_half or heuristics or fresh"
   ab ab_old old
   ab ab_new new
+  # mixtral again, and Mixtral 8x22B's expert MLP (K 6144, N 16384: ping-pong too)
+  ab ab_old2 old --shapes mixtral,k6k
+  ab ab_new2 new --shapes mixtral,k6k
+  grep -hE "^k6k " "$OUT/ab_old2.log" "$OUT/ab_new2.log"
 elif [ "$1" = final ]; then
   final_bench
 else
