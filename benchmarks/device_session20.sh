@@ -27,6 +27,9 @@
 #   N 16384 (Mixtral 8x22B) in a second pair of processes. If synccheck is clean and
 #   mixtral's gain holds, the staging wants a compile-key knob the engine sets for
 #   mixtral-like shapes only. About 7 min.
+# Part "sync" (main): synccheck on the ping-pong walks (`walk`, `chalf`), which it has never
+#   run on for main (only `coop`): their C producer warps wait on all lanes and then meet
+#   the folder warp on a named barrier, the shape that drew exp/d-stage's report. 1 min.
 # Part "final" (main): the full benchmark for the README's table. About 2 min.
 set -o pipefail
 source "$(dirname "$0")/device_common.sh"
@@ -59,9 +62,12 @@ elif [ "$1" = dstage2 ]; then
   ab ab_old2 old --shapes mixtral,k6k
   ab ab_new2 new --shapes mixtral,k6k
   grep -hE "^k6k " "$OUT/ab_old2.log" "$OUT/ab_new2.log"
+elif [ "$1" = sync ]; then
+  san synccheck walk
+  san synccheck chalf
 elif [ "$1" = final ]; then
   final_bench
 else
-  echo "usage: device_session20.sh coopc|ringprobe|dstage2|final"; exit 2
+  echo "usage: device_session20.sh coopc|ringprobe|dstage2|sync|final"; exit 2
 fi
 bundle "session20_$1"  # every log and JSON in one file (the tool returns at most 8)
