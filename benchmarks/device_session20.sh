@@ -1,6 +1,15 @@
 #!/usr/bin/env bash
 # Prepared in session 19 for the next device session (H200); not yet run:
 #   source .gpu/env/setup.sh && bash benchmarks/device_session20.sh <part>
+# Call plan that worked in session 19 (one machine, ~25 min of device time): unpack each
+# branch into an untracked folder of the checkout (`mkdir -p ab_X/ab_old && git archive
+# BRANCH | tar -x -C ab_X && git archive main cudnn_ext | tar -x -C ab_X/ab_old`, then drop
+# ab_X/benchmarks/results and ab_X/docs), and run a part from there with `cd ab_X && source
+# ../.gpu/env/setup.sh && bash benchmarks/device_session20.sh PART`, so that no checkout is
+# needed between calls (the machine goes back after ~30 s idle). The first call (carrying
+# .gpu/1) must not carry the ab_X folders too: the copy is limited to 64 MiB. Order: sync
+# and coopc (main), ringprobe (exp/probe19), dstage2 (exp/d-stage), then after any merge
+# gpu (device_session19.sh gpu) and final.
 # Part "coopc" (main): does a deeper C ring shorten the cooperative epilogue? Session 19's
 #   probes (results/session19/epiprobe/) split the dsv3 cooperative epilogue, 13.6 k cycles
 #   per tile, into the activation math 3.0 k, the C loads 2.5 k, the D stores ~0.1 k and
