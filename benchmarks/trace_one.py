@@ -24,7 +24,9 @@ stamps and prints, in SM cycles (ping-pong):
 ``--ctas N`` launches a persistent grid of N CTAs (a multiple of the cluster size, at most
 the resident count) instead of the resident count: with fewer CTAs each tile's loads and
 stores share the memory system with fewer others, so a phase that shortens is one limited
-by the chip's shared bandwidth, not by its own SM.
+by the chip's shared bandwidth, not by its own SM. (The clock rises with fewer busy SMs,
+which lengthens a bandwidth-bound phase in cycles, so a drop in cycles is the stronger sign;
+an SM-bound phase keeps its cycles.)
 """
 import gzip
 import json
@@ -119,7 +121,8 @@ def main():
         if ctas <= 0 or ctas % cl or ctas > resident_ctas(sms, cl):
             raise ValueError(f"--ctas {ctas}: must be a positive multiple of the cluster size "
                              f"{cl}, at most {resident_ctas(sms, cl)} (the resident count)")
-        Sm90Plan._resident[(0, cl)] = ctas  # the plans' persistent grid (a profiling override)
+        # the plans' persistent grid on this device (a profiling override of the cache)
+        Sm90Plan._resident[(torch.cuda.current_device(), cl)] = ctas
     L, per, K, N = SHAPES[name]
     pack = make_inputs(group_sizes(name, L, per), K, N)
     if not dbias:
