@@ -7,9 +7,10 @@
 # ab_X/benchmarks/results and ab_X/docs), and run a part from there with `cd ab_X && source
 # ../.gpu/env/setup.sh && bash benchmarks/device_session20.sh PART`, so that no checkout is
 # needed between calls (the machine goes back after ~30 s idle). The first call (carrying
-# .gpu/1) must not carry the ab_X folders too: the copy is limited to 64 MiB. Order: sync
-# and coopc (main), ringprobe (exp/probe19), dstage2 (exp/d-stage), then after any merge
-# gpu (device_session19.sh gpu) and final.
+# .gpu/1) must not carry the ab_X folders too: the copy is limited to 64 MiB. Order (the
+# merge candidates first; about 30 min in all, so the last may wait a session): sync (main),
+# trim (exp/epi-trim), dstage2 (exp/d-stage), coopc (main), ringprobe (exp/probe19), then
+# final (main after any merge).
 # Part "coopc" (main): does a deeper C ring shorten the cooperative epilogue? Session 19's
 #   probes (results/session19/epiprobe/) split the dsv3 cooperative epilogue, 13.6 k cycles
 #   per tile, into the activation math 3.0 k, the C loads 2.5 k, the D stores ~0.1 k and
@@ -36,6 +37,13 @@
 #   N 16384 (Mixtral 8x22B) in a second pair of processes. If synccheck is clean and
 #   mixtral's gain holds, the staging wants a compile-key knob the engine sets for
 #   mixtral-like shapes only. About 7 min.
+# Part "trim" (branch exp/epi-trim, main merged in; ab_old/ as for "dstage2"): bf16 C
+#   pairs unpacked with a shift and a mask, and the dbias column sums started from their
+#   first term; the cooperative epilogue's SASS loses 7% of its instructions (3,574 ->
+#   3,321 per thread and tile at dsv3's shape, compiled here), and every bf16-C epilogue
+#   runs the new unpacking. The whole GPU suite (4 workers), then dsv3, K 8192, K 12288
+#   and the four shapes against main. About 8 min. The suite covers a merge of this branch
+#   alone; after a second merge run `device_session19.sh gpu` again.
 # Part "sync" (main): synccheck on the ping-pong walks (`walk`, `chalf`), which it has never
 #   run on for main (only `coop`): their C producer warps wait on all lanes and then meet
 #   the folder warp on a named barrier, the shape that drew exp/d-stage's report. 1 min.
@@ -71,12 +79,21 @@ elif [ "$1" = dstage2 ]; then
   ab ab_old2 old --shapes mixtral,k6k
   ab ab_new2 new --shapes mixtral,k6k
   grep -hE "^k6k " "$OUT/ab_old2.log" "$OUT/ab_new2.log"
+elif [ "$1" = trim ]; then
+  need_ab_old
+  grep -q "def _bf16_pair" cudnn_ext/kernels/sm90/dglu_kernel.py \
+    || { echo "check out exp/epi-trim first"; exit 1; }
+  tp trim_gpu -m gpu tests -n 4
+  grep -E "passed|failed" "$OUT/trim_gpu.log" | tail -1
+  ab ab_old old --shapes dsv3,k8k,k12k,qwen3,mixtral,skew
+  ab ab_new new --shapes dsv3,k8k,k12k,qwen3,mixtral,skew
+  grep -hE "^(k8k|k12k) " "$OUT/ab_old.log" "$OUT/ab_new.log"
 elif [ "$1" = sync ]; then
   san synccheck walk
   san synccheck chalf
 elif [ "$1" = final ]; then
   final_bench
 else
-  echo "usage: device_session20.sh coopc|ringprobe|dstage2|sync|final"; exit 2
+  echo "usage: device_session20.sh coopc|ringprobe|dstage2|trim|sync|final"; exit 2
 fi
 bundle "session20_$1"  # every log and JSON in one file (the tool returns at most 8)
