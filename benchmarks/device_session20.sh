@@ -31,7 +31,9 @@
 #   ignored): session 19 measured the D staging buffers 1.9% faster on mixtral (no gain on
 #   qwen3, 1.1% slower on skew) but synccheck reported divergent threads at the folder's
 #   named barrier after the C producer's all-lane wait for a D buffer. The wait is on lane 0
-#   now, with WARPSYNC.ALL before that BAR.SYNC in the SASS (compiled here). synccheck
+#   now, with WARPSYNC.ALL before that BAR.SYNC in the SASS (compiled here), and so is the
+#   math warps' wait for a free D buffer (a review: lane 0's full arrive could otherwise
+#   precede other lanes' D writes). synccheck
 #   first, then racecheck and memcheck on `chalf`, the 64-row-entry, heuristics and
 #   fresh-output GPU cases, the four shapes against main, then mixtral again and K 6144,
 #   N 16384 (Mixtral 8x22B) in a second pair of processes. If synccheck is clean and
