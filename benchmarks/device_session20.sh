@@ -7,7 +7,8 @@
 # ab_X/benchmarks/results and ab_X/docs), and run a part from there with `cd ab_X && source
 # ../.gpu/env/setup.sh && bash benchmarks/device_session20.sh PART`, so that no checkout is
 # needed between calls (the machine goes back after ~30 s idle). The first call (carrying
-# .gpu/1) must not carry the ab_X folders too: the copy is limited to 64 MiB. Order (the
+# .gpu/1) must not have the ab_X folders in the tree: the working tree's copy and what is
+# carried are limited to 64 MiB together (move them aside for that call). Order (the
 # merge candidates first; about 30 min in all, so the last may wait a session): sync (main),
 # trim (exp/epi-trim), dstage2 (exp/d-stage), coopc (main), ringprobe (exp/probe19), then
 # final (main after any merge).
@@ -29,7 +30,7 @@
 # Part "dstage2" (branch exp/d-stage at 016fc9d or later, main merged in; ab_old/ must hold
 #   main's cudnn_ext: `git archive main cudnn_ext | tar -x -C ab_old`, untracked, not
 #   ignored): session 19 measured the D staging buffers 1.9% faster on mixtral (no gain on
-#   qwen3, 1.1% slower on skew) but synccheck reported divergent threads at the folder's
+#   qwen3, 1.3% slower on skew) but synccheck reported divergent threads at the folder's
 #   named barrier after the C producer's all-lane wait for a D buffer. The wait is on lane 0
 #   now, with WARPSYNC.ALL before that BAR.SYNC in the SASS (compiled here), and so is the
 #   math warps' wait for a free D buffer (a review: lane 0's full arrive could otherwise
@@ -69,7 +70,7 @@ elif [ "$1" = ringprobe ]; then
   done
 elif [ "$1" = dstage2 ]; then
   need_ab_old
-  grep -q "def d_staged" cudnn_ext/kernels/sm90/dglu_kernel.py \
+  grep -q "_wait_on_lane0" cudnn_ext/kernels/sm90/dglu_kernel.py \
     || { echo "check out exp/d-stage first"; exit 1; }
   san synccheck chalf
   san racecheck chalf
