@@ -4,9 +4,9 @@ or without ``compute-sanitizer`` on PATH).
 racecheck watches the shared-memory hand-offs between warps: the ping-pong dbias sums that
 the math warps write into a C stage's slice and the C producer warp reads, across many
 tiles (``walk``, ``chalf``), in 2-CTA clusters (``cluster``, ``discretecl``) and the
-cooperative schedule's per-block dbias slot, which the folder warp reads (``coop``). Sessions 10-13 saw 3-4 hazards on the
-ping-pong walks; every lane of the C producer arriving on the full barrier (762e649) made
-them 0 on the H200 (session 14). memcheck checks the same walks for out-of-bounds and
+cooperative schedule's per-block dbias slot, which the folder warp reads (``coop``).
+Sessions 10-13 saw 3-4 hazards on the ping-pong walks; every lane of the C producer
+arriving on the full barrier (762e649) made them 0 on the H200 (session 14). memcheck checks the same walks for out-of-bounds and
 misaligned accesses. Each run also checks the results against the float64 reference
 (``sanitize_sm90.py`` raises otherwise), so a clean report of a wrong kernel fails too.
 """
@@ -53,9 +53,10 @@ def test_racecheck_reports_no_hazard(mode):
 
 
 def test_synccheck_reports_no_error_on_the_cooperative_folder_flush():
-    """The cooperative dbias hand-off: per block the math warps arrive on one named barrier
-    and wait on another that the folder warp arrives on (the slot, session 17's branch
-    exp/coop-dbias-slots; per tile in session 16's flush)."""
+    """The cooperative dbias hand-off: per block the math warps wait on the slot's "empty"
+    mbarrier, which the folder warp arrives on, and arrive on its "full" one, which the
+    folder waits on (``SlotHandOver``, since session 19; before, two named barriers per
+    tile, then per block)."""
     out = _sanitize("synccheck", "coop")
     summary = re.search(r"ERROR SUMMARY: (\d+) errors?", out)
     assert summary, f"synccheck coop: no summary line\n{out[-4000:]}"

@@ -841,9 +841,8 @@ class GroupedDgluSm90:
                                       unit + nunits < num_units)
                 self._stamp(tr, 2, tcount, wg, bid)
                 self.epilogue(acc, tCcC, c_pipe, sC, wg, cpos, mD, mAlpha, mBeta, mProb,
-                              mDprob, mDbias, geglu_alpha, clamp_max, clamp_min,
-                              linear_offset, m_tile, n_tile, expert, tidx, sDb, slot_mbar,
-                              kslot)
+                              mDprob, geglu_alpha, clamp_max, clamp_min, linear_offset,
+                              m_tile, n_tile, expert, tidx, sDb, slot_mbar, kslot)
                 self._stamp(tr, 3, tcount, wg, bid)
                 if cutlass.const_expr(self.cfg.coop_dbias_slots()):
                     kslot += self._valid_blocks(n_tile * self.tile_n)
@@ -1245,8 +1244,8 @@ class GroupedDgluSm90:
 
     @cute.jit
     def epilogue(self, acc, tCcC, c_pipe, sC, wg, cpos, mD, mAlpha, mBeta, mProb, mDprob,
-                 mDbias, geglu_alpha, clamp_max, clamp_min, linear_offset, m_tile, n_tile,
-                 expert, tidx, sDb, slot_mbar, kslot):
+                 geglu_alpha, clamp_max, clamp_min, linear_offset, m_tile, n_tile, expert,
+                 tidx, sDb, slot_mbar, kslot):
         """Fused dGLU epilogue from one warpgroup's wg_rows x TILE_N accumulator registers
         (ping-pong: the whole 128-row tile, two 64-row halves; cooperative: its 64 rows).
 
