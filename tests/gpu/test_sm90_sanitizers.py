@@ -7,7 +7,9 @@ tiles (``walk``, ``chalf``), in 2-CTA clusters (``cluster``, ``discretecl``) and
 cooperative schedule's per-block dbias slot, which the folder warp reads (``coop``).
 Sessions 10-13 saw 3-4 hazards on the ping-pong walks; every lane of the C producer
 arriving on the full barrier (762e649) made them 0 on the H200 (session 14). memcheck checks the same walks for out-of-bounds and
-misaligned accesses. Each run also checks the results against the float64 reference
+misaligned accesses. synccheck checks the barriers, among them the hand-overs to the dbias
+folder warp on the walks and the cooperative schedule (session 20: the ping-pong fold, then
+on a named barrier, stopped the kernel under synccheck). Each run also checks the results against the float64 reference
 (``sanitize_sm90.py`` raises otherwise), so a clean report of a wrong kernel fails too.
 """
 import os
@@ -52,15 +54,19 @@ def test_racecheck_reports_no_hazard(mode):
     assert summary.groups() == ("0", "0", "0"), f"racecheck {mode}:\n{out[-4000:]}"
 
 
-def test_synccheck_reports_no_error_on_the_cooperative_folder_flush():
-    """The cooperative dbias hand-off: per block the math warps wait on the slot's "empty"
-    mbarrier, which the folder warp arrives on, and arrive on its "full" one, which the
-    folder waits on (``SlotHandOver``, since session 19; before, two named barriers per
-    tile, then per block)."""
-    out = _sanitize("synccheck", "coop")
+@pytest.mark.parametrize("mode", ["coop", "walk", "chalf"])
+def test_synccheck_reports_no_error_on_the_folder_hand_overs(mode):
+    """The hand-overs to the dbias folder warp (``HandOver``). ``coop``: per block the math
+    warps wait on the slot's "empty" mbarrier, which the folder warp arrives on, and arrive
+    on its "full" one, which the folder waits on (since session 19; before, two named
+    barriers per tile, then per block). ``walk``/``chalf`` (ping-pong): per tile the C
+    producer warp hands its warpgroup's sums over the same way (since session 20; before,
+    it and the folder blocked on one named barrier from two instructions, which synccheck
+    reported as divergent threads and stopped the kernel on)."""
+    out = _sanitize("synccheck", mode)
     summary = re.search(r"ERROR SUMMARY: (\d+) errors?", out)
-    assert summary, f"synccheck coop: no summary line\n{out[-4000:]}"
-    assert summary.group(1) == "0", f"synccheck coop:\n{out[-4000:]}"
+    assert summary, f"synccheck {mode}: no summary line\n{out[-4000:]}"
+    assert summary.group(1) == "0", f"synccheck {mode}:\n{out[-4000:]}"
 
 
 @pytest.mark.parametrize("mode", ["walk", "chalf"])

@@ -46,7 +46,7 @@ tile's last block it fences its atomics and tells warp 3. Cooperative: each of t
 writes its block sums to its row of one shared slot once the folder warp has released the
 previous block's (an mbarrier), arrives on another and goes on; warp 3 sums the 8 rows,
 releases the slot and adds the sums to the workspace (one fp32 atomic per column;
-``dbias_folder``, ``SlotHandOver``). Warp 3 folds
+``dbias_folder``, ``HandOver``). Warp 3 folds
 the workspace into the caller's bf16 dbias once an (expert, N-tile)'s last tile is in (one
 rounding; see ``dbias_folder``).
 
@@ -78,30 +78,43 @@ from .tile_walk import expert_of_row, grouped_raster
 class DbiasHandBack(NamedTuple):
     """What a ping-pong C producer warp needs to add its warpgroup's dbias column sums
     (``c_producer``): the per-stage slices, the offsets and expert count (the expert of a
-    tile), the fp32 workspace, and the fold barrier it meets the folder warp on."""
+    tile), the fp32 workspace, and the (full, empty) mbarriers on which it hands each
+    tile's sums to the folder warp (``HandOver``)."""
 
     sDb: object
     offs: object
     num_experts: object
     ws: object
-    fold_bar: object
+    fold_mbar: object
 
-class SlotHandOver:
-    """The cooperative dbias slot's hand-over between the 8 math warps and the folder
-    warp, one block at a time, on the two mbarriers at ``mbar`` (``full``: the 256 math
-    threads arrive after their row stores; ``empty``, at ``mbar + 1``: the folder warp's
-    32 threads arrive after their reads). Block k of the CTA (the math warps and the folder
-    count the blocks alike: ``_valid_blocks``) completes phase k of each, so its waits take
-    the parity k % 2 (the math warps wait for the previous block's release: parity
-    (k + 1) % 2, immediately true for block 0, as a CUTLASS producer's first acquire).
-    Session 17's form, two named barriers (bar.arrive / bar.sync), was 0.5-1.1% faster than
-    main's shared compare-and-swap sums, but compute-sanitizer's racecheck reported it
-    (session 18); mbarrier phases carry the order in the form the A/B and C rings use."""
+class HandOver:
+    """A one-place hand-over to the folder warp (warp 3) on the two mbarriers at ``mbar``
+    (``full``: the producing threads arrive once their part is done; ``empty``, at
+    ``mbar + 1``: the folder warp's 32 threads arrive once they took it). Hand-over k
+    completes phase k of each, so its waits take the parity k % 2 (the producing side
+    waits for the previous hand-over's release: parity (k + 1) % 2, immediately true for
+    k = 0, as a CUTLASS producer's first acquire).
+
+    * Cooperative dbias: the slot of per-warp column sums, block by block; the 256 math
+      threads arrive after their row stores; k counts the CTA's blocks (the math warps and
+      the folder count them alike: ``_valid_blocks``). Session 17's form, two named
+      barriers (bar.arrive / bar.sync), was 0.5-1.1% faster than main's shared
+      compare-and-swap sums, but compute-sanitizer's racecheck reported it (session 18);
+      mbarrier phases carry the order in the form the A/B and C rings use.
+    * Ping-pong fold: C producer warp 1 + w tells the folder that math warpgroup w's sums
+      of a tile are in the workspace (its 32 lanes arrive, each after fencing its own
+      atomics); k counts warpgroup w's tiles. Until session 20 both warps blocked on a
+      named barrier, each from its own code, which compute-sanitizer's synccheck reported
+      ("Barrier error detected. Divergent thread(s) in block") and stopped the kernel on:
+      the threads that block in one generation of an aligned barrier (``bar.sync``) must
+      use one and the same instruction. A ``WARPSYNC.ALL`` right before it changed
+      nothing, and the unaligned ``barrier.sync`` compiles to the same SASS here. Now the
+      producer waits only for the folder's release of its previous tile."""
 
     @staticmethod
-    def init(mbar):
+    def init(mbar, full_arrivals):
         """One thread, before the CTA-wide sync that ends the C ring's create()."""
-        cute.arch.mbarrier_init(mbar, 128 * MATH_WARPGROUPS)
+        cute.arch.mbarrier_init(mbar, full_arrivals)
         cute.arch.mbarrier_init(mbar + 1, 32)
 
     @staticmethod
@@ -503,7 +516,9 @@ class GroupedDgluSm90:
                 cute.struct.MemRange[cfg.c_dtype, cute.cosize(c_smem_staged)], 1024]
             ab_mbar: cute.struct.MemRange[cutlass.Int64, self.ab_stages * 2]
             c_mbar: cute.struct.MemRange[cutlass.Int64, MATH_WARPGROUPS * self.c_stages * 2]
-            slot_mbar: cute.struct.MemRange[cutlass.Int64, 2]  # (cooperative dbias slot)
+            # HandOver pairs: the cooperative dbias slot's, or the ping-pong fold's (one per
+            # C producer warp)
+            hand_mbar: cute.struct.MemRange[cutlass.Int64, 2 * MATH_WARPGROUPS]
             sDb: cute.struct.Align[
                 cute.struct.MemRange[Float32, cfg.dbias_smem_floats()], 16]
 
@@ -710,12 +725,17 @@ class GroupedDgluSm90:
             # remote arrive can reach a barrier before it is initialized
             cta_layout_vmnk=cute.make_layout((1, cm, cn, 1)),
         )
-        # the cooperative dbias slot's (full, empty) mbarriers (see SlotHandOver); the C
-        # ring's create() below fences mbarrier inits and syncs the CTA
-        slot_mbar = storage.slot_mbar.data_ptr()
+        # the (full, empty) mbarrier pairs of the cooperative dbias slot or of the ping-pong
+        # fold (see HandOver); the C ring's create() below fences mbarrier inits and syncs
+        # the CTA
+        hand_mbar = storage.hand_mbar.data_ptr()
         if cutlass.const_expr(self.cfg.coop_dbias_slots()):
             if tidx == 0:
-                SlotHandOver.init(slot_mbar)
+                HandOver.init(hand_mbar, 128 * MATH_WARPGROUPS)
+        elif cutlass.const_expr(self.dbias_via_producer() and self.cfg.fold_in_kernel()):
+            if tidx == 0:
+                for w in cutlass.range_constexpr(MATH_WARPGROUPS):
+                    HandOver.init(hand_mbar + 2 * w, 32)
         # One ring of 2*c_stages C blocks; math warpgroup w owns stages
         # [w*c_stages, (w+1)*c_stages) and its own producer warp (1 + w), so each half is a
         # private in-order FIFO (see c_state).
@@ -775,13 +795,13 @@ class GroupedDgluSm90:
                     # ping-pong: this warp adds its warpgroup's dbias column sums and
                     # tells the folder warp when a tile's are in the workspace
                     dbias = DbiasHandBack(sDb, mOffs, num_experts, mDbias,
-                                          self.fold_bar(warp_idx - 1))
+                                          self.fold_mbar(hand_mbar, warp_idx - 1))
                 self.c_producer(c_pipe, tma_atom_c, tCgC_tma, tCsC_tma, warp_idx - 1, unit0,
                                 walk, d_store, dbias)
             if cutlass.const_expr(self.cfg.has_folder()):
                 if warp_idx == 3:
                     self.dbias_folder(mOffs, num_experts, mDbias, mCount, mDbOut, unit0, walk,
-                                      valid_m_units * cm, tidx, sDb, slot_mbar)
+                                      valid_m_units * cm, tidx, sDb, hand_mbar)
         else:
             cute.arch.setmaxregister_increase(self.math_regs)
             wg = warp_group - 1
@@ -842,7 +862,7 @@ class GroupedDgluSm90:
                 self._stamp(tr, 2, tcount, wg, bid)
                 self.epilogue(acc, tCcC, c_pipe, sC, wg, cpos, mD, mAlpha, mBeta, mProb,
                               mDprob, geglu_alpha, clamp_max, clamp_min, linear_offset,
-                              m_tile, n_tile, expert, tidx, sDb, slot_mbar, kslot)
+                              m_tile, n_tile, expert, tidx, sDb, hand_mbar, kslot)
                 self._stamp(tr, 3, tcount, wg, bid)
                 if cutlass.const_expr(self.cfg.coop_dbias_slots()):
                     kslot += self._valid_blocks(n_tile * self.tile_n)
@@ -962,11 +982,11 @@ class GroupedDgluSm90:
         change that), while its probe of every lane arriving (``wartx32``) reported none."""
         return 32 if self.dbias_via_producer() else 1
 
-    def fold_bar(self, w):
-        """Ping-pong: the dbias folder warp meets C producer warp 1 + w, which added math
-        warpgroup w's sums of a tile, once per tile (fold_in_kernel only; cooperative:
-        ``SlotHandOver``)."""
-        return pipeline.NamedBarrier(barrier_id=6 + w, num_threads=32 + 32)
+    def fold_mbar(self, hand_mbar, w):
+        """Ping-pong: the ``HandOver`` pair on which C producer warp 1 + w, which added math
+        warpgroup w's sums of a tile, tells the dbias folder warp, once per tile
+        (fold_in_kernel only; cooperative: the slot's pair at ``hand_mbar``)."""
+        return hand_mbar + 2 * w
 
     @cute.jit
     def c_producer(self, c_pipe, tma_atom_c, tCgC, tCsC, w, unit0, walk, d_store, dbias):
@@ -1037,7 +1057,7 @@ class GroupedDgluSm90:
                 if cutlass.const_expr(dbias is not None):
                     if p + e >= self.c_stages:
                         # after the load is on its way: the fence waits for the atomics
-                        self._fold_signal(e_q, dbias)
+                        self._fold_signal(e_q, dbias, p + e - self.c_stages)
             p += self.nent
             unit += self.unit_step(nunits)
         if cutlass.const_expr(d_store is not None or dbias is not None):
@@ -1051,7 +1071,7 @@ class GroupedDgluSm90:
                     self._hand_back(d_store, dbias, st, w, p + i - self.c_stages, e_q, unit0,
                                     walk, cur)
                     if cutlass.const_expr(dbias is not None):
-                        self._fold_signal(e_q, dbias)
+                        self._fold_signal(e_q, dbias, p + i - self.c_stages)
             if cutlass.const_expr(d_store is not None):
                 cute.arch.cp_async_bulk_wait_group(0)  # D stores complete before exit
 
@@ -1096,12 +1116,16 @@ class GroupedDgluSm90:
             # dbias every lane also arrives there itself: see c_producer)
             cute.arch.sync_warp()
 
-    def _fold_signal(self, e_q: int, dbias):
-        """After entry ``e_q``'s column sums went out: if it was its tile's last entry,
-        fence this warp's atomics (gpu scope: see dbias_folder) and meet the folder warp."""
+    def _fold_signal(self, e_q: int, dbias, q):
+        """After the column sums of entry ``e_q`` at FIFO position ``q`` went out: if it
+        was its tile's last entry, every lane fences its atomics (gpu scope: see
+        dbias_folder) and the warp hands the tile (the warpgroup's tile q // nent) to the
+        folder warp, once the folder took the one before (``HandOver``)."""
         if cutlass.const_expr(self.cfg.fold_in_kernel() and e_q == self.nent - 1):
             cute.arch.fence_acq_rel_gpu()
-            dbias.fold_bar.arrive_and_wait()
+            k = q // self.nent
+            HandOver.wait_empty(dbias.fold_mbar, k)
+            HandOver.arrive_full(dbias.fold_mbar)
 
     def _store_d_block(self, d_store, st, w, e_q: int, m_tile, n_tile):
         """Issue the TMA store of the D entry in C stage ``st``: warpgroup w's entry ``e_q``
@@ -1245,7 +1269,7 @@ class GroupedDgluSm90:
     @cute.jit
     def epilogue(self, acc, tCcC, c_pipe, sC, wg, cpos, mD, mAlpha, mBeta, mProb, mDprob,
                  geglu_alpha, clamp_max, clamp_min, linear_offset, m_tile, n_tile, expert,
-                 tidx, sDb, slot_mbar, kslot):
+                 tidx, sDb, hand_mbar, kslot):
         """Fused dGLU epilogue from one warpgroup's wg_rows x TILE_N accumulator registers
         (ping-pong: the whole 128-row tile, two 64-row halves; cooperative: its 64 rows).
 
@@ -1344,7 +1368,7 @@ class GroupedDgluSm90:
                 # zeroing of a phantom block against these adds of zeros; a phantom block's
                 # sums are neither added nor flushed now)
                 if valid:  # (the valid blocks are a prefix: block kslot + j of the CTA)
-                    self._dbias_block(col_gate, col_up, sDb, j, tidx, slot_mbar, kslot + j)
+                    self._dbias_block(col_gate, col_up, sDb, j, tidx, hand_mbar, kslot + j)
 
         # dprob: the 4 lanes of a quad hold the same rows -> butterfly over lane bits 0-1
         for s in cutlass.range_constexpr(len(dprob)):
@@ -1380,7 +1404,7 @@ class GroupedDgluSm90:
             c_pipe.consumer_release(st)
 
     @cute.jit
-    def _dbias_block(self, col_gate, col_up, sDb, where, tidx, slot_mbar, k):
+    def _dbias_block(self, col_gate, col_up, sDb, where, tidx, hand_mbar, k):
         """Column sums of one 32-column block over this warp's 16 rows of both halves.
 
         The 8 quads of a warp (lane bits 2-4) hold the same 16 columns (8 gate, 8 up) for
@@ -1391,7 +1415,7 @@ class GroupedDgluSm90:
         (0) or up (1), bits 3-4 the 8-column group, and every lane stores its 2 adjacent
         block columns (gate 0-31, up 32-63) to the warp's part of the slice of C stage
         ``where`` (ping-pong), or to the warp's row of the slot as the CTA's ``k``-th block
-        (cooperative: ``where`` unused; see ``SlotHandOver``)."""
+        (cooperative: ``where`` unused; see ``HandOver``)."""
         lane = tidx % 32
         vals = list(col_gate) + list(col_up)  # slot s: gate s (< 8), up s - 8
         for lvl in cutlass.range_constexpr(3):
@@ -1414,29 +1438,30 @@ class GroupedDgluSm90:
             # this warp's row of the slot, once the folder warp has read the previous
             # block's (every thread waits and then arrives itself: its arrive releases
             # its own writes to the folder)
-            SlotHandOver.wait_empty(slot_mbar, k)
+            HandOver.wait_empty(hand_mbar, k)
             w = tidx // 32 - 4  # math warp 0-7
             for i in cutlass.range_constexpr(2):
                 sDb[(col + i, w)] = vals[i]
-            SlotHandOver.arrive_full(slot_mbar)
+            HandOver.arrive_full(hand_mbar)
         else:
             for i in cutlass.range_constexpr(2):
                 sDb[(col + i, (tidx % 128) // 32, where)] = vals[i]
 
     @cute.jit
     def dbias_folder(self, mOffs, num_experts, mWs, mCount, mDbOut, unit0, walk, m_tiles,
-                     tidx, sDb, slot_mbar):
+                     tidx, sDb, hand_mbar):
         """Warp 3 (otherwise idle): folds the fp32 dbias column sums into the caller's bf16
         dbias from inside the kernel, so that no second kernel is needed, and (cooperative,
         folded or not) sums each block's dbias slot into the workspace.
 
         It walks the CTA's units in order (ping-pong: unit k is math warpgroup k % 2's;
-        cooperative: both warpgroups share each). Ping-pong: per tile it meets on the fold
-        barrier the warpgroup's C producer warp, which added the tile's sums after it handed
-        back the tile's last block and fenced them (``_fold_signal``; gpu scope: the
-        threadFenceReduction pattern, with the barrier carrying the order to this warp).
+        cooperative: both warpgroups share each). Ping-pong: per tile it takes the hand-over
+        of the warpgroup's C producer warp, which added the tile's sums after it handed
+        back the tile's last block and fenced them (``_fold_signal``, ``HandOver``; gpu
+        scope: the threadFenceReduction pattern, with the mbarrier's release and acquire
+        carrying the order to this warp), and releases it at once.
         Cooperative: per block, once the 8 math warps' rows of the slot are written
-        (``SlotHandOver``), this warp sums them, hands the slot back and adds the sums to the
+        (``HandOver``), this warp sums them, hands the slot back and adds the sums to the
         workspace (``_sum_slots``); after the tile's last block it fences. Lane 0 then
         counts the arrival on (expert, N-tile) with an acq_rel atomic. The count that
         completes the expert's tiles (the scheduled 128-row M-tiles whose first row is the
@@ -1446,13 +1471,13 @@ class GroupedDgluSm90:
         tile's 2*TILE_N columns: each sum read by atomic exchange with 0 (coherent at L2,
         leaves zero), dbias = bf16(fp32(dbias) + sum), then the counter reset. So every
         launch leaves the dbias region of the workspace zero (``_count_and_fold``). The
-        ping-pong C producer warp only fences and meets this warp, and the cooperative math
-        warps only write their rows and arrive (no atomic with a result in their loops: in
-        the math warps that cost ptxas ~50 B of spills in the fp32-C epilogue). The phantom
-        N-tile of an odd cluster_n pair is met but not counted (no columns, no counter)."""
+        ping-pong C producer warp only fences and hands over to this warp, and the
+        cooperative math warps only write their rows and arrive (no atomic with a result in
+        their loops: in the math warps that cost ptxas ~50 B of spills in the fp32-C
+        epilogue). The phantom N-tile of an odd cluster_n pair is handed over but not
+        counted (no columns, no counter)."""
         nunits, num_units, _, _ = walk
         lane = tidx % 32
-        bars = [self.fold_bar(w) for w in range(MATH_WARPGROUPS)]  # (ping-pong)
         unit = unit0
         k = Int32(0)
         kslot = Int32(0)  # (cooperative) blocks taken so far, counted as the math warps do
@@ -1461,13 +1486,14 @@ class GroupedDgluSm90:
             expert = expert_of_row(mOffs, num_experts, m_tile * TILE_M)
             n0 = n_tile * self.tile_n
             if cutlass.const_expr(self.coop):
-                self._sum_slots(sDb, mWs, expert, n0, lane, slot_mbar, kslot)
+                self._sum_slots(sDb, mWs, expert, n0, lane, hand_mbar, kslot)
                 kslot += self._valid_blocks(n0)
             else:
-                if k % 2 == 0:
-                    bars[0].arrive_and_wait()
-                else:
-                    bars[1].arrive_and_wait()
+                # warpgroup k % 2's tile k // 2: its sums are in once the C producer warp
+                # hands it over; released at once (the producer may go on to the next)
+                mbar = self.fold_mbar(hand_mbar, k % 2)
+                HandOver.wait_full(mbar, k // 2)
+                HandOver.arrive_empty(mbar)
             if cutlass.const_expr(self.cfg.fold_in_kernel()):
                 if cutlass.const_expr(self.coop):
                     # every lane's atomics fenced before lane 0 counts the tile
@@ -1522,7 +1548,7 @@ class GroupedDgluSm90:
         return cutlass.max(cutlass.min(Int32(self.nblk), (self.cfg.n - n0) // 32), Int32(0))
 
     @cute.jit
-    def _sum_slots(self, sDb, mWs, expert, n0, lane, slot_mbar, kslot):
+    def _sum_slots(self, sDb, mWs, expert, n0, lane, hand_mbar, kslot):
         """The folder warp's part of one cooperative tile's dbias: for each block the
         epilogue sums (those inside 2N, in the epilogue's order), wait for the 8 warps'
         rows of the slot, add each column's 8 values and that sum to the workspace ``mWs``
@@ -1531,7 +1557,7 @@ class GroupedDgluSm90:
         two_n = 2 * self.cfg.n
         for j in cutlass.range_constexpr(self.nblk):
             if self._block_valid(n0, j):
-                SlotHandOver.wait_full(slot_mbar, kslot + j)
+                HandOver.wait_full(hand_mbar, kslot + j)
                 sums = []
                 for i in cutlass.range_constexpr(2):
                     col = lane + 32 * i
@@ -1540,7 +1566,7 @@ class GroupedDgluSm90:
                         x = x + sDb[(col, w)]
                     sums.append(x)
                 # every read of the slot is done: the math warps may write the next block
-                SlotHandOver.arrive_empty(slot_mbar)
+                HandOver.arrive_empty(hand_mbar)
                 for i in cutlass.range_constexpr(2):
                     g = 2 * n0 + C_BLOCK_COLS * j + lane + 32 * i
                     cute.arch.atomic_add((mWs.iterator + (expert * two_n + g)).llvm_ptr, sums[i])
