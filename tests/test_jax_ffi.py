@@ -66,7 +66,7 @@ def test_jit_takes_the_engines_choice_at_deep_k():
     """Under jax.jit dbias stays in fp32 for JAX to round (fold_dbias=False); the FFI path
     picks what the engine picks, the cooperative kernel at K >= 7168, with dbias too (that
     unfolded form passed its GPU test in session 17)."""
-    from cudnn_ext.engines.sm90 import COOPERATIVE_KNOBS, Sm90DgluEngine
+    from cudnn_ext.engines.sm90 import COOPERATIVE_DEEP_KNOBS, Sm90DgluEngine
     from cudnn_ext.jax.ffi import choose_knobs
     from cudnn_ext.problem import ActConfig, DgluProblem
 
@@ -79,9 +79,9 @@ def test_jit_takes_the_engines_choice_at_deep_k():
     eng = Sm90DgluEngine()
     for dbias in (True, False):  # what the engine itself picks
         p = problem(dbias)
-        assert min(eng.knob_space(p), key=lambda kn: eng.cost(p, kn)) == COOPERATIVE_KNOBS
-    assert choose_knobs(problem(True)) == COOPERATIVE_KNOBS
-    assert choose_knobs(problem(False)) == COOPERATIVE_KNOBS
+        assert min(eng.knob_space(p), key=lambda kn: eng.cost(p, kn)) == COOPERATIVE_DEEP_KNOBS
+    assert choose_knobs(problem(True)) == COOPERATIVE_DEEP_KNOBS
+    assert choose_knobs(problem(False)) == COOPERATIVE_DEEP_KNOBS
     shallow = dataclasses.replace(problem(True), k=4096)  # mixtral's K: ping-pong
     assert not choose_knobs(shallow).get("cooperative", False)
 
@@ -224,10 +224,10 @@ def test_export_cooperative_dbias_variant_compiles(monkeypatch):
     forced: it compiles for sm_90a (its GPU test is the ``gpu`` one below)."""
     from cutlass.jax import get_export_disabled_safety_checks
 
-    from cudnn_ext.engines.sm90 import COOPERATIVE_KNOBS
+    from cudnn_ext.engines.sm90 import COOPERATIVE_DEEP_KNOBS
     from cudnn_ext.jax import ffi
 
-    monkeypatch.setattr(ffi, "choose_knobs", lambda problem: COOPERATIVE_KNOBS)
+    monkeypatch.setattr(ffi, "choose_knobs", lambda problem: COOPERATIVE_DEEP_KNOBS)
     f = jax.jit(_fn(generate_dbias=True))
     exp = jax.export.export(f, platforms=["cuda"],
                             disabled_checks=get_export_disabled_safety_checks())(*_avals())
@@ -318,10 +318,10 @@ def test_ffi_cooperative_dbias_on_gpu_matches_the_float64_oracle(act_func, monke
     ``choose_knobs`` picks at K >= 7168 (first passed on an H200 in session 17): forced
     here on the small dense operands (N < tile: the tile's columns past N are phantoms)."""
     _skip_unless_jax_gpu()
-    from cudnn_ext.engines.sm90 import COOPERATIVE_KNOBS
+    from cudnn_ext.engines.sm90 import COOPERATIVE_DEEP_KNOBS
     from cudnn_ext.jax import ffi
 
-    monkeypatch.setattr(ffi, "choose_knobs", lambda problem: COOPERATIVE_KNOBS)
+    monkeypatch.setattr(ffi, "choose_knobs", lambda problem: COOPERATIVE_DEEP_KNOBS)
     j = _gpu_operands()
     f = jax.jit(_fn(act_func=act_func, generate_dbias=True))
     args = (j["a"], j["c"], j["offs"], j["alpha"], j["beta"], j["prob"], j["b"])

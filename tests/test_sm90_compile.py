@@ -246,10 +246,10 @@ def test_fresh_outputs_variant_compiles_for_sm90a(tile_n, cluster_m, act, dbias,
 def test_zeroed_workspace_variant_compiles_for_sm90a(coop, capfd):
     """The contract launch without its zeroing kernel (a scratch kept zero: the torch replay),
     for ping-pong and for the cooperative kernel the engine picks at deep K."""
-    from cudnn_ext.engines.sm90 import COOPERATIVE_KNOBS
+    from cudnn_ext.engines.sm90 import cooperative_knobs
 
     p = _problem(n=512, k=7168, m=32768) if coop else _problem()
-    knobs = COOPERATIVE_KNOBS if coop else _engine_knobs(p, 128, 2)
+    knobs = cooperative_knobs(p) if coop else _engine_knobs(p, 128, 2)
     assert knobs in Sm90DgluEngine().knob_space(p)
     key = dataclasses.replace(Sm90CompileKey.of(p, knobs), ws_zeroed=True)
     assert key != Sm90CompileKey.of(p, knobs)
@@ -662,8 +662,9 @@ def test_cooperative_is_selected_where_it_measured_faster():
     at K >= 7168 with or without dbias (session 16: dsv3, K 8192, K 12288; slower at K 6144
     and 4096), and without dbias at K <= 2048 for C and D of different 16-bit types (where
     ping-pong cannot take 64-row C entries). Everything else keeps ping-pong 128 x 128 in
-    2x1 clusters, with 64-row C entries where they apply."""
-    from cudnn_ext.engines.sm90 import COOPERATIVE_KNOBS
+    2x1 clusters, with 64-row C entries where they apply. At deep K the cooperative form
+    has 4 C stages per warpgroup and 3 A/B stages (session 20), else 2 and 4."""
+    from cudnn_ext.engines.sm90 import COOPERATIVE_DEEP_KNOBS, COOPERATIVE_KNOBS
 
     eng = Sm90DgluEngine()
 
@@ -684,7 +685,7 @@ def test_cooperative_is_selected_where_it_measured_faster():
                # per-expert weights at deep K (session 18)
                dict(dbias=True, weight_mode="discrete", **dsv3),
                dict(dbias=False, weight_mode="discrete", b_major="n", **dsv3)):
-        assert best(**kw) == COOPERATIVE_KNOBS, kw
+        assert best(**kw) == COOPERATIVE_DEEP_KNOBS, kw
     split, whole = 2, 1
     for kw, c_split in ((dict(dbias=False), split),  # qwen3
                         (dict(dbias=False, c=torch.float16, d=torch.float16), split),
@@ -734,11 +735,13 @@ _COOP_SELECTABLE = [("dswiglu", torch.bfloat16, torch.float16, "k", False, 2048)
                          ids=[f"{a}-C{_DT[c]}-D{_DT[d]}-{b}major-dbias{int(db)}-K{k}"
                               for a, c, d, b, db, k in _COOP_SELECTABLE])
 def test_selectable_cooperative_variant_compiles_for_sm90a(act, c, d, b_major, dbias, k, capfd):
-    from cudnn_ext.engines.sm90 import COOPERATIVE_KNOBS
+    from cudnn_ext.engines.sm90 import cooperative_knobs
 
     p = _problem(act=act, c=c, d=d, dbias=dbias, n=512, k=k, m=32768, b_major=b_major)
-    assert COOPERATIVE_KNOBS in Sm90DgluEngine().knob_space(p)
-    assert _compile_checked(Sm90CompileKey.of(p, COOPERATIVE_KNOBS), capfd) is not None
+    knobs = cooperative_knobs(p)
+    assert knobs in Sm90DgluEngine().knob_space(p)
+    assert knobs.get("c_stages") == (4 if k >= 7168 else 2)
+    assert _compile_checked(Sm90CompileKey.of(p, knobs), capfd) is not None
 
 
 @needs_dsl
@@ -746,22 +749,23 @@ def test_selectable_cooperative_variant_compiles_for_sm90a(act, c, d, b_major, d
 def test_selectable_discrete_cooperative_variant_compiles_for_sm90a(b_major, dbias, capfd):
     """Per-expert weights (device-built descriptors) on the cooperative kernel, which the
     heuristics pick at K >= 7168 (since session 18)."""
-    from cudnn_ext.engines.sm90 import COOPERATIVE_KNOBS
+    from cudnn_ext.engines.sm90 import COOPERATIVE_DEEP_KNOBS
 
     p = _problem(dbias=dbias, n=512, k=7168, m=32768, weight_mode="discrete", b_major=b_major)
-    assert COOPERATIVE_KNOBS in Sm90DgluEngine().knob_space(p)
-    assert _compile_checked(Sm90CompileKey.of(p, COOPERATIVE_KNOBS), capfd) is not None
+    assert COOPERATIVE_DEEP_KNOBS in Sm90DgluEngine().knob_space(p)
+    assert _compile_checked(Sm90CompileKey.of(p, COOPERATIVE_DEEP_KNOBS), capfd) is not None
 
 
 @needs_dsl
 @pytest.mark.parametrize("dbias,k,d", [(False, 2048, torch.float16), (True, 7168, torch.bfloat16)])
 def test_selectable_cooperative_fresh_outputs_variant_compiles_for_sm90a(dbias, k, d, capfd):
     """The functional torch op runs the fresh-outputs variant of whatever the heuristics pick."""
-    from cudnn_ext.engines.sm90 import COOPERATIVE_KNOBS
+    from cudnn_ext.engines.sm90 import cooperative_knobs
 
     p = _problem(dbias=dbias, n=512, k=k, m=32768, c=torch.bfloat16, d=d)
-    assert COOPERATIVE_KNOBS in Sm90DgluEngine().knob_space(p)
-    key = dataclasses.replace(Sm90CompileKey.of(p, COOPERATIVE_KNOBS), init_outputs=True)
+    knobs = cooperative_knobs(p)
+    assert knobs in Sm90DgluEngine().knob_space(p)
+    key = dataclasses.replace(Sm90CompileKey.of(p, knobs), init_outputs=True)
     assert key.cooperative
     assert _compile_checked(key, capfd) is not None
 

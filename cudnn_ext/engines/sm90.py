@@ -39,9 +39,18 @@ CLUSTER_MS = (1, 2)
 CLUSTER_SHAPES = tuple((cm, 1) for cm in CLUSTER_MS) + ((2, 2),)
 #: M-tiles per raster group, per cluster size (the schedule sweeps N-tiles inside a group).
 RASTER_GROUP_M = {1: 8, 2: 4}
-#: The cooperative schedule's one selectable configuration (see _cooperative_applies)
+#: The cooperative schedule's selectable configurations (see _cooperative_applies and
+#: cooperative_knobs): 2 C stages per warpgroup (4 A/B stages) at shallow K ...
 COOPERATIVE_KNOBS = Knobs.of(tile_n=256, c_stages=2, stages=0, raster_group_m=RASTER_GROUP_M[2],
                              scheduler="static_persistent", cluster_m=2, cooperative=True)
+#: ... and at deep K 4 C stages per warpgroup with 3 A/B stages: the exposed epilogue
+#: waits less on its C ring (session 20, results/session20/coopc/, bf16 C and D with dbias,
+#: one process, ms against the 2-stage form: dsv3 1.313 vs 1.318, K 8192 1.482 vs 1.491,
+#: K 12288 2.174 vs 2.191; the dsv3 epilogue 12.9 k vs 13.6 k cycles per tile, the
+#: mainloop 1.5% longer). 3 C stages with 3 A/B stages were no faster (1.322, 1.491, 2.183).
+COOPERATIVE_DEEP_KNOBS = Knobs.of(tile_n=256, c_stages=4, stages=3,
+                                  raster_group_m=RASTER_GROUP_M[2],
+                                  scheduler="static_persistent", cluster_m=2, cooperative=True)
 #: 128 x 256 tiles below which ping-pong 128 x 128 keeps the GPU busier (two waves, 132 SMs)
 _COOP_MIN_TILES = 264
 #: Shallow K: the cooperative schedule is offered without dbias for K <= this (where it
@@ -481,7 +490,7 @@ class Sm90DgluEngine(Engine):
                           **({"c_split": 2} if self._c_split_applies(problem, t, cn) else {}))
                  for cm, cn in shapes for t in TILE_NS]
         if self._cooperative_applies(problem):
-            space.append(COOPERATIVE_KNOBS)
+            space.append(cooperative_knobs(problem))
         return space
 
     @staticmethod
@@ -494,7 +503,7 @@ class Sm90DgluEngine(Engine):
 
     @staticmethod
     def _cooperative_applies(problem: DgluProblem) -> bool:
-        """The cooperative 128 x 256 schedule (2x1 clusters, 2 C stages per warpgroup) is
+        """The cooperative 128 x 256 schedule (2x1 clusters; C stages: ``cooperative_knobs``) is
         offered for 16-bit C and D, N a multiple of 256 (no padded tile), at least
         _COOP_MIN_TILES such tiles, and either K >= _COOP_MIN_DEEP_K (dense or per-expert
         weights, with or without dbias) or, for dense weights, no dbias and K <= _COOP_MAX_K
@@ -591,6 +600,14 @@ class Sm90DgluEngine(Engine):
         if not compile_deferred():
             plan.warmup()  # build = compile, as the class API and graph users expect
         return plan
+
+
+def cooperative_knobs(problem: DgluProblem) -> Knobs:
+    """The cooperative configuration offered for ``problem`` where the schedule applies
+    (``Sm90DgluEngine._cooperative_applies``): the deep-K form at K >= _COOP_MIN_DEEP_K
+    (where it was timed; it needs 16-bit C, as the schedule does: with 4 C stages per
+    warpgroup 3 A/B stages fit), else the 2-stage form."""
+    return COOPERATIVE_DEEP_KNOBS if problem.k >= _COOP_MIN_DEEP_K else COOPERATIVE_KNOBS
 
 
 def describe_key(key: Sm90CompileKey) -> dict:

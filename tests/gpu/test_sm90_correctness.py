@@ -101,7 +101,7 @@ def test_sm90_heuristics_choice_is_correct(fresh, kw, expect):
     walks several (accumulator overwrite, the C FIFO and the dbias sums carried across
     tiles)."""
     skip_unless_sm90()
-    from cudnn_ext.engines.sm90 import COOPERATIVE_KNOBS, Sm90DgluEngine
+    from cudnn_ext.engines.sm90 import Sm90DgluEngine, cooperative_knobs
     from sm90_cases import make_pack
 
     kw = dict(kw)
@@ -112,7 +112,7 @@ def test_sm90_heuristics_choice_is_correct(fresh, kw, expect):
     problem, _ = make_pack(case)
     knobs = min(eng.knob_space(problem), key=lambda kn: eng.cost(problem, kn))
     if expect == "coop":
-        assert knobs == COOPERATIVE_KNOBS
+        assert knobs == cooperative_knobs(problem)
     else:
         assert not knobs.get("cooperative", False)
         assert (knobs.get("tile_n"), knobs.get("cluster_m"), knobs.get("cluster_n", 1)) == (128, 2, 1)
