@@ -50,6 +50,12 @@
 # Part "sync" (main): synccheck on the ping-pong walks (`walk`, `chalf`), which it has never
 #   run on for main (only `coop`): their C producer warps wait on all lanes and then meet
 #   the folder warp on a named barrier, the shape that drew exp/d-stage's report. 1 min.
+# Part "verify" (main after session 20's changes; ab_old/ holding 91c7997's cudnn_ext, the
+#   tree the trim/dstage2/coopc parts ran against plus exp/epi-trim): the ping-pong fold on
+#   HandOver mbarriers instead of a named barrier both warps blocked on (the "sync" part's
+#   synccheck report), and the cooperative deep-K knobs with 4 C stages and 3 A/B stages.
+#   The whole GPU suite in 4 workers (its sanitizer tests now run synccheck on walk, chalf
+#   and coop), then dsv3, K 8192, K 12288 and the four shapes against ab_old. About 5 min.
 # Part "final" (main): the full benchmark for the README's table. About 2 min.
 set -o pipefail
 source "$(dirname "$0")/device_common.sh"
@@ -91,12 +97,20 @@ elif [ "$1" = trim ]; then
   ab ab_old old --shapes dsv3,k8k,k12k,qwen3,mixtral,skew
   ab ab_new new --shapes dsv3,k8k,k12k,qwen3,mixtral,skew
   grep -hE "^(k8k|k12k) " "$OUT/ab_old.log" "$OUT/ab_new.log"
+elif [ "$1" = verify ]; then
+  need_ab_old
+  grep -q "COOPERATIVE_DEEP_KNOBS" cudnn_ext/engines/sm90.py || { echo "main after session 20 only"; exit 1; }
+  tp gpu_all -m gpu tests -n 4
+  grep -E "passed|failed" "$OUT/gpu_all.log" | tail -1
+  ab ab_old old --shapes dsv3,k8k,k12k,qwen3,mixtral,skew
+  ab ab_new new --shapes dsv3,k8k,k12k,qwen3,mixtral,skew
+  grep -hE "^(k8k|k12k) " "$OUT/ab_old.log" "$OUT/ab_new.log"
 elif [ "$1" = sync ]; then
   san synccheck walk
   san synccheck chalf
 elif [ "$1" = final ]; then
   final_bench
 else
-  echo "usage: device_session20.sh coopc|ringprobe|dstage2|trim|sync|final"; exit 2
+  echo "usage: device_session20.sh coopc|ringprobe|dstage2|trim|sync|verify|final"; exit 2
 fi
 bundle "session20_$1"  # every log and JSON in one file (the tool returns at most 8)
