@@ -55,3 +55,8 @@ trace() { local name=$1; shift
 final_bench() {
   t bench_final python3 benchmarks/bench_dglu.py --reps 30 --warmup 5 --out "$OUT/bench_final.json"
   grep -E "^(dsv3|qwen3|mixtral|skew) |host overhead|timer" "$OUT/bench_final.log"; }
+# gpu_suite NAME [PYTEST_ARGS...]: the whole GPU suite in 4 workers, its log in
+# $OUT/NAME.log; prints the first failures and the summary line.
+gpu_suite() { local name=$1; shift
+  tp "$name" -m gpu tests -n 4 "$@"
+  grep -E "passed|failed" "$OUT/$name.log" | tail -1; }

@@ -54,7 +54,7 @@ def test_racecheck_reports_no_hazard(mode):
     assert summary.groups() == ("0", "0", "0"), f"racecheck {mode}:\n{out[-4000:]}"
 
 
-@pytest.mark.parametrize("mode", ["coop", "walk", "chalf"])
+@pytest.mark.parametrize("mode", ["coop", "walk", "chalf", "cluster", "discretecl"])
 def test_synccheck_reports_no_error_on_the_folder_hand_overs(mode):
     """The hand-overs to the dbias folder warp (``HandOver``). ``coop``: per block the math
     warps wait on the slot's "empty" mbarrier, which the folder warp arrives on, and arrive
@@ -62,7 +62,8 @@ def test_synccheck_reports_no_error_on_the_folder_hand_overs(mode):
     barriers per tile, then per block). ``walk``/``chalf`` (ping-pong): per tile the C
     producer warp hands its warpgroup's sums over the same way (since session 20; before,
     it and the folder blocked on one named barrier from two instructions, which synccheck
-    reported as divergent threads and stopped the kernel on)."""
+    reported as divergent threads and stopped the kernel on). ``cluster``/``discretecl``:
+    the same fold in 2-CTA clusters, dense and per-expert weights."""
     out = _sanitize("synccheck", mode)
     summary = re.search(r"ERROR SUMMARY: (\d+) errors?", out)
     assert summary, f"synccheck {mode}: no summary line\n{out[-4000:]}"

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Prepared in session 20 for the next device session (H200); not yet run:
+#   source .gpu/env/setup.sh && bash benchmarks/device_session21.sh <part>
+# Call plan (session 20's, ~30 min of device time on one machine): a fresh machine takes two
+# calls first, `source .gpu/env/setup.sh` carrying [".gpu/1", ".gpu/env"], then the same
+# carrying [".gpu/2", ".gpu/env"] (the first call's tree and what it carries are limited to
+# 64 MiB together: no unpacked branch folders then). Branches run from an untracked folder
+# of the checkout (`mkdir -p ab_X/ab_old && git archive BRANCH | tar -x -C ab_X && git
+# archive main cudnn_ext | tar -x -C ab_X/ab_old`, drop ab_X/benchmarks/results and
+# ab_X/docs; `cd ab_X && source ../.gpu/env/setup.sh && bash benchmarks/device_session21.sh
+# PART`). The machine goes back after ~30 s idle: issue the next call at once.
+# Part "sync" (main): synccheck on every sanitizer case, among them the 2-CTA cluster walks
+#   whose ping-pong fold moved to mbarriers in session 20 (`cluster`, `discretecl`: GPU
+#   tests since then, not yet run), the 2x2 cluster, N-major dense B and the fresh-outputs
+#   launch. About 2 min.
+# Part "coopr" (main, knob-only): the cooperative deep-K kernel (4 C stages, 3 A/B stages
+#   since session 20) with raster groups of 2 and 8 M-tiles against the default 4, on dsv3,
+#   K 8192 and K 12288. Never timed for the cooperative kernel (4 was chosen on ping-pong:
+#   results/NVIDIA_H200-2026-11-30-raster-stages.json). About 2 min.
+# Part "gpu" (main): the whole GPU suite in 4 workers. About 5 min.
+# Part "final" (main): the full benchmark for the README's table. About 2.5 min.
+set -o pipefail
+source "$(dirname "$0")/device_common.sh"
+if [ "$1" = sync ]; then
+  for m in cluster discretecl cluster2x2 densen fresh dense discrete walk chalf coop; do
+    san synccheck "$m"
+  done
+elif [ "$1" = coopr ]; then
+  vbench coopr coopr t256c4m2s3k,t256c4m2s3r2k,t256c4m2s3r8k --shapes dsv3,k8k,k12k
+  grep -E "^(k8k|k12k) " "$OUT/coopr.log"
+elif [ "$1" = gpu ]; then
+  gpu_suite gpu_all
+elif [ "$1" = final ]; then
+  final_bench
+else
+  echo "usage: device_session21.sh sync|coopr|gpu|final"; exit 2
+fi
+bundle "session21_$1"  # every log and JSON in one file (the tool returns at most 8)
