@@ -5,6 +5,7 @@ Skipped cleanly when the CuTe DSL is not importable. Also pins what the compile 
 """
 import dataclasses
 import importlib.util
+import re
 
 import pytest
 import torch
@@ -870,3 +871,62 @@ def test_folder_sums_the_cooperative_dbias_slots_folded_or_not():
     pp = dataclasses.replace(cfg, cooperative=False, tile_n=128)
     assert not pp.coop_dbias_slots() and pp.has_folder()
     assert not dataclasses.replace(pp, fold_dbias=False).has_folder()
+
+
+_BLOCKING_BARRIER = re.compile(
+    r"^\s*(?:@!?%\w+\s+)?(?:bar|barrier)(?:\.cta)?\.(?:sync|red)\S*\s+([^,;]+?)(?:,\s*([^,;]+?))?"
+    r"(?:,[^;]*)?;", re.M)
+
+
+def _blocking_named_barriers(ptx: str) -> dict:
+    """{thread count: [barrier operand of each blocking site]} over the PTX's blocking
+    named-barrier instructions that name a thread count (bar.sync, barrier.sync,
+    barrier.cta.sync, bar.red and their variants; arrives do not block)."""
+    sites = {}
+    for bid, count in _BLOCKING_BARRIER.findall(ptx):
+        if count:
+            sites.setdefault(count.strip(), []).append(bid.strip())
+    return sites
+
+
+@needs_dsl
+@pytest.mark.parametrize("mode", ["walk", "chalf", "coop"])
+def test_each_partial_barrier_blocks_at_one_instruction(mode, tmp_path):
+    """An aligned named barrier (``bar.sync``) lets the threads that block in one generation
+    do so at one instruction only; with two, compute-sanitizer's synccheck stopped the
+    kernel (session 20: the ping-pong C producer and the dbias folder warp both blocked on
+    the fold barrier, each from its own code). The PTX must not block on a partial barrier
+    (one with a thread count) at two places with the same thread count: the check cannot
+    tell register barrier ids apart, so it holds each count to one blocking site (the
+    ping-pong turn barriers: one ``bar.sync`` of 256 threads, the other side arrives)."""
+    from cudnn_ext.engines.sm90 import cooperative_knobs
+    from cudnn_ext.kernels.sm90.launch import compile_kernel
+
+    if mode == "coop":
+        p = _problem(n=512, k=7168, m=32768)
+        knobs = cooperative_knobs(p)
+    else:
+        p = _problem(n=480, k=136, m=16384, L=8)
+        knobs = Knobs.of(tile_n=128, cluster_m=2, **({"c_split": 2} if mode == "chalf" else {}))
+    key = Sm90CompileKey.of(p, knobs)
+    assert key.generate_dbias and key.cooperative == (mode == "coop")
+    compile_kernel(key.kernel_config(), tvm_ffi=key.tvm_ffi, ptx_dir=str(tmp_path))
+    (ptx_file,) = tmp_path.glob("*.ptx")
+    ptx = ptx_file.read_text()
+    sites = _blocking_named_barriers(ptx)
+    assert "bar.sync" in ptx or "barrier.sync" in ptx, "no barrier found: the parse is off"
+    shared = {count: ids for count, ids in sites.items() if len(ids) > 1}
+    assert not shared, f"partial barriers blocked at more than one place: {shared}"
+
+
+def test_blocking_barrier_parse_sees_both_sides_of_a_shared_barrier():
+    """The parse on the PTX of session 20's fold (before its fix), and on arrives."""
+    ptx = """
+	barrier.sync 	%r3394, 64;
+	@%p5 bar.sync 	%r60, 256;
+	bar.arrive %r448, 256;
+	barrier.cta.arrive 7, 64;
+	barrier.sync 	6, 64;
+	bar.sync 	0;
+"""
+    assert _blocking_named_barriers(ptx) == {"64": ["%r3394", "6"], "256": ["%r60"]}

@@ -47,18 +47,21 @@ def tvm_ffi_available() -> bool:
     return importlib.util.find_spec("tvm_ffi") is not None
 
 
-def compile_kernel(cfg: Sm90KernelConfig, tvm_ffi: bool = False, remarks: bool = False):
+def compile_kernel(cfg: Sm90KernelConfig, tvm_ffi: bool = False, remarks: bool = False,
+                   ptx_dir: str | None = None):
     """Compile for sm_90a without touching a GPU (fake addresses, fake stream).
 
     ``remarks``: print ptxas's report (registers, spills, and its WGMMA performance warnings
     such as C7519 "wgmma.mma_async instructions are serialized") to stderr; the CPU compile
-    tests read it."""
+    tests read it. ``ptx_dir``: also write the PTX there (an existing folder; the compile
+    tests read it)."""
     kernel = GroupedDgluSm90(cfg)
     ptrs = [make_ptr(dt, 0, _GMEM, assumed_align=al) for dt, al in _ptr_specs(cfg)]
     scalars = [Int32(256), Int32(1), Int32(132), Float32(1.702), Float32(7.0), Float32(-7.0),
                Float32(0.0)]
     opts = ("--gpu-arch sm_90a" + (" --enable-tvm-ffi" if tvm_ffi else "")
-            + (" remarks{ptx}" if remarks else ""))
+            + (" remarks{ptx}" if remarks else "")
+            + (f" --keep-ptx --dump-dir {ptx_dir}" if ptx_dir else ""))
     stream = make_fake_stream(use_tvm_ffi_env_stream=False) if tvm_ffi else make_fake_stream()
     return cute.compile(kernel, *ptrs, *scalars, stream, options=opts)
 
