@@ -11,8 +11,9 @@
 # PART`). The machine goes back after ~30 s idle: issue the next call at once.
 # Part "sync" (main): synccheck on every sanitizer case, among them the 2-CTA cluster walks
 #   whose ping-pong fold moved to mbarriers in session 20 (`cluster`, `discretecl`: GPU
-#   tests since then, not yet run), the 2x2 cluster, N-major dense B and the fresh-outputs
-#   launch. About 2 min.
+#   tests since then, not yet run), the deep-K cooperative ring (`coop4`: 4 C stages per
+#   warpgroup, the engine's choice since session 20; racecheck and synccheck GPU tests, not
+#   yet run), the 2x2 cluster, N-major dense B and the fresh-outputs launch. About 2 min.
 # Part "coopr" (main, knob-only): the cooperative deep-K kernel (4 C stages, 3 A/B stages
 #   since session 20) with raster groups of 2 and 8 M-tiles against the default 4, on dsv3,
 #   K 8192 and K 12288. Never timed for the cooperative kernel (4 was chosen on ping-pong:
@@ -22,7 +23,7 @@
 set -o pipefail
 source "$(dirname "$0")/device_common.sh"
 if [ "$1" = sync ]; then
-  for m in cluster discretecl cluster2x2 densen fresh dense discrete walk chalf coop; do
+  for m in cluster discretecl coop4 cluster2x2 densen fresh dense discrete walk chalf coop; do
     san synccheck "$m"
   done
 elif [ "$1" = coopr ]; then

@@ -135,7 +135,7 @@ def main():
     ap.add_argument("--passes", type=int, default=2)
     ap.add_argument("--settle", type=float, default=1.0,
                     help="seconds at the start of each stretch left out of the nvidia-smi figures")
-    ap.add_argument("--variants", default="t128c1m2h2,t256c2m2k")
+    ap.add_argument("--variants", default="t128c1m2h2,t256c4m2s3k")
     ap.add_argument("--no-dbias", action="store_true")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()

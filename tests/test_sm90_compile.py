@@ -621,6 +621,26 @@ def test_pingpong_dbias_refuses_more_c_stages_than_blocks_per_tile():
     GroupedDgluSm90(dataclasses.replace(cfg, c_stages=3, generate_dbias=False))  # no sums
 
 
+@needs_dsl
+def test_explicit_ab_stages_that_do_not_fit_are_refused():
+    """An explicit A/B stage count bypasses the fit: the deep-K cooperative knobs (3 A/B
+    stages, 4 C stages per warpgroup) fit with 16-bit C, where the engine offers them, and
+    are refused with fp32 C (280 KB against 227) before anything compiles."""
+    import cutlass
+
+    from cudnn_ext.engines.sm90 import COOPERATIVE_DEEP_KNOBS
+    from cudnn_ext.kernels.sm90.dglu_kernel import GroupedDgluSm90
+
+    p = _problem(n=512, k=7168, m=32768)
+    cfg = Sm90CompileKey.of(p, COOPERATIVE_DEEP_KNOBS).kernel_config()
+    assert (cfg.ab_stages, cfg.c_stages, cfg.stages_that_fit()) == (3, 4, 3)
+    GroupedDgluSm90(cfg)
+    wide_c = dataclasses.replace(cfg, c_dtype=cutlass.Float32)
+    assert wide_c.stages_that_fit() == 2
+    with pytest.raises(ValueError, match=r"ab_stages: 3 .*do not fit .*at most 2 do"):
+        GroupedDgluSm90(wide_c)
+
+
 #: Ping-pong with dbias and 2 C blocks per warpgroup: the configurations of the GPU cases
 #: (tests/gpu/sm90_cases.c_stage_cases), explicit knobs only
 _TWO_C = [(128, 2, "dgeglu", torch.bfloat16), (64, 1, "dswiglu", torch.bfloat16),

@@ -291,19 +291,22 @@ class Sm90KernelConfig:
         return math.prod(self.dbias_smem_shape())
 
     def stages(self) -> int:
+        """A/B shared-memory stages: ``ab_stages``, or (0) as many as fit, at most 8."""
+        return min(self.stages_that_fit(), 8) if self.ab_stages == 0 else self.ab_stages
+
+    def stages_that_fit(self) -> int:
         per_stage = (TILE_M + self.tile_n) * TILE_K * (self.ab_dtype.width // 8)
         c_bytes = MATH_WARPGROUPS * self.c_ring() * self.c_block_bytes()
         # Besides the buffers and the dbias sums: the mbarriers (at most ~400 B; they follow
         # the 1024-B aligned buffers, so no padding), in a 1 KB margin. Ping-pong 128 x 128
         # with one C stage then keeps 6 A/B stages, exactly: 6 x 32 KiB + 32 KiB of C + 2 KiB
-        # of dbias slices + 1 KiB = 227 KiB, about 900 B to spare after the mbarriers. With
+        # of dbias slices + 1 KiB = 227 KiB, about 830 B to spare after the mbarriers. With
         # dbias it takes both the margin (4 KiB until session 10) and the per-stage slices
         # (8 KiB of per-tile slices before); without dbias the margin alone. The sixth stage
         # measured ~2% faster on the four benchmark shapes without dbias. A 128 x 256
         # cooperative stage (48 KB) keeps 4 next to its 2 KB of dbias sums.
         fixed = 1024 + c_bytes + 4 * self.dbias_smem_floats()
-        fit = (SMEM_CAPACITY - fixed) // per_stage
-        return min(fit, 8) if self.ab_stages == 0 else self.ab_stages
+        return (SMEM_CAPACITY - fixed) // per_stage
 
     def num_n_tiles(self) -> int:
         return (self.n + self.tile_n - 1) // self.tile_n
@@ -380,6 +383,14 @@ class GroupedDgluSm90:
                 f"{cfg.tile_n}, c_stages={cfg.c_ring()}, C {cfg.c_dtype.__name__}, dbias="
                 f"{cfg.generate_dbias}, cooperative={cfg.cooperative}; the kernel needs at least 2 "
                 f"(fewer C stages or a narrower tile leave room for them)")
+        if cfg.ab_stages > cfg.stages_that_fit():
+            # an explicit count bypasses the fit (the engine's deep-K cooperative knobs ask
+            # for 3, which fit with 16-bit C only)
+            raise ValueError(
+                f"ab_stages: {cfg.ab_stages} A/B shared-memory stages do not fit with tile_n="
+                f"{cfg.tile_n}, c_stages={cfg.c_ring()}, C {cfg.c_dtype.__name__}, dbias="
+                f"{cfg.generate_dbias}, cooperative={cfg.cooperative}: at most "
+                f"{cfg.stages_that_fit()} do")
         if cfg.c_split not in (1, 2) or (cfg.c_split == 2 and cfg.cooperative):
             raise ValueError(f"c_split must be 1, or 2 in the ping-pong schedule, got "
                              f"c_split={cfg.c_split}, cooperative={cfg.cooperative}")
@@ -757,6 +768,9 @@ class GroupedDgluSm90:
             tx_count=cute.size_in_bytes(self.cfg.c_dtype,
                                         cute.slice_(c_smem_staged, (None, None, 0))),
             cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)),
+            # (the default, spelled out: this create() fences every mbarrier init above,
+            # the HandOver pairs' included, and syncs the CTA before any is used)
+            defer_sync=False,
         )
 
         # (bM, bK, RestM, RestK) and (bN, bK, RestN, RestK, L) tiled global views
