@@ -503,8 +503,8 @@ class Sm90DgluEngine(Engine):
 
     @staticmethod
     def _cooperative_applies(problem: DgluProblem) -> bool:
-        """The cooperative 128 x 256 schedule (2x1 clusters; C stages: ``cooperative_knobs``) is
-        offered for 16-bit C and D, N a multiple of 256 (no padded tile), at least
+        """The cooperative 128 x 256 schedule (2x1 clusters; its stages:
+        ``cooperative_knobs``) is offered for 16-bit C and D, N a multiple of 256 (no padded tile), at least
         _COOP_MIN_TILES such tiles, and either K >= _COOP_MIN_DEEP_K (dense or per-expert
         weights, with or without dbias) or, for dense weights, no dbias and K <= _COOP_MAX_K
         where ping-pong cannot take 64-row C entries (C and D of different 16-bit types).
