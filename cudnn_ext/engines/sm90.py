@@ -506,8 +506,9 @@ class Sm90DgluEngine(Engine):
         """The cooperative 128 x 256 schedule (2x1 clusters; its stages:
         ``cooperative_knobs``) is offered for 16-bit C and D, N a multiple of 256 (no padded
         tile), at least _COOP_MIN_TILES such tiles, and either K >= _COOP_MIN_DEEP_K (dense
-        or per-expert weights, with or without dbias) or, for dense weights, no dbias and
-        K <= _COOP_MAX_K where ping-pong cannot take 64-row C entries (C and D of different 16-bit types).
+        or per-expert weights, with or without dbias) or, for dense weights, no dbias and K
+        <= _COOP_MAX_K where ping-pong cannot take 64-row C entries (C and D of different
+        16-bit types).
         Per-expert weights at deep K, against ping-pong in one process (session 18,
         device_session18.sh discoop, H200, dbias, ms): dsv3 1.372 vs 1.393, K 8192 1.540
         vs 1.613, K 12288 2.267 vs 2.420.
