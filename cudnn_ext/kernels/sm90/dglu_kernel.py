@@ -294,6 +294,11 @@ class Sm90KernelConfig:
         """A/B shared-memory stages: ``ab_stages``, or (0) as many as fit, at most 8."""
         return min(self.stages_that_fit(), 8) if self.ab_stages == 0 else self.ab_stages
 
+    def smem_users(self) -> str:
+        """What takes shared memory besides the A/B stages, for the stage errors."""
+        return (f"tile_n={self.tile_n}, c_stages={self.c_ring()}, C {self.c_dtype.__name__}, "
+                f"dbias={self.generate_dbias}, cooperative={self.cooperative}")
+
     def stages_that_fit(self) -> int:
         per_stage = (TILE_M + self.tile_n) * TILE_K * (self.ab_dtype.width // 8)
         c_bytes = MATH_WARPGROUPS * self.c_ring() * self.c_block_bytes()
@@ -379,18 +384,15 @@ class GroupedDgluSm90:
             # one stage would deadlock the mainloop (it waits for the next k-tile before it
             # releases the current one)
             raise ValueError(
-                f"ab_stages: {self.ab_stages} A/B shared-memory stage(s) with tile_n="
-                f"{cfg.tile_n}, c_stages={cfg.c_ring()}, C {cfg.c_dtype.__name__}, dbias="
-                f"{cfg.generate_dbias}, cooperative={cfg.cooperative}; the kernel needs at least 2 "
-                f"(fewer C stages or a narrower tile leave room for them)")
+                f"ab_stages: {self.ab_stages} A/B shared-memory stage(s) with "
+                f"{cfg.smem_users()}; the kernel needs at least 2 (fewer C stages or a "
+                f"narrower tile leave room for them)")
         if cfg.ab_stages > cfg.stages_that_fit():
             # an explicit count bypasses the fit (the engine's deep-K cooperative knobs ask
             # for 3, which fit with 16-bit C only)
             raise ValueError(
-                f"ab_stages: {cfg.ab_stages} A/B shared-memory stages do not fit with tile_n="
-                f"{cfg.tile_n}, c_stages={cfg.c_ring()}, C {cfg.c_dtype.__name__}, dbias="
-                f"{cfg.generate_dbias}, cooperative={cfg.cooperative}: at most "
-                f"{cfg.stages_that_fit()} do")
+                f"ab_stages: {cfg.ab_stages} A/B shared-memory stages do not fit with "
+                f"{cfg.smem_users()}: at most {cfg.stages_that_fit()} do")
         if cfg.c_split not in (1, 2) or (cfg.c_split == 2 and cfg.cooperative):
             raise ValueError(f"c_split must be 1, or 2 in the ping-pong schedule, got "
                              f"c_split={cfg.c_split}, cooperative={cfg.cooperative}")
