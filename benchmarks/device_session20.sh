@@ -59,6 +59,12 @@
 # Part "final" (main): the full benchmark for the README's table. About 2 min.
 set -o pipefail
 source "$(dirname "$0")/device_common.sh"
+# ab_six: ab_old/ against this tree on dsv3, K 8192, K 12288 and the four shapes (one
+# process per tree), then the deep-K rows of both
+ab_six() {
+  ab ab_old old --shapes dsv3,k8k,k12k,qwen3,mixtral,skew
+  ab ab_new new --shapes dsv3,k8k,k12k,qwen3,mixtral,skew
+  grep -hE "^(k8k|k12k) " "$OUT/ab_old.log" "$OUT/ab_new.log"; }
 if [ "$1" = coopc ]; then
   vbench coopc coopc t256c2m2k,t256c2m2s3k,t256c3m2s3k,t256c4m2s3k --shapes dsv3,k8k,k12k
   grep -E "^(k8k|k12k) " "$OUT/coopc.log"
@@ -92,19 +98,13 @@ elif [ "$1" = trim ]; then
   need_ab_old
   grep -q "def _bf16_pair" cudnn_ext/kernels/sm90/dglu_kernel.py \
     || { echo "check out exp/epi-trim first"; exit 1; }
-  tp trim_gpu -m gpu tests -n 4
-  grep -E "passed|failed" "$OUT/trim_gpu.log" | tail -1
-  ab ab_old old --shapes dsv3,k8k,k12k,qwen3,mixtral,skew
-  ab ab_new new --shapes dsv3,k8k,k12k,qwen3,mixtral,skew
-  grep -hE "^(k8k|k12k) " "$OUT/ab_old.log" "$OUT/ab_new.log"
+  gpu_suite trim_gpu
+  ab_six
 elif [ "$1" = verify ]; then
   need_ab_old
   grep -q "COOPERATIVE_DEEP_KNOBS" cudnn_ext/engines/sm90.py || { echo "main after session 20 only"; exit 1; }
-  tp gpu_all -m gpu tests -n 4
-  grep -E "passed|failed" "$OUT/gpu_all.log" | tail -1
-  ab ab_old old --shapes dsv3,k8k,k12k,qwen3,mixtral,skew
-  ab ab_new new --shapes dsv3,k8k,k12k,qwen3,mixtral,skew
-  grep -hE "^(k8k|k12k) " "$OUT/ab_old.log" "$OUT/ab_new.log"
+  gpu_suite gpu_all
+  ab_six
 elif [ "$1" = sync ]; then
   san synccheck walk
   san synccheck chalf
