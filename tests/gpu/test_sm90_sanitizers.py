@@ -7,11 +7,11 @@ the math warps write into a C stage's slice and the C producer warp reads, acros
 schedule's per-block dbias slot, which the folder warp reads (``coop``). Sessions 10-13 saw
 3-4 hazards on the ping-pong walks; every lane of the C producer arriving on the full
 barrier (762e649) made them 0 on the H200 (session 14). memcheck checks the same walks for
-out-of-bounds and misaligned accesses. synccheck checks the barriers, among them the hand-
-overs to the dbias folder warp on the walks and the cooperative schedule (session 20: the
-ping-pong fold, then on a named barrier, stopped the kernel under synccheck). Each run also
-checks the results against the float64 reference (``sanitize_sm90.py`` raises otherwise), so
-a clean report of a wrong kernel fails too.
+out-of-bounds and misaligned accesses. synccheck checks the barriers, among them the
+hand-overs to the dbias folder warp on the walks and the cooperative schedule (session 20:
+the ping-pong fold, then on a named barrier, stopped the kernel under synccheck). Each run
+also checks the results against the float64 reference (``sanitize_sm90.py`` raises
+otherwise), so a clean report of a wrong kernel fails too.
 """
 import os
 import re
