@@ -35,6 +35,12 @@ ab() { local name=$1 v=$2; shift 2; local pp=$PYTHONPATH
   t "$name" env PYTHONPATH="$pp" python3 benchmarks/bench_dglu.py \
     --impls cudnn_ext,torch_grouped_mm --rounds 10 --reps 60 --warmup 5 "$@" --out "$OUT/$name.json"
   grep -E "^(dsv3|qwen3|mixtral|skew) " "$OUT/$name.log"; }
+# ab_six: ab_old/ against this tree on dsv3, K 8192, K 12288 and the four shapes (one
+# process per tree), then the deep-K rows of both
+ab_six() {
+  ab ab_old old --shapes dsv3,k8k,k12k,qwen3,mixtral,skew
+  ab ab_new new --shapes dsv3,k8k,k12k,qwen3,mixtral,skew
+  grep -hE "^(k8k|k12k) " "$OUT/ab_old.log" "$OUT/ab_new.log"; }
 # probe MODE...: racecheck on tests/gpu/racecheck_probe.py in each mode, then its summary.
 probe() { local m; for m in "$@"; do
   t "probe_$m" timeout 120 compute-sanitizer --report-api-errors no --tool racecheck \

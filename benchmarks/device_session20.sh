@@ -59,12 +59,6 @@
 # Part "final" (main): the full benchmark for the README's table. About 2 min.
 set -o pipefail
 source "$(dirname "$0")/device_common.sh"
-# ab_six: ab_old/ against this tree on dsv3, K 8192, K 12288 and the four shapes (one
-# process per tree), then the deep-K rows of both
-ab_six() {
-  ab ab_old old --shapes dsv3,k8k,k12k,qwen3,mixtral,skew
-  ab ab_new new --shapes dsv3,k8k,k12k,qwen3,mixtral,skew
-  grep -hE "^(k8k|k12k) " "$OUT/ab_old.log" "$OUT/ab_new.log"; }
 if [ "$1" = coopc ]; then
   vbench coopc coopc t256c2m2k,t256c2m2s3k,t256c3m2s3k,t256c4m2s3k --shapes dsv3,k8k,k12k
   grep -E "^(k8k|k12k) " "$OUT/coopc.log"

@@ -20,6 +20,13 @@
 #   results/NVIDIA_H200-2026-11-30-raster-stages.json). About 2 min.
 # Part "gpu" (main): the whole GPU suite in 4 workers. About 5 min.
 # Part "final" (main): the full benchmark for the README's table. About 2.5 min.
+# Session 21 ran sync, gpu and coopr on main d0dfa57 (results/session21/), then:
+# Part "ilp" (branch exp/epi-ilp; ab_old/ holding main d0dfa57's cudnn_ext): the epilogue
+#   reads all gate/up pairs of a ring entry before its math and D writes (the SASS had each
+#   pair's load-to-store chain in order: the next pair's loads may alias this pair's D
+#   writes). The whole GPU suite in 4 workers, dsv3, K 8192, K 12288 and the four shapes
+#   against ab_old, and trace_one.py on dsv3 (cooperative) and qwen3 (ping-pong) for both
+#   trees. About 9 min.
 set -o pipefail
 source "$(dirname "$0")/device_common.sh"
 if [ "$1" = sync ]; then
@@ -29,11 +36,23 @@ if [ "$1" = sync ]; then
 elif [ "$1" = coopr ]; then
   vbench coopr coopr t256c4m2s3k,t256c4m2s3r2k,t256c4m2s3r8k --shapes dsv3,k8k,k12k
   grep -E "^(k8k|k12k) " "$OUT/coopr.log"
+elif [ "$1" = ilp ]; then
+  need_ab_old
+  grep -q "loaded = \[self._load_gate_up" cudnn_ext/kernels/sm90/dglu_kernel.py \
+    || { echo "check out exp/epi-ilp first"; exit 1; }
+  gpu_suite ilp_gpu
+  ab_six
+  for sv in dsv3:t256c4m2s3k qwen3:t128c1m2h2; do
+    s=${sv%%:*}
+    trace "new_$s" "$s" --variant "${sv##*:}"
+    (export PYTHONPATH="$PWD/ab_old:$PYTHONPATH"; trace "old_$s" "$s" --variant "${sv##*:}")
+    grep -h "epilogue" "$OUT/trace_new_$s.log" "$OUT/trace_old_$s.log"
+  done
 elif [ "$1" = gpu ]; then
   gpu_suite gpu_all
 elif [ "$1" = final ]; then
   final_bench
 else
-  echo "usage: device_session21.sh sync|coopr|gpu|final"; exit 2
+  echo "usage: device_session21.sh sync|coopr|gpu|ilp|final"; exit 2
 fi
 bundle "session21_$1"  # every log and JSON in one file (the tool returns at most 8)

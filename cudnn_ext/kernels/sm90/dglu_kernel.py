@@ -1343,15 +1343,26 @@ class GroupedDgluSm90:
                 # the entry's first row inside the tile
                 ent_row0 = blk_row0 + self.c_rows * (h // per_entry)
                 pvals = self._pair_values(j, h)
+                # (row in the tile, row in the C ring entry, column in the block) of each pair
+                where = [(tCcC[v][0], tCcC[v][0] - ent_row0, tCcC[v][1] % 32) for v in pvals]
+                # Every gate/up value of this half-block first, then the math and the D
+                # writes: each D pair overwrites the C pair it came from, and ptxas cannot
+                # tell the next pair's addresses apart from it, so with loads between the
+                # stores it kept each pair's chain (load, ex2, rcp, ..., store) in order and
+                # the warps issued about every other cycle (session 21's SASS). 16-bit C
+                # only: fp32 C's values take twice the registers (ptxas spilled 140 B)
+                loaded = None
+                if cutlass.const_expr(self._pairs_in_smem()):
+                    loaded = [self._load_gate_up(sCj, w[1], w[2]) for w in where]
                 for pi in cutlass.range_constexpr(len(pvals)):
                     v = pvals[pi]
-                    coord = tCcC[v]
-                    r_loc = coord[0]  # row in the tile
-                    r_blk = r_loc - ent_row0  # row in the C ring entry
-                    c_loc = coord[1] % 32
+                    r_loc, r_blk, c_loc = where[pi]
                     slot = 2 * h + (v // 2) % 2
                     outs = []
-                    gates, ups = self._load_gate_up(sCj, r_blk, c_loc)
+                    if cutlass.const_expr(loaded is None):
+                        gates, ups = self._load_gate_up(sCj, r_blk, c_loc)
+                    else:
+                        gates, ups = loaded[pi]
                     for c in cutlass.range_constexpr(2):
                         if cutlass.const_expr(swiglu):
                             dg_l, du_l, act = dswiglu_unscaled(gates[c], ups[c], beta,
