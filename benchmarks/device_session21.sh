@@ -27,6 +27,12 @@
 #   writes). The whole GPU suite in 4 workers, dsv3, K 8192, K 12288 and the four shapes
 #   against ab_old, and trace_one.py on dsv3 (cooperative) and qwen3 (ping-pong) for both
 #   trees. About 9 min.
+# Part "group" (branch exp/epi-group; ab_old/ holding main f74d663's cudnn_ext, the "ilp"
+#   change merged): the cooperative epilogue takes its C blocks two at a time (both entry
+#   waits, then all loads, all math, the releases and the dbias hand-overs), so that one
+#   basic block holds two blocks' math. Ping-pong kernels are unchanged (PTX identical).
+#   dsv3, K 8192 and K 12288 against ab_old and trace_one.py on dsv3 for both trees, then
+#   (if asked: "group gpu") the whole GPU suite in 4 workers. About 3 min, 7 with the suite.
 set -o pipefail
 source "$(dirname "$0")/device_common.sh"
 if [ "$1" = sync ]; then
@@ -48,11 +54,21 @@ elif [ "$1" = ilp ]; then
     (export PYTHONPATH="$PWD/ab_old:$PYTHONPATH"; trace "old_$s" "$s" --variant "${sv##*:}")
     grep -h "epilogue" "$OUT/trace_new_$s.log" "$OUT/trace_old_$s.log"
   done
+elif [ "$1" = group ]; then
+  need_ab_old
+  grep -q "def epi_group" cudnn_ext/kernels/sm90/dglu_kernel.py \
+    || { echo "check out exp/epi-group first"; exit 1; }
+  ab ab_old old --shapes dsv3,k8k,k12k
+  ab ab_new new --shapes dsv3,k8k,k12k
+  grep -hE "^(k8k|k12k) " "$OUT/ab_old.log" "$OUT/ab_new.log"
+  trace new_dsv3 dsv3 --variant t256c4m2s3k
+  (export PYTHONPATH="$PWD/ab_old:$PYTHONPATH"; trace old_dsv3 dsv3 --variant t256c4m2s3k)
+  [ "$2" = gpu ] && gpu_suite group_gpu
 elif [ "$1" = gpu ]; then
   gpu_suite gpu_all
 elif [ "$1" = final ]; then
   final_bench
 else
-  echo "usage: device_session21.sh sync|coopr|gpu|ilp|final"; exit 2
+  echo "usage: device_session21.sh sync|coopr|gpu|ilp|group [gpu]|final"; exit 2
 fi
 bundle "session21_$1"  # every log and JSON in one file (the tool returns at most 8)
