@@ -33,6 +33,13 @@
 #   basic block holds two blocks' math. Ping-pong kernels are unchanged (PTX identical).
 #   dsv3, K 8192 and K 12288 against ab_old and trace_one.py on dsv3 for both trees, then
 #   (if asked: "group gpu") the whole GPU suite in 4 workers. About 3 min, 7 with the suite.
+# Part "epi" (main f62b251): where the cooperative epilogue's 10.6 k cycles per tile go now:
+#   trace_one.py on dsv3 with dbias, without it, and with dbias on half the CTAs (bound in
+#   the SM, or by the chip?). About 1 min.
+# Fresh machine, since session 21: .gpu/1 got too big next to the tree, so two of its wheels
+#   (apache_tvm_ffi, nvidia_cutlass_dsl_libs_base) moved to .gpu/2 here; the second call
+#   copies them into the stash first: `mkdir -p /tmp/stash && cp .gpu/2/*.whl /tmp/stash/;
+#   source .gpu/env/setup.sh && ...`.
 set -o pipefail
 source "$(dirname "$0")/device_common.sh"
 if [ "$1" = sync ]; then
@@ -64,11 +71,16 @@ elif [ "$1" = group ]; then
   trace new_dsv3 dsv3 --variant t256c4m2s3k
   (export PYTHONPATH="$PWD/ab_old:$PYTHONPATH"; trace old_dsv3 dsv3 --variant t256c4m2s3k)
   [ "$2" = gpu ] && gpu_suite group_gpu
+elif [ "$1" = epi ]; then
+  trace dbias dsv3 --variant t256c4m2s3k
+  trace nodbias dsv3 --variant t256c4m2s3k --no-dbias
+  trace half dsv3 --variant t256c4m2s3k --ctas 66
+  grep -h "epilogue" "$OUT"/trace_*.log
 elif [ "$1" = gpu ]; then
   gpu_suite gpu_all
 elif [ "$1" = final ]; then
   final_bench
 else
-  echo "usage: device_session21.sh sync|coopr|gpu|ilp|group [gpu]|final"; exit 2
+  echo "usage: device_session21.sh sync|coopr|gpu|ilp|group [gpu]|epi|final"; exit 2
 fi
 bundle "session21_$1"  # every log and JSON in one file (the tool returns at most 8)
