@@ -22,7 +22,7 @@
 # Part "final" (main): the full benchmark for the README's table. About 2.5 min.
 # Session 21 ran sync, gpu and coopr on main d0dfa57 (results/session21/), then:
 # Part "ilp" (branch exp/epi-ilp; ab_old/ holding main d0dfa57's cudnn_ext): the epilogue
-#   reads all gate/up pairs of a ring entry before its math and D writes (the SASS had each
+#   reads all gate/up pairs of a 64-row half-block before its math and D writes (the SASS had each
 #   pair's load-to-store chain in order: the next pair's loads may alias this pair's D
 #   writes). The whole GPU suite in 4 workers, dsv3, K 8192, K 12288 and the four shapes
 #   against ab_old, and trace_one.py on dsv3 (cooperative) and qwen3 (ping-pong) for both
@@ -33,7 +33,7 @@
 #   basic block holds two blocks' math. Ping-pong kernels are unchanged (PTX identical).
 #   dsv3, K 8192 and K 12288 against ab_old and trace_one.py on dsv3 for both trees, then
 #   (if asked: "group gpu") the whole GPU suite in 4 workers. About 3 min, 7 with the suite.
-# Part "epi" (main f62b251): where the cooperative epilogue's 10.6 k cycles per tile go now:
+# Part "epi" (main 5728504): where the cooperative epilogue's 10.6 k cycles per tile go now:
 #   trace_one.py on dsv3 with dbias, without it, and with dbias on half the CTAs (bound in
 #   the SM, or by the chip?). About 1 min.
 # Fresh machine, since session 21: .gpu/1 got too big next to the tree, so two of its wheels
