@@ -26,6 +26,10 @@ bundle() { local name=$1 list="/tmp/bundle.$$"
 # | tar -x -C ab_old), untracked and not ignored, so that it travels to the device.
 need_ab_old() {
   [ -d ab_old/cudnn_ext ] || { echo "ab_old/ missing: it must be untracked, not ignored"; exit 1; }; }
+# need_branch BRANCH PATTERN: stop unless the kernel source holds PATTERN (grep -E), the
+# mark of BRANCH's change, so that a part meant for a branch never runs on another tree.
+need_branch() {
+  grep -qE "$2" cudnn_ext/kernels/sm90/dglu_kernel.py || { echo "check out $1 first"; exit 1; }; }
 # ab NAME old|new BENCH_ARGS...: bench_dglu.py, cudnn_ext against torch._grouped_mm, round-robin
 # (10 rounds, 60 reps), with ab_old/'s package first on PYTHONPATH (old) or this tree's (new);
 # prints which package imported and the four shapes' rows.

@@ -51,8 +51,7 @@ elif [ "$1" = coopr ]; then
   grep -E "^(k8k|k12k) " "$OUT/coopr.log"
 elif [ "$1" = ilp ]; then
   need_ab_old
-  grep -q "loaded = \[self._load_gate_up" cudnn_ext/kernels/sm90/dglu_kernel.py \
-    || { echo "check out exp/epi-ilp first"; exit 1; }
+  need_branch exp/epi-ilp "loaded = \[self._load_gate_up"
   gpu_suite ilp_gpu
   ab_six
   for sv in dsv3:t256c4m2s3k qwen3:t128c1m2h2; do
@@ -63,8 +62,7 @@ elif [ "$1" = ilp ]; then
   done
 elif [ "$1" = group ]; then
   need_ab_old
-  grep -q "def epi_group" cudnn_ext/kernels/sm90/dglu_kernel.py \
-    || { echo "check out exp/epi-group first"; exit 1; }
+  need_branch exp/epi-group "def epi_group"
   ab ab_old old --shapes dsv3,k8k,k12k
   ab ab_new new --shapes dsv3,k8k,k12k
   grep -hE "^(k8k|k12k) " "$OUT/ab_old.log" "$OUT/ab_new.log"
