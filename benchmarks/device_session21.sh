@@ -36,6 +36,10 @@
 # Part "epi" (main 5728504): where the cooperative epilogue's 10.6 k cycles per tile go now:
 #   trace_one.py on dsv3 with dbias, without it, and with dbias on half the CTAs (bound in
 #   the SM, or by the chip?). About 1 min.
+# Part "cross" (main e0d59be, knob-only, round-robin in one process): the cooperative
+#   deep-K kernel (t256c4m2s3k) against the ping-pong default (t128c1m2h2) at dsv3's N
+#   with K 5120, 6144 and 7168, now that the cooperative epilogue is 15% shorter (session
+#   17: the cooperative kernel lost 1.7% at K 5120 with dbias and tied at 6144). About 1.5 min.
 # Fresh machine, since session 21: .gpu/1 got too big next to the tree, so two of its wheels
 #   (apache_tvm_ffi, nvidia_cutlass_dsl_libs_base) moved to .gpu/2 here; the second call
 #   copies them into the stash first: `mkdir -p /tmp/stash && cp .gpu/2/*.whl /tmp/stash/;
@@ -74,11 +78,14 @@ elif [ "$1" = epi ]; then
   trace nodbias dsv3 --variant t256c4m2s3k --no-dbias
   trace half dsv3 --variant t256c4m2s3k --ctas 66
   grep -h "epilogue" "$OUT"/trace_*.log
+elif [ "$1" = cross ]; then
+  vbench cross cross t256c4m2s3k,t128c1m2h2 --shapes k5k,k6kd,dsv3
+  grep -E "^(k5k|k6kd) " "$OUT/cross.log"
 elif [ "$1" = gpu ]; then
   gpu_suite gpu_all
 elif [ "$1" = final ]; then
   final_bench
 else
-  echo "usage: device_session21.sh sync|coopr|gpu|ilp|group [gpu]|epi|final"; exit 2
+  echo "usage: device_session21.sh sync|coopr|gpu|ilp|group [gpu]|epi|cross|final"; exit 2
 fi
 bundle "session21_$1"  # every log and JSON in one file (the tool returns at most 8)
