@@ -54,13 +54,18 @@ SHAPES = {
 #: Shapes timed only when named in --shapes (not the issue's four): the K axis, for the
 #: schedule choice between ping-pong 128 x 128 and cooperative 128 x 256 (session 16).
 #: k6k is Mixtral 8x22B's expert MLP (hidden 6144, 16384 wide); k5k, k6kd, k8k and k12k are
-#: dsv3 with another K.
+#: dsv3 with another K; k6kn4, k6kn8, k7kn8 and k7kn16 widen N at K 6144 and 7168 (session
+#: 21: where the cooperative kernel's K threshold holds along N).
 EXTRA_SHAPES = {
     "k6k": (8, 2048, 6144, 16384),
     "k5k": (8, 4096, 5120, 2048),
     "k6kd": (8, 4096, 6144, 2048),
     "k8k": (8, 4096, 8192, 2048),
     "k12k": (8, 4096, 12288, 2048),
+    "k6kn4": (8, 4096, 6144, 4096),
+    "k6kn8": (8, 2048, 6144, 8192),
+    "k7kn8": (8, 2048, 7168, 8192),
+    "k7kn16": (8, 2048, 7168, 16384),
 }
 
 

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Prepared in session 21 for the next device session (H200); not yet run:
+#   source .gpu/env/setup.sh && bash benchmarks/device_session22.sh <part>
+# Fresh machine: two calls first. Call 1 carries [".gpu/1", ".gpu/env"] and runs
+# `source .gpu/env/setup.sh` (its tree plus what it carries must stay under 64 MiB: in
+# session 21 two wheels moved from .gpu/1 to .gpu/2 for that). Call 2 carries [".gpu/2",
+# ".gpu/env"] and runs `mkdir -p /tmp/stash && cp .gpu/2/*.whl /tmp/stash/; source
+# .gpu/env/setup.sh && bash benchmarks/device_session22.sh PART`. Later calls on the warm
+# machine carry nothing. The machine goes back after ~30 s idle: issue the next call at once.
+# Part "cross2" (main, knob-only, round-robin in one process): the cooperative deep-K variant
+#   (t256c4m2s3k) against the ping-pong default (t128c1m2h2) along K and N: dsv3's N at K
+#   5120 and 6144 (session 21: the cooperative kernel tied and won 1.6%), and N 4096, 8192,
+#   16384 at K 6144 and N 8192, 16384 at K 7168 (bench_dglu EXTRA_SHAPES). The engine picks
+#   the cooperative kernel at K >= 7168 at any N; session 17 had it 8-13% slower at N 16384,
+#   K 6144, before the epilogue got shorter. About 4 min.
+# Part "gpu" (main): the whole GPU suite in 4 workers. About 4 min.
+# Part "final" (main): the full benchmark for the README's table. About 2 min.
+set -o pipefail
+source "$(dirname "$0")/device_common.sh"
+if [ "$1" = cross2 ]; then
+  vbench cross2 cross2 t256c4m2s3k,t128c1m2h2 \
+    --shapes k5k,k6kd,k6kn4,k6kn8,k6k,k7kn8,k7kn16
+  grep -E "^k[0-9]" "$OUT/cross2.log"
+elif [ "$1" = gpu ]; then
+  gpu_suite gpu_all
+elif [ "$1" = final ]; then
+  final_bench
+else
+  echo "usage: device_session22.sh cross2|gpu|final"; exit 2
+fi
+bundle "session22_$1"  # every log and JSON in one file (the tool returns at most 8)
