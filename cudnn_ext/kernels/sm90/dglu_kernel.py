@@ -748,7 +748,7 @@ class GroupedDgluSm90:
         elif cutlass.const_expr(self.dbias_via_producer() and self.cfg.fold_in_kernel()):
             if tidx == 0:
                 for w in cutlass.range_constexpr(MATH_WARPGROUPS):
-                    HandOver.init(hand_mbar + 2 * w, 32)
+                    HandOver.init(self.fold_mbar(hand_mbar, w), 32)
         # One ring of 2*c_stages C blocks; math warpgroup w owns stages
         # [w*c_stages, (w+1)*c_stages) and its own producer warp (1 + w), so each half is a
         # private in-order FIFO (see c_state).
