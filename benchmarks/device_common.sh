@@ -56,6 +56,12 @@ vbench() { local log=$1 json=$2 v=$3; shift 3
   t "$log" python3 benchmarks/bench_dglu.py --impls cudnn_ext,torch_grouped_mm --variants "$v" \
     --rounds 10 --reps 60 --warmup 5 "$@" --out "$OUT/$json.json"
   grep -E "^(dsv3|qwen3|mixtral|skew) " "$OUT/$log.log"; }
+# coop_vs_pp NAME SHAPES: the cooperative deep-K variant (t256c4m2s3k) against the
+# ping-pong default (t128c1m2h2), round-robin in one process (vbench), on the comma-separated
+# SHAPES; prints the extra shapes' (k...) rows as well.
+coop_vs_pp() { local name=$1 shapes=$2
+  vbench "$name" "$name" t256c4m2s3k,t128c1m2h2 --shapes "$shapes"
+  grep -E "^k[0-9]" "$OUT/$name.log"; }
 # trace NAME TRACE_ONE_ARGS...: trace_one.py with its stamps in $OUT/trace_NAME.json.gz and
 # its output in $OUT/trace_NAME.log.
 trace() { local name=$1; shift
@@ -70,3 +76,11 @@ final_bench() {
 gpu_suite() { local name=$1; shift
   tp "$name" -m gpu tests -n 4 "$@"
   grep -E "passed|failed" "$OUT/$name.log" | tail -1; }
+# std_part PART USAGE: the parts every session script ends with: "gpu" (the whole GPU suite,
+# gpu_all.log) and "final" (the full benchmark); any other PART prints USAGE and exits 2.
+std_part() {
+  case "$1" in
+    gpu) gpu_suite gpu_all ;;
+    final) final_bench ;;
+    *) echo "usage: $2"; exit 2 ;;
+  esac; }

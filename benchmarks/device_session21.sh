@@ -79,13 +79,8 @@ elif [ "$1" = epi ]; then
   trace half dsv3 --variant t256c4m2s3k --ctas 66
   grep -h "epilogue" "$OUT"/trace_*.log
 elif [ "$1" = cross ]; then
-  vbench cross cross t256c4m2s3k,t128c1m2h2 --shapes k5k,k6kd,dsv3
-  grep -E "^(k5k|k6kd) " "$OUT/cross.log"
-elif [ "$1" = gpu ]; then
-  gpu_suite gpu_all
-elif [ "$1" = final ]; then
-  final_bench
+  coop_vs_pp cross k5k,k6kd,dsv3
 else
-  echo "usage: device_session21.sh sync|coopr|gpu|ilp|group [gpu]|epi|cross|final"; exit 2
+  std_part "$1" "device_session21.sh sync|coopr|gpu|ilp|group [gpu]|epi|cross|final"
 fi
 bundle "session21_$1"  # every log and JSON in one file (the tool returns at most 8)

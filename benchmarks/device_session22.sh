@@ -18,14 +18,8 @@
 set -o pipefail
 source "$(dirname "$0")/device_common.sh"
 if [ "$1" = cross2 ]; then
-  vbench cross2 cross2 t256c4m2s3k,t128c1m2h2 \
-    --shapes k5k,k6kd,k6kn4,k6kn8,k6k,k7kn8,k7kn16
-  grep -E "^k[0-9]" "$OUT/cross2.log"
-elif [ "$1" = gpu ]; then
-  gpu_suite gpu_all
-elif [ "$1" = final ]; then
-  final_bench
+  coop_vs_pp cross2 k5k,k6kd,k6kn4,k6kn8,k6k,k7kn8,k7kn16
 else
-  echo "usage: device_session22.sh cross2|gpu|final"; exit 2
+  std_part "$1" "device_session22.sh cross2|gpu|final"
 fi
 bundle "session22_$1"  # every log and JSON in one file (the tool returns at most 8)
