@@ -13,13 +13,24 @@
 #   16384 at K 6144 and N 8192, 16384 at K 7168 (bench_dglu EXTRA_SHAPES). The engine picks
 #   the cooperative kernel at K >= 7168 at any N; session 17 had it 8-13% slower at N 16384,
 #   K 6144, before the epilogue got shorter. About 4 min.
+# Part "split" (main, session 22): the cooperative kernel's last round split along K (knob
+#   split_last): its GPU tests (split_cases, fresh outputs), racecheck, synccheck and memcheck
+#   on sanitize_sm90.py split, then the deep-K cooperative variant without and with a 3-way
+#   split, round-robin in one process, on dsv3, K 8192, K 12288 (1,024 units over 66
+#   clusters: 34 left) and K 7168 at N 8192 (2,048 units: 2 left). About 6 min.
 # Part "gpu" (main): the whole GPU suite in 4 workers. About 4 min.
 # Part "final" (main): the full benchmark for the README's table. About 2 min.
 set -o pipefail
 source "$(dirname "$0")/device_common.sh"
 if [ "$1" = cross2 ]; then
   coop_vs_pp cross2 k5k,k6kd,k6kn4,k6kn8,k6k,k7kn8,k7kn16
+elif [ "$1" = split ]; then
+  tp split_tests -m gpu tests/gpu/test_sm90_correctness.py -k split_last -n 4 -s
+  grep -E "clusters, [0-9]+ units" "$OUT/split_tests.log" | head -12
+  for tool in racecheck synccheck memcheck; do san "$tool" split; done
+  vbench split split t256c4m2s3k,t256c4m2s3kx3 --shapes dsv3,k8k,k12k,k7kn8
+  grep -E "^k[0-9]" "$OUT/split.log"
 else
-  std_part "$1" "device_session22.sh cross2|gpu|final"
+  std_part "$1" "device_session22.sh cross2|split|gpu|final"
 fi
 bundle "session22_$1"  # every log and JSON in one file (the tool returns at most 8)

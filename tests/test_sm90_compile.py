@@ -31,7 +31,7 @@ def test_compile_key_fields_are_pinned():
     assert names == ["arch", "n", "k", "ab_dtype", "c_dtype", "d_dtype", "act_func",
                      "generate_dbias", "weight_mode", "b_major", "tile_n", "ab_stages",
                      "raster_group_m", "c_stages", "cluster_m", "cluster_n", "init_outputs", "cooperative",
-                     "c_split", "ws_zeroed", "tvm_ffi", "trace"]
+                     "c_split", "ws_zeroed", "tvm_ffi", "trace", "split_last"]
 
 
 def test_compile_key_ignores_runtime_sizes_and_constants():
@@ -440,6 +440,7 @@ def test_engine_restates_the_kernels_constants():
 
     assert (sm90.TRACE_MAX_CTAS, sm90.TRACE_MAX_TILES, sm90.DESC_BYTES) == (
         dglu_kernel.TRACE_MAX_CTAS, dglu_kernel.TRACE_MAX_TILES, dglu_kernel.DESC_BYTES)
+    assert (sm90.SPLIT_SLOTS, sm90.TILE_M) == (dglu_kernel.SPLIT_SLOTS, dglu_kernel.TILE_M)
 
 
 @needs_dsl
@@ -675,6 +676,72 @@ def test_cooperative_variant_compiles_for_sm90a(tile_n, cluster_m, act, dbias, d
     key = Sm90CompileKey.of(p, knobs)
     assert key.cooperative and key != dataclasses.replace(key, cooperative=False)
     assert _compile_checked(key, capfd) is not None
+
+
+#: The split last round (knob split_last) on the deep-K cooperative form and elsewhere: dsv3's
+#: shape with dbias, fp16 C and D without dbias at tile 128 and a 1-CTA cluster, dGeGLU with
+#: fp32 C and D (the epilogue's scalar shared-memory path), per-expert N-major weights
+_SPLIT = [("dswiglu", torch.bfloat16, torch.bfloat16, True, 256, 2, "dense", 3),
+          ("dgeglu", torch.float16, torch.float16, False, 128, 1, "dense", 4),
+          ("dgeglu", torch.float32, torch.float32, True, 128, 1, "dense", 2),
+          ("dswiglu", torch.bfloat16, torch.bfloat16, True, 256, 2, "discrete", 3)]
+
+
+@needs_dsl
+@pytest.mark.parametrize("act,c,d,dbias,tile_n,cluster_m,wm,split", _SPLIT,
+                         ids=[f"{a}-C{_DT[c]}-D{_DT[d]}-dbias{int(db)}-t{t}-cl{cm}-{w}-x{x}"
+                              for a, c, d, db, t, cm, w, x in _SPLIT])
+def test_split_last_variant_compiles_for_sm90a(act, c, d, dbias, tile_n, cluster_m, wm, split,
+                                               capfd):
+    from cudnn_ext.engines.sm90 import COOPERATIVE_DEEP_KNOBS
+
+    p = _problem(act=act, c=c, d=d, dbias=dbias, n=2048, k=7168, m=32768, weight_mode=wm,
+                 b_major="n" if wm == "discrete" else "k")
+    base = COOPERATIVE_DEEP_KNOBS.as_dict() if tile_n == 256 else dict(
+        tile_n=tile_n, cooperative=True, raster_group_m=RASTER_GROUP_M[cluster_m])
+    knobs = Knobs.of(**{**base, "cluster_m": cluster_m, "split_last": split})
+    key = Sm90CompileKey.of(p, knobs)
+    assert key.split_last == split and key != dataclasses.replace(key, split_last=1)
+    assert _compile_checked(key, capfd) is not None
+
+
+def test_split_last_knob_rules():
+    """split_last: 1..4, cooperative only; refused by name before anything compiles."""
+    from cudnn_ext.engines.sm90 import Sm90Plan
+
+    p = _problem(n=512, k=1024)
+    for bad in (Knobs.of(tile_n=128, split_last=2),
+                Knobs.of(tile_n=256, cooperative=True, split_last=5),
+                Knobs.of(tile_n=256, cooperative=True, split_last=0)):
+        with pytest.raises(ValueError, match="split_last"):
+            Sm90Plan(p, bad, Sm90CompileKey.of(p, bad), compiled=None)
+
+
+@pytest.mark.parametrize("dbias", [True, False])
+def test_split_last_workspace(dbias):
+    """The scratch region: the dbias sums and counters, the split's int32 flags (one per
+    slot and CTA of the cluster; both kept zero by launches: ``zeroed_region_bytes``), then
+    128-byte aligned one 128 x tile_n fp32 partial sum per slot and CTA."""
+    from cudnn_ext.engines.sm90 import SPLIT_SLOTS, Sm90Plan
+
+    p = _problem(n=512, k=1024, L=3, dbias=dbias)
+    for cl in (1, 2):
+        knobs = Knobs.of(tile_n=256, cluster_m=cl, cooperative=True, split_last=3)
+        plan = Sm90Plan(p, knobs, Sm90CompileKey.of(p, knobs), compiled=None)
+        db = 3 * (2 * 512 + 2) if dbias else 0
+        zero = db + SPLIT_SLOTS * cl
+        assert plan.zeroed_region == 0 and plan.zeroed_region_bytes == 4 * zero
+        assert plan.workspace_size == 4 * (-(-zero // 32) * 32 + SPLIT_SLOTS * cl * 128 * 256)
+        off = Knobs.of(tile_n=256, cluster_m=cl, cooperative=True)
+        plain = Sm90Plan(p, off, Sm90CompileKey.of(p, off), compiled=None)
+        assert plain.workspace_size == 4 * db
+    disc = _problem(n=512, k=1024, L=3, dbias=dbias, weight_mode="discrete")
+    knobs = Knobs.of(tile_n=256, cluster_m=2, cooperative=True, split_last=2)
+    plan = Sm90Plan(disc, knobs, Sm90CompileKey.of(disc, knobs), compiled=None)
+    reqs = plan.workspace_requests()
+    assert [r.name for r in reqs] == ["b_descriptors", "split_partials"]
+    assert plan.zeroed_region == 128 * 3 and plan.zeroed_region_bytes == 4 * (
+        (3 * (2 * 512 + 2) if dbias else 0) + SPLIT_SLOTS * 2)
 
 
 def test_cooperative_is_selected_where_it_measured_faster():

@@ -74,6 +74,10 @@ DESC_BYTES = 128
 TRACE_MAX_CTAS = 256
 #: the trace knob's bound (tiles recorded per math warpgroup), the kernel module's as well
 TRACE_MAX_TILES = 4096
+#: partial-sum slots of the split last round (split_last), the kernel module's SPLIT_SLOTS
+SPLIT_SLOTS = 132
+#: rows of one CTA's tile (the kernel module's TILE_M)
+TILE_M = 128
 
 @dataclass(frozen=True)
 class Sm90CompileKey:
@@ -115,6 +119,9 @@ class Sm90CompileKey:
     #: per-tile timeline stamps (Sm90KernelConfig.trace; a diagnostic knob, never chosen by
     #: the engine): tiles per math warpgroup recorded, 0 = off
     trace: int = 0
+    #: cooperative only: the last, partial round of the static schedule split along K in
+    #: up to this many parts (Sm90KernelConfig.split_last; 1 = off)
+    split_last: int = 1
 
     @classmethod
     def of(cls, problem: DgluProblem, knobs: Knobs) -> "Sm90CompileKey":
@@ -134,6 +141,7 @@ class Sm90CompileKey:
             c_split=int(knobs.get("c_split", 1)),
             tvm_ffi=importlib.util.find_spec("tvm_ffi") is not None,
             trace=int(knobs.get("trace", 0)),
+            split_last=int(knobs.get("split_last", 1)),
         )
 
     def kernel_config(self):
@@ -150,7 +158,7 @@ class Sm90CompileKey:
             weight_mode=self.weight_mode, b_major=self.b_major, cluster_m=self.cluster_m,
             cluster_n=self.cluster_n, init_outputs=self.init_outputs,
             cooperative=self.cooperative, c_split=self.c_split, ws_zeroed=self.ws_zeroed,
-            trace=self.trace)
+            trace=self.trace, split_last=self.split_last)
 
 
 _compiled: Dict[Sm90CompileKey, object] = {}
@@ -215,10 +223,25 @@ class Sm90Plan(CompiledPlan):
         n_tiles = -(-problem.n // key.tile_n)
         self._dbias_ws_elems = (problem.num_experts * (2 * problem.n + n_tiles)
                                 if problem.generate_dbias else 0)
+        # split_last: after them one int32 flag per (last-round unit, CTA of the cluster),
+        # also left zero, then (128-byte aligned) the partial-sum slots, one fp32 128 x
+        # tile_n accumulator per (slot, CTA); the kernel finds both from the region's start
+        # (Sm90KernelConfig.split_flags, split_part_offset)
+        cl = key.cluster_m * key.cluster_n
+        split = key.split_last > 1
+        self._zero_ws_elems = self._dbias_ws_elems + (SPLIT_SLOTS * cl if split else 0)
+        self._ws_elems = self._zero_ws_elems
+        if split:
+            self._ws_elems = (-(-self._zero_ws_elems // 32) * 32
+                              + SPLIT_SLOTS * cl * TILE_M * key.tile_n)
         self._discrete = problem.weight_mode == "discrete"
         if not 0 <= key.trace <= TRACE_MAX_TILES:
             raise ValueError(f"knob trace: tiles per warpgroup to record, in [0, "
                              f"{TRACE_MAX_TILES}], got {key.trace}")
+        if not 1 <= key.split_last <= 4 or (key.split_last > 1 and not key.cooperative):
+            raise ValueError(f"knob split_last: K-parts of the last round's units, in [1, 4] "
+                             f"and 1 unless cooperative, got {key.split_last} "
+                             f"(cooperative={key.cooperative})")
         if key.trace and self._discrete:
             raise NotImplementedError("knob trace: dense weights only (with per-expert weights "
                                       "the kernel's descriptor slot holds their descriptors)")
@@ -231,7 +254,7 @@ class Sm90Plan(CompiledPlan):
         self._desc_off, self._dbias_off = 0, 0
         if self._layout is not None:
             first = self._layout.region("b_descriptors" if self._discrete else "trace")
-            dbias = self._layout.region("dbias_partials")
+            dbias = self._layout.region(self._scratch_name())
             self._desc_off = first.offset
             self._dbias_off = dbias.offset if dbias is not None else 0
 
@@ -243,15 +266,20 @@ class Sm90Plan(CompiledPlan):
             reqs = [WorkspaceRequest("trace", self._trace_bytes(), 128)]
         else:
             return super().workspace_requests()
-        if self._dbias_ws_elems:
-            reqs.append(WorkspaceRequest("dbias_partials", 4 * self._dbias_ws_elems, 128))
+        if self._ws_elems:
+            reqs.append(WorkspaceRequest(self._scratch_name(), 4 * self._ws_elems, 128))
         return reqs
+
+    def _scratch_name(self) -> str:
+        """The kernel's scratch region: the dbias sums and counters, and with split_last
+        its flags and partial-sum slots after them."""
+        return "split_partials" if self.key.split_last > 1 else "dbias_partials"
 
     @property
     def workspace_size(self) -> int:
         if self._layout is not None:
             return self._layout.size
-        return 4 * self._dbias_ws_elems
+        return 4 * self._ws_elems
 
     def _trace_bytes(self) -> int:
         # TRACE_MAX_CTAS rows of stamps and one header row (the launch's grid)
@@ -300,14 +328,15 @@ class Sm90Plan(CompiledPlan):
         counters: every launch leaves them zero), or None without dbias. A scratch whose
         bytes from here on are zero lets ``address_launcher(..., zeroed_workspace=True)``
         skip the zeroing kernel."""
-        return self._dbias_off if self._dbias_ws_elems else None
+        return self._dbias_off if self._zero_ws_elems else None
 
     @property
     def zeroed_region_bytes(self) -> int:
         """Length of that region: the fp32 sums (L, 2N) and one int32 counter per (expert,
-        N-tile); 0 without dbias. The layout may pad the workspace past it (discrete, trace):
-        launches never write the padding."""
-        return 4 * self._dbias_ws_elems
+        N-tile) with dbias, and the split last round's flags with split_last; 0 with
+        neither. Past it lie the split's partial-sum slots (never needed zero) and the
+        layout's padding (discrete, trace), which launches never write."""
+        return 4 * self._zero_ws_elems
 
     def warmup(self) -> None:
         """Compile the contract variant now (what ``execute`` runs)."""
@@ -328,7 +357,8 @@ class Sm90Plan(CompiledPlan):
         m = c.shape[0]
         num_experts = pack["padded_offsets"].shape[0]
         dbias = pack.get("dbias") if self.problem.generate_dbias else None
-        if (dbias is not None or self._discrete or self.key.trace) and workspace is None:
+        if ((dbias is not None or self._discrete or self.key.trace or self.key.split_last > 1)
+                and workspace is None):
             raise ValueError(f"workspace: this plan needs {self.workspace_size} bytes, got None")
         if m == 0 or num_experts == 0:
             return
@@ -367,12 +397,18 @@ class Sm90Plan(CompiledPlan):
                 if desc_addr % 16:
                     raise ValueError(f"workspace: must be 16-byte aligned for the trace "
                                      f"stamps, got address {desc_addr:#x}")
-        # without dbias the sums' slot gets dprob's address and dbias A's: never read. With
-        # dbias the launch zeroes the workspace's dbias region first (unless kept zero) and the
-        # kernel folds it into dbias, leaving it zero.
-        return (a, b_addr, c, d_row, offsets, alpha, beta, prob, dprob,
-                (workspace + self._dbias_off) if dbias else dprob, b_ptrs_addr, desc_addr,
-                dbias if dbias else a)
+        # without dbias (or split_last) the sums' slot gets dprob's address and dbias A's:
+        # never read. With dbias the launch zeroes the workspace's dbias region first (unless
+        # kept zero) and the kernel folds it into dbias, leaving it zero; likewise the split's
+        # flags, which each final part resets.
+        scratch = dprob
+        if dbias or self.key.split_last > 1:
+            scratch = workspace + self._dbias_off
+            if self.key.split_last > 1 and scratch % 16:
+                raise ValueError(f"workspace: must be 16-byte aligned for the split last "
+                                 f"round's partial sums, got address {scratch:#x}")
+        return (a, b_addr, c, d_row, offsets, alpha, beta, prob, dprob, scratch, b_ptrs_addr,
+                desc_addr, dbias if dbias else a)
 
     def address_launcher(self, init: bool, device_index: int, zeroed_workspace: bool = False):
         """The launch on raw addresses for the eager hot path (``torch._core``), bound once
@@ -387,7 +423,7 @@ class Sm90Plan(CompiledPlan):
         ``zeroed_region`` on are zero, and the launch leaves them zero: one kernel instead
         of a zeroing kernel and the main one. The caller must keep that scratch for such
         launches only."""
-        fn = self._fn(init, bool(zeroed_workspace and self._dbias_ws_elems and not init))
+        fn = self._fn(init, bool(zeroed_workspace and self._zero_ws_elems and not init))
         num_experts = self.problem.num_experts
         ctas = self._resident_ctas(device_index)
         kernel_addrs, call, raw_stream = self._kernel_addrs, self._call, current_stream_handle

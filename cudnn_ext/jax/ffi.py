@@ -169,7 +169,10 @@ def dglu_ffi(a2, b, c2, offs, alpha, beta, prob1, *, problem, knobs, sm_count: O
         from ..kernels.sm90 import jax_entry
 
         # XLA owns the zeroed fp32 workspace (an aliased output); JAX rounds it below
-        cfg = dataclasses.replace(Sm90CompileKey.of(problem, knobs).kernel_config(), fold_dbias=False)
+        # (and no split last round: its flags and partial sums would need a scratch of
+        # their own)
+        cfg = dataclasses.replace(Sm90CompileKey.of(problem, knobs).kernel_config(),
+                                  fold_dbias=False, split_last=1)
         act = problem.act
         kw = jax_entry.static_kwargs(cfg, sm_count or _resident_ctas(cfg.cluster_size()),
                                      act.geglu_alpha, act.clamp_max, act.clamp_min,

@@ -2,8 +2,8 @@
 
     compute-sanitizer --tool memcheck python3 tests/gpu/sanitize_sm90.py MODE
 
-MODE: dense, discrete, discretecl, cluster, cluster2x2, densen, fresh, coop, coop4, walk or
-chalf.
+MODE: dense, discrete, discretecl, cluster, cluster2x2, densen, fresh, coop, coop4, split,
+walk or chalf.
 
 ``discrete`` runs the per-expert pointer variant (N-major, device-built descriptors);
 ``cluster`` the 2-CTA cluster variant (B multicast); ``cluster2x2`` the 2x2 cluster (A and
@@ -11,6 +11,7 @@ B multicast); ``densen`` the cluster variant with dense N-major B; ``fresh`` the
 fresh-outputs launch (the functional torch path); ``coop`` the cooperative schedule (tile 256,
 2x1 clusters) on enough tiles that every cluster walks two (shared dbias slots reused),
 ``coop4`` the same with the deep-K form's 4 C stages per warpgroup (3 A/B stages);
+``split`` that ring with the last round split along K (knob split_last);
 ``walk`` the default ping-pong kernel (tile 128, 2x1 clusters, one C stage) on enough tiles
 that each math warpgroup walks several, so every C stage and its dbias slice is handed back
 across tiles by the C producer warp; ``chalf`` the same walk with 64-row C ring entries
@@ -45,6 +46,10 @@ if __name__ == "__main__":
     elif mode == "coop4":  # the engine's deep-K cooperative ring (COOPERATIVE_DEEP_KNOBS)
         case = Case([2048] * 8, 480, 136, "dswiglu", tile_n=256, cluster_m=2, cooperative=True,
                     extra_rows=0, c_stages=4)
+    elif mode == "split":  # 50 slabs x 2 N-tiles = 100 units: on 66 clusters 34 left,
+        # split in 3 one-k-tile parts (the partial sums' hand-over through the workspace)
+        case = Case([2048] * 6 + [512], 480, 136, "dswiglu", tile_n=256, cluster_m=2,
+                    cooperative=True, extra_rows=0, c_stages=4, split_last=3)
     elif mode == "walk":  # 64 slabs x 4 N-tiles = 256 units over at most 66 clusters
         case = Case([2048] * 8, 480, 136, "dswiglu", tile_n=128, cluster_m=2, extra_rows=0)
     elif mode == "chalf":  # the walk with 64-row C ring entries (c_split 2)

@@ -38,6 +38,7 @@ class Case:
     signed_beta: bool = False
     c_stages: int = 0  # C blocks in flight per math warpgroup (0: the engine's default)
     c_split: int = 1  # ping-pong C ring entries of 128 / c_split rows
+    split_last: int = 1  # (cooperative) the last round's units in up to this many K-parts
 
     def label(self) -> str:
         dt = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
@@ -50,7 +51,8 @@ class Case:
                 f"{'-r%d' % self.raster_group_m if self.raster_group_m else ''}"
                 f"{'-coop' if self.cooperative else ''}{'-sbeta' if self.signed_beta else ''}"
                 f"{'-c%d' % self.c_stages if self.c_stages else ''}"
-                f"{'-h%d' % self.c_split if self.c_split > 1 else ''}")
+                f"{'-h%d' % self.c_split if self.c_split > 1 else ''}"
+                f"{'-x%d' % self.split_last if self.split_last > 1 else ''}")
 
 
 def make_pack(case: Case, device="cuda"):
@@ -175,11 +177,13 @@ def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
 TOL = {"d_bf16": 1.5e-2, "d_fp16": 4e-3, "d_fp32": 2e-3, "dprob": 2e-3, "dbias": 1.5e-2}
 
 
-def run_and_check(case: Case, engine=None, knobs=None, fresh: bool = False) -> dict:
+def run_and_check(case: Case, engine=None, knobs=None, fresh: bool = False,
+                  inspect=None) -> dict:
     """Run one case on the SM90 engine; returns the errors; raises AssertionError on failure.
 
     ``fresh``: run the fresh-outputs variant (``execute_fresh``) on garbage-filled dprob/dbias
-    and NaN D: D rows past the last offset must become 0 and dprob/dbias this call's sums."""
+    and NaN D: D rows past the last offset must become 0 and dprob/dbias this call's sums.
+    ``inspect(plan, workspace)``: called after the run (the workspace was 0xA5 before it)."""
     from cudnn_ext.engines.base import Knobs
     from cudnn_ext.engines.sm90 import Sm90DgluEngine
 
@@ -199,7 +203,8 @@ def run_and_check(case: Case, engine=None, knobs=None, fresh: bool = False) -> d
                          raster_group_m=case.raster_group_m or RASTER_GROUP_M[case.cluster_m],
                          cooperative=case.cooperative,
                          **({"c_stages": case.c_stages} if case.c_stages else {}),
-                         **({"c_split": case.c_split} if case.c_split > 1 else {}))
+                         **({"c_split": case.c_split} if case.c_split > 1 else {}),
+                         **({"split_last": case.split_last} if case.split_last > 1 else {}))
     plan = engine.build(problem, knobs)
     # stale bytes everywhere: the descriptor slots must be fully rewritten, and the launch's
     # zeroing kernel must clear the dbias sums and counters before the kernel adds to them
@@ -213,6 +218,8 @@ def run_and_check(case: Case, engine=None, knobs=None, fresh: bool = False) -> d
         region = ws[plan.zeroed_region:plan.zeroed_region + plan.zeroed_region_bytes]
         assert region.numel() == plan.zeroed_region_bytes > 0
         assert not region.any(), f"{case.label()}: dbias workspace left dirty"
+    if inspect is not None:
+        inspect(plan, ws)
     rows = int(pack["padded_offsets"][-1].item()) if len(case.groups) else 0
     d = pack["d_row"]
     out = {}
@@ -346,6 +353,35 @@ def cooperative_cases() -> list:
              cluster_m=2, **co),
         Case([2048, 256, 0, 4096, 1024, 512, 256, 2048], 512, 1416, "dgeglu", dbias=False,
              tile_n=256, cluster_m=2, **co),
+    ]
+
+
+def split_cases() -> list:
+    """The cooperative schedule's last round split along K (knob split_last), sized for the
+    H200's 66 resident 2-CTA clusters and 132 single CTAs (``split_model`` says what each
+    splits into on the device at hand; the test checks the kernel did).
+    * 12 units, 66 clusters: no whole round; every unit in 3 parts of 3 k-tiles (K 520: the
+      last one partial), finals waiting on parts that run at the same time; empty expert.
+    * 100 units, 66 clusters: one whole round, 34 units left in 3 parts (as dsv3's 1,024
+      over 66 leave 34), K 1416 in parts of 7, 8, 8 k-tiles.
+    * 150 units, 132 single CTAs: 18 left, split in 4 one-k-tile parts (K 200), fp16 C and
+      D, dGeGLU, no dbias.
+    * discrete N-major B, 10 units in 2 parts; fp32 C and D (the epilogue's scalar shared
+      memory path) in 3 parts; K 128 (2 k-tiles) caps a split of 4 at 2."""
+    co = dict(cooperative=True)
+    return [
+        Case([512, 0, 768, 256], 512, 520, "dswiglu", tile_n=256, cluster_m=2, split_last=3,
+             **co),
+        Case([2048, 256, 0, 2048, 1024, 512, 256, 256], 1024, 1416, "dswiglu", tile_n=256,
+             cluster_m=2, split_last=3, signed_beta=True, **co),
+        Case([2048, 256, 0, 2048, 1024, 512, 256, 256], 768, 200, "dgeglu", torch.float16,
+             torch.float16, dbias=False, tile_n=256, split_last=4, **co),
+        Case([256, 0, 768, 256], 288, 200, "dgeglu", weight_mode="discrete", b_major="n",
+             tile_n=256, split_last=2, **co),
+        Case([512, 256], 160, 200, "dswiglu", torch.float32, torch.float32, tile_n=128,
+             split_last=3, **co),
+        Case([512, 0, 768, 256], 512, 128, "dgeglu", tile_n=256, cluster_m=2, split_last=4,
+             **co),
     ]
 
 

@@ -11,7 +11,7 @@ import torch
 
 from sm90_cases import (Case, c_half_cases, c_stage_cases, cluster_2x2_cases, cluster_cases,
                         cooperative_cases, dense_n_major_cases, run_and_check, skip_unless_sm90,
-                        standard_cases)
+                        split_cases, standard_cases)
 
 pytestmark = pytest.mark.gpu
 
@@ -38,6 +38,48 @@ def test_sm90_cluster_2x2_matches_reference(case):
 def test_sm90_cooperative_matches_reference(case):
     skip_unless_sm90()
     print(case.label(), run_and_check(case))
+
+
+def _split_slots_written(case):
+    """``run_and_check``'s inspection of a split_last run: the partial-sum slots that
+    ``split_model`` says this launch's grid fills (one per non-final part) were written, and
+    none after them (the workspace was 0xA5 before the launch)."""
+    from split_model import items
+
+    def check(plan, ws):
+        import cudnn_ext.engines.sm90 as sm90
+
+        cl = case.cluster_m * case.cluster_n
+        clusters = plan._resident_ctas(torch.cuda.current_device()) // cl
+        units = (sum(case.groups) // (128 * cl)) * -(-case.n // case.tile_n)
+        k_tiles = -(-case.k // 64)
+        parts = sum(1 for c in range(clusters)
+                    for *_, final, q in items(c, units, clusters, k_tiles, case.split_last)
+                    if not final)
+        start = plan.zeroed_region + 4 * (-(-plan._zero_ws_elems // 32) * 32)
+        per = 4 * 128 * case.tile_n  # one CTA's fp32 accumulators
+        slots = ws[start:start + sm90.SPLIT_SLOTS * cl * per].view(sm90.SPLIT_SLOTS * cl, per)
+        written = (slots != 0xA5).any(dim=1)
+        assert written[:parts * cl].all() and not written[parts * cl:].any(), (
+            f"{case.label()}: {int(written.sum())} CTA slots written, the model says "
+            f"{parts * cl} ({clusters} clusters, {units} units)")
+        print(f"{case.label()}: {clusters} clusters, {units} units, {parts} non-final parts")
+
+    return check
+
+
+@pytest.mark.parametrize("case", split_cases(), ids=lambda c: c.label())
+def test_sm90_split_last_matches_reference(case):
+    """The last round split along K: results as without it, the flags left zero
+    (``run_and_check``'s zeroed-region check), the slots the model names written."""
+    skip_unless_sm90()
+    print(case.label(), run_and_check(case, inspect=_split_slots_written(case)))
+
+
+@pytest.mark.parametrize("case", split_cases()[:2], ids=lambda c: c.label())
+def test_sm90_split_last_fresh_outputs(case):
+    skip_unless_sm90()
+    print(case.label(), run_and_check(case, fresh=True))
 
 
 @pytest.mark.parametrize("case", dense_n_major_cases(), ids=lambda c: c.label())

@@ -46,7 +46,8 @@ def _sanitize(tool: str, mode: str) -> str:
     return out
 
 
-@pytest.mark.parametrize("mode", ["walk", "chalf", "cluster", "discretecl", "coop", "coop4"])
+@pytest.mark.parametrize("mode", ["walk", "chalf", "cluster", "discretecl", "coop", "coop4",
+                                  "split"])
 def test_racecheck_reports_no_hazard(mode):
     out = _sanitize("racecheck", mode)
     summary = re.search(
@@ -55,7 +56,8 @@ def test_racecheck_reports_no_hazard(mode):
     assert summary.groups() == ("0", "0", "0"), f"racecheck {mode}:\n{out[-4000:]}"
 
 
-@pytest.mark.parametrize("mode", ["coop", "coop4", "walk", "chalf", "cluster", "discretecl"])
+@pytest.mark.parametrize("mode", ["coop", "coop4", "walk", "chalf", "cluster", "discretecl",
+                                  "split"])
 def test_synccheck_reports_no_error_on_the_folder_hand_overs(mode):
     """The hand-overs to the dbias folder warp (``HandOver``). ``coop``: per block the math
     warps wait on the slot's "empty" mbarrier, which the folder warp arrives on, and arrive
@@ -71,7 +73,7 @@ def test_synccheck_reports_no_error_on_the_folder_hand_overs(mode):
     assert summary.group(1) == "0", f"synccheck {mode}:\n{out[-4000:]}"
 
 
-@pytest.mark.parametrize("mode", ["walk", "chalf"])
+@pytest.mark.parametrize("mode", ["walk", "chalf", "split"])
 def test_memcheck_reports_no_error(mode):
     out = _sanitize("memcheck", mode)
     summary = re.search(r"ERROR SUMMARY: (\d+) errors?", out)

@@ -69,10 +69,11 @@ import cutlass.pipeline as pipeline
 import cutlass.utils as utils
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass import Float32, Int32
+from cutlass._mlir import ir
 from cutlass.tensor_utils.tensormap import TensorMapManager, TensorMapUpdateMode
 
 from .epilogue_math import LOG2_E, dgeglu_local, dswiglu_unscaled
-from .tile_walk import expert_of_row, grouped_raster
+from .tile_walk import expert_of_row, grouped_raster, last_round_split
 
 
 class DbiasHandBack(NamedTuple):
@@ -86,6 +87,25 @@ class DbiasHandBack(NamedTuple):
     num_experts: object
     ws: object
     fold_mbar: object
+
+class SplitWalk(NamedTuple):
+    """One cluster's view of the split last round (``Sm90KernelConfig.split_last``), the
+    same in every warp of the CTA: ``tile_walk.last_round_split``'s (full, rem, s); the
+    cluster's items (its ``rounds`` whole units, then its pieces: ``split_item``); its first
+    last-round unit with a final part (``tail_start``, >= the unit count when it has none:
+    the walk of the C producers and the folder, ``next_epi_unit``); the int32 flags, the
+    16-byte aligned partial-sum slots and the CTA's rank in the cluster."""
+
+    full: object
+    rem: object
+    s: object
+    rounds: object
+    items: object
+    tail_start: object
+    flags: object
+    parts: object
+    rank: object
+
 
 class HandOver:
     """A one-place hand-over to the folder warp (warp 3) on the two mbarriers at ``mbar``
@@ -143,6 +163,13 @@ DESC_BYTES = 128  # one TMA descriptor (CUtensorMap) per expert in the descripto
 TRACE_MAX_CTAS = 256  # CTAs a trace region holds (a launch's grid is at most the SM count)
 TRACE_MAX_TILES = 4096  # the trace knob's bound: tiles recorded per math warpgroup
 C_BLOCK_COLS = 64  # one C block = the gate (32) + up (32) columns of 32 accumulator columns
+# Partial-sum slots of the split last round (``split_last``): non-final K-parts in flight in
+# one launch at most (last_round_split keeps rem * (s - 1) within it). 132 = 2 x the H200's
+# 66 resident 2-CTA clusters, so a 3-way split of any last round fits there; a slot holds one
+# 128 x tile_n fp32 accumulator per CTA of the cluster (34.6 MB in all at tile 256, 2 CTAs).
+SPLIT_SLOTS = 132
+SPLIT_MAX = 4  # the largest split_last
+SPLIT_BARRIER = 4  # named barrier of the 256 math threads around a partial's hand-over
 
 
 @dataclass(frozen=True)
@@ -216,6 +243,15 @@ class Sm90KernelConfig:
     # 128 x 256 moves about 20% fewer shared-memory bytes per MMA than 128 x 128 ping-pong
     # (operand reads + TMA writes), at the price of an epilogue the MMAs do not hide.
     cooperative: bool = False
+    # Cooperative only: the static schedule's last, partial round split along K in up to
+    # this many parts (1 = off; ``tile_walk.last_round_split`` picks the count at run time
+    # from the unit and cluster counts). A non-final part stores its fp32 accumulators in
+    # a workspace slot and counts itself on the unit's flag; the final part (the one with
+    # the last k-tiles: it alone loads C and runs the epilogue) waits for the others' count,
+    # adds their sums in part order (deterministic) and resets the flag. Every cluster runs
+    # its non-final parts before its final ones and all CTAs are resident at once (the grid
+    # is at most the resident CTA count), so the wait cannot deadlock.
+    split_last: int = 1
     # Diagnostic timeline (dense weights only; not an engine choice): trace > 0 makes the
     # leader thread of each math warpgroup store int64 stamps in a workspace region that the
     # launch passes in the descriptor slot (unused with dense weights), laid out
@@ -335,6 +371,32 @@ class Sm90KernelConfig:
         sums the blocks' dbias slots."""
         return self.fold_in_kernel() or self.coop_dbias_slots()
 
+    def split(self) -> bool:
+        """The last round is split along K (``split_last``)."""
+        return self.split_last > 1
+
+    def dbias_ws_elems(self, num_experts):
+        """4-byte elements of the workspace's dbias region: the fp32 sums (L, 2N), then
+        (folded in the kernel) one int32 arrival counter per (expert, N-tile)."""
+        sums = num_experts * 2 * self.n if self.generate_dbias else 0
+        return sums + (num_experts * self.num_n_tiles() if self.fold_in_kernel() else 0)
+
+    def split_flags(self) -> int:
+        """int32 arrival flags of the split last round, after the dbias region: one per
+        (last-round unit, CTA of the cluster); they belong to the region launches leave
+        zero."""
+        return SPLIT_SLOTS * self.cluster_size() if self.split() else 0
+
+    def split_part_offset(self, num_experts):
+        """4-byte element offset of the partial-sum slots (after the region launches leave
+        zero, rounded up to 128 bytes): SPLIT_SLOTS slots x cluster CTAs x TILE_M x tile_n
+        fp32, which no launch needs zero."""
+        zero = self.dbias_ws_elems(num_experts) + self.split_flags()
+        return (zero + 31) // 32 * 32
+
+    def split_part_floats(self) -> int:
+        return SPLIT_SLOTS * self.cluster_size() * TILE_M * self.tile_n if self.split() else 0
+
     def raster_group(self) -> int:
         """Raster group size in schedule units (cluster_m M-tiles each)."""
         return max(1, self.raster_group_m // self.cluster_m)
@@ -377,6 +439,14 @@ class GroupedDgluSm90:
         if cfg.cluster_n not in (1, 2) or (cfg.cluster_n == 2 and cfg.cluster_m != 2):
             raise ValueError(f"cluster_n must be 1, or 2 with cluster_m == 2, got "
                              f"cluster_n={cfg.cluster_n}, cluster_m={cfg.cluster_m}")
+        if not 1 <= cfg.split_last <= SPLIT_MAX or (cfg.split() and not cfg.cooperative):
+            raise ValueError(f"split_last must be in [1, {SPLIT_MAX}], and 1 unless cooperative, "
+                             f"got split_last={cfg.split_last}, cooperative={cfg.cooperative}")
+        if cfg.split() and cfg.c_ring() > cfg.tile_n // 32:
+            # the C producer's hand-backs take a stage's tile from the previous unit it walked
+            # (c_producer), not from its FIFO position, which a split last round breaks
+            raise ValueError(f"c_stages must be at most tile_n / 32 = {cfg.tile_n // 32} with "
+                             f"split_last, got {cfg.c_ring()}")
         self.cfg = cfg
         self.tile_n = cfg.tile_n
         self.ab_stages = cfg.stages()
@@ -544,10 +614,13 @@ class GroupedDgluSm90:
         grid = (cutlass.min(max_units, sm_count // cl) * cl, 1, 1)
         fold = cfg.fold_in_kernel()
         total = num_experts * 2 * n
-        # the workspace's dbias region: fp32 sums (L, 2N), then (fold) one int32 arrival
-        # counter per (expert, N-tile); zero is the same bit pattern for both
-        ws_total = total + (num_experts * self.num_n_tiles if fold else 0)
-        mWs = cute.make_tensor(dbias_ws_ptr, cute.make_layout((ws_total,)))
+        # the workspace region launches leave zero: (dbias) fp32 sums (L, 2N), then (fold)
+        # one int32 arrival counter per (expert, N-tile), then (split) the last round's int32
+        # flags; zero is the same bit pattern for all
+        ws_total = cfg.dbias_ws_elems(num_experts) + cfg.split_flags()
+        # (with neither, nothing to zero: a 1-element placeholder, never read)
+        mWs = cute.make_tensor(dbias_ws_ptr, cute.make_layout(
+            (ws_total if cfg.generate_dbias or cfg.split() else 1,)))
         mCount = cute.make_tensor(cute.recast_ptr(dbias_ws_ptr + total, dtype=Int32),
                                   cute.make_layout((num_experts * self.num_n_tiles,)))
         mDb = cute.make_tensor(dbias_ptr, cute.make_layout((total,)))
@@ -557,7 +630,7 @@ class GroupedDgluSm90:
             init_grid = (cutlass.min((m + 255) // 256 + 1, 4 * sm_count), 1, 1)
             self.init_outputs(mWs, mDprob, mDflat, mDb, mOffs, num_experts).launch(
                 grid=init_grid, block=[256, 1, 1], stream=stream)
-        elif cutlass.const_expr(fold and not cfg.ws_zeroed):
+        elif cutlass.const_expr((fold or cfg.split()) and not cfg.ws_zeroed):
             zero_grid = (cutlass.min((ws_total + 255) // 256, 4 * sm_count), 1, 1)
             self.dbias_zero(mWs).launch(grid=zero_grid, block=[256, 1, 1], stream=stream)
         if cutlass.const_expr(cfg.discrete()):
@@ -604,8 +677,9 @@ class GroupedDgluSm90:
         step = nblocks * 256
         _zero_from(mDprob, bid * 256 + tidx, step)
         _zero_from(mDflat, mOffs[num_experts - 1] * (2 * self.cfg.n) + bid * 256 + tidx, step)
-        if cutlass.const_expr(self.cfg.generate_dbias):
+        if cutlass.const_expr(self.cfg.generate_dbias or self.cfg.split()):
             _zero_from(mWs, bid * 256 + tidx, step)
+        if cutlass.const_expr(self.cfg.generate_dbias):
             _zero_from(mDb, bid * 256 + tidx, step)
 
     @cute.kernel
@@ -710,6 +784,9 @@ class GroupedDgluSm90:
         valid_m_units = mOffs[num_experts - 1] // (TILE_M * cm)
         num_units = valid_m_units * self.cfg.num_n_units()
         walk = (nunits, num_units, valid_m_units, rank)
+        split = None
+        if cutlass.const_expr(self.cfg.split()):
+            split = self.split_walk(num_units, nunits, unit0, rank, mDbias, num_experts)
 
         smem = cutlass.utils.SmemAllocator()
         storage = smem.allocate(self.shared_storage)
@@ -804,7 +881,7 @@ class GroupedDgluSm90:
             cute.arch.setmaxregister_decrease(self.producer_regs)
             if warp_idx == 0:
                 self.producer(ab_pipe, tma_atom_a, tAgA, tAsA, tma_atom_b, tBgB, tBsB, mOffs,
-                              num_experts, unit0, walk, b_desc_ptr)
+                              num_experts, unit0, walk, b_desc_ptr, split)
             if (warp_idx == 1) | (warp_idx == 2):
                 dbias = None
                 if cutlass.const_expr(self.dbias_via_producer()):
@@ -813,11 +890,11 @@ class GroupedDgluSm90:
                     dbias = DbiasHandBack(sDb, mOffs, num_experts, mDbias,
                                           self.fold_mbar(hand_mbar, warp_idx - 1))
                 self.c_producer(c_pipe, tma_atom_c, tCgC_tma, tCsC_tma, warp_idx - 1, unit0,
-                                walk, d_store, dbias)
+                                walk, d_store, dbias, split)
             if cutlass.const_expr(self.cfg.has_folder()):
                 if warp_idx == 3:
                     self.dbias_folder(mOffs, num_experts, mDbias, mCount, mDbOut, unit0, walk,
-                                      valid_m_units * cm, tidx, sDb, hand_mbar)
+                                      valid_m_units * cm, tidx, sDb, hand_mbar, split)
         else:
             cute.arch.setmaxregister_increase(self.math_regs)
             wg = warp_group - 1
@@ -862,34 +939,179 @@ class GroupedDgluSm90:
             pos = Int32(0) if self.coop else wg * self.k_tile_cnt  # first k-tile's ring position
             cpos = Int32(0)  # position in this warpgroup's private C FIFO
             kslot = Int32(0)  # (cooperative dbias) blocks handed over so far
-            while unit < num_units:
-                m_tile, n_tile = self.tile_of(unit, walk)
-                expert = expert_of_row(mOffs, num_experts, m_tile * TILE_M)
-                self._stamp(tr, 0, tcount, wg, bid)
-                if cutlass.const_expr(self.coop):
+            if cutlass.const_expr(split is None):
+                while unit < num_units:
+                    m_tile, n_tile = self.tile_of(unit, walk)
+                    expert = expert_of_row(mOffs, num_experts, m_tile * TILE_M)
+                    self._stamp(tr, 0, tcount, wg, bid)
+                    if cutlass.const_expr(self.coop):
+                        self._stamp(tr, 1, tcount, wg, bid)
+                        self.mma_mainloop(ab_pipe, mmas, tCrA, tCrB, acc, pos, mine_done,
+                                          False)
+                    else:
+                        if unit >= nunits:  # a previous unit (the other warpgroup's) exists
+                            other_done.arrive_and_wait()
+                        self._stamp(tr, 1, tcount, wg, bid)
+                        self.mma_mainloop(ab_pipe, mmas, tCrA, tCrB, acc, pos, mine_done,
+                                          unit + nunits < num_units)
+                    self._stamp(tr, 2, tcount, wg, bid)
+                    self.epilogue(acc, tCcC, c_pipe, sC, wg, cpos, mD, mAlpha, mBeta, mProb,
+                                  mDprob, geglu_alpha, clamp_max, clamp_min, linear_offset,
+                                  m_tile, n_tile, expert, tidx, sDb, hand_mbar, kslot)
+                    self._stamp(tr, 3, tcount, wg, bid)
+                    if cutlass.const_expr(self.cfg.coop_dbias_slots()):
+                        kslot += self._valid_blocks(n_tile * self.tile_n)
+                    tcount += 1
+                    cpos += self.nent
+                    unit += self.unit_step(nunits)
+                    pos += self.unit_step(1) * self.k_tile_cnt
+            else:
+                split_bar = pipeline.NamedBarrier(barrier_id=SPLIT_BARRIER, num_threads=256)
+                # (cooperative) whole units, then the pieces of the split last round
+                i = Int32(0)
+                while i < split.items:
+                    unit, _, kcnt, final, q, r = self.split_item(i, unit0, nunits, split)
+                    m_tile, n_tile = self.tile_of(unit, walk)
+                    expert = expert_of_row(mOffs, num_experts, m_tile * TILE_M)
+                    self._stamp(tr, 0, tcount, wg, bid)
                     self._stamp(tr, 1, tcount, wg, bid)
-                    self.mma_mainloop(ab_pipe, mmas, tCrA, tCrB, acc, pos, mine_done, False)
-                else:
-                    if unit >= nunits:  # a previous unit (the other warpgroup's) exists
-                        other_done.arrive_and_wait()
-                    self._stamp(tr, 1, tcount, wg, bid)
-                    self.mma_mainloop(ab_pipe, mmas, tCrA, tCrB, acc, pos, mine_done,
-                                      unit + nunits < num_units)
-                self._stamp(tr, 2, tcount, wg, bid)
-                self.epilogue(acc, tCcC, c_pipe, sC, wg, cpos, mD, mAlpha, mBeta, mProb,
-                              mDprob, geglu_alpha, clamp_max, clamp_min, linear_offset,
-                              m_tile, n_tile, expert, tidx, sDb, hand_mbar, kslot)
-                self._stamp(tr, 3, tcount, wg, bid)
-                if cutlass.const_expr(self.cfg.coop_dbias_slots()):
-                    kslot += self._valid_blocks(n_tile * self.tile_n)
-                tcount += 1
-                cpos += self.nent
-                unit += self.unit_step(nunits)
-                pos += self.unit_step(1) * self.k_tile_cnt
+                    self.mma_mainloop(ab_pipe, mmas, tCrA, tCrB, acc, pos, mine_done, False,
+                                      kcnt)
+                    self._stamp(tr, 2, tcount, wg, bid)
+                    if final:
+                        if (i >= split.rounds) & (split.s > 1):
+                            self._split_gather(acc, split, r, tidx, split_bar)
+                        self.epilogue(acc, tCcC, c_pipe, sC, wg, cpos, mD, mAlpha, mBeta,
+                                      mProb, mDprob, geglu_alpha, clamp_max, clamp_min,
+                                      linear_offset, m_tile, n_tile, expert, tidx, sDb,
+                                      hand_mbar, kslot)
+                        if cutlass.const_expr(self.cfg.coop_dbias_slots()):
+                            kslot += self._valid_blocks(n_tile * self.tile_n)
+                        cpos += self.nent
+                    else:
+                        self._split_store(acc, split, q, r, tidx, split_bar)
+                    self._stamp(tr, 3, tcount, wg, bid)
+                    tcount += 1
+                    pos += kcnt
+                    i += 1
             if cutlass.const_expr(self.cfg.trace > 0):
                 if tr[1]:
                     tr[0][(2, 0, wg, bid)] = cute.arch.globaltimer()
                     tr[0][(3, 0, wg, bid)] = cute.arch.clock64()
+
+    # ------------------------------------------------------------------ split last round
+    @cute.jit
+    def split_walk(self, num_units, nunits, cluster, rank, mDbias, num_experts):
+        """This cluster's ``SplitWalk``; the workspace regions follow the dbias region
+        (``Sm90KernelConfig.split_flags``, ``split_part_offset``)."""
+        cfg = self.cfg
+        full, rem, s = last_round_split(num_units, nunits, min(cfg.split_last, self.k_tile_cnt),
+                                        SPLIT_SLOTS)
+        pieces = rem * s
+        mine = Int32(cutlass.select_(cluster < pieces, (pieces - cluster + nunits - 1) // nunits,
+                                     Int32(0)))
+        # its first final piece: the first q >= rem * (s - 1) with q = cluster (mod nunits)
+        lo = rem * (s - 1)
+        q0 = cluster + nunits * ((cutlass.max(lo - cluster, Int32(0)) + nunits - 1) // nunits)
+        base = mDbias.iterator.toint()
+        flags = cute.make_tensor(
+            cute.make_ptr(Int32, base + cutlass.Int64(cfg.dbias_ws_elems(num_experts)) * 4,
+                          cute.AddressSpace.gmem, assumed_align=4),
+            cute.make_layout((cfg.split_flags(),)))
+        parts = cute.make_ptr(Float32, base + cutlass.Int64(cfg.split_part_offset(num_experts)) * 4,
+                              cute.AddressSpace.gmem, assumed_align=16)
+        rounds = full // nunits
+        return SplitWalk(full, rem, s, rounds, rounds + mine, full + q0 - lo, flags, parts, rank)
+
+    @cute.jit
+    def split_item(self, i, cluster, nunits, sw):
+        """Item i of this cluster's walk (producer and math warps): (unit, first k-tile,
+        k-tiles, final, piece q, last-round index r). Items below ``sw.rounds`` are the
+        whole units cluster + i * nunits; then piece q = cluster + (i - rounds) * nunits of
+        the last round: K-part q // rem of last-round unit r = q % rem (so every non-final
+        piece, q < rem * (s - 1), comes before every final one in every cluster)."""
+        tail = i >= sw.rounds
+        q = cutlass.max(cluster + (i - sw.rounds) * nunits, Int32(0))
+        rem = cutlass.max(sw.rem, Int32(1))
+        r = q % rem
+        part = q // rem
+        kt = self.k_tile_cnt
+        kb = Int32(cutlass.select_(tail, part * kt // sw.s, Int32(0)))
+        ke = Int32(cutlass.select_(tail, (part + 1) * kt // sw.s, Int32(kt)))
+        unit = Int32(cutlass.select_(tail, sw.full + r, cluster + i * nunits))
+        return unit, kb, ke - kb, (i < sw.rounds) | (part == sw.s - 1), q, r
+
+    def first_epi_unit(self, unit0, split):
+        """The first unit whose epilogue this CTA runs (C producers, folder)."""
+        if cutlass.const_expr(split is None):
+            return unit0
+        return Int32(cutlass.select_(unit0 < split.full, unit0, split.tail_start))
+
+    def next_epi_unit(self, unit, step, split):
+        """The unit after ``unit`` whose epilogue this warp's walk takes: ``step`` units on,
+        or (split) from the last whole unit to the cluster's first final piece's unit (final
+        pieces of one cluster are ``nunits`` apart, as whole units are)."""
+        nxt = unit + step
+        if cutlass.const_expr(split is None):
+            return nxt
+        return Int32(cutlass.select_((unit < split.full) & (nxt >= split.full),
+                                     split.tail_start, nxt))
+
+    def _split_slot_offset(self, sw, slot, i, tidx):
+        """Float offset of this thread's i-th 4 accumulators in partial slot ``slot`` (this
+        CTA's part of it): [slot][CTA rank][i][math thread][4], so each store or load
+        instruction of a warp covers 512 contiguous bytes."""
+        nv4 = self.acc_values() // 4
+        return cute.assume(
+            (((slot * self.cfg.cluster_size() + sw.rank) * nv4 + i) * 256 + (tidx - 128)) * 4,
+            divby=4)
+
+    def acc_values(self) -> int:
+        """fp32 accumulator values per math thread (cooperative: 64 x tile_n / 128)."""
+        return self.wg_rows * self.tile_n // 128
+
+    def _split_flag(self, sw, r):
+        return (sw.flags.iterator + (r * self.cfg.cluster_size() + sw.rank)).llvm_ptr
+
+    @cute.jit
+    def _split_store(self, acc, sw, q, r, tidx, split_bar):
+        """A non-final K-part: this CTA's fp32 accumulators into partial slot q, then one
+        count on last-round unit r's flag once every math thread's stores are out (each
+        fences its own at gpu scope before the 256 meet: the threadFenceReduction order)."""
+        for i in cutlass.range_constexpr(self.acc_values() // 4):
+            frag = cute.make_rmem_tensor((4,), Float32)
+            for j in cutlass.range_constexpr(4):
+                frag[j] = acc[4 * i + j]
+            cute.make_tensor(sw.parts + self._split_slot_offset(sw, q, i, tidx),
+                             cute.make_layout(4)).store(frag.load())
+        cute.arch.fence_acq_rel_gpu()
+        split_bar.arrive_and_wait()
+        if tidx == 128:
+            cute.arch.red(self._split_flag(sw, r), Int32(1), op="add", dtype="s32",
+                          sem="release", scope="gpu")
+
+    @cute.jit
+    def _split_gather(self, acc, sw, r, tidx, split_bar):
+        """The final K-part of last-round unit r: wait until its s - 1 other parts are
+        counted (one thread, acquire loads), reset the flag for the next launch (no other
+        part of this launch touches it again), and add the parts' sums (slots p * rem + r,
+        p < s - 1, in that order: deterministic) to ``acc``. The slots are read through L2
+        (.cg): another SM wrote them."""
+        if tidx == 128:
+            flag = self._split_flag(sw, r)
+            seen = cute.arch.load(flag, Int32, sem="acquire", scope="gpu")
+            while seen < sw.s - 1:
+                seen = cute.arch.load(flag, Int32, sem="acquire", scope="gpu")
+            cute.arch.store(flag, Int32(0), sem="relaxed", scope="gpu")
+        split_bar.arrive_and_wait()
+        cute.arch.fence_acq_rel_gpu()
+        v4 = ir.VectorType.get([4], Float32.mlir_type)
+        for p in cutlass.range(sw.s - 1):
+            for i in cutlass.range_constexpr(self.acc_values() // 4):
+                ptr = (sw.parts + self._split_slot_offset(sw, p * sw.rem + r, i, tidx)).llvm_ptr
+                part = cute.TensorSSA(cute.arch.load(ptr, v4, cop="cg"), (4,), Float32)
+                for j in cutlass.range_constexpr(4):
+                    acc[4 * i + j] = acc[4 * i + j] + part[j]
 
     @cute.jit
     def _stamp(self, tr, j, t, wg, bid):
@@ -923,7 +1145,7 @@ class GroupedDgluSm90:
 
     @cute.jit
     def producer(self, ab_pipe, tma_atom_a, tAgA, tAsA, tma_atom_b, tBgB, tBsB, mOffs,
-                 num_experts, unit0, walk, b_desc_ptr):
+                 num_experts, unit0, walk, b_desc_ptr, split):
         nunits, num_units, _, rank = walk
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer,
                                              self.ab_stages)
@@ -938,37 +1160,57 @@ class GroupedDgluSm90:
         a_mask = 0
         if cutlass.const_expr(cn > 1):
             a_mask = cute.make_layout_image_mask(cluster, coord, mode=1)
-        unit = unit0
-        while unit < num_units:
-            m_tile, n_tile = self.tile_of(unit, walk)
-            expert = expert_of_row(mOffs, num_experts, m_tile * TILE_M)
-            # (No L2 prefetch of the tile's C window here: until session 14 this warp
-            # issued one, 16 prefetch.global.L2 per lane and tile; without it the kernel
-            # measured 1-3.5% faster on all four benchmark shapes: docs/kernel_sessions.md.)
-            # dense: the expert is B's L coordinate; discrete: its device-built descriptor
-            desc, l_idx = None, expert
-            if cutlass.const_expr(self.cfg.discrete()):
-                # The acquire fence drops any stale copy of these 128 bytes from the
-                # descriptor cache (it survives launches: CUDA graph replays and reused
-                # workspaces rewrite the same addresses). A cluster pair shares the expert
-                # (one 256-row slab): each CTA loads its half of the B k-tile through it,
-                # multicast to both.
-                desc = self._desc_ptr(b_desc_ptr, expert, cute.AddressSpace.generic)
-                cute.nvgpu.cpasync.fence_tma_desc_acquire(desc)
-                l_idx = 0
-            for kt in range(self.k_tile_cnt):
-                ab_pipe.producer_acquire(state)
-                bar = ab_pipe.producer_get_barrier(state)
-                cute.copy(tma_atom_a, tAgA[(None, m_tile, kt)], tAsA[(None, state.index)],
-                          tma_bar_ptr=bar, mcast_mask=a_mask)
-                cute.copy(tma_atom_b, tBgB[(None, n_tile, kt, l_idx)],
-                          tBsB[(None, state.index)], tma_bar_ptr=bar, tma_desc_ptr=desc,
-                          mcast_mask=b_mask)
-                ab_pipe.producer_commit(state)
-                state.advance()
-            unit += nunits
+        if cutlass.const_expr(split is None):
+            unit = unit0
+            while unit < num_units:
+                state = self._load_unit(ab_pipe, state, tma_atom_a, tAgA, tAsA, tma_atom_b,
+                                        tBgB, tBsB, mOffs, num_experts, walk, b_desc_ptr,
+                                        a_mask, b_mask, unit, 0, self.k_tile_cnt)
+                unit += nunits
+        else:
+            # every piece of the split last round, non-final ones first (split_item)
+            i = Int32(0)
+            while i < split.items:
+                unit, kb, kcnt, _, _, _ = self.split_item(i, unit0, nunits, split)
+                state = self._load_unit(ab_pipe, state, tma_atom_a, tAgA, tAsA, tma_atom_b,
+                                        tBgB, tBsB, mOffs, num_experts, walk, b_desc_ptr,
+                                        a_mask, b_mask, unit, kb, kcnt)
+                i += 1
         # do not exit while the math warpgroups may still arrive on our empty barriers
         ab_pipe.producer_tail(state)
+
+    @cute.jit
+    def _load_unit(self, ab_pipe, state, tma_atom_a, tAgA, tAsA, tma_atom_b, tBgB, tBsB,
+                   mOffs, num_experts, walk, b_desc_ptr, a_mask, b_mask, unit, kb, kcnt):
+        """Stream k-tiles [kb, kb + kcnt) of this CTA's tile of schedule unit ``unit`` into
+        the A/B ring from ``state`` on; returns the state after them."""
+        m_tile, n_tile = self.tile_of(unit, walk)
+        expert = expert_of_row(mOffs, num_experts, m_tile * TILE_M)
+        # (No L2 prefetch of the tile's C window here: until session 14 this warp
+        # issued one, 16 prefetch.global.L2 per lane and tile; without it the kernel
+        # measured 1-3.5% faster on all four benchmark shapes: docs/kernel_sessions.md.)
+        # dense: the expert is B's L coordinate; discrete: its device-built descriptor
+        desc, l_idx = None, expert
+        if cutlass.const_expr(self.cfg.discrete()):
+            # The acquire fence drops any stale copy of these 128 bytes from the
+            # descriptor cache (it survives launches: CUDA graph replays and reused
+            # workspaces rewrite the same addresses). A cluster pair shares the expert
+            # (one 256-row slab): each CTA loads its half of the B k-tile through it,
+            # multicast to both.
+            desc = self._desc_ptr(b_desc_ptr, expert, cute.AddressSpace.generic)
+            cute.nvgpu.cpasync.fence_tma_desc_acquire(desc)
+            l_idx = 0
+        for kt in range(kb, kb + kcnt):
+            ab_pipe.producer_acquire(state)
+            bar = ab_pipe.producer_get_barrier(state)
+            cute.copy(tma_atom_a, tAgA[(None, m_tile, kt)], tAsA[(None, state.index)],
+                      tma_bar_ptr=bar, mcast_mask=a_mask)
+            cute.copy(tma_atom_b, tBgB[(None, n_tile, kt, l_idx)],
+                      tBsB[(None, state.index)], tma_bar_ptr=bar, tma_desc_ptr=desc,
+                      mcast_mask=b_mask)
+            ab_pipe.producer_commit(state)
+            state.advance()
+        return state
 
     def c_state(self, w, p, producer: bool):
         """Pipeline state of position ``p`` of warpgroup ``w``'s private C FIFO.
@@ -1005,7 +1247,8 @@ class GroupedDgluSm90:
         return hand_mbar + 2 * w
 
     @cute.jit
-    def c_producer(self, c_pipe, tma_atom_c, tCgC, tCsC, w, unit0, walk, d_store, dbias):
+    def c_producer(self, c_pipe, tma_atom_c, tCgC, tCsC, w, unit0, walk, d_store, dbias,
+                   split):
         """Warp 1 + w: TMA-loads, block by block, the C window of every tile math warpgroup
         w will process (the same walk as that warpgroup). It runs ahead into the next tile
         while the warpgroup is in its mainloop, so the first blocks are resident before the
@@ -1027,7 +1270,8 @@ class GroupedDgluSm90:
         consumers' arrives are their own shared-memory operations, complete before the CTA
         can exit."""
         nunits, num_units, _, _ = walk
-        unit = unit0 + self.first_unit_offset(w, nunits)
+        # (split: the units whose epilogue this CTA runs, final pieces only)
+        unit = self.first_epi_unit(unit0 + self.first_unit_offset(w, nunits), split)
         p = Int32(0)
         cur = (Int32(0), Int32(0), Int32(0))
         prev = cur
@@ -1075,7 +1319,7 @@ class GroupedDgluSm90:
                         # after the load is on its way: the fence waits for the atomics
                         self._fold_signal(e_q, dbias, p + e - self.c_stages)
             p += self.nent
-            unit += self.unit_step(nunits)
+            unit = self.next_epi_unit(unit, self.unit_step(nunits), split)
         if cutlass.const_expr(d_store is not None or dbias is not None):
             # the last c_stages entries (with c_stages <= nent all the last tile's: ``cur``)
             for i in cutlass.range_constexpr(self.c_stages):
@@ -1160,8 +1404,9 @@ class GroupedDgluSm90:
 
     @cute.jit
     def mma_mainloop(self, ab_pipe, mmas, tCrA, tCrB, acc, pos: Int32, mine_done,
-                     signal_other):
-        """All K of one tile into ``acc``; consumes ring positions [pos, pos + k_tiles).
+                     signal_other, kcnt=None):
+        """``kcnt`` k-tiles (None: all K) of one tile into ``acc``; consumes ring positions
+        [pos, pos + kcnt).
 
         Then hands the tensor cores to the other warpgroup (``mine_done``, when it has a
         next tile). Arriving before the last WGMMA retires was measured slower on qwen3
@@ -1178,7 +1423,7 @@ class GroupedDgluSm90:
         self._issue_k_tile(ab_pipe, read, tiled_mma, tCrA, tCrB, acc, num_k_blocks, first)
         read.advance()
         # steady state: one wgmma group in flight; release the stage the previous one used
-        for kt in range(1, self.k_tile_cnt):
+        for kt in range(1, self.k_tile_cnt if cutlass.const_expr(kcnt is None) else kcnt):
             self._issue_k_tile(ab_pipe, read, tiled_mma, tCrA, tCrB, acc, num_k_blocks)
             cute.nvgpu.warpgroup.wait_group(1)
             ab_pipe.consumer_release(release)
@@ -1479,7 +1724,7 @@ class GroupedDgluSm90:
 
     @cute.jit
     def dbias_folder(self, mOffs, num_experts, mWs, mCount, mDbOut, unit0, walk, m_tiles,
-                     tidx, sDb, hand_mbar):
+                     tidx, sDb, hand_mbar, split):
         """Warp 3 (otherwise idle): folds the fp32 dbias column sums into the caller's bf16
         dbias from inside the kernel, so that no second kernel is needed, and (cooperative,
         folded or not) sums each block's dbias slot into the workspace.
@@ -1508,7 +1753,7 @@ class GroupedDgluSm90:
         counted (no columns, no counter)."""
         nunits, num_units, _, _ = walk
         lane = tidx % 32
-        unit = unit0
+        unit = self.first_epi_unit(unit0, split)  # (split: final pieces only)
         k = Int32(0)
         kslot = Int32(0)  # (cooperative) blocks taken so far, counted as the math warps do
         while unit < num_units:
@@ -1532,7 +1777,7 @@ class GroupedDgluSm90:
                 if n0 < self.cfg.n:
                     self._count_and_fold(mOffs, mWs, mCount, mDbOut, expert, n_tile, m_tiles,
                                          lane)
-            unit += nunits
+            unit = self.next_epi_unit(unit, nunits, split)
             k += 1
 
     @cute.jit

@@ -51,3 +51,31 @@ def expert_of_row(offs: cute.Tensor, num_experts: Int32, row0: Int32) -> Int32:
         else:
             hi = mid
     return lo
+
+
+@cute.jit
+def last_round_split(num_units: Int32, nclusters: Int32, max_split: cutlass.Constexpr,
+                     max_slots: cutlass.Constexpr):
+    """How the persistent static schedule's last, partial round is split along K.
+
+    Units u < full = (num_units // nclusters) * nclusters run whole, cluster c taking
+    c, c + nclusters, ...: every cluster the same number. The rem = num_units - full units
+    left would keep rem clusters busy for a whole tile while the others idle (dsv3 on the
+    H200: 1,024 units over 66 clusters leave 34, so 64 of 132 CTAs end a tile early).
+    Splitting each of them into s K-parts makes rem * s pieces, so the busiest cluster runs
+    ceil(rem * s / nclusters) pieces of 1/s tile instead of one tile. s is the one in
+    [1, max_split] with the fewest such tile fractions (the smallest on ties), among those
+    whose non-final pieces, rem * (s - 1), fit the ``max_slots`` partial-sum slots.
+
+    Returns (full, rem, s); s == 1 when rem == 0 or no split helps."""
+    full = (num_units // nclusters) * nclusters
+    rem = num_units - full
+    s = Int32(1)
+    busiest = Int32(1)  # ceil(rem * s / nclusters) for the s kept (1 while rem <= nclusters)
+    for c in cutlass.range_constexpr(2, max_split + 1):
+        pieces = (rem * c + nclusters - 1) // nclusters
+        # pieces / c < busiest / s, in integers
+        better = (rem > 0) & (rem * (c - 1) <= max_slots) & (pieces * s < busiest * c)
+        s = cutlass.select_(better, Int32(c), s)
+        busiest = cutlass.select_(better, pieces, busiest)
+    return full, rem, s
