@@ -18,6 +18,9 @@
 #   on sanitize_sm90.py split, then the deep-K cooperative variant without and with a 3-way
 #   split, round-robin in one process, on dsv3, K 8192, K 12288 (1,024 units over 66
 #   clusters: 34 left) and K 7168 at N 8192 (2,048 units: 2 left). About 6 min.
+# Part "split2" (main, after the engine took split_last 3 for the deep-K form): the split
+#   GPU tests again (the slot check's grid bound fixed), dsv3 traces without and with the
+#   split (the last wave's end times), and the full benchmark. About 5 min.
 # Part "gpu" (main): the whole GPU suite in 4 workers. About 4 min.
 # Part "final" (main): the full benchmark for the README's table. About 2 min.
 set -o pipefail
@@ -30,7 +33,13 @@ elif [ "$1" = split ]; then
   for tool in racecheck synccheck memcheck; do san "$tool" split; done
   vbench split split t256c4m2s3k,t256c4m2s3kx3 --shapes dsv3,k8k,k12k,k7kn8
   grep -E "^k[0-9]" "$OUT/split.log"
+elif [ "$1" = split2 ]; then
+  tp split_tests -m gpu tests/gpu/test_sm90_correctness.py -k split_last -n 4 -s
+  grep -E "clusters, [0-9]+ units" "$OUT/split_tests.log" | head -12
+  trace dsv3_x1 dsv3 --variant t256c4m2s3k
+  trace dsv3_x3 dsv3 --variant t256c4m2s3kx3
+  final_bench
 else
-  std_part "$1" "device_session22.sh cross2|split|gpu|final"
+  std_part "$1" "device_session22.sh cross2|split|split2|gpu|final"
 fi
 bundle "session22_$1"  # every log and JSON in one file (the tool returns at most 8)

@@ -48,9 +48,14 @@ COOPERATIVE_KNOBS = Knobs.of(tile_n=256, c_stages=2, stages=0, raster_group_m=RA
 #: one process, ms against the 2-stage form: dsv3 1.313 vs 1.318, K 8192 1.482 vs 1.491,
 #: K 12288 2.174 vs 2.191; the dsv3 epilogue 12.9 k vs 13.6 k cycles per tile, the
 #: mainloop 1.5% longer). 3 C stages with 3 A/B stages were no faster (1.322, 1.491, 2.183).
+#: The last, partial round split along K in up to 3 parts (split_last; session 22,
+#: results/session22/split/, bf16 C and D with dbias, round-robin in one process, ms without
+#: / with: dsv3 1.300 / 1.296, K 8192 1.471 / 1.464, K 12288 2.161 / 2.137, K 7168 at N 8192
+#: 2.722 / 2.688). Its workspace: 132 slots x 2 CTAs x 128 KiB = 33 MiB more.
 COOPERATIVE_DEEP_KNOBS = Knobs.of(tile_n=256, c_stages=4, stages=3,
                                   raster_group_m=RASTER_GROUP_M[2],
-                                  scheduler="static_persistent", cluster_m=2, cooperative=True)
+                                  scheduler="static_persistent", cluster_m=2, cooperative=True,
+                                  split_last=3)
 #: 128 x 256 tiles below which ping-pong 128 x 128 keeps the GPU busier (two waves, 132 SMs)
 _COOP_MIN_TILES = 264
 #: Shallow K: the cooperative schedule is offered without dbias for K <= this (where it

@@ -50,8 +50,12 @@ def _split_slots_written(case):
         import cudnn_ext.engines.sm90 as sm90
 
         cl = case.cluster_m * case.cluster_n
-        clusters = plan._resident_ctas(torch.cuda.current_device()) // cl
-        units = (sum(case.groups) // (128 * cl)) * -(-case.n // case.tile_n)
+        n_units = -(-case.n // case.tile_n)
+        units = (sum(case.groups) // (128 * cl)) * n_units
+        # the launch's grid: resident clusters, at most the units M alone allows (the host
+        # does not read the offsets)
+        clusters = min(plan._resident_ctas(torch.cuda.current_device()) // cl,
+                       ((sum(case.groups) + case.extra_rows) // (128 * cl)) * n_units)
         k_tiles = -(-case.k // 64)
         parts = sum(1 for c in range(clusters)
                     for *_, final, q in items(c, units, clusters, k_tiles, case.split_last)
