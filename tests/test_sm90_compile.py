@@ -772,7 +772,11 @@ def test_cooperative_is_selected_where_it_measured_faster():
                dict(dbias=True, b_major="n", **dsv3),
                # per-expert weights at deep K (session 18)
                dict(dbias=True, weight_mode="discrete", **dsv3),
-               dict(dbias=False, weight_mode="discrete", b_major="n", **dsv3)):
+               dict(dbias=False, weight_mode="discrete", b_major="n", **dsv3),
+               # dense from K 6144 up to N 8192 (session 22's cross2)
+               dict(dbias=True, **{**dsv3, "k": 6144}),
+               dict(dbias=True, **{**dsv3, "k": 6144, "n": 8192}),
+               dict(dbias=True, **{**dsv3, "n": 8192})):
         assert best(**kw) == COOPERATIVE_DEEP_KNOBS, kw
     split, whole = 2, 1
     for kw, c_split in ((dict(dbias=False), split),  # qwen3
@@ -780,14 +784,18 @@ def test_cooperative_is_selected_where_it_measured_faster():
                         (dict(dbias=True), split),
                         (dict(dbias=True, k=4096, n=1024), split),  # skew
                         (dict(dbias=False, k=4096, n=1024), split),
-                        (dict(dbias=True, **{**dsv3, "k": 7160}), split),  # just below
+                        (dict(dbias=True, **{**dsv3, "k": 6136}), split),  # just below
                         (dict(dbias=True, k=6144, n=16384, L=8), split),  # k6k
+                        (dict(dbias=True, **{**dsv3, "n": 16384}), split),  # k7kn16
+                        (dict(dbias=True, **{**dsv3, "n": 8448}), split),  # past N 8192
                         (dict(dbias=True, k=4096, n=14336, L=8), split),  # mixtral
                         (dict(dbias=False, k=4096, n=14336, L=8), split),
                         (dict(dbias=False, k=2056, **mixed), whole),
                         (dict(dbias=False, weight_mode="discrete"), split),
                         (dict(dbias=True, weight_mode="discrete", k=4096), whole),
                         (dict(dbias=True, weight_mode="discrete", **{**dsv3, "k": 7160}),
+                         whole),
+                        (dict(dbias=True, weight_mode="discrete", **{**dsv3, "n": 16384}),
                          whole),
                         (dict(dbias=False, d=torch.float32), whole),
                         (dict(dbias=True, d=torch.float32, **dsv3), whole),

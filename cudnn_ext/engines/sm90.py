@@ -63,9 +63,12 @@ _COOP_MIN_TILES = 264
 #: it tied there; see _cooperative_applies)
 _COOP_MAX_K = 2048
 #: ... and, with or without dbias, for any 16-bit C and D and for dense or per-expert
-#: weights, for K >= this: a deep enough mainloop hides its exposed epilogue's cost under
-#: the higher clock of 128 x 256 tiles (sessions 16 and 18; see _cooperative_applies)
-_COOP_MIN_DEEP_K = 7168
+#: weights, for K >= this (per-expert weights: _COOP_MIN_DEEP_K_DISCRETE) and N <=
+#: _COOP_MAX_DEEP_N: a deep enough mainloop hides its exposed epilogue's cost under the
+#: higher clock of 128 x 256 tiles (sessions 16, 18 and 22; see _cooperative_applies)
+_COOP_MIN_DEEP_K = 6144
+_COOP_MIN_DEEP_K_DISCRETE = 7168
+_COOP_MAX_DEEP_N = 8192
 #: Ping-pong 128-wide tiles use 64-row C ring entries (c_split 2) with discrete weights only
 #: for K <= this (dense weights: any K): halving the C entries lets one half's D store and C
 #: reload overlap the other half's math; with per-expert weights it measured slower at
@@ -546,8 +549,9 @@ class Sm90DgluEngine(Engine):
     def _cooperative_applies(problem: DgluProblem) -> bool:
         """The cooperative 128 x 256 schedule (2x1 clusters; its stages:
         ``cooperative_knobs``) is offered for 16-bit C and D, N a multiple of 256 (no padded
-        tile), at least _COOP_MIN_TILES such tiles, and either K >= _COOP_MIN_DEEP_K (dense
-        or per-expert weights, with or without dbias) or, for dense weights, no dbias and K
+        tile), at least _COOP_MIN_TILES such tiles, and either K >= _COOP_MIN_DEEP_K (dense;
+        per-expert weights K >= _COOP_MIN_DEEP_K_DISCRETE; with or without dbias; N <=
+        _COOP_MAX_DEEP_N) or, for dense weights, no dbias and K
         <= _COOP_MAX_K where ping-pong cannot take 64-row C entries (C and D of different
         16-bit types).
         Per-expert weights at deep K, against ping-pong in one process (session 18,
@@ -605,14 +609,28 @@ class Sm90DgluEngine(Engine):
         ping-pong): with dbias dsv3 1.336 vs 1.333, k8k 1.510 vs 1.543, k12k 2.237 vs 2.293;
         without dbias 1.299 vs 1.310, 1.471 vs 1.507, 2.171 vs 2.243.
 
+        Session 22 (results/session22/cross2/, the deep form with its last round split in
+        3, t256c4m2s3kx3, against ping-pong t128c1m2h2, round-robin in one process, dbias,
+        ms): at N 2048 K 5120 0.985 vs 0.991, K 6144 1.153 vs 1.182 (session 21, unsplit:
+        1.128 vs 1.146); K 6144 at N 4096 2.394 vs 2.435 and at N 8192 2.384 vs 2.436; K
+        7168 at N 8192 2.748 vs 2.835; but at N 16384 K 6144 5.081 vs 4.936 and K 7168
+        5.778 vs 5.739 (the engine's row, the same kernel, 6.098 in that process: the
+        longest shape's times moved 5% between rows). So dense weights take it from K 6144
+        (K 5120 is a tie) up to N 8192, and neither form at N 16384 (session 17 had it 8-13%
+        slower at K 6144 there). Per-expert weights keep their measured K >= 7168, now also
+        bounded by N 8192; fp16 and mixed 16-bit C/D follow by analogy, untimed.
+
         The smallest benchmark shape has 384 wide tiles; the _COOP_MIN_TILES floor (two
         waves on 132 SMs, below which halving the tile count costs parallelism) is a guess,
         not a measurement."""
         tiles = (max(problem.m, 256) // 128) * (problem.n // 256)
         shallow = (not problem.generate_dbias and problem.k <= _COOP_MAX_K
                    and not Sm90DgluEngine._c_split_applies(problem, 128, 1))
-        # per-expert weights (discrete) at deep K as well (session 18's timing, above)
-        deep = problem.k >= _COOP_MIN_DEEP_K
+        # per-expert weights (discrete) at deep K as well (session 18's timing, above), from
+        # K 7168 (where that timing starts); neither at N 16384 (session 22, above)
+        deep = (problem.k >= (_COOP_MIN_DEEP_K if problem.weight_mode == "dense"
+                              else _COOP_MIN_DEEP_K_DISCRETE)
+                and problem.n <= _COOP_MAX_DEEP_N)
         return ((deep or (shallow and problem.weight_mode == "dense"))
                 and problem.n % 256 == 0 and tiles >= _COOP_MIN_TILES
                 and problem.c_dtype in _HALF_DTYPES and problem.d_dtype in _HALF_DTYPES)
@@ -649,6 +667,7 @@ def cooperative_knobs(problem: DgluProblem) -> Knobs:
     (``Sm90DgluEngine._cooperative_applies``): the deep-K form at K >= _COOP_MIN_DEEP_K
     (where it was timed; it needs 16-bit C, as the schedule does: with 4 C stages per
     warpgroup 3 A/B stages fit), else the 2-stage form."""
+    # (the 2-stage form is offered only at shallow K, _COOP_MAX_K, so this is the deep rule)
     return COOPERATIVE_DEEP_KNOBS if problem.k >= _COOP_MIN_DEEP_K else COOPERATIVE_KNOBS
 
 
