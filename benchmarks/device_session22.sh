@@ -21,6 +21,11 @@
 # Part "split2" (main, after the engine took split_last 3 for the deep-K form): the split
 #   GPU tests again (the slot check's grid bound fixed), dsv3 traces without and with the
 #   split (the last wave's end times), and the full benchmark. About 5 min.
+# Part "split3" (main, after review): the pieces of the split last round go to the clusters
+#   in contiguous shares (a final part waits only on lower clusters), the small split cases
+#   carry rows past the last offset so that their grid splits: the split and heuristics GPU
+#   tests (K 6152: the new cooperative threshold), the split sanitizer modes, and the A/B of
+#   part split again. About 5 min.
 # Part "gpu" (main): the whole GPU suite in 4 workers. About 4 min.
 # Part "final" (main): the full benchmark for the README's table. About 2 min.
 set -o pipefail
@@ -33,6 +38,12 @@ elif [ "$1" = split ]; then
   for tool in racecheck synccheck memcheck; do san "$tool" split; done
   vbench split split t256c4m2s3k,t256c4m2s3kx3 --shapes dsv3,k8k,k12k,k7kn8
   grep -E "^k[0-9]" "$OUT/split.log"
+elif [ "$1" = split3 ]; then
+  tp split_tests -m gpu tests/gpu/test_sm90_correctness.py -k "split_last or heuristics" -n 4 -s
+  grep -E "clusters, [0-9]+ units" "$OUT/split_tests.log" | head -12
+  for tool in racecheck synccheck memcheck; do san "$tool" split; done
+  vbench split split t256c4m2s3k,t256c4m2s3kx3 --shapes dsv3,k8k,k12k,k7kn8
+  grep -E "^k[0-9]" "$OUT/split.log"
 elif [ "$1" = split2 ]; then
   tp split_tests -m gpu tests/gpu/test_sm90_correctness.py -k split_last -n 4 -s
   grep -E "clusters, [0-9]+ units" "$OUT/split_tests.log" | head -12
@@ -40,6 +51,6 @@ elif [ "$1" = split2 ]; then
   trace dsv3_x3 dsv3 --variant t256c4m2s3kx3
   final_bench
 else
-  std_part "$1" "device_session22.sh cross2|split|split2|gpu|final"
+  std_part "$1" "device_session22.sh cross2|split|split2|split3|gpu|final"
 fi
 bundle "session22_$1"  # every log and JSON in one file (the tool returns at most 8)

@@ -64,8 +64,8 @@ def _uses_ffi(f, avals) -> bool:
 
 def test_jit_takes_the_engines_choice_at_deep_k():
     """Under jax.jit dbias stays in fp32 for JAX to round (fold_dbias=False); the FFI path
-    picks what the engine picks, the cooperative kernel at K >= 7168, with dbias too (that
-    unfolded form passed its GPU test in session 17)."""
+    picks what the engine picks, the cooperative kernel at deep K, with dbias too (that
+    unfolded form passed its GPU test in session 17), and keeps the split last round off."""
     from cudnn_ext.engines.sm90 import COOPERATIVE_DEEP_KNOBS, Sm90DgluEngine
     from cudnn_ext.jax.ffi import choose_knobs
     from cudnn_ext.problem import ActConfig, DgluProblem
@@ -315,7 +315,7 @@ def test_ffi_on_gpu_matches_the_float64_oracle(act_func):
 def test_ffi_cooperative_dbias_on_gpu_matches_the_float64_oracle(act_func, monkeypatch):
     """The cooperative kernel with dbias under jax.jit (fold_dbias=False: the folder warp
     adds the sums to the workspace without folding them, JAX rounds them), what
-    ``choose_knobs`` picks at K >= 7168 (first passed on an H200 in session 17): forced
+    ``choose_knobs`` picks at deep K (first passed on an H200 in session 17): forced
     here on the small dense operands (N < tile: the tile's columns past N are phantoms)."""
     _skip_unless_jax_gpu()
     from cudnn_ext.engines.sm90 import COOPERATIVE_DEEP_KNOBS

@@ -440,7 +440,8 @@ def test_engine_restates_the_kernels_constants():
 
     assert (sm90.TRACE_MAX_CTAS, sm90.TRACE_MAX_TILES, sm90.DESC_BYTES) == (
         dglu_kernel.TRACE_MAX_CTAS, dglu_kernel.TRACE_MAX_TILES, dglu_kernel.DESC_BYTES)
-    assert (sm90.SPLIT_SLOTS, sm90.TILE_M) == (dglu_kernel.SPLIT_SLOTS, dglu_kernel.TILE_M)
+    assert (sm90.SPLIT_SLOTS, sm90.SPLIT_MAX, sm90.TILE_M) == (
+        dglu_kernel.SPLIT_SLOTS, dglu_kernel.SPLIT_MAX, dglu_kernel.TILE_M)
 
 
 @needs_dsl
@@ -712,7 +713,8 @@ def test_split_last_knob_rules():
     p = _problem(n=512, k=1024)
     for bad in (Knobs.of(tile_n=128, split_last=2),
                 Knobs.of(tile_n=256, cooperative=True, split_last=5),
-                Knobs.of(tile_n=256, cooperative=True, split_last=0)):
+                Knobs.of(tile_n=256, cooperative=True, split_last=0),
+                Knobs.of(tile_n=64, cooperative=True, split_last=2, c_stages=3)):
         with pytest.raises(ValueError, match="split_last"):
             Sm90Plan(p, bad, Sm90CompileKey.of(p, bad), compiled=None)
 
@@ -747,8 +749,9 @@ def test_split_last_workspace(dbias):
 def test_cooperative_is_selected_where_it_measured_faster():
     """Heuristics: the cooperative 128 x 256 schedule is ranked first for dense weights,
     16-bit C and D, N % 256 == 0 and enough tiles, where it measured faster than ping-pong:
-    at K >= 7168 with or without dbias (session 16: dsv3, K 8192, K 12288; slower at K 6144
-    and 4096), and without dbias at K <= 2048 for C and D of different 16-bit types (where
+    at K >= 6144 up to N 8192 with or without dbias (sessions 16 and 22: dsv3, K 8192, K
+    12288, K 6144 at N 2048-8192; slower at N 16384 and at K 4096), per-expert weights from
+    K 7168, and without dbias at K <= 2048 for C and D of different 16-bit types (where
     ping-pong cannot take 64-row C entries). Everything else keeps ping-pong 128 x 128 in
     2x1 clusters, with 64-row C entries where they apply. At deep K the cooperative form
     has 4 C stages per warpgroup and 3 A/B stages (session 20), else 2 and 4."""
@@ -814,7 +817,8 @@ def test_cooperative_is_selected_where_it_measured_faster():
 
 
 #: The cooperative configurations the heuristics can select: C and D of different 16-bit
-#: types without dbias at K <= 2048; any 16-bit C and D, dbias or not, at K >= 7168
+#: types without dbias at K <= 2048; any 16-bit C and D, dbias or not, at deep K (dense:
+#: K >= 6144 and N <= 8192)
 _COOP_SELECTABLE = [("dswiglu", torch.bfloat16, torch.float16, "k", False, 2048),
                     ("dgeglu", torch.float16, torch.bfloat16, "k", False, 2048),
                     ("dswiglu", torch.float16, torch.bfloat16, "n", False, 2048),

@@ -82,8 +82,10 @@ DESC_BYTES = 128
 TRACE_MAX_CTAS = 256
 #: the trace knob's bound (tiles recorded per math warpgroup), the kernel module's as well
 TRACE_MAX_TILES = 4096
-#: partial-sum slots of the split last round (split_last), the kernel module's SPLIT_SLOTS
+#: partial-sum slots of the split last round (split_last), and the largest split_last: the
+#: kernel module's SPLIT_SLOTS and SPLIT_MAX
 SPLIT_SLOTS = 132
+SPLIT_MAX = 4
 #: rows of one CTA's tile (the kernel module's TILE_M)
 TILE_M = 128
 
@@ -246,10 +248,13 @@ class Sm90Plan(CompiledPlan):
         if not 0 <= key.trace <= TRACE_MAX_TILES:
             raise ValueError(f"knob trace: tiles per warpgroup to record, in [0, "
                              f"{TRACE_MAX_TILES}], got {key.trace}")
-        if not 1 <= key.split_last <= 4 or (key.split_last > 1 and not key.cooperative):
-            raise ValueError(f"knob split_last: K-parts of the last round's units, in [1, 4] "
-                             f"and 1 unless cooperative, got {key.split_last} "
+        if not 1 <= key.split_last <= SPLIT_MAX or (key.split_last > 1 and not key.cooperative):
+            raise ValueError(f"knob split_last: K-parts of the last round's units, in [1, "
+                             f"{SPLIT_MAX}] and 1 unless cooperative, got {key.split_last} "
                              f"(cooperative={key.cooperative})")
+        if key.split_last > 1 and key.c_stages > key.tile_n // 32:
+            raise ValueError(f"knob c_stages: at most tile_n / 32 = {key.tile_n // 32} with "
+                             f"split_last, got {key.c_stages}")
         if key.trace and self._discrete:
             raise NotImplementedError("knob trace: dense weights only (with per-expert weights "
                                       "the kernel's descriptor slot holds their descriptors)")
@@ -597,8 +602,8 @@ class Sm90DgluEngine(Engine):
         N 16384) 5.261 vs 4.927 and mixtral (K 4096) 3.112 vs 2.861 (results/session16/
         coop2x2/). dsv3 with dbias in earlier sessions' single processes: 1.370 vs 1.377
         (session 13), 1.351 vs 1.360 (session 15), 1.336 vs 1.354 and 1.360 vs 1.400
-        (session 16); without dbias 1.320 vs 1.361 (session 13). So from K 7168 on it is
-        offered with or without dbias; between 4096 and 7168 the evidence is k6k's loss
+        (session 16); without dbias 1.320 vs 1.361 (session 13). So from K 7168 on it was
+        offered with or without dbias (K 6144 since session 22, below); between 4096 and 7168 the evidence is k6k's loss
         (N 16384: K and N both differ from dsv3) and session 17's crossover at dsv3's N
         (results/session17/crossover/, cooperative vs ping-pong, one process): with dbias
         K 5120 1.014 vs 0.997, K 6144 1.191 vs 1.189, K 7168 1.364 vs 1.377; without dbias
@@ -618,7 +623,10 @@ class Sm90DgluEngine(Engine):
         longest shape's times moved 5% between rows). So dense weights take it from K 6144
         (K 5120 is a tie) up to N 8192, and neither form at N 16384 (session 17 had it 8-13%
         slower at K 6144 there). Per-expert weights keep their measured K >= 7168, now also
-        bounded by N 8192; fp16 and mixed 16-bit C/D follow by analogy, untimed.
+        bounded by N 8192; fp16 and mixed 16-bit C/D follow by analogy, untimed. The N bound
+        also sends K 8192-12288 at N > 8192 to ping-pong, untimed there (both N 16384
+        shapes timed went that way). The split last round (split_last 3, part of the deep
+        form) was timed with dense weights only.
 
         The smallest benchmark shape has 384 wide tiles; the _COOP_MIN_TILES floor (two
         waves on 132 SMs, below which halving the tile count costs parallelism) is a guess,

@@ -222,11 +222,12 @@ class _Fast:
     generate_dbias: bool
     ws_size: int
     dense: bool
-    #: the launch on a scratch kept zero from ``zero_from`` on (one kernel instead of a
-    #: zeroing kernel + the kernel; the contract with dbias), used outside graph capture;
-    #: built on the first replay that can use it (it is another compiled variant)
+    #: the launch on a scratch kept zero in [zero_from, zero_from + zero_bytes) (one kernel
+    #: instead of a zeroing kernel + the kernel; the contract with dbias), used outside
+    #: graph capture; built on the first replay that can use it (another compiled variant)
     launch_zeroed: object = None
     zero_from: Optional[int] = None
+    zero_bytes: int = 0
     plan: object = None
 
 
@@ -258,6 +259,7 @@ def _remember(fast, e: _Entry, dev, m, two_n, fresh, d_dtype, generate_dbias) ->
                  generate_dbias, e.ws_size, e.problem.weight_mode != "discrete")
     if not fresh and e.plan.zeroed_region is not None:
         slot.zero_from, slot.plan = e.plan.zeroed_region, e.plan
+        slot.zero_bytes = e.plan.zeroed_region_bytes
     key = (sig, m)
     with _lock:
         if len(_fast) >= _MEMO_MAX:
@@ -309,7 +311,7 @@ def run_fast(sig, ts, out=None):
                 s.launch_zeroed = s.plan.address_launcher(s.m, False, s.device_index,
                                                           zeroed_workspace=True)
             launch = s.launch_zeroed
-            ws = _zeroed_workspace(s.ws_size, s.zero_from, s.device)
+            ws = _zeroed_workspace(s.ws_size, s.zero_from, s.zero_bytes, s.device)
         else:
             ws = _workspace(s.ws_size, s.device, None)
     # ws stays referenced until the launch is queued (a fresh scratch is freed after it,
@@ -349,20 +351,23 @@ def _cached(table: Dict, slot, make) -> torch.Tensor:
 
 
 #: Scratch kept zero from an offset on: (device index, stream handle, bytes, offset) -> tensor
-_zeroed: Dict[Tuple[int, int, int, int], torch.Tensor] = {}
+_zeroed: Dict[Tuple[int, int, int, int, int], torch.Tensor] = {}
 
 
-def _zeroed_workspace(nbytes: int, zero_from: int, dev: torch.device) -> torch.Tensor:
-    """Scratch for launches that find and leave its bytes from ``zero_from`` on zero (plans'
-    ``zeroed_region``): allocated zeroed once per (device, current stream, size, offset) and
-    used by no other launch (``_workspace``'s buffers are not zero). Plans that share one
-    agree on its layout: bytes before the offset are theirs to overwrite every launch, bytes
-    after are dbias sums and counters, zero at rest. Never during graph capture (a replay
-    would share it with eager launches). A launch whose offsets break the contract (device data:
-    not checked on the host) can leave it dirty; ``clear_memo`` drops these buffers."""
+def _zeroed_workspace(nbytes: int, zero_from: int, zero_bytes: int,
+                      dev: torch.device) -> torch.Tensor:
+    """Scratch for launches that find and leave its bytes [zero_from, zero_from +
+    zero_bytes) zero (plans' ``zeroed_region`` and ``zeroed_region_bytes``): allocated
+    zeroed once per (device, current stream, size, offset, length) and used by no other
+    launch (``_workspace``'s buffers are not zero). Plans that share one agree on its
+    layout: bytes outside the range are theirs to overwrite every launch (descriptors, the
+    split last round's partial sums), bytes inside are dbias sums and counters and split
+    flags, zero at rest. Never during graph capture (a replay would share it with eager
+    launches). A launch whose offsets break the contract (device data: not checked on the
+    host) can leave it dirty; ``clear_memo`` drops these buffers."""
     cuda = dev.type == "cuda"
     slot = (dev.index if cuda else -1, current_stream_handle(dev.index) if cuda else 0, nbytes,
-            zero_from)
+            zero_from, zero_bytes)
     return _cached(_zeroed, slot, lambda: torch.zeros(nbytes, dtype=torch.uint8, device=dev))
 
 

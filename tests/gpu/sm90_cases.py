@@ -359,7 +359,10 @@ def cooperative_cases() -> list:
 def split_cases() -> list:
     """The cooperative schedule's last round split along K (knob split_last), sized for the
     H200's 66 resident 2-CTA clusters and 132 single CTAs (``split_model`` says what each
-    splits into on the device at hand; the test checks the kernel did).
+    splits into on the device at hand; the test checks the kernel did, and that it split).
+    The launch's grid is also bounded by the units M allows (the host does not read the
+    offsets), so the small cases carry 16,384 rows past the last offset: without them a
+    12-unit problem runs on 14 clusters and is not split.
     * 12 units, 66 clusters: no whole round; every unit in 3 parts of 3 k-tiles (K 520: the
       last one partial), finals waiting on parts that run at the same time; empty expert.
     * 100 units, 66 clusters: one whole round, 34 units left in 3 parts (as dsv3's 1,024
@@ -371,17 +374,17 @@ def split_cases() -> list:
     co = dict(cooperative=True)
     return [
         Case([512, 0, 768, 256], 512, 520, "dswiglu", tile_n=256, cluster_m=2, split_last=3,
-             **co),
+             extra_rows=16384, **co),
         Case([2048, 256, 0, 2048, 1024, 512, 256, 256], 1024, 1416, "dswiglu", tile_n=256,
              cluster_m=2, split_last=3, signed_beta=True, **co),
         Case([2048, 256, 0, 2048, 1024, 512, 256, 256], 768, 200, "dgeglu", torch.float16,
              torch.float16, dbias=False, tile_n=256, split_last=4, **co),
         Case([256, 0, 768, 256], 288, 200, "dgeglu", weight_mode="discrete", b_major="n",
-             tile_n=256, split_last=2, **co),
+             tile_n=256, split_last=2, extra_rows=16384, **co),
         Case([512, 256], 160, 200, "dswiglu", torch.float32, torch.float32, tile_n=128,
-             split_last=3, **co),
+             split_last=3, extra_rows=16384, **co),
         Case([512, 0, 768, 256], 512, 128, "dgeglu", tile_n=256, cluster_m=2, split_last=4,
-             **co),
+             extra_rows=16384, **co),
     ]
 
 

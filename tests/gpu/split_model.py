@@ -3,8 +3,9 @@ Python, for the tests: the CPU test checks the schedule's promises on many unit 
 counts; the GPU test asks it which partial-sum slots a launch must have written.
 
 It restates ``cudnn_ext.kernels.sm90.tile_walk.last_round_split`` and the kernel's
-``split_item`` / ``next_epi_unit`` walks (device code, which plain Python cannot run): a
-change to either side that the other does not follow fails the GPU test's slot check.
+``split_walk`` / ``split_item`` / ``next_epi_unit`` walks (device code, which plain Python
+cannot run): a change to either side that the other does not follow fails the GPU test's
+slot check.
 """
 from __future__ import annotations
 
@@ -23,29 +24,36 @@ def last_round_split(num_units: int, nclusters: int, max_split: int, slots: int 
     return full, rem, s
 
 
-def items(cluster: int, num_units: int, nclusters: int, k_tiles: int, max_split: int):
-    """The cluster's items in order: (unit, first k-tile, k-tiles, final, piece q or None)."""
+def _share(cluster, num_units, nclusters, k_tiles, max_split):
     full, rem, s = last_round_split(num_units, nclusters, min(max_split, k_tiles))
-    out = [(u, 0, k_tiles, True, None) for u in range(cluster, full, nclusters)]
-    for q in range(cluster, rem * s, nclusters):
-        part, r = divmod(q, rem)
+    pieces = rem * s
+    return full, s, cluster * pieces // nclusters, (cluster + 1) * pieces // nclusters
+
+
+def items(cluster: int, num_units: int, nclusters: int, k_tiles: int, max_split: int):
+    """The cluster's items in order: (unit, first k-tile, k-tiles, final, piece q or None,
+    slot of a non-final part or None)."""
+    full, s, lo, hi = _share(cluster, num_units, nclusters, k_tiles, max_split)
+    out = [(u, 0, k_tiles, True, None, None) for u in range(cluster, full, nclusters)]
+    for q in range(lo, hi):
+        r, part = divmod(q, s)
         kb, ke = part * k_tiles // s, (part + 1) * k_tiles // s
-        out.append((full + r, kb, ke - kb, part == s - 1, q))
+        final = part == s - 1
+        out.append((full + r, kb, ke - kb, final, q, None if final else r * (s - 1) + part))
     return out
 
 
 def epilogue_units(cluster: int, num_units: int, nclusters: int, k_tiles: int,
                    max_split: int):
     """The units whose epilogue the cluster runs, as its C producers and folder walk them
-    (first_epi_unit / next_epi_unit)."""
-    full, rem, s = last_round_split(num_units, nclusters, min(max_split, k_tiles))
-    lo = rem * (s - 1)
-    q0 = cluster + nclusters * (-(-max(lo - cluster, 0) // nclusters))
-    tail_start = full + q0 - lo
+    (first_epi_unit / next_epi_unit / epi_end)."""
+    full, s, lo, hi = _share(cluster, num_units, nclusters, k_tiles, max_split)
+    tail_start, end = full + lo // s, full + hi // s
     unit = cluster if cluster < full else tail_start
     out = []
-    while unit < num_units:
+    while unit < end:
         out.append(unit)
-        nxt = unit + nclusters
-        unit = tail_start if unit < full <= nxt else nxt
+        whole = unit < full
+        nxt = unit + (nclusters if whole else 1)
+        unit = tail_start if whole and nxt >= full else nxt
     return out

@@ -58,8 +58,9 @@ def _split_slots_written(case):
                        ((sum(case.groups) + case.extra_rows) // (128 * cl)) * n_units)
         k_tiles = -(-case.k // 64)
         parts = sum(1 for c in range(clusters)
-                    for *_, final, q in items(c, units, clusters, k_tiles, case.split_last)
-                    if not final)
+                    for it in items(c, units, clusters, k_tiles, case.split_last)
+                    if not it[3])
+        assert parts > 0, f"{case.label()}: not split on this grid ({clusters} clusters, {units} units)"
         start = plan.zeroed_region + 4 * (-(-plan._zero_ws_elems // 32) * 32)
         per = 4 * 128 * case.tile_n  # one CTA's fp32 accumulators
         slots = ws[start:start + sm90.SPLIT_SLOTS * cl * per].view(sm90.SPLIT_SLOTS * cl, per)

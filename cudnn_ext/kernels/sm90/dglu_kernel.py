@@ -91,19 +91,23 @@ class DbiasHandBack(NamedTuple):
 class SplitWalk(NamedTuple):
     """One cluster's view of the split last round (``Sm90KernelConfig.split_last``), the
     same in every warp of the CTA: ``tile_walk.last_round_split``'s (full, rem, s); the
-    cluster's items (its ``rounds`` whole units, then its pieces: ``split_item``); its first
-    last-round unit with a final part (``tail_start``, >= the unit count when it has none:
-    the walk of the C producers and the folder, ``next_epi_unit``); the int32 flags, the
-    16-byte aligned partial-sum slots and the CTA's rank in the cluster."""
+    cluster's items (its ``rounds`` whole units, then its pieces [lo, lo + items - rounds):
+    ``split_item``); the last-round units whose final part it runs, [tail_start, epi_end)
+    (the walk of the C producers and the folder: ``next_epi_unit``); the workspace region's
+    address and the expert count (where the flags and the partial-sum slots lie:
+    ``_split_flag``, ``_split_slots``; one 64-bit value instead of two pointers live through
+    the math loop: with both, a mixed-type dbias epilogue spilled 4 B) and the CTA's rank in
+    the cluster."""
 
     full: object
-    rem: object
     s: object
     rounds: object
     items: object
+    lo: object
     tail_start: object
-    flags: object
-    parts: object
+    epi_end: object
+    ws: object
+    num_experts: object
     rank: object
 
 
@@ -248,9 +252,11 @@ class Sm90KernelConfig:
     # from the unit and cluster counts). A non-final part stores its fp32 accumulators in
     # a workspace slot and counts itself on the unit's flag; the final part (the one with
     # the last k-tiles: it alone loads C and runs the epilogue) waits for the others' count,
-    # adds their sums in part order (deterministic) and resets the flag. Every cluster runs
-    # its non-final parts before its final ones and all CTAs are resident at once (the grid
-    # is at most the resident CTA count), so the wait cannot deadlock.
+    # adds their sums in part order (deterministic) and resets the flag. The clusters take
+    # the pieces in contiguous shares in piece order, so a final part waits only on pieces
+    # of its own cluster (run before it) or of clusters of lower index: no cycle, and none
+    # on a cluster that is not resident yet if clusters start in index order (the grid is
+    # at most the resident clusters anyway; ``split_item``).
     split_last: int = 1
     # Diagnostic timeline (dense weights only; not an engine choice): trace > 0 makes the
     # leader thread of each math warpgroup store int64 stamps in a workspace region that the
@@ -1007,39 +1013,41 @@ class GroupedDgluSm90:
         cfg = self.cfg
         full, rem, s = last_round_split(num_units, nunits, min(cfg.split_last, self.k_tile_cnt),
                                         SPLIT_SLOTS)
+        # the cluster's pieces: a contiguous share [lo, hi) of the rem * s, in piece order
+        # (piece q = K-part q % s of last-round unit q // s)
         pieces = rem * s
-        mine = Int32(cutlass.select_(cluster < pieces, (pieces - cluster + nunits - 1) // nunits,
-                                     Int32(0)))
-        # its first final piece: the first q >= rem * (s - 1) with q = cluster (mod nunits)
-        lo = rem * (s - 1)
-        q0 = cluster + nunits * ((cutlass.max(lo - cluster, Int32(0)) + nunits - 1) // nunits)
-        base = mDbias.iterator.toint()
-        flags = cute.make_tensor(
-            cute.make_ptr(Int32, base + cutlass.Int64(cfg.dbias_ws_elems(num_experts)) * 4,
-                          cute.AddressSpace.gmem, assumed_align=4),
-            cute.make_layout((cfg.split_flags(),)))
-        parts = cute.make_ptr(Float32, base + cutlass.Int64(cfg.split_part_offset(num_experts)) * 4,
-                              cute.AddressSpace.gmem, assumed_align=16)
+        lo = cluster * pieces // nunits
+        hi = (cluster + 1) * pieces // nunits
         rounds = full // nunits
-        return SplitWalk(full, rem, s, rounds, rounds + mine, full + q0 - lo, flags, parts, rank)
+        # its final parts: pieces q = r * s + s - 1 in [lo, hi), i.e. units r in [lo // s, hi // s)
+        return SplitWalk(full, s, rounds, rounds + hi - lo, lo, full + lo // s, full + hi // s,
+                         mDbias.iterator.toint(), num_experts, rank)
+
+    def _split_slots(self, sw):
+        """The partial-sum slots (16-byte aligned: the engine checks the region's address)."""
+        off = cutlass.Int64(self.cfg.split_part_offset(sw.num_experts)) * 4
+        return cute.make_ptr(Float32, sw.ws + off, cute.AddressSpace.gmem, assumed_align=16)
 
     @cute.jit
     def split_item(self, i, cluster, nunits, sw):
         """Item i of this cluster's walk (producer and math warps): (unit, first k-tile,
-        k-tiles, final, piece q, last-round index r). Items below ``sw.rounds`` are the
-        whole units cluster + i * nunits; then piece q = cluster + (i - rounds) * nunits of
-        the last round: K-part q // rem of last-round unit r = q % rem (so every non-final
-        piece, q < rem * (s - 1), comes before every final one in every cluster)."""
+        k-tiles, final, slot, last-round index r). Items below ``sw.rounds`` are the whole
+        units cluster + i * nunits; then piece q = lo + (i - rounds) of the last round:
+        K-part q % s of last-round unit r = q // s, whose partial sums (non-final parts)
+        go to slot r * (s - 1) + part. A final part waits only for pieces before it in
+        piece order, which lie on this cluster (run before) or on clusters of lower index
+        (launched first; their own waits point lower still), so the waits cannot form a
+        cycle nor wait on a cluster not yet resident."""
         tail = i >= sw.rounds
-        q = cutlass.max(cluster + (i - sw.rounds) * nunits, Int32(0))
-        rem = cutlass.max(sw.rem, Int32(1))
-        r = q % rem
-        part = q // rem
+        q = cutlass.max(sw.lo + i - sw.rounds, Int32(0))
+        r = q // sw.s
+        part = q - r * sw.s
         kt = self.k_tile_cnt
         kb = Int32(cutlass.select_(tail, part * kt // sw.s, Int32(0)))
         ke = Int32(cutlass.select_(tail, (part + 1) * kt // sw.s, Int32(kt)))
         unit = Int32(cutlass.select_(tail, sw.full + r, cluster + i * nunits))
-        return unit, kb, ke - kb, (i < sw.rounds) | (part == sw.s - 1), q, r
+        return (unit, kb, ke - kb, (i < sw.rounds) | (part == sw.s - 1),
+                r * (sw.s - 1) + part, r)
 
     def first_epi_unit(self, unit0, split):
         """The first unit whose epilogue this CTA runs (C producers, folder)."""
@@ -1049,13 +1057,17 @@ class GroupedDgluSm90:
 
     def next_epi_unit(self, unit, step, split):
         """The unit after ``unit`` whose epilogue this warp's walk takes: ``step`` units on,
-        or (split) from the last whole unit to the cluster's first final piece's unit (final
-        pieces of one cluster are ``nunits`` apart, as whole units are)."""
-        nxt = unit + step
+        or (split) whole units ``step`` apart, then the cluster's final parts' units, which
+        are consecutive, from ``tail_start``."""
         if cutlass.const_expr(split is None):
-            return nxt
-        return Int32(cutlass.select_((unit < split.full) & (nxt >= split.full),
-                                     split.tail_start, nxt))
+            return unit + step
+        whole = unit < split.full
+        nxt = unit + Int32(cutlass.select_(whole, step, Int32(1)))
+        return Int32(cutlass.select_(whole & (nxt >= split.full), split.tail_start, nxt))
+
+    def epi_end(self, num_units, split):
+        """Where the C producers' and the folder's walk ends (see ``next_epi_unit``)."""
+        return num_units if cutlass.const_expr(split is None) else split.epi_end
 
     def _split_slot_offset(self, sw, slot, i, tidx):
         """Float offset of this thread's i-th 4 accumulators in partial slot ``slot`` (this
@@ -1071,18 +1083,20 @@ class GroupedDgluSm90:
         return self.wg_rows * self.tile_n // 128
 
     def _split_flag(self, sw, r):
-        return (sw.flags.iterator + (r * self.cfg.cluster_size() + sw.rank)).llvm_ptr
+        flag = self.cfg.dbias_ws_elems(sw.num_experts) + r * self.cfg.cluster_size() + sw.rank
+        return cute.make_ptr(Int32, sw.ws + cutlass.Int64(flag) * 4, cute.AddressSpace.gmem,
+                             assumed_align=4).llvm_ptr
 
     @cute.jit
     def _split_store(self, acc, sw, q, r, tidx, split_bar):
-        """A non-final K-part: this CTA's fp32 accumulators into partial slot q, then one
+        """A non-final K-part: this CTA's fp32 accumulators into partial slot ``q``, then one
         count on last-round unit r's flag once every math thread's stores are out (each
         fences its own at gpu scope before the 256 meet: the threadFenceReduction order)."""
         for i in cutlass.range_constexpr(self.acc_values() // 4):
             frag = cute.make_rmem_tensor((4,), Float32)
             for j in cutlass.range_constexpr(4):
                 frag[j] = acc[4 * i + j]
-            cute.make_tensor(sw.parts + self._split_slot_offset(sw, q, i, tidx),
+            cute.make_tensor(self._split_slots(sw) + self._split_slot_offset(sw, q, i, tidx),
                              cute.make_layout(4)).store(frag.load())
         cute.arch.fence_acq_rel_gpu()
         split_bar.arrive_and_wait()
@@ -1094,8 +1108,8 @@ class GroupedDgluSm90:
     def _split_gather(self, acc, sw, r, tidx, split_bar):
         """The final K-part of last-round unit r: wait until its s - 1 other parts are
         counted (one thread, acquire loads), reset the flag for the next launch (no other
-        part of this launch touches it again), and add the parts' sums (slots p * rem + r,
-        p < s - 1, in that order: deterministic) to ``acc``. The slots are read through L2
+        part of this launch touches it again), and add the parts' sums (slots
+        r * (s - 1) + p, p < s - 1, in that order: deterministic) to ``acc``. The slots are read through L2
         (.cg): another SM wrote them."""
         if tidx == 128:
             flag = self._split_flag(sw, r)
@@ -1108,7 +1122,8 @@ class GroupedDgluSm90:
         v4 = ir.VectorType.get([4], Float32.mlir_type)
         for p in cutlass.range(sw.s - 1):
             for i in cutlass.range_constexpr(self.acc_values() // 4):
-                ptr = (sw.parts + self._split_slot_offset(sw, p * sw.rem + r, i, tidx)).llvm_ptr
+                slot = r * (sw.s - 1) + p
+                ptr = (self._split_slots(sw) + self._split_slot_offset(sw, slot, i, tidx)).llvm_ptr
                 part = cute.TensorSSA(cute.arch.load(ptr, v4, cop="cg"), (4,), Float32)
                 for j in cutlass.range_constexpr(4):
                     acc[4 * i + j] = acc[4 * i + j] + part[j]
@@ -1275,7 +1290,8 @@ class GroupedDgluSm90:
         p = Int32(0)
         cur = (Int32(0), Int32(0), Int32(0))
         prev = cur
-        while unit < num_units:
+        end = self.epi_end(num_units, split)
+        while unit < end:
             m_tile, n_tile = self.tile_of(unit, walk)
             # (M-tile, N-tile, expert) of the tile being loaded and of the one before: the
             # first c_stages entries of a tile hand back the previous tile's last entries
@@ -1756,7 +1772,8 @@ class GroupedDgluSm90:
         unit = self.first_epi_unit(unit0, split)  # (split: final pieces only)
         k = Int32(0)
         kslot = Int32(0)  # (cooperative) blocks taken so far, counted as the math warps do
-        while unit < num_units:
+        end = self.epi_end(num_units, split)
+        while unit < end:
             m_tile, n_tile = self.tile_of(unit, walk)
             expert = expert_of_row(mOffs, num_experts, m_tile * TILE_M)
             n0 = n_tile * self.tile_n
