@@ -1,8 +1,10 @@
 """The cooperative kernel's split last round (knob split_last), as ``tests/gpu/split_model``
 states it: on many unit, cluster and k-tile counts, every (unit, k-tile) is computed exactly
-once; each unit has one final part, the one ending at the last k-tile; a final part waits
-only on pieces its own cluster ran before it or on clusters of lower index (what makes the
-waits deadlock-free); every partial-sum slot has one writer and stays within SPLIT_SLOTS; the C
+once; each unit has one final part, the one ending at the last k-tile; every cluster runs its
+non-final parts first, and a final part waits only on pieces its own cluster ran before it
+or on clusters of lower index, no later in their order than it is in its own (what makes
+the waits deadlock-free and free of chains); every partial-sum slot has one writer and stays
+within SPLIT_SLOTS; the C
 producers' and folder's walk is the math warps' final items; and no cluster gets more work
 than without the split. The GPU test checks the kernel writes the slots this model says."""
 import os
@@ -29,38 +31,45 @@ def test_split_schedule_promises(nclusters, k_tiles, max_split):
         assert s <= k_tiles and rem * (s - 1) <= SPLIT_SLOTS and (s == 1 or rem <= SPLIT_SLOTS)
         covered = Counter()
         finals = Counter()
-        slots = Counter()
-        where = {}  # piece q -> (cluster, position in its items)
+        slots = {}  # slot -> (cluster, position): one writer each
+        final_at = {}  # last-round unit r -> (cluster, position) of its final part
         walks = {c: items(c, num_units, nclusters, k_tiles, max_split) for c in range(p)}
         for c, its in walks.items():
-            for pos, (unit, kb, kcnt, final, q, slot) in enumerate(its):
+            seen_final = False
+            for pos, (unit, kb, kcnt, final, r, slot) in enumerate(its):
                 assert kcnt >= 1 and 0 <= kb and kb + kcnt <= k_tiles
                 covered.update((unit, kt) for kt in range(kb, kb + kcnt))
-                if q is not None:
-                    where[q] = (c, pos)
                 if final:
                     finals[unit] += 1
                     assert kb + kcnt == k_tiles  # the final part holds the last k-tiles
+                    if r is not None:
+                        final_at[r] = (c, pos)
+                        seen_final = True
                 else:
-                    slots[slot] += 1
-                    assert 0 <= slot < rem * (s - 1) <= SPLIT_SLOTS  # its slot exists
+                    assert not seen_final  # non-final parts come first in every cluster
+                    assert slot not in slots and 0 <= slot < rem * (s - 1) <= SPLIT_SLOTS
+                    assert slot // (s - 1) == r and unit == full + r
+                    slots[slot] = (c, pos)
             assert epilogue_units(c, num_units, nclusters, k_tiles, max_split) == [
                 unit for unit, _, _, final, _, _ in its if final]
         assert covered == Counter({(u, kt): 1 for u in range(num_units)
                                    for kt in range(k_tiles)})
         assert finals == Counter({u: 1 for u in range(num_units)})
-        assert all(n == 1 for n in slots.values())  # one writer per slot
-        # a final part waits only on pieces of its own cluster run before it, or of a
-        # cluster of lower index (which never waits on a higher one): no cycle, and no wait
-        # on a cluster that starts after it
-        for q, (c, pos) in where.items():
-            if q % s == s - 1:
-                for dep in range(q - (s - 1), q):
-                    dc, dpos = where[dep]
-                    assert dc < c or (dc == c and dpos < pos), (num_units, q, dep)
-        # the busiest cluster's work never exceeds what whole units give it
+        assert len(slots) == rem * (s - 1)
+        # a final part waits only on its own cluster's earlier pieces or on clusters of
+        # lower index, at a position no later than its own (no cycle; no wait on a cluster
+        # that starts after it; no chain of waits across clusters)
+        for slot, (c, pos) in slots.items():
+            fc, fpos = final_at[slot // (s - 1)]
+            assert c < fc or (c == fc and pos < fpos), (num_units, slot)
+            assert pos - len([u for u in range(c, full, nclusters)]) <= (
+                fpos - len([u for u in range(fc, full, nclusters)]))
+        # the busiest cluster runs ceil(rem * s / clusters) pieces, never more work than
+        # whole units would give it
         busiest = max(sum(it[2] for it in its) for its in walks.values()) if walks else 0
         assert busiest <= -(-num_units // nclusters) * k_tiles
+        tail = [len(its) - full // nclusters for its in walks.values()]
+        assert not tail or max(tail) == -(-rem * s // nclusters)
 
 
 def test_dsv3_last_round_on_the_h200():

@@ -24,22 +24,32 @@ def last_round_split(num_units: int, nclusters: int, max_split: int, slots: int 
     return full, rem, s
 
 
-def _share(cluster, num_units, nclusters, k_tiles, max_split):
+def _walk(cluster, num_units, nclusters, k_tiles, max_split):
+    """(full, s, pieces, has_final, final_r, first_nf), as the kernel's split_walk."""
     full, rem, s = last_round_split(num_units, nclusters, min(max_split, k_tiles))
-    pieces = rem * s
-    return full, s, cluster * pieces // nclusters, (cluster + 1) * pieces // nclusters
+    total = rem * s
+    a, b = divmod(total, nclusters)
+    pieces = a + (cluster >= nclusters - b)
+    has_final = cluster >= nclusters - rem
+    first_nf = (cluster * a + max(cluster - (nclusters - b), 0)
+                - max(cluster - (nclusters - rem), 0))
+    return full, s, pieces, has_final, cluster - (nclusters - rem), first_nf
 
 
 def items(cluster: int, num_units: int, nclusters: int, k_tiles: int, max_split: int):
-    """The cluster's items in order: (unit, first k-tile, k-tiles, final, piece q or None,
-    slot of a non-final part or None)."""
-    full, s, lo, hi = _share(cluster, num_units, nclusters, k_tiles, max_split)
+    """The cluster's items in order: (unit, first k-tile, k-tiles, final, last-round unit r
+    or None, slot of a non-final part or None), as the kernel's split_item."""
+    full, s, pieces, has_final, final_r, first_nf = _walk(cluster, num_units, nclusters,
+                                                          k_tiles, max_split)
     out = [(u, 0, k_tiles, True, None, None) for u in range(cluster, full, nclusters)]
-    for q in range(lo, hi):
-        r, part = divmod(q, s)
+    for j in range(pieces):
+        if has_final and j == pieces - 1:
+            r, part, slot = final_r, s - 1, None
+        else:
+            slot = first_nf + j
+            r, part = divmod(slot, s - 1)
         kb, ke = part * k_tiles // s, (part + 1) * k_tiles // s
-        final = part == s - 1
-        out.append((full + r, kb, ke - kb, final, q, None if final else r * (s - 1) + part))
+        out.append((full + r, kb, ke - kb, slot is None, r, slot))
     return out
 
 
@@ -47,8 +57,10 @@ def epilogue_units(cluster: int, num_units: int, nclusters: int, k_tiles: int,
                    max_split: int):
     """The units whose epilogue the cluster runs, as its C producers and folder walk them
     (first_epi_unit / next_epi_unit / epi_end)."""
-    full, s, lo, hi = _share(cluster, num_units, nclusters, k_tiles, max_split)
-    tail_start, end = full + lo // s, full + hi // s
+    full, s, pieces, has_final, final_r, _ = _walk(cluster, num_units, nclusters, k_tiles,
+                                                   max_split)
+    tail_start = full + final_r if has_final else num_units
+    end = tail_start + 1 if has_final else num_units
     unit = cluster if cluster < full else tail_start
     out = []
     while unit < end:

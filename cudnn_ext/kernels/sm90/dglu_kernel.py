@@ -91,9 +91,11 @@ class DbiasHandBack(NamedTuple):
 class SplitWalk(NamedTuple):
     """One cluster's view of the split last round (``Sm90KernelConfig.split_last``), the
     same in every warp of the CTA: ``tile_walk.last_round_split``'s (full, rem, s); the
-    cluster's items (its ``rounds`` whole units, then its pieces [lo, lo + items - rounds):
-    ``split_item``); the last-round units whose final part it runs, [tail_start, epi_end)
-    (the walk of the C producers and the folder: ``next_epi_unit``); the workspace region's
+    cluster's items (its ``rounds`` whole units, then its ``pieces`` last-round pieces:
+    ``split_item``: the last one final if ``has_final``, for last-round unit ``final_r``;
+    the others non-final, numbered from ``first_nf`` in the order that assigns them to
+    units); the last-round unit whose final part it runs, [tail_start, epi_end) (the walk
+    of the C producers and the folder: ``next_epi_unit``); the workspace region's
     address and the expert count (where the flags and the partial-sum slots lie:
     ``_split_flag``, ``_split_slots``; one 64-bit value instead of two pointers live through
     the math loop: with both, a mixed-type dbias epilogue spilled 4 B) and the CTA's rank in
@@ -103,7 +105,10 @@ class SplitWalk(NamedTuple):
     s: object
     rounds: object
     items: object
-    lo: object
+    pieces: object
+    has_final: object
+    final_r: object
+    first_nf: object
     tail_start: object
     epi_end: object
     ws: object
@@ -252,11 +257,11 @@ class Sm90KernelConfig:
     # from the unit and cluster counts). A non-final part stores its fp32 accumulators in
     # a workspace slot and counts itself on the unit's flag; the final part (the one with
     # the last k-tiles: it alone loads C and runs the epilogue) waits for the others' count,
-    # adds their sums in part order (deterministic) and resets the flag. The clusters take
-    # the pieces in contiguous shares in piece order, so a final part waits only on pieces
-    # of its own cluster (run before it) or of clusters of lower index: no cycle, and none
-    # on a cluster that is not resident yet if clusters start in index order (the grid is
-    # at most the resident clusters anyway; ``split_item``).
+    # adds their sums in part order (deterministic) and resets the flag. Every cluster runs
+    # its non-final parts first, and a final part waits only on clusters of lower index or
+    # its own earlier parts (``split_walk``): no cycle, and no wait on a cluster that is not
+    # resident yet if clusters start in index order (the grid is at most the resident
+    # clusters anyway).
     split_last: int = 1
     # Diagnostic timeline (dense weights only; not an engine choice): trace > 0 makes the
     # leader thread of each math warpgroup store int64 stamps in a workspace region that the
@@ -1013,15 +1018,29 @@ class GroupedDgluSm90:
         cfg = self.cfg
         full, rem, s = last_round_split(num_units, nunits, min(cfg.split_last, self.k_tile_cnt),
                                         SPLIT_SLOTS)
-        # the cluster's pieces: a contiguous share [lo, hi) of the rem * s, in piece order
-        # (piece q = K-part q % s of last-round unit q // s)
-        pieces = rem * s
-        lo = cluster * pieces // nunits
-        hi = (cluster + 1) * pieces // nunits
+        # The rem * s pieces, right-aligned over the clusters: cluster c runs a (+1 for the
+        # last b clusters) of them, non-final ones first; the last rem clusters end with
+        # the final part of last-round unit c - (nunits - rem). The non-final pieces, in
+        # (cluster, order) sequence, go s - 1 at a time to units 0, 1, ...: so a final part
+        # waits only on pieces of clusters of lower index or its own earlier ones (no
+        # cycle, and no wait on a cluster that starts after it if clusters start in index
+        # order), at most as late in their cluster's order as it is in its own (the
+        # right-aligned counts grow with the index), and non-final parts never wait.
+        total = rem * s
+        a = total // nunits
+        b = total - a * nunits
+        more = cluster >= nunits - b
+        pieces = a + Int32(cutlass.select_(more, Int32(1), Int32(0)))
+        has_final = cluster >= nunits - rem
+        final_r = cluster - (nunits - rem)
+        # non-final pieces on clusters before this one
+        first_nf = (cluster * a + cutlass.max(cluster - (nunits - b), Int32(0))
+                    - cutlass.max(cluster - (nunits - rem), Int32(0)))
         rounds = full // nunits
-        # its final parts: pieces q = r * s + s - 1 in [lo, hi), i.e. units r in [lo // s, hi // s)
-        return SplitWalk(full, s, rounds, rounds + hi - lo, lo, full + lo // s, full + hi // s,
-                         mDbias.iterator.toint(), num_experts, rank)
+        tail_start = Int32(cutlass.select_(has_final, full + final_r, num_units))
+        epi_end = Int32(cutlass.select_(has_final, full + final_r + 1, num_units))
+        return SplitWalk(full, s, rounds, rounds + pieces, pieces, has_final, final_r, first_nf,
+                         tail_start, epi_end, mDbias.iterator.toint(), num_experts, rank)
 
     def _split_slots(self, sw):
         """The partial-sum slots (16-byte aligned: the engine checks the region's address)."""
@@ -1032,22 +1051,23 @@ class GroupedDgluSm90:
     def split_item(self, i, cluster, nunits, sw):
         """Item i of this cluster's walk (producer and math warps): (unit, first k-tile,
         k-tiles, final, slot, last-round index r). Items below ``sw.rounds`` are the whole
-        units cluster + i * nunits; then piece q = lo + (i - rounds) of the last round:
-        K-part q % s of last-round unit r = q // s, whose partial sums (non-final parts)
-        go to slot r * (s - 1) + part. A final part waits only for pieces before it in
-        piece order, which lie on this cluster (run before) or on clusters of lower index
-        (launched first; their own waits point lower still), so the waits cannot form a
-        cycle nor wait on a cluster not yet resident."""
+        units cluster + i * nunits; then the cluster's last-round pieces (``split_walk``):
+        the last is the final part (part s - 1) of unit ``final_r`` if it has one; the j-th
+        before it is non-final piece n = first_nf + j, K-part n % (s - 1) of unit
+        n // (s - 1), whose partial sums go to slot n (= r * (s - 1) + part)."""
         tail = i >= sw.rounds
-        q = cutlass.max(sw.lo + i - sw.rounds, Int32(0))
-        r = q // sw.s
-        part = q - r * sw.s
+        j = i - sw.rounds
+        fin = tail & sw.has_final & (j == sw.pieces - 1)
+        n = cutlass.max(sw.first_nf + j, Int32(0))
+        s1 = cutlass.max(sw.s - 1, Int32(1))
+        r_nf = n // s1
+        r = Int32(cutlass.select_(fin, sw.final_r, r_nf))
+        part = Int32(cutlass.select_(fin, sw.s - 1, n - r_nf * s1))
         kt = self.k_tile_cnt
         kb = Int32(cutlass.select_(tail, part * kt // sw.s, Int32(0)))
         ke = Int32(cutlass.select_(tail, (part + 1) * kt // sw.s, Int32(kt)))
         unit = Int32(cutlass.select_(tail, sw.full + r, cluster + i * nunits))
-        return (unit, kb, ke - kb, (i < sw.rounds) | (part == sw.s - 1),
-                r * (sw.s - 1) + part, r)
+        return unit, kb, ke - kb, (i < sw.rounds) | fin, n, r
 
     def first_epi_unit(self, unit0, split):
         """The first unit whose epilogue this CTA runs (C producers, folder)."""
@@ -1057,8 +1077,8 @@ class GroupedDgluSm90:
 
     def next_epi_unit(self, unit, step, split):
         """The unit after ``unit`` whose epilogue this warp's walk takes: ``step`` units on,
-        or (split) whole units ``step`` apart, then the cluster's final parts' units, which
-        are consecutive, from ``tail_start``."""
+        or (split) whole units ``step`` apart, then the cluster's one final part's unit,
+        ``tail_start`` (the walk ends at ``epi_end``)."""
         if cutlass.const_expr(split is None):
             return unit + step
         whole = unit < split.full

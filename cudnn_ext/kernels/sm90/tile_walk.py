@@ -62,9 +62,8 @@ def last_round_split(num_units: Int32, nclusters: Int32, max_split: cutlass.Cons
     c, c + nclusters, ...: every cluster the same number. The rem = num_units - full units
     left would keep rem clusters busy for a whole tile while the others idle (dsv3 on the
     H200: 1,024 units over 66 clusters leave 34, so 64 of 132 CTAs end a tile early).
-    Splitting each of them into s K-parts makes rem * s pieces (piece q = K-part q % s of
-    last-round unit q // s), which the clusters take in contiguous shares (cluster c:
-    [c * rem * s // nclusters, (c + 1) * rem * s // nclusters)), so the busiest cluster runs
+    Splitting each of them into s K-parts makes rem * s pieces, spread over the clusters
+    (the kernel's ``split_walk`` says which cluster runs which), so the busiest cluster runs
     ceil(rem * s / nclusters) pieces of 1/s tile instead of one tile. s is the one in
     [1, max_split] with the fewest such tile fractions (the smallest on ties), among those
     whose non-final pieces, rem * (s - 1), fit the ``max_slots`` partial-sum slots.
