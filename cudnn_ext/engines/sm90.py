@@ -49,9 +49,11 @@ COOPERATIVE_KNOBS = Knobs.of(tile_n=256, c_stages=2, stages=0, raster_group_m=RA
 #: K 12288 2.174 vs 2.191; the dsv3 epilogue 12.9 k vs 13.6 k cycles per tile, the
 #: mainloop 1.5% longer). 3 C stages with 3 A/B stages were no faster (1.322, 1.491, 2.183).
 #: The last, partial round split along K in up to 3 parts (split_last; session 22,
-#: results/session22/split/, bf16 C and D with dbias, round-robin in one process, ms without
-#: / with: dsv3 1.300 / 1.296, K 8192 1.471 / 1.464, K 12288 2.161 / 2.137, K 7168 at N 8192
-#: 2.722 / 2.688). Its workspace: 132 slots x 2 CTAs x 128 KiB = 33 MiB more.
+#: results/session22/split4/, bf16 C and D with dbias, round-robin in one process, ms without
+#: / with: dsv3 1.326 / 1.320, K 8192 1.499 / 1.493, K 12288 2.208 / 2.184, K 7168 at N 8192
+#: 2.759 / 2.719; the first placement, results/session22/split/: 1.300 / 1.296, 1.471 /
+#: 1.464, 2.161 / 2.137, 2.722 / 2.688). Its workspace: 132 slots x 2 CTAs x 128 KiB =
+#: 33 MiB more.
 COOPERATIVE_DEEP_KNOBS = Knobs.of(tile_n=256, c_stages=4, stages=3,
                                   raster_group_m=RASTER_GROUP_M[2],
                                   scheduler="static_persistent", cluster_m=2, cooperative=True,
