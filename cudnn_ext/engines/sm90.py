@@ -622,13 +622,14 @@ class Sm90DgluEngine(Engine):
         1.128 vs 1.146); K 6144 at N 4096 2.394 vs 2.435 and at N 8192 2.384 vs 2.436; K
         7168 at N 8192 2.748 vs 2.835; but at N 16384 K 6144 5.081 vs 4.936 and K 7168
         5.778 vs 5.739 (the engine's row, the same kernel, 6.098 in that process: the
-        longest shape's times moved 5% between rows). So dense weights take it from K 6144
+        longest shape's times moved 5.5% between rows). So dense weights take it from K 6144
         (K 5120 is a tie) up to N 8192, and neither form at N 16384 (session 17 had it 8-13%
         slower at K 6144 there). Per-expert weights keep their measured K >= 7168, now also
         bounded by N 8192; fp16 and mixed 16-bit C/D follow by analogy, untimed. The N bound
         also sends K 8192-12288 at N > 8192 to ping-pong, untimed there (both N 16384
         shapes timed went that way). The split last round (split_last 3, part of the deep
-        form) was timed with dense weights only.
+        form) was timed against the unsplit form with dense weights only (per-expert
+        weights take it too: the full benchmark's dsv3 row with them, 1.327 ms).
 
         The smallest benchmark shape has 384 wide tiles; the _COOP_MIN_TILES floor (two
         waves on 132 SMs, below which halving the tile count costs parallelism) is a guess,
