@@ -1,5 +1,6 @@
-"""The cooperative kernel's split last round (knob split_last), as ``tests/gpu/split_model``
-states it: on many unit, cluster and k-tile counts, every (unit, k-tile) is computed exactly
+"""The cooperative kernel's split last round (knob split_last): the schedule functions the
+kernel traces (``cudnn_ext.kernels.sm90.tile_walk``), evaluated on Python ints through
+``tests/gpu/split_model``: on many unit, cluster and k-tile counts, every (unit, k-tile) is computed exactly
 once; each unit has one final part, the one ending at the last k-tile; every cluster runs its
 non-final parts first, and a final part waits only on pieces its own cluster ran before it
 or on clusters of lower index, no later in their order than it is in its own (what makes
@@ -15,7 +16,9 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "gpu"))
 
-from split_model import SPLIT_SLOTS, epilogue_units, items, last_round_split  # noqa: E402
+pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl not installed (tile_walk imports it)")
+
+from split_model import SPLIT_SLOTS, epilogue_units, items, plan  # noqa: E402
 
 
 @pytest.mark.parametrize("nclusters", [1, 7, 66, 132])
@@ -26,7 +29,7 @@ def test_split_schedule_promises(nclusters, k_tiles, max_split):
     counts = {0, 1, 2, 3, 5, p - 1, p, p + 1, p + 17, p + p // 2, 2 * p - 1, 2 * p + 1,
               3 * p - 1, 1024} | set(range(0, 3 * p + 2) if p < 10 else ())
     for num_units in sorted(c for c in counts if c >= 0):
-        full, rem, s = last_round_split(num_units, nclusters, min(max_split, k_tiles))
+        full, rem, s = plan(num_units, nclusters, k_tiles, max_split)
         assert full + rem == num_units and 0 <= rem < nclusters and 1 <= s <= max_split
         assert s <= k_tiles and rem * (s - 1) <= SPLIT_SLOTS and (s == 1 or rem <= SPLIT_SLOTS)
         covered = Counter()
@@ -48,7 +51,9 @@ def test_split_schedule_promises(nclusters, k_tiles, max_split):
                 else:
                     assert not seen_final  # non-final parts come first in every cluster
                     assert slot not in slots and 0 <= slot < rem * (s - 1) <= SPLIT_SLOTS
-                    assert slot // (s - 1) == r and unit == full + r
+                    assert unit == full + r
+                    # the final part's gather (_split_gather) reads slots r * (s - 1) + p
+                    assert slot // (s - 1) == r
                     slots[slot] = (c, pos)
             assert epilogue_units(c, num_units, nclusters, k_tiles, max_split) == [
                 unit for unit, _, _, final, _, _ in its if final]
@@ -75,7 +80,7 @@ def test_split_schedule_promises(nclusters, k_tiles, max_split):
 def test_dsv3_last_round_on_the_h200():
     """dsv3 (1,024 units of 256 x 256) over the H200's 66 clusters: 34 units left, split in
     3, so the busiest cluster runs 15 whole tiles and 2 thirds instead of 16."""
-    assert last_round_split(1024, 66, 3) == (990, 34, 3)
+    assert plan(1024, 66, 112, 3) == (990, 34, 3)
     work = max(sum(it[2] for it in items(c, 1024, 66, 112, 3)) for c in range(66))
     assert work == 15 * 112 + 37 + 38  # at most two parts (of 37, 37, 38 k-tiles)
-    assert last_round_split(1024, 66, 4) == (990, 34, 3)  # 4 parts: 3 per cluster, 3/4 tile
+    assert plan(1024, 66, 112, 4) == (990, 34, 3)  # 4 parts: 3 per cluster, 3/4 tile

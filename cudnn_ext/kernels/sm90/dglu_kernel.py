@@ -73,7 +73,8 @@ from cutlass._mlir import ir
 from cutlass.tensor_utils.tensormap import TensorMapManager, TensorMapUpdateMode
 
 from .epilogue_math import LOG2_E, dgeglu_local, dswiglu_unscaled
-from .tile_walk import expert_of_row, grouped_raster, last_round_split
+from .tile_walk import (dsl_ops, expert_of_row, grouped_raster, last_round_split,
+                        next_epilogue_unit, split_piece, split_share)
 
 
 class DbiasHandBack(NamedTuple):
@@ -259,9 +260,9 @@ class Sm90KernelConfig:
     # the last k-tiles: it alone loads C and runs the epilogue) waits for the others' count,
     # adds their sums in part order (deterministic) and resets the flag. Every cluster runs
     # its non-final parts first, and a final part waits only on clusters of lower index or
-    # its own earlier parts (``split_walk``): no cycle, and no wait on a cluster that is not
-    # resident yet if clusters start in index order (the grid is at most the resident
-    # clusters anyway).
+    # its own earlier parts (``tile_walk.split_share``): no cycle, and no wait on a cluster
+    # that is not resident yet if clusters start in index order (the grid is at most the
+    # resident clusters anyway).
     split_last: int = 1
     # Diagnostic timeline (dense weights only; not an engine choice): trace > 0 makes the
     # leader thread of each math warpgroup store int64 stamps in a workspace region that the
@@ -1016,29 +1017,14 @@ class GroupedDgluSm90:
         """This cluster's ``SplitWalk``; the workspace regions follow the dbias region
         (``Sm90KernelConfig.split_flags``, ``split_part_offset``)."""
         cfg = self.cfg
+        ops = dsl_ops()
         full, rem, s = last_round_split(num_units, nunits, min(cfg.split_last, self.k_tile_cnt),
-                                        SPLIT_SLOTS)
-        # The rem * s pieces, right-aligned over the clusters: cluster c runs a (+1 for the
-        # last b clusters) of them, non-final ones first; the last rem clusters end with
-        # the final part of last-round unit c - (nunits - rem). The non-final pieces, in
-        # (cluster, order) sequence, go s - 1 at a time to units 0, 1, ...: so a final part
-        # waits only on pieces of clusters of lower index or its own earlier ones (no
-        # cycle, and no wait on a cluster that starts after it if clusters start in index
-        # order), at most as late in their cluster's order as it is in its own (the
-        # right-aligned counts grow with the index), and non-final parts never wait.
-        total = rem * s
-        a = total // nunits
-        b = total - a * nunits
-        more = cluster >= nunits - b
-        pieces = a + Int32(cutlass.select_(more, Int32(1), Int32(0)))
-        has_final = cluster >= nunits - rem
-        final_r = cluster - (nunits - rem)
-        # non-final pieces on clusters before this one
-        first_nf = (cluster * a + cutlass.max(cluster - (nunits - b), Int32(0))
-                    - cutlass.max(cluster - (nunits - rem), Int32(0)))
+                                        SPLIT_SLOTS, ops)
+        # the cluster's share of the last-round pieces (tile_walk.split_share: why the
+        # final parts' waits can neither cycle nor chain)
+        pieces, has_final, final_r, first_nf, tail_start, epi_end = split_share(
+            cluster, nunits, num_units, full, rem, s, ops)
         rounds = full // nunits
-        tail_start = Int32(cutlass.select_(has_final, full + final_r, num_units))
-        epi_end = Int32(cutlass.select_(has_final, full + final_r + 1, num_units))
         return SplitWalk(full, s, rounds, rounds + pieces, pieces, has_final, final_r, first_nf,
                          tail_start, epi_end, mDbias.iterator.toint(), num_experts, rank)
 
@@ -1052,17 +1038,11 @@ class GroupedDgluSm90:
         """Item i of this cluster's walk (producer and math warps): (unit, first k-tile,
         k-tiles, final, slot, last-round index r). Items below ``sw.rounds`` are the whole
         units cluster + i * nunits; then the cluster's last-round pieces (``split_walk``):
-        the last is the final part (part s - 1) of unit ``final_r`` if it has one; the j-th
-        before it is non-final piece n = first_nf + j, K-part n % (s - 1) of unit
-        n // (s - 1), whose partial sums go to slot n (= r * (s - 1) + part)."""
+        ``tile_walk.split_piece``."""
         tail = i >= sw.rounds
-        j = i - sw.rounds
-        fin = tail & sw.has_final & (j == sw.pieces - 1)
-        n = cutlass.max(sw.first_nf + j, Int32(0))
-        s1 = cutlass.max(sw.s - 1, Int32(1))
-        r_nf = n // s1
-        r = Int32(cutlass.select_(fin, sw.final_r, r_nf))
-        part = Int32(cutlass.select_(fin, sw.s - 1, n - r_nf * s1))
+        r, part, fin, n = split_piece(i - sw.rounds, sw.pieces, sw.has_final, sw.final_r,
+                                      sw.first_nf, sw.s, dsl_ops())
+        fin = tail & fin
         kt = self.k_tile_cnt
         kb = Int32(cutlass.select_(tail, part * kt // sw.s, Int32(0)))
         ke = Int32(cutlass.select_(tail, (part + 1) * kt // sw.s, Int32(kt)))
@@ -1081,9 +1061,7 @@ class GroupedDgluSm90:
         ``tail_start`` (the walk ends at ``epi_end``)."""
         if cutlass.const_expr(split is None):
             return unit + step
-        whole = unit < split.full
-        nxt = unit + Int32(cutlass.select_(whole, step, Int32(1)))
-        return Int32(cutlass.select_(whole & (nxt >= split.full), split.tail_start, nxt))
+        return next_epilogue_unit(unit, step, split.full, split.tail_start, dsl_ops())
 
     def epi_end(self, num_units, split):
         """Where the C producers' and the folder's walk ends (see ``next_epi_unit``)."""
