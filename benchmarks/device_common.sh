@@ -84,3 +84,12 @@ std_part() {
     final) final_bench ;;
     *) echo "usage: $2"; exit 2 ;;
   esac; }
+# split_check TESTS TOOLS: the split last round's GPU tests (tests/gpu/test_sm90_correctness.py
+# -k TESTS, 4 workers), compute-sanitizer's TOOLS on sanitize_sm90.py split, then the deep-K
+# cooperative form unsplit against split (t256c4m2s3k, t256c4m2s3kx3), round-robin in one
+# process, on dsv3, K 8192, K 12288 and K 7168 at N 8192; prints the rows.
+split_check() { local tests=$1 tools=$2 tool
+  tp split_tests -m gpu tests/gpu/test_sm90_correctness.py -k "$tests" -n 4 -s
+  for tool in $tools; do san "$tool" split; done
+  vbench split split t256c4m2s3k,t256c4m2s3kx3 --shapes dsv3,k8k,k12k,k7kn8
+  grep -E "^k[0-9]" "$OUT/split.log"; }

@@ -37,23 +37,11 @@ source "$(dirname "$0")/device_common.sh"
 if [ "$1" = cross2 ]; then
   coop_vs_pp cross2 k5k,k6kd,k6kn4,k6kn8,k6k,k7kn8,k7kn16
 elif [ "$1" = split ]; then
-  tp split_tests -m gpu tests/gpu/test_sm90_correctness.py -k split_last -n 4 -s
-  grep -E "clusters, [0-9]+ units" "$OUT/split_tests.log" | head -12
-  for tool in racecheck synccheck memcheck; do san "$tool" split; done
-  vbench split split t256c4m2s3k,t256c4m2s3kx3 --shapes dsv3,k8k,k12k,k7kn8
-  grep -E "^k[0-9]" "$OUT/split.log"
+  split_check split_last "racecheck synccheck memcheck"
 elif [ "$1" = split4 ]; then
-  tp split_tests -m gpu tests/gpu/test_sm90_correctness.py -k split_last -n 4 -s
-  grep -E "clusters, [0-9]+ units" "$OUT/split_tests.log" | head -12
-  for tool in racecheck synccheck; do san "$tool" split; done
-  vbench split split t256c4m2s3k,t256c4m2s3kx3 --shapes dsv3,k8k,k12k,k7kn8
-  grep -E "^k[0-9]" "$OUT/split.log"
+  split_check split_last "racecheck synccheck"
 elif [ "$1" = split3 ]; then
-  tp split_tests -m gpu tests/gpu/test_sm90_correctness.py -k "split_last or heuristics" -n 4 -s
-  grep -E "clusters, [0-9]+ units" "$OUT/split_tests.log" | head -12
-  for tool in racecheck synccheck memcheck; do san "$tool" split; done
-  vbench split split t256c4m2s3k,t256c4m2s3kx3 --shapes dsv3,k8k,k12k,k7kn8
-  grep -E "^k[0-9]" "$OUT/split.log"
+  split_check "split_last or heuristics" "racecheck synccheck memcheck"
 elif [ "$1" = split2 ]; then
   tp split_tests -m gpu tests/gpu/test_sm90_correctness.py -k split_last -n 4 -s
   grep -E "clusters, [0-9]+ units" "$OUT/split_tests.log" | head -12
