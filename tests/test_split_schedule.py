@@ -52,7 +52,7 @@ def test_split_schedule_promises(nclusters, k_tiles, max_split):
                     assert not seen_final  # non-final parts come first in every cluster
                     assert slot not in slots and 0 <= slot < rem * (s - 1) <= SPLIT_SLOTS
                     assert unit == full + r
-                    # the final part's gather (_split_gather) reads slots r * (s - 1) + p
+                    # the final part (_split_hand_over) reads slots r * (s - 1) + p
                     assert slot // (s - 1) == r
                     slots[slot] = (c, pos)
             assert epilogue_units(c, num_units, nclusters, k_tiles, max_split) == [

@@ -32,7 +32,10 @@ Cooperative schedule (``cooperative``; where the engine picks it: ``engines.sm90
 warpgroups share every 128-row tile, warpgroup w owning rows 64w..64w+63 (tile_n up to
 256), both consume every A/B stage, and each has a private ring of 64-row C blocks (its C
 producer warp loads only its rows and stores its D half-blocks); no ping-pong
-barriers.
+barriers. With ``split_last`` the static schedule's last, partial round is cut along K:
+non-final parts hand their fp32 accumulators to the final part through workspace slots
+and a flag (``_split_hand_over``; placement and why its waits cannot
+deadlock: ``tile_walk.split_share``), and only final parts load C and run the epilogue.
 
 Epilogue (per 32-column block j, both 64-row halves): gate/up come from shared memory (C
 block j), the activation derivative is computed in fp32 (``epilogue_math``); when D has C's
@@ -990,9 +993,9 @@ class GroupedDgluSm90:
                     self.mma_mainloop(ab_pipe, mmas, tCrA, tCrB, acc, pos, mine_done, False,
                                       kcnt)
                     self._stamp(tr, 2, tcount, wg, bid)
+                    if (i >= split.rounds) & (split.s > 1):  # a part of a split unit
+                        self._split_hand_over(acc, split, q, r, final, tidx, split_bar)
                     if final:
-                        if (i >= split.rounds) & (split.s > 1):
-                            self._split_gather(acc, split, r, tidx, split_bar)
                         self.epilogue(acc, tCcC, c_pipe, sC, wg, cpos, mD, mAlpha, mBeta,
                                       mProb, mDprob, geglu_alpha, clamp_max, clamp_min,
                                       linear_offset, m_tile, n_tile, expert, tidx, sDb,
@@ -1000,8 +1003,6 @@ class GroupedDgluSm90:
                         if cutlass.const_expr(self.cfg.coop_dbias_slots()):
                             kslot += self._valid_blocks(n_tile * self.tile_n)
                         cpos += self.nent
-                    else:
-                        self._split_store(acc, split, q, r, tidx, split_bar)
                     self._stamp(tr, 3, tcount, wg, bid)
                     tcount += 1
                     pos += kcnt
@@ -1086,45 +1087,49 @@ class GroupedDgluSm90:
                              assumed_align=4).llvm_ptr
 
     @cute.jit
-    def _split_store(self, acc, sw, q, r, tidx, split_bar):
-        """A non-final K-part: this CTA's fp32 accumulators into partial slot ``q``, then one
-        count on last-round unit r's flag once every math thread's stores are out (each
-        fences its own at gpu scope before the 256 meet: the threadFenceReduction order)."""
-        for i in cutlass.range_constexpr(self.acc_values() // 4):
-            frag = cute.make_rmem_tensor((4,), Float32)
-            for j in cutlass.range_constexpr(4):
-                frag[j] = acc[4 * i + j]
-            cute.make_tensor(self._split_slots(sw) + self._split_slot_offset(sw, q, i, tidx),
-                             cute.make_layout(4)).store(frag.load())
-        cute.arch.fence_acq_rel_gpu()
-        split_bar.arrive_and_wait()
-        if tidx == 128:
-            cute.arch.red(self._split_flag(sw, r), Int32(1), op="add", dtype="s32",
-                          sem="release", scope="gpu")
-
-    @cute.jit
-    def _split_gather(self, acc, sw, r, tidx, split_bar):
-        """The final K-part of last-round unit r: wait until its s - 1 other parts are
-        counted (one thread, acquire loads), reset the flag for the next launch (no other
-        part of this launch touches it again), and add the parts' sums (slots
-        r * (s - 1) + p, p < s - 1, in that order: deterministic) to ``acc``. The slots are read through L2
-        (.cg): another SM wrote them."""
-        if tidx == 128:
-            flag = self._split_flag(sw, r)
-            seen = cute.arch.load(flag, Int32, sem="acquire", scope="gpu")
-            while seen < sw.s - 1:
+    def _split_hand_over(self, acc, sw, q, r, final, tidx, split_bar):
+        """A part of split last-round unit r, around one meeting of the 256 math threads on
+        ``split_bar`` (one blocking site: threads that block in one generation of an aligned
+        barrier must do so at one instruction, session 20; here every thread of both
+        warpgroups takes the same branch). A non-final part stores this CTA's fp32
+        accumulators in slot ``q``, each thread fences its stores at gpu scope, and after
+        the meeting one thread counts the part on the unit's flag (the threadFenceReduction
+        order). The final part: one thread waits until the s - 1 others are counted
+        (acquire loads) and resets the flag for the next launch (no other part of this
+        launch touches it again); after the meeting every thread adds the slots r * (s - 1)
+        + p, p < s - 1, in that order (deterministic) to ``acc``, read through L2 (.cg):
+        another SM wrote them."""
+        if final:
+            if tidx == 128:
+                flag = self._split_flag(sw, r)
                 seen = cute.arch.load(flag, Int32, sem="acquire", scope="gpu")
-            cute.arch.store(flag, Int32(0), sem="relaxed", scope="gpu")
-        split_bar.arrive_and_wait()
-        cute.arch.fence_acq_rel_gpu()
-        v4 = ir.VectorType.get([4], Float32.mlir_type)
-        for p in cutlass.range(sw.s - 1):
+                while seen < sw.s - 1:
+                    seen = cute.arch.load(flag, Int32, sem="acquire", scope="gpu")
+                cute.arch.store(flag, Int32(0), sem="relaxed", scope="gpu")
+        else:
             for i in cutlass.range_constexpr(self.acc_values() // 4):
-                slot = r * (sw.s - 1) + p
-                ptr = (self._split_slots(sw) + self._split_slot_offset(sw, slot, i, tidx)).llvm_ptr
-                part = cute.TensorSSA(cute.arch.load(ptr, v4, cop="cg"), (4,), Float32)
+                frag = cute.make_rmem_tensor((4,), Float32)
                 for j in cutlass.range_constexpr(4):
-                    acc[4 * i + j] = acc[4 * i + j] + part[j]
+                    frag[j] = acc[4 * i + j]
+                cute.make_tensor(self._split_slots(sw) + self._split_slot_offset(sw, q, i, tidx),
+                                 cute.make_layout(4)).store(frag.load())
+            cute.arch.fence_acq_rel_gpu()
+        split_bar.arrive_and_wait()
+        if final:
+            cute.arch.fence_acq_rel_gpu()
+            v4 = ir.VectorType.get([4], Float32.mlir_type)
+            for p in cutlass.range(sw.s - 1):
+                for i in cutlass.range_constexpr(self.acc_values() // 4):
+                    slot = r * (sw.s - 1) + p
+                    ptr = (self._split_slots(sw)
+                           + self._split_slot_offset(sw, slot, i, tidx)).llvm_ptr
+                    part = cute.TensorSSA(cute.arch.load(ptr, v4, cop="cg"), (4,), Float32)
+                    for j in cutlass.range_constexpr(4):
+                        acc[4 * i + j] = acc[4 * i + j] + part[j]
+        else:
+            if tidx == 128:
+                cute.arch.red(self._split_flag(sw, r), Int32(1), op="add", dtype="s32",
+                              sem="release", scope="gpu")
 
     @cute.jit
     def _stamp(self, tr, j, t, wg, bid):
