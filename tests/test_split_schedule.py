@@ -1,13 +1,13 @@
 """The cooperative kernel's split last round (knob split_last): the schedule functions the
 kernel traces (``cudnn_ext.kernels.sm90.tile_walk``), evaluated on Python ints through
-``tests/gpu/split_model``: on many unit, cluster and k-tile counts, every (unit, k-tile) is computed exactly
-once; each unit has one final part, the one ending at the last k-tile; every cluster runs its
-non-final parts first, and a final part waits only on pieces its own cluster ran before it
-or on clusters of lower index, no later in their order than it is in its own (what makes
-the waits deadlock-free and free of chains); every partial-sum slot has one writer and stays
-within SPLIT_SLOTS; the C
-producers' and folder's walk is the math warps' final items; and no cluster gets more work
-than without the split. The GPU test checks the kernel writes the slots this model says."""
+``tests/gpu/split_model``: on many unit, cluster and k-tile counts, every (unit, k-tile) is
+computed exactly once; each unit has one final part, the one ending at the last k-tile;
+every cluster runs its non-final parts first, and a final part waits only on pieces its own
+cluster ran before it or on clusters of lower index, no later in their order than it is in
+its own (what makes the waits deadlock-free and free of chains); every partial-sum slot has
+one writer and stays within SPLIT_SLOTS; the C producers' and folder's walk is the math
+warps' final items; and no cluster gets more work than without the split. The GPU test
+checks the kernel writes the slots this model says."""
 import os
 import sys
 from collections import Counter

@@ -605,7 +605,8 @@ class Sm90DgluEngine(Engine):
         coop2x2/). dsv3 with dbias in earlier sessions' single processes: 1.370 vs 1.377
         (session 13), 1.351 vs 1.360 (session 15), 1.336 vs 1.354 and 1.360 vs 1.400
         (session 16); without dbias 1.320 vs 1.361 (session 13). So from K 7168 on it was
-        offered with or without dbias (K 6144 since session 22, below); between 4096 and 7168 the evidence is k6k's loss
+        offered with or without dbias (K 6144 since session 22, below); between 4096 and
+        7168 the evidence is k6k's loss
         (N 16384: K and N both differ from dsv3) and session 17's crossover at dsv3's N
         (results/session17/crossover/, cooperative vs ping-pong, one process): with dbias
         K 5120 1.014 vs 0.997, K 6144 1.191 vs 1.189, K 7168 1.364 vs 1.377; without dbias

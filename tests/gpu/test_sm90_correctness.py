@@ -60,7 +60,8 @@ def _split_slots_written(case):
         parts = sum(1 for c in range(clusters)
                     for it in items(c, units, clusters, k_tiles, case.split_last)
                     if not it[3])
-        assert parts > 0, f"{case.label()}: not split on this grid ({clusters} clusters, {units} units)"
+        assert parts > 0, (f"{case.label()}: not split on this grid ({clusters} clusters, "
+                           f"{units} units)")
         start = plan.zeroed_region + 4 * (-(-plan._zero_ws_elems // 32) * 32)
         per = 4 * 128 * case.tile_n  # one CTA's fp32 accumulators
         slots = ws[start:start + sm90.SPLIT_SLOTS * cl * per].view(sm90.SPLIT_SLOTS * cl, per)
