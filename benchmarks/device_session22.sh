@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Prepared in session 21 for the next device session (H200); not yet run:
+# Prepared in session 21, extended and run in session 22 (H200; results and the tree each
+# part ran on: benchmarks/results/session22/README.md; part "cross2" was run with the split
+# deep form through vbench instead, and "final" as part of "split2"):
 #   source .gpu/env/setup.sh && bash benchmarks/device_session22.sh <part>
 # Fresh machine: two calls first. Call 1 carries [".gpu/1", ".gpu/env"] and runs
 # `source .gpu/env/setup.sh` (its tree plus what it carries must stay under 64 MiB: in
