@@ -440,8 +440,7 @@ def test_engine_restates_the_kernels_constants():
 
     assert (sm90.TRACE_MAX_CTAS, sm90.TRACE_MAX_TILES, sm90.DESC_BYTES) == (
         dglu_kernel.TRACE_MAX_CTAS, dglu_kernel.TRACE_MAX_TILES, dglu_kernel.DESC_BYTES)
-    assert (sm90.SPLIT_SLOTS, sm90.SPLIT_MAX, sm90.TILE_M) == (
-        dglu_kernel.SPLIT_SLOTS, dglu_kernel.SPLIT_MAX, dglu_kernel.TILE_M)
+    assert sm90.SPLIT_MAX == dglu_kernel.SPLIT_MAX
 
 
 @needs_dsl
@@ -724,7 +723,8 @@ def test_split_last_workspace(dbias):
     """The scratch region: the dbias sums and counters, the split's int32 flags (one per
     slot and CTA of the cluster; both kept zero by launches: ``zeroed_region_bytes``), then
     128-byte aligned one 128 x tile_n fp32 partial sum per slot and CTA."""
-    from cudnn_ext.engines.sm90 import SPLIT_SLOTS, Sm90Plan
+    from cudnn_ext.engines.sm90 import Sm90Plan
+    from cudnn_ext.kernels.sm90.dglu_kernel import SPLIT_SLOTS
 
     p = _problem(n=512, k=1024, L=3, dbias=dbias)
     for cl in (1, 2):

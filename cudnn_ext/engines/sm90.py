@@ -84,12 +84,8 @@ DESC_BYTES = 128
 TRACE_MAX_CTAS = 256
 #: the trace knob's bound (tiles recorded per math warpgroup), the kernel module's as well
 TRACE_MAX_TILES = 4096
-#: partial-sum slots of the split last round (split_last), and the largest split_last: the
-#: kernel module's SPLIT_SLOTS and SPLIT_MAX
-SPLIT_SLOTS = 132
+#: the largest split_last (knob check before anything compiles), the kernel module's SPLIT_MAX
 SPLIT_MAX = 4
-#: rows of one CTA's tile (the kernel module's TILE_M)
-TILE_M = 128
 
 @dataclass(frozen=True)
 class Sm90CompileKey:
@@ -230,22 +226,17 @@ class Sm90Plan(CompiledPlan):
         act = problem.act
         self._consts = (float(act.geglu_alpha), float(act.clamp_max), float(act.clamp_min),
                         float(act.linear_offset))
-        # fp32 column sums (L, 2N) and one int32 arrival counter per (expert, N-tile): the
-        # kernel folds dbias itself and leaves this region zero (Sm90KernelConfig.fold_dbias)
-        n_tiles = -(-problem.n // key.tile_n)
-        self._dbias_ws_elems = (problem.num_experts * (2 * problem.n + n_tiles)
-                                if problem.generate_dbias else 0)
-        # split_last: after them one int32 flag per (last-round unit, CTA of the cluster),
-        # also left zero, then (128-byte aligned) the partial-sum slots, one fp32 128 x
-        # tile_n accumulator per (slot, CTA); the kernel finds both from the region's start
-        # (Sm90KernelConfig.split_flags, split_part_offset)
-        cl = key.cluster_m * key.cluster_n
-        split = key.split_last > 1
-        self._zero_ws_elems = self._dbias_ws_elems + (SPLIT_SLOTS * cl if split else 0)
-        self._ws_elems = self._zero_ws_elems
-        if split:
-            self._ws_elems = (-(-self._zero_ws_elems // 32) * 32
-                              + SPLIT_SLOTS * cl * TILE_M * key.tile_n)
+        # The kernel's scratch region, in 4-byte elements, as the kernel's config lays it
+        # out: (dbias) the fp32 column sums (L, 2N) and one int32 arrival counter per
+        # (expert, N-tile), which the kernel folds itself and leaves zero
+        # (Sm90KernelConfig.fold_dbias); (split_last) one int32 flag per (last-round unit,
+        # CTA of the cluster), also left zero, then 128-byte aligned the partial-sum slots
+        # (Sm90KernelConfig.dbias_ws_elems, split_flags, split_part_offset, split_part_floats)
+        cfg, num_experts = self._cfg, problem.num_experts
+        self._split = cfg.split()  # (read per launch: _kernel_addrs)
+        self._zero_ws_elems = cfg.dbias_ws_elems(num_experts) + cfg.split_flags()
+        self._ws_elems = (cfg.split_part_offset(num_experts) + cfg.split_part_floats()
+                          if self._split else self._zero_ws_elems)
         self._discrete = problem.weight_mode == "discrete"
         if not 0 <= key.trace <= TRACE_MAX_TILES:
             raise ValueError(f"knob trace: tiles per warpgroup to record, in [0, "
@@ -288,7 +279,7 @@ class Sm90Plan(CompiledPlan):
     def _scratch_name(self) -> str:
         """The kernel's scratch region: the dbias sums and counters, and with split_last
         its flags and partial-sum slots after them."""
-        return "split_partials" if self.key.split_last > 1 else "dbias_partials"
+        return "split_partials" if self._split else "dbias_partials"
 
     @property
     def workspace_size(self) -> int:
@@ -372,8 +363,8 @@ class Sm90Plan(CompiledPlan):
         m = c.shape[0]
         num_experts = pack["padded_offsets"].shape[0]
         dbias = pack.get("dbias") if self.problem.generate_dbias else None
-        if ((dbias is not None or self._discrete or self.key.trace or self.key.split_last > 1)
-                and workspace is None):
+        needs = dbias is not None or self._discrete or self.key.trace or self._split
+        if needs and workspace is None:
             raise ValueError(f"workspace: this plan needs {self.workspace_size} bytes, got None")
         if m == 0 or num_experts == 0:
             return
@@ -417,9 +408,9 @@ class Sm90Plan(CompiledPlan):
         # kept zero) and the kernel folds it into dbias, leaving it zero; likewise the split's
         # flags, which each final part resets.
         scratch = dprob
-        if dbias or self.key.split_last > 1:
+        if dbias or self._split:
             scratch = workspace + self._dbias_off
-            if self.key.split_last > 1 and scratch % 16:
+            if self._split and scratch % 16:
                 raise ValueError(f"workspace: must be 16-byte aligned for the split last "
                                  f"round's partial sums, got address {scratch:#x}")
         return (a, b_addr, c, d_row, offsets, alpha, beta, prob, dprob, scratch, b_ptrs_addr,

@@ -350,7 +350,8 @@ def _cached(table: Dict, slot, make) -> torch.Tensor:
     return buf
 
 
-#: Scratch kept zero from an offset on: (device index, stream handle, bytes, offset) -> tensor
+#: Scratch kept zero in a byte range: (device index, stream handle, bytes, offset, length) ->
+#: tensor
 _zeroed: Dict[Tuple[int, int, int, int, int], torch.Tensor] = {}
 
 

@@ -410,6 +410,7 @@ class Sm90KernelConfig:
         return (zero + 31) // 32 * 32
 
     def split_part_floats(self) -> int:
+        """fp32 elements of the partial-sum slots (0 without split_last)."""
         return SPLIT_SLOTS * self.cluster_size() * TILE_M * self.tile_n if self.split() else 0
 
     def raster_group(self) -> int:
