@@ -44,11 +44,9 @@ def _split_slots_written(case):
     """``run_and_check``'s inspection of a split_last run: the partial-sum slots that
     ``split_model`` says this launch's grid fills (one per non-final part) were written, and
     none after them (the workspace was 0xA5 before the launch)."""
-    from split_model import items
+    from split_model import SPLIT_SLOTS, items
 
     def check(plan, ws):
-        import cudnn_ext.engines.sm90 as sm90
-
         cl = case.cluster_m * case.cluster_n
         n_units = -(-case.n // case.tile_n)
         units = (sum(case.groups) // (128 * cl)) * n_units
@@ -62,9 +60,13 @@ def _split_slots_written(case):
                     if not it[3])
         assert parts > 0, (f"{case.label()}: not split on this grid ({clusters} clusters, "
                            f"{units} units)")
-        start = plan.zeroed_region + 4 * (-(-plan._zero_ws_elems // 32) * 32)
+        # the slots' place and size as the plan's kernel config lays them out; the slot
+        # count is split_model's (the kernel's constant)
+        cfg = plan._cfg
+        start = plan.zeroed_region + 4 * cfg.split_part_offset(len(case.groups))
         per = 4 * 128 * case.tile_n  # one CTA's fp32 accumulators
-        slots = ws[start:start + sm90.SPLIT_SLOTS * cl * per].view(sm90.SPLIT_SLOTS * cl, per)
+        assert 4 * cfg.split_part_floats() == SPLIT_SLOTS * cl * per
+        slots = ws[start:start + SPLIT_SLOTS * cl * per].view(SPLIT_SLOTS * cl, per)
         written = (slots != 0xA5).any(dim=1)
         assert written[:parts * cl].all() and not written[parts * cl:].any(), (
             f"{case.label()}: {int(written.sum())} CTA slots written, the model says "
