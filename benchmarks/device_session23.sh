@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Prepared in session 22 for the next device session (H200); not yet run:
+# Prepared in session 22 for the next device session (H200); session 23 ran verify, final
+# and gpu on main (01363c3 / eff44b0), then sk on the stream-K last round:
 #   source .gpu/env/setup.sh && bash benchmarks/device_session23.sh <part>
 # Fresh machine: two calls first. Call 1 carries [".gpu/1", ".gpu/env"] and runs
 # `source .gpu/env/setup.sh`; call 2 carries [".gpu/2", ".gpu/env"] and runs `mkdir -p
@@ -10,13 +11,14 @@
 #   (d6290f8: the shared formulas): the split and heuristics GPU tests (the engine's K
 #   6152 choice), racecheck, synccheck and memcheck on sanitize_sm90.py split, and the
 #   unsplit/split A/B. About 5 min.
+# Part "sk" (session 23's stream-K last round): the same checks as verify on it.
 # Part "gpu" (main): the whole GPU suite in 4 workers. About 5.5 min.
 # Part "final" (main): the full benchmark for the README's table. About 2 min.
 set -o pipefail
 source "$(dirname "$0")/device_common.sh"
-if [ "$1" = verify ]; then
+if [ "$1" = verify ] || [ "$1" = sk ]; then
   split_check "split_last or heuristics" "racecheck synccheck memcheck"
 else
-  std_part "$1" "device_session23.sh verify|gpu|final"
+  std_part "$1" "device_session23.sh verify|sk|gpu|final"
 fi
 bundle "session23_$1"  # every log and JSON in one file (the tool returns at most 8)

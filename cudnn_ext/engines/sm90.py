@@ -242,7 +242,7 @@ class Sm90Plan(CompiledPlan):
             raise ValueError(f"knob trace: tiles per warpgroup to record, in [0, "
                              f"{TRACE_MAX_TILES}], got {key.trace}")
         if not 1 <= key.split_last <= SPLIT_MAX or (key.split_last > 1 and not key.cooperative):
-            raise ValueError(f"knob split_last: K-parts of the last round's units, in [1, "
+            raise ValueError(f"knob split_last: the last round's spread (clusters per unit), in [1, "
                              f"{SPLIT_MAX}] and 1 unless cooperative, got {key.split_last} "
                              f"(cooperative={key.cooperative})")
         if key.split_last > 1 and key.c_stages > key.tile_n // 32:

@@ -38,7 +38,7 @@ class Case:
     signed_beta: bool = False
     c_stages: int = 0  # C blocks in flight per math warpgroup (0: the engine's default)
     c_split: int = 1  # ping-pong C ring entries of 128 / c_split rows
-    split_last: int = 1  # (cooperative) the last round's units in up to this many K-parts
+    split_last: int = 1  # (cooperative) the last round spread over up to rem x this many clusters
 
     def label(self) -> str:
         dt = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
@@ -363,14 +363,17 @@ def split_cases() -> list:
     The launch's grid is also bounded by the units M allows (the host does not read the
     offsets), so the small cases carry 16,384 rows past the last offset: without them a
     12-unit problem runs on 14 clusters and is not split.
-    * 12 units, 66 clusters: no whole round; every unit in 3 parts of 3 k-tiles (K 520: the
-      last one partial), finals waiting on parts that run at the same time; empty expert.
-    * 100 units, 66 clusters: one whole round, 34 units left in 3 parts (as dsv3's 1,024
-      over 66 leave 34), K 1416 in parts of 7, 8, 8 k-tiles.
-    * 150 units, 132 single CTAs: 18 left, split in 4 one-k-tile parts (K 200), fp16 C and
-      D, dGeGLU, no dbias.
-    * discrete N-major B, 10 units in 2 parts; fp32 C and D (the epilogue's scalar shared
-      memory path) in 3 parts; K 128 (2 k-tiles) caps a split of 4 at 2."""
+    * 12 units, 66 clusters: no whole round; their 108 k-tiles over 36 clusters, 3 each,
+      so every unit in 3 parts (head, middle, final: K 520, the last k-tile partial),
+      finals waiting on parts that run at the same time; empty expert.
+    * 100 units, 66 clusters: one whole round, 34 units left (as dsv3's 1,024 over 66
+      leave 34), K 1416: 34 x 23 k-tiles over all 66 clusters, 11 or 12 each, so clusters
+      run a unit's tail and the next one's head, and units come in 2 or 3 parts.
+    * 150 units, 132 single CTAs: 18 left, 4 one-k-tile parts each (K 200), fp16 C and D,
+      dGeGLU, no dbias.
+    * discrete N-major B, 20 units in 2 parts; fp32 C and D (the epilogue's scalar shared
+      memory path) in 3 parts of 1 or 2 k-tiles; K 128 (2 k-tiles) caps a split of 4 at
+      2."""
     co = dict(cooperative=True)
     return [
         Case([512, 0, 768, 256], 512, 520, "dswiglu", tile_n=256, cluster_m=2, split_last=3,

@@ -42,8 +42,9 @@ def test_sm90_cooperative_matches_reference(case):
 
 def _split_slots_written(case):
     """``run_and_check``'s inspection of a split_last run: the partial-sum slots that
-    ``split_model`` says this launch's grid fills (one per non-final part) were written, and
-    none after them (the workspace was 0xA5 before the launch)."""
+    ``split_model`` says this launch's grid fills (one per non-final part: its cluster's)
+    were written by every CTA of the cluster, and no other (the workspace was 0xA5 before
+    the launch)."""
     from split_model import SPLIT_SLOTS, items
 
     def check(plan, ws):
@@ -55,11 +56,12 @@ def _split_slots_written(case):
         clusters = min(plan._resident_ctas(torch.cuda.current_device()) // cl,
                        ((sum(case.groups) + case.extra_rows) // (128 * cl)) * n_units)
         k_tiles = -(-case.k // 64)
-        parts = sum(1 for c in range(clusters)
+        # a non-final part's sums go to its cluster's slot
+        nf = sorted(it[5] for c in range(clusters)
                     for it in items(c, units, clusters, k_tiles, case.split_last)
                     if not it[3])
-        assert parts > 0, (f"{case.label()}: not split on this grid ({clusters} clusters, "
-                           f"{units} units)")
+        assert nf, (f"{case.label()}: not split on this grid ({clusters} clusters, "
+                    f"{units} units)")
         # the slots' place and size as the plan's kernel config lays them out; the slot
         # count is split_model's (the kernel's constant)
         cfg = plan._cfg
@@ -67,11 +69,15 @@ def _split_slots_written(case):
         per = 4 * 128 * case.tile_n  # one CTA's fp32 accumulators
         assert 4 * cfg.split_part_floats() == SPLIT_SLOTS * cl * per
         slots = ws[start:start + SPLIT_SLOTS * cl * per].view(SPLIT_SLOTS * cl, per)
-        written = (slots != 0xA5).any(dim=1)
-        assert written[:parts * cl].all() and not written[parts * cl:].any(), (
-            f"{case.label()}: {int(written.sum())} CTA slots written, the model says "
-            f"{parts * cl} ({clusters} clusters, {units} units)")
-        print(f"{case.label()}: {clusters} clusters, {units} units, {parts} non-final parts")
+        written = (slots != 0xA5).any(dim=1).view(SPLIT_SLOTS, cl).all(dim=1)
+        touched = (slots != 0xA5).any(dim=1).view(SPLIT_SLOTS, cl).any(dim=1)
+        want = torch.zeros(SPLIT_SLOTS, dtype=torch.bool, device=written.device)
+        want[nf] = True
+        assert torch.equal(written, want) and torch.equal(touched, want), (
+            f"{case.label()}: slots written {written.nonzero().flatten().tolist()}, the "
+            f"model says {nf} ({clusters} clusters, {units} units)")
+        print(f"{case.label()}: {clusters} clusters, {units} units, non-final parts in "
+              f"slots {nf}")
 
     return check
 

@@ -32,10 +32,11 @@ Cooperative schedule (``cooperative``; where the engine picks it: ``engines.sm90
 warpgroups share every 128-row tile, warpgroup w owning rows 64w..64w+63 (tile_n up to
 256), both consume every A/B stage, and each has a private ring of 64-row C blocks (its C
 producer warp loads only its rows and stores its D half-blocks); no ping-pong
-barriers. With ``split_last`` the static schedule's last, partial round is cut along K:
-non-final parts hand their fp32 accumulators to the final part through workspace slots
-and a flag (``_split_hand_over``; placement and why its waits cannot
-deadlock: ``tile_walk.split_share``), and only final parts load C and run the epilogue.
+barriers. With ``split_last`` the static schedule's last, partial round is spread over the
+clusters along K (stream-K: each cluster an equal range of its k-tiles, laid end to end):
+non-final parts hand their fp32 accumulators to the unit's final part through workspace
+slots and a flag (``_split_hand_over``; placement and why its waits cannot deadlock:
+``tile_walk.split_share``), and only final parts load C and run the epilogue.
 
 Epilogue (per 32-column block j, both 64-row halves): gate/up come from shared memory (C
 block j), the activation derivative is computed in fp32 (``epilogue_math``); when D has C's
@@ -77,7 +78,7 @@ from cutlass.tensor_utils.tensormap import TensorMapManager, TensorMapUpdateMode
 
 from .epilogue_math import LOG2_E, dgeglu_local, dswiglu_unscaled
 from .tile_walk import (dsl_ops, expert_of_row, grouped_raster, last_round_split,
-                        next_epilogue_unit, split_piece, split_share)
+                        next_epilogue_unit, split_piece, split_share, split_waits)
 
 
 class DbiasHandBack(NamedTuple):
@@ -94,25 +95,25 @@ class DbiasHandBack(NamedTuple):
 
 class SplitWalk(NamedTuple):
     """One cluster's view of the split last round (``Sm90KernelConfig.split_last``), the
-    same in every warp of the CTA: ``tile_walk.last_round_split``'s (full, rem, s); the
-    cluster's items (its ``rounds`` whole units, then its ``pieces`` last-round pieces:
-    ``split_item``: the last one final if ``has_final``, for last-round unit ``final_r``;
-    the others non-final, numbered from ``first_nf`` in the order that assigns them to
-    units); the last-round unit whose final part it runs, [tail_start, epi_end) (the walk
-    of the C producers and the folder: ``next_epi_unit``); the workspace region's
-    address and the expert count (where the flags and the partial-sum slots lie:
-    ``_split_flag``, ``_split_slots``; one 64-bit value instead of two pointers live through
-    the math loop: with both, a mixed-type dbias epilogue spilled 4 B) and the CTA's rank in
-    the cluster."""
+    same in every warp of the CTA: ``tile_walk.last_round_split``'s (full, rem, p); the
+    cluster's items (its ``rounds`` whole units, then its ``pieces`` last-round pieces of
+    k-tiles [lo, hi) of the last round, starting in its unit u0: ``split_item``); the
+    last-round unit whose final part it runs, [tail_start, epi_end) (the walk of the C
+    producers and the folder: ``next_epi_unit``); the workspace region's address and the
+    expert count (where the flags and the partial-sum slots lie: ``_split_flag``,
+    ``_split_slots``; one 64-bit value instead of two pointers live through the math loop:
+    with both, a mixed-type dbias epilogue spilled 4 B) and the CTA's rank in the
+    cluster."""
 
     full: object
-    s: object
+    rem: object
+    p: object
     rounds: object
     items: object
     pieces: object
-    has_final: object
-    final_r: object
-    first_nf: object
+    lo: object
+    hi: object
+    u0: object
     tail_start: object
     epi_end: object
     ws: object
@@ -176,10 +177,11 @@ DESC_BYTES = 128  # one TMA descriptor (CUtensorMap) per expert in the descripto
 TRACE_MAX_CTAS = 256  # CTAs a trace region holds (a launch's grid is at most the SM count)
 TRACE_MAX_TILES = 4096  # the trace knob's bound: tiles recorded per math warpgroup
 C_BLOCK_COLS = 64  # one C block = the gate (32) + up (32) columns of 32 accumulator columns
-# Partial-sum slots of the split last round (``split_last``): non-final K-parts in flight in
-# one launch at most (last_round_split keeps rem * (s - 1) within it). 132 = 2 x the H200's
-# 66 resident 2-CTA clusters, so a 3-way split of any last round fits there; a slot holds one
-# 128 x tile_n fp32 accumulator per CTA of the cluster (34.6 MB in all at tile 256, 2 CTAs).
+# Partial-sum slots of the split last round (``split_last``): one per cluster (a cluster
+# runs at most one non-final part, into the slot of its index), so the last round is spread
+# over at most this many clusters (last_round_split). 132 = the H200's SMs: any grid of
+# resident clusters there; a slot holds one 128 x tile_n fp32 accumulator per CTA of the
+# cluster (34.6 MB in all at tile 256, 2 CTAs).
 SPLIT_SLOTS = 132
 SPLIT_MAX = 4  # the largest split_last
 SPLIT_BARRIER = 4  # named barrier of the 256 math threads around a partial's hand-over
@@ -256,16 +258,18 @@ class Sm90KernelConfig:
     # 128 x 256 moves about 20% fewer shared-memory bytes per MMA than 128 x 128 ping-pong
     # (operand reads + TMA writes), at the price of an epilogue the MMAs do not hide.
     cooperative: bool = False
-    # Cooperative only: the static schedule's last, partial round split along K in up to
-    # this many parts (1 = off; ``tile_walk.last_round_split`` picks the count at run time
-    # from the unit and cluster counts). A non-final part stores its fp32 accumulators in
-    # a workspace slot and counts itself on the unit's flag; the final part (the one with
-    # the last k-tiles: it alone loads C and runs the epilogue) waits for the others' count,
-    # adds their sums in part order (deterministic) and resets the flag. Every cluster runs
-    # its non-final parts first, and a final part waits only on clusters of lower index or
-    # its own earlier parts (``tile_walk.split_share``): no cycle, and no wait on a cluster
-    # that is not resident yet if clusters start in index order (the grid is at most the
-    # resident clusters anyway).
+    # Cooperative only: the static schedule's last, partial round spread along K over up
+    # to rem x split_last clusters (rem: its units; 1 = off; ``tile_walk.last_round_split``
+    # picks the spread at run time from the unit, cluster and k-tile counts): each of those
+    # clusters takes an equal range of the round's k-tiles laid end to end, so a unit comes
+    # in up to split_last + 1 parts. A non-final part stores its fp32 accumulators in its
+    # cluster's workspace slot and counts itself on the unit's flag; the final part (the
+    # one with the last k-tiles: it alone loads C and runs the epilogue) waits for the
+    # others' count, adds their sums in cluster order (deterministic) and resets the flag.
+    # Every cluster runs its non-final part first, and a final part waits only on clusters
+    # of lower index, at their first part (``tile_walk.split_share``): no cycle, no chain,
+    # and no wait on a cluster that is not resident yet if clusters start in index order
+    # (the grid is at most the resident clusters anyway).
     split_last: int = 1
     # Diagnostic timeline (dense weights only; not an engine choice): trace > 0 makes the
     # leader thread of each math warpgroup store int64 stamps in a workspace region that the
@@ -986,7 +990,8 @@ class GroupedDgluSm90:
                 # (cooperative) whole units, then the pieces of the split last round
                 i = Int32(0)
                 while i < split.items:
-                    unit, _, kcnt, final, q, r = self.split_item(i, unit0, nunits, split)
+                    unit, _, kcnt, final, handed, r, first, count = self.split_item(
+                        i, unit0, nunits, split)
                     m_tile, n_tile = self.tile_of(unit, walk)
                     expert = expert_of_row(mOffs, num_experts, m_tile * TILE_M)
                     self._stamp(tr, 0, tcount, wg, bid)
@@ -994,8 +999,9 @@ class GroupedDgluSm90:
                     self.mma_mainloop(ab_pipe, mmas, tCrA, tCrB, acc, pos, mine_done, False,
                                       kcnt)
                     self._stamp(tr, 2, tcount, wg, bid)
-                    if (i >= split.rounds) & (split.s > 1):  # a part of a split unit
-                        self._split_hand_over(acc, split, q, r, final, tidx, split_bar)
+                    if handed:  # a part of a split unit
+                        self._split_hand_over(acc, split, unit0, r, first, count, final, tidx,
+                                              split_bar)
                     if final:
                         self.epilogue(acc, tCcC, c_pipe, sC, wg, cpos, mD, mAlpha, mBeta,
                                       mProb, mDprob, geglu_alpha, clamp_max, clamp_min,
@@ -1018,17 +1024,17 @@ class GroupedDgluSm90:
     def split_walk(self, num_units, nunits, cluster, rank, mDbias, num_experts):
         """This cluster's ``SplitWalk``; the workspace regions follow the dbias region
         (``Sm90KernelConfig.split_flags``, ``split_part_offset``)."""
-        cfg = self.cfg
         ops = dsl_ops()
-        full, rem, s = last_round_split(num_units, nunits, min(cfg.split_last, self.k_tile_cnt),
+        full, rem, p = last_round_split(num_units, nunits,
+                                        min(self.cfg.split_last, self.k_tile_cnt),
                                         SPLIT_SLOTS, ops)
-        # the cluster's share of the last-round pieces (tile_walk.split_share: why the
-        # final parts' waits can neither cycle nor chain)
-        pieces, has_final, final_r, first_nf, tail_start, epi_end = split_share(
-            cluster, nunits, num_units, full, rem, s, ops)
+        # the cluster's range of the last round (tile_walk.split_share: why the final
+        # parts' waits can neither cycle nor chain)
+        pieces, lo, hi, u0, tail_start, epi_end = split_share(
+            cluster, num_units, full, rem, p, self.k_tile_cnt, ops)
         rounds = full // nunits
-        return SplitWalk(full, s, rounds, rounds + pieces, pieces, has_final, final_r, first_nf,
-                         tail_start, epi_end, mDbias.iterator.toint(), num_experts, rank)
+        return SplitWalk(full, rem, p, rounds, rounds + pieces, pieces, lo, hi, u0, tail_start,
+                         epi_end, mDbias.iterator.toint(), num_experts, rank)
 
     def _split_slots(self, sw):
         """The partial-sum slots (16-byte aligned: the engine checks the region's address)."""
@@ -1038,18 +1044,22 @@ class GroupedDgluSm90:
     @cute.jit
     def split_item(self, i, cluster, nunits, sw):
         """Item i of this cluster's walk (producer and math warps): (unit, first k-tile,
-        k-tiles, final, slot, last-round index r). Items below ``sw.rounds`` are the whole
-        units cluster + i * nunits; then the cluster's last-round pieces (``split_walk``):
-        ``tile_walk.split_piece``."""
-        tail = i >= sw.rounds
-        r, part, fin, n = split_piece(i - sw.rounds, sw.pieces, sw.has_final, sw.final_r,
-                                      sw.first_nf, sw.s, dsl_ops())
-        fin = tail & fin
+        k-tiles, final, handed, last-round unit r, first, count). Items below
+        ``sw.rounds`` are the whole units cluster + i * nunits; then the cluster's
+        last-round pieces (``tile_walk.split_piece``). ``handed``: the piece is part of a
+        split unit (``_split_hand_over``): non-final, its sums go to slot ``cluster``; or
+        final, waiting for the ``count`` parts in slots first, first + 1, ...
+        (``tile_walk.split_waits``)."""
+        ops = dsl_ops()
         kt = self.k_tile_cnt
-        kb = Int32(cutlass.select_(tail, part * kt // sw.s, Int32(0)))
-        ke = Int32(cutlass.select_(tail, (part + 1) * kt // sw.s, Int32(kt)))
+        tail = i >= sw.rounds
+        r, kb, ke, fin = split_piece(i - sw.rounds, sw.pieces, sw.lo, sw.hi, sw.u0, kt, ops)
+        first, count = split_waits(cluster, r, sw.rem, sw.p, kt, ops)
+        kb = Int32(cutlass.select_(tail, kb, Int32(0)))
+        ke = Int32(cutlass.select_(tail, ke, Int32(kt)))
         unit = Int32(cutlass.select_(tail, sw.full + r, cluster + i * nunits))
-        return unit, kb, ke - kb, (i < sw.rounds) | fin, n, r
+        handed = tail & ((ke < kt) | (count > 0))  # (ke < kt: non-final)
+        return unit, kb, ke - kb, (i < sw.rounds) | fin, handed, r, first, count
 
     def first_epi_unit(self, unit0, split):
         """The first unit whose epilogue this CTA runs (C producers, folder)."""
@@ -1088,23 +1098,23 @@ class GroupedDgluSm90:
                              assumed_align=4).llvm_ptr
 
     @cute.jit
-    def _split_hand_over(self, acc, sw, q, r, final, tidx, split_bar):
+    def _split_hand_over(self, acc, sw, slot, r, first, count, final, tidx, split_bar):
         """A part of split last-round unit r, around one meeting of the 256 math threads on
         ``split_bar`` (one blocking site: threads that block in one generation of an aligned
         barrier must do so at one instruction, session 20; here every thread of both
         warpgroups takes the same branch). A non-final part stores this CTA's fp32
-        accumulators in slot ``q``, each thread fences its stores at gpu scope, and after
-        the meeting one thread counts the part on the unit's flag (the threadFenceReduction
-        order). The final part: one thread waits until the s - 1 others are counted
-        (acquire loads) and resets the flag for the next launch (no other part of this
-        launch touches it again); after the meeting every thread adds the slots r * (s - 1)
-        + p, p < s - 1, in that order (deterministic) to ``acc``, read through L2 (.cg):
-        another SM wrote them."""
+        accumulators in slot ``slot`` (its cluster's), each thread fences its stores at gpu
+        scope, and after the meeting one thread counts the part on the unit's flag (the
+        threadFenceReduction order). The final part: one thread waits until the unit's
+        ``count`` others are counted (acquire loads) and resets the flag for the next
+        launch (no other part of this launch touches it again); after the meeting every
+        thread adds slots first, first + 1, ..., first + count - 1 in that order
+        (deterministic) to ``acc``, read through L2 (.cg): another SM wrote them."""
         if final:
             if tidx == 128:
                 flag = self._split_flag(sw, r)
                 seen = cute.arch.load(flag, Int32, sem="acquire", scope="gpu")
-                while seen < sw.s - 1:
+                while seen < count:
                     seen = cute.arch.load(flag, Int32, sem="acquire", scope="gpu")
                 cute.arch.store(flag, Int32(0), sem="relaxed", scope="gpu")
         else:
@@ -1112,18 +1122,18 @@ class GroupedDgluSm90:
                 frag = cute.make_rmem_tensor((4,), Float32)
                 for j in cutlass.range_constexpr(4):
                     frag[j] = acc[4 * i + j]
-                cute.make_tensor(self._split_slots(sw) + self._split_slot_offset(sw, q, i, tidx),
+                cute.make_tensor(self._split_slots(sw) + self._split_slot_offset(sw, slot, i,
+                                                                                 tidx),
                                  cute.make_layout(4)).store(frag.load())
             cute.arch.fence_acq_rel_gpu()
         split_bar.arrive_and_wait()
         if final:
             cute.arch.fence_acq_rel_gpu()
             v4 = ir.VectorType.get([4], Float32.mlir_type)
-            for p in cutlass.range(sw.s - 1):
+            for q in cutlass.range(count):
                 for i in cutlass.range_constexpr(self.acc_values() // 4):
-                    slot = r * (sw.s - 1) + p
                     ptr = (self._split_slots(sw)
-                           + self._split_slot_offset(sw, slot, i, tidx)).llvm_ptr
+                           + self._split_slot_offset(sw, first + q, i, tidx)).llvm_ptr
                     part = cute.TensorSSA(cute.arch.load(ptr, v4, cop="cg"), (4,), Float32)
                     for j in cutlass.range_constexpr(4):
                         acc[4 * i + j] = acc[4 * i + j] + part[j]
@@ -1190,7 +1200,7 @@ class GroupedDgluSm90:
             # every piece of the split last round, non-final ones first (split_item)
             i = Int32(0)
             while i < split.items:
-                unit, kb, kcnt, _, _, _ = self.split_item(i, unit0, nunits, split)
+                unit, kb, kcnt, *_ = self.split_item(i, unit0, nunits, split)
                 state = self._load_unit(ab_pipe, state, tma_atom_a, tAgA, tAsA, tma_atom_b,
                                         tBgB, tBsB, mOffs, num_experts, walk, b_desc_ptr,
                                         a_mask, b_mask, unit, kb, kcnt)

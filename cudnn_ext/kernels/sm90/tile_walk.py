@@ -74,71 +74,83 @@ def dsl_ops() -> ScheduleOps:
 
 
 def last_round_split(num_units, nclusters, max_split: int, max_slots: int, ops: ScheduleOps):
-    """How the persistent static schedule's last, partial round is split along K.
+    """How the persistent static schedule's last, partial round is spread over the clusters.
 
     Units u < full = (num_units // nclusters) * nclusters run whole, cluster c taking
     c, c + nclusters, ...: every cluster the same number. The rem = num_units - full units
     left would keep rem clusters busy for a whole tile while the others idle (dsv3 on the
-    H200: 1,024 units over 66 clusters leave 34, so 64 of 132 CTAs end a tile early).
-    Splitting each of them into s K-parts makes rem * s pieces, spread over the clusters
-    (``split_share``), so the busiest cluster runs ceil(rem * s / nclusters) pieces of 1/s
-    tile instead of one tile. s is the one in [1, max_split] with the fewest such tile
-    fractions (the smallest on ties), among those whose non-final pieces, rem * (s - 1),
-    fit the ``max_slots`` partial-sum slots.
+    H200: 1,024 units over 66 clusters leave 34, so 64 of 132 CTAs end a tile early). Their
+    rem * k_tiles k-tiles, laid end to end unit after unit, are cut into p contiguous ranges
+    of equal length (to a k-tile), one per cluster 0..p-1 (``split_share``): stream-K over
+    the last round. p = min(nclusters, rem * max_split), so a unit spans at most
+    max_split + 1 ranges (max_split where p = rem * max_split); the caller bounds max_split
+    by the k-tile count, so every range holds a k-tile. Each cluster then holds at most one
+    non-final part (its partial sums go to slot = its index), so p must not exceed the
+    ``max_slots`` partial-sum slots. Nor is the round spread where it would shorten the
+    busiest cluster's last round by less than a quarter of a unit (rem > 3 p / 4): a final
+    part's hand-over (its wait and the slots it reads) lengthened dsv3's last epilogue by
+    ~8 k cycles against ~120 k per unit (session 22's trace), and the non-final parts'
+    stores cost bandwidth too. Where it is not spread, or where rem == 0, p = rem: one
+    whole unit per cluster, no part handed over (the unsplit schedule).
 
-    Returns (full, rem, s); s == 1 when rem == 0 or no split helps."""
+    Returns (full, rem, p)."""
     full = (num_units // nclusters) * nclusters
     rem = num_units - full
-    s = 1
-    busiest = 1  # ceil(rem * s / nclusters) for the s kept (1 while rem <= nclusters)
-    for c in range(2, max_split + 1):
-        pieces = (rem * c + nclusters - 1) // nclusters
-        # pieces / c < busiest / s, in integers
-        better = (rem > 0) & (rem * (c - 1) <= max_slots) & (pieces * s < busiest * c)
-        s = ops.select(better, c, s)
-        busiest = ops.select(better, pieces, busiest)
-    return full, rem, s
+    p = ops.select(rem * max_split < nclusters, rem * max_split, nclusters)
+    return full, rem, ops.select((p <= max_slots) & (4 * rem <= 3 * p), p, rem)
 
 
-def split_share(cluster, nclusters, num_units, full, rem, s, ops: ScheduleOps):
-    """One cluster's share of the rem * s last-round pieces, right-aligned over the
-    clusters: it runs a = rem * s // nclusters of them, one more if it is among the last b
-    = rem * s % nclusters, non-final ones first; the last rem clusters end with the final
-    part of last-round unit ``final_r`` = cluster - (nclusters - rem); the non-final pieces,
-    numbered in (cluster, order) sequence from ``first_nf``, go s - 1 at a time to units
-    0, 1, ... (``split_piece``). So a final part waits only on clusters of lower index, at
-    no later place in their order than its own (the counts grow with the index, and on
-    each prefix of clusters there are enough non-final pieces: a counting argument, checked
-    by the tests), and non-final parts never wait: no cycle, no chain of waits, and no wait
-    on a cluster that starts after it if clusters start in index order.
+def split_share(cluster, num_units, full, rem, p, k_tiles, ops: ScheduleOps):
+    """One cluster's range of the last round (``last_round_split``): k-tiles [lo, hi) of the
+    rem * k_tiles laid end to end, lo = cluster * rem * k_tiles // p (clusters >= p have
+    none). A range shorter than a unit (p > rem) lies in one unit or straddles two: then it
+    is the tail of unit u0 = lo // k_tiles and the head of unit u0 + 1, and the cluster runs
+    the head first (a non-final part: its sums go to slot ``cluster``) and the tail second
+    (the final part of u0: it waits for the unit's other parts, adds them and runs the
+    epilogue, ``split_waits``). A unit's other parts are the heads or middles of clusters of
+    lower index, each its cluster's first last-round item, and a non-final part never
+    waits: no cycle, no chain of waits, and no wait on a cluster that starts after it if
+    clusters start in index order.
 
-    Returns (pieces, has_final, final_r, first_nf, tail_start, epi_end): the last two bound
-    the one last-round unit whose epilogue the cluster runs (empty, at num_units, if none)."""
-    total = rem * s
-    a = total // nclusters
-    b = total - a * nclusters
-    pieces = a + ops.select(cluster >= nclusters - b, 1, 0)
-    has_final = cluster >= nclusters - rem
-    final_r = cluster - (nclusters - rem)
-    first_nf = (cluster * a + ops.max(cluster - (nclusters - b), 0)
-                - ops.max(cluster - (nclusters - rem), 0))
-    tail_start = ops.select(has_final, full + final_r, num_units)
-    epi_end = ops.select(has_final, full + final_r + 1, num_units)
-    return pieces, has_final, final_r, first_nf, tail_start, epi_end
+    Returns (pieces, lo, hi, u0, tail_start, epi_end): the last two bound the one
+    last-round unit whose epilogue the cluster runs, its final part (empty, at num_units,
+    if none)."""
+    on = cluster < p
+    w = rem * k_tiles
+    p1 = ops.max(p, 1)
+    lo = ops.select(on, cluster * w // p1, 0)
+    hi = ops.select(on, (cluster + 1) * w // p1, 0)
+    u0 = lo // k_tiles
+    # (hi >= 1 where on: every range holds a k-tile; the max keeps the operands
+    # non-negative off it, where Python's and the kernel's division would differ)
+    two = on & ((ops.max(hi, 1) - 1) // k_tiles > u0)
+    pieces = ops.select(on, ops.select(two, 2, 1), 0)
+    has_final = on & (two | (hi == (u0 + 1) * k_tiles))
+    tail_start = ops.select(has_final, full + u0, num_units)
+    epi_end = ops.select(has_final, full + u0 + 1, num_units)
+    return pieces, lo, hi, u0, tail_start, epi_end
 
 
-def split_piece(j, pieces, has_final, final_r, first_nf, s, ops: ScheduleOps):
-    """Piece j of a cluster's share (``split_share``): (last-round unit r, K-part, final,
-    slot n). The last piece of a cluster with a final part is part s - 1 of unit final_r;
-    the others are non-final piece n = first_nf + j, part n % (s - 1) of unit n // (s - 1),
-    whose partial sums go to slot n (= r * (s - 1) + part)."""
-    fin = has_final & (j == pieces - 1)
-    n = ops.max(first_nf + j, 0)
-    s1 = ops.max(s - 1, 1)
-    r_nf = n // s1
-    r = ops.select(fin, final_r, r_nf)
-    part = ops.select(fin, s - 1, n - r_nf * s1)
-    return r, part, fin, n
+def split_piece(j, pieces, lo, hi, u0, k_tiles, ops: ScheduleOps):
+    """Piece j of a cluster's range (``split_share``): (last-round unit r, first k-tile,
+    end k-tile, final). With two pieces the first is the head of unit u0 + 1, the second
+    the tail of u0; a single piece is final iff it ends with its unit."""
+    head = (pieces == 2) & (j == 0)
+    r = u0 + ops.select(head, 1, 0)
+    kb = ops.select(head, 0, lo - u0 * k_tiles)
+    ke = ops.select(head, hi - (u0 + 1) * k_tiles,
+                    ops.select(hi - u0 * k_tiles < k_tiles, hi - u0 * k_tiles, k_tiles))
+    return r, kb, ke, ke == k_tiles
+
+
+def split_waits(cluster, r, rem, p, k_tiles, ops: ScheduleOps):
+    """The final part of last-round unit r, run by ``cluster``: (first, count): the unit's
+    non-final parts are those of clusters first .. cluster - 1 (the one holding the unit's
+    first k-tile, r * k_tiles, is first = ((r * k_tiles + 1) * p - 1) // (rem * k_tiles)),
+    in slots of the same numbers. count == 0: the unit is the cluster's alone. (The kernel
+    evaluates this for every item, so rem may be 0 there: the max keeps it defined.)"""
+    first = ((r * k_tiles + 1) * p - 1) // ops.max(rem * k_tiles, 1)
+    return first, cluster - first
 
 
 def next_epilogue_unit(unit, step, full, tail_start, ops: ScheduleOps):
