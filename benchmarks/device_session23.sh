@@ -11,14 +11,21 @@
 #   (d6290f8: the shared formulas): the split and heuristics GPU tests (the engine's K
 #   6152 choice), racecheck, synccheck and memcheck on sanitize_sm90.py split, and the
 #   unsplit/split A/B. About 5 min.
-# Part "sk" (session 23's stream-K last round): the same checks as verify on it.
+# Part "sk" (session 23's stream-K last round): the same checks as verify on it, then a
+#   trace of dsv3 with it (trace_one.py).
+# Part "sk2" (after review: the spread rule on the busiest range, the item glue in
+#   tile_walk, a not-spread case): the split GPU tests, racecheck and synccheck on split.
 # Part "gpu" (main): the whole GPU suite in 4 workers. About 5.5 min.
 # Part "final" (main): the full benchmark for the README's table. About 2 min.
 set -o pipefail
 source "$(dirname "$0")/device_common.sh"
-if [ "$1" = verify ] || [ "$1" = sk ]; then
+if [ "$1" = sk2 ]; then
+  tp split_tests -m gpu tests/gpu/test_sm90_correctness.py -k split_last -n 4 -s
+  san racecheck split; san synccheck split
+elif [ "$1" = verify ] || [ "$1" = sk ]; then
   split_check "split_last or heuristics" "racecheck synccheck memcheck"
+  [ "$1" = sk ] && trace dsv3_sk dsv3 --variant t256c4m2s3kx3
 else
-  std_part "$1" "device_session23.sh verify|sk|gpu|final"
+  std_part "$1" "device_session23.sh verify|sk|sk2|gpu|final"
 fi
 bundle "session23_$1"  # every log and JSON in one file (the tool returns at most 8)

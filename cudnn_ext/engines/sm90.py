@@ -48,12 +48,12 @@ COOPERATIVE_KNOBS = Knobs.of(tile_n=256, c_stages=2, stages=0, raster_group_m=RA
 #: one process, ms against the 2-stage form: dsv3 1.313 vs 1.318, K 8192 1.482 vs 1.491,
 #: K 12288 2.174 vs 2.191; the dsv3 epilogue 12.9 k vs 13.6 k cycles per tile, the
 #: mainloop 1.5% longer). 3 C stages with 3 A/B stages were no faster (1.322, 1.491, 2.183).
-#: The last, partial round split along K in up to 3 parts (split_last; session 22,
-#: results/session22/split4/, bf16 C and D with dbias, round-robin in one process, ms without
-#: / with: dsv3 1.326 / 1.320, K 8192 1.499 / 1.493, K 12288 2.208 / 2.184, K 7168 at N 8192
-#: 2.759 / 2.719; the first placement, results/session22/split/: 1.300 / 1.296, 1.471 /
-#: 1.464, 2.161 / 2.137, 2.722 / 2.688). Its workspace: 132 slots x 2 CTAs x 128 KiB =
-#: 33 MiB more.
+#: The last, partial round spread along K over up to 3 clusters per unit, stream-K
+#: (split_last; session 23, results/session23/sk/, bf16 C and D with dbias, round-robin in
+#: one process, ms without / with: dsv3 1.319 / 1.301, K 8192 1.492 / 1.472, K 12288
+#: 2.199 / 2.155, K 7168 at N 8192 2.757 / 2.723; session 22's uniform 3-way split,
+#: results/session22/split4/: 1.326 / 1.320, 1.499 / 1.493, 2.208 / 2.184, 2.759 / 2.719).
+#: Its workspace: 132 slots x 2 CTAs x 128 KiB = 33 MiB more.
 COOPERATIVE_DEEP_KNOBS = Knobs.of(tile_n=256, c_stages=4, stages=3,
                                   raster_group_m=RASTER_GROUP_M[2],
                                   scheduler="static_persistent", cluster_m=2, cooperative=True,
@@ -127,8 +127,8 @@ class Sm90CompileKey:
     #: per-tile timeline stamps (Sm90KernelConfig.trace; a diagnostic knob, never chosen by
     #: the engine): tiles per math warpgroup recorded, 0 = off
     trace: int = 0
-    #: cooperative only: the last, partial round of the static schedule split along K in
-    #: up to this many parts (Sm90KernelConfig.split_last; 1 = off)
+    #: cooperative only: the last, partial round of the static schedule spread along K
+    #: over up to rem x this many clusters, stream-K (Sm90KernelConfig.split_last; 1 = off)
     split_last: int = 1
 
     @classmethod

@@ -47,7 +47,8 @@ if __name__ == "__main__":
         case = Case([2048] * 8, 480, 136, "dswiglu", tile_n=256, cluster_m=2, cooperative=True,
                     extra_rows=0, c_stages=4)
     elif mode == "split":  # 50 slabs x 2 N-tiles = 100 units: on 66 clusters 34 left,
-        # split in 3 one-k-tile parts (the partial sums' hand-over through the workspace)
+        # their 102 k-tiles spread over all 66 (ranges of 1 or 2 k-tiles, units in 2 or 3
+        # parts: the partial sums' hand-over through the workspace)
         case = Case([2048] * 6 + [512], 480, 136, "dswiglu", tile_n=256, cluster_m=2,
                     cooperative=True, extra_rows=0, c_stages=4, split_last=3)
     elif mode == "walk":  # 64 slabs x 4 N-tiles = 256 units over at most 66 clusters

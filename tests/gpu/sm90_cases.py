@@ -481,3 +481,11 @@ def c_half_cases() -> list:
         Case([256, 0, 768, 256] * 8, 352, 200, "dgeglu", tile_n=32, cluster_m=2, c_stages=2,
              dbias=False),
     ]
+
+
+def split_unspread_case() -> Case:
+    """split_last 3 where the last round is not spread: 63 slabs x 2 N-tiles = 126 units on
+    the H200's 66 2-CTA clusters leave 60, whose ranges over 66 clusters would be 0.91 of a
+    unit (``tile_walk.last_round_split`` wants 3/4 at most), so they run whole."""
+    return Case([4096, 4096, 0, 4096, 3840], 512, 520, "dswiglu", tile_n=256, cluster_m=2,
+                split_last=3, cooperative=True)

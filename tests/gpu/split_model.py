@@ -3,37 +3,54 @@ ints, for the tests: the CPU test checks the schedule's promises on many unit an
 counts; the GPU test asks which partial-sum slots a launch must have written.
 
 No formula is restated here: ``cudnn_ext.kernels.sm90.tile_walk``'s ``last_round_split``,
-``split_share``, ``split_piece``, ``split_waits`` and ``next_epilogue_unit`` are the
-functions the kernel
-traces (with DSL values), run here with ``PY_OPS``. What this module adds is the walk
-around them, as the kernel's ``split_item`` and the C producers' / folder's loops take it.
+``split_share``, ``split_item`` (with ``split_piece`` and ``split_waits``) and
+``next_epilogue_unit`` are the functions the kernel traces (with DSL values), run here with
+``PY_OPS``. What this module adds is the walk around them, as the kernel's loops take it.
 """
 from __future__ import annotations
 
 from cudnn_ext.kernels.sm90 import launch as _launch  # noqa: F401  (CUTE_DSL_ARCH before cutlass)
 from cudnn_ext.kernels.sm90.dglu_kernel import SPLIT_SLOTS
-from cudnn_ext.kernels.sm90.tile_walk import (PY_OPS, last_round_split, next_epilogue_unit,
-                                              split_piece, split_share, split_waits)
+from typing import NamedTuple, Optional, Tuple
 
-__all__ = ["SPLIT_SLOTS", "epilogue_units", "items", "plan"]
+from cudnn_ext.kernels.sm90.tile_walk import (PY_OPS, last_round_split, next_epilogue_unit,
+                                              split_item, split_share)
+
+__all__ = ["SPLIT_SLOTS", "Item", "epilogue_units", "items", "plan"]
+
+
+class Item(NamedTuple):
+    """One item of a cluster's walk, as the kernel's split_item gives it."""
+
+    unit: int
+    kb: int  # first k-tile
+    kcnt: int  # k-tiles
+    final: bool  # holds the unit's last k-tiles: loads C, runs the epilogue
+    handed: bool  # runs _split_hand_over (a part of a split unit)
+    r: Optional[int]  # last-round unit (None for whole-round units)
+    slot: Optional[int]  # a handed non-final part's slot (the kernel passes its cluster)
+    waits: Optional[Tuple[int, int]]  # a last-round final part's (first, count)
 
 
 def plan(num_units: int, nclusters: int, k_tiles: int, max_split: int):
     """(full, rem, p), as the kernel's split_walk computes them."""
-    return last_round_split(num_units, nclusters, min(max_split, k_tiles), SPLIT_SLOTS, PY_OPS)
+    return last_round_split(num_units, nclusters, k_tiles, min(max_split, k_tiles),
+                            SPLIT_SLOTS, PY_OPS)
 
 
 def items(cluster: int, num_units: int, nclusters: int, k_tiles: int, max_split: int):
-    """The cluster's items in order: (unit, first k-tile, k-tiles, final, last-round unit r
-    or None, slot of a non-final part or None, (first, count) of a final part's waits or
-    None), as the kernel's split_item."""
+    """The cluster's items in order (``Item``), as the kernel's split_walk and split_item."""
     full, rem, p = plan(num_units, nclusters, k_tiles, max_split)
     pieces, lo, hi, u0, _, _ = split_share(cluster, num_units, full, rem, p, k_tiles, PY_OPS)
-    out = [(u, 0, k_tiles, True, None, None, None) for u in range(cluster, full, nclusters)]
-    for j in range(pieces):
-        r, kb, ke, fin = split_piece(j, pieces, lo, hi, u0, k_tiles, PY_OPS)
-        waits = split_waits(cluster, r, rem, p, k_tiles, PY_OPS) if fin else None
-        out.append((full + r, kb, ke - kb, fin, r, None if fin else cluster, waits))
+    rounds = full // nclusters
+    out = []
+    for i in range(rounds + pieces):
+        unit, kb, ke, final, handed, r, first, count = split_item(
+            i, cluster, nclusters, rounds, full, rem, p, pieces, lo, hi, u0, k_tiles, PY_OPS)
+        tail = i >= rounds
+        out.append(Item(unit, kb, ke - kb, bool(final), bool(handed), r if tail else None,
+                        cluster if handed and not final else None,
+                        (first, count) if tail and final else None))
     return out
 
 

@@ -11,7 +11,7 @@ import torch
 
 from sm90_cases import (Case, c_half_cases, c_stage_cases, cluster_2x2_cases, cluster_cases,
                         cooperative_cases, dense_n_major_cases, run_and_check, skip_unless_sm90,
-                        split_cases, standard_cases)
+                        split_cases, split_unspread_case, standard_cases)
 
 pytestmark = pytest.mark.gpu
 
@@ -40,7 +40,7 @@ def test_sm90_cooperative_matches_reference(case):
     print(case.label(), run_and_check(case))
 
 
-def _split_slots_written(case):
+def _split_slots_written(case, spread=True):
     """``run_and_check``'s inspection of a split_last run: the partial-sum slots that
     ``split_model`` says this launch's grid fills (one per non-final part: its cluster's)
     were written by every CTA of the cluster, and no other (the workspace was 0xA5 before
@@ -57,11 +57,11 @@ def _split_slots_written(case):
                        ((sum(case.groups) + case.extra_rows) // (128 * cl)) * n_units)
         k_tiles = -(-case.k // 64)
         # a non-final part's sums go to its cluster's slot
-        nf = sorted(it[5] for c in range(clusters)
+        nf = sorted(it.slot for c in range(clusters)
                     for it in items(c, units, clusters, k_tiles, case.split_last)
-                    if not it[3])
-        assert nf, (f"{case.label()}: not split on this grid ({clusters} clusters, "
-                    f"{units} units)")
+                    if not it.final)
+        assert bool(nf) == spread, (f"{case.label()}: {'not ' if spread else ''}spread on "
+                                    f"this grid ({clusters} clusters, {units} units)")
         # the slots' place and size as the plan's kernel config lays them out; the slot
         # count is split_model's (the kernel's constant)
         cfg = plan._cfg
@@ -88,6 +88,15 @@ def test_sm90_split_last_matches_reference(case):
     (``run_and_check``'s zeroed-region check), the slots the model names written."""
     skip_unless_sm90()
     print(case.label(), run_and_check(case, inspect=_split_slots_written(case)))
+
+
+def test_sm90_split_last_not_spread():
+    """split_last on, but the last round (60 units of 66 clusters) not spread: spreading
+    would shorten it by under a quarter of a unit (``tile_walk.last_round_split``), so
+    every unit runs whole, no slot is written and the flags stay zero."""
+    skip_unless_sm90()
+    case = split_unspread_case()
+    print(case.label(), run_and_check(case, inspect=_split_slots_written(case, spread=False)))
 
 
 @pytest.mark.parametrize("case", split_cases()[:2], ids=lambda c: c.label())

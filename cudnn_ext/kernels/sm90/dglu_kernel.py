@@ -78,7 +78,8 @@ from cutlass.tensor_utils.tensormap import TensorMapManager, TensorMapUpdateMode
 
 from .epilogue_math import LOG2_E, dgeglu_local, dswiglu_unscaled
 from .tile_walk import (dsl_ops, expert_of_row, grouped_raster, last_round_split,
-                        next_epilogue_unit, split_piece, split_share, split_waits)
+                        next_epilogue_unit, split_share)
+from . import tile_walk
 
 
 class DbiasHandBack(NamedTuple):
@@ -1025,7 +1026,7 @@ class GroupedDgluSm90:
         """This cluster's ``SplitWalk``; the workspace regions follow the dbias region
         (``Sm90KernelConfig.split_flags``, ``split_part_offset``)."""
         ops = dsl_ops()
-        full, rem, p = last_round_split(num_units, nunits,
+        full, rem, p = last_round_split(num_units, nunits, self.k_tile_cnt,
                                         min(self.cfg.split_last, self.k_tile_cnt),
                                         SPLIT_SLOTS, ops)
         # the cluster's range of the last round (tile_walk.split_share: why the final
@@ -1044,22 +1045,12 @@ class GroupedDgluSm90:
     @cute.jit
     def split_item(self, i, cluster, nunits, sw):
         """Item i of this cluster's walk (producer and math warps): (unit, first k-tile,
-        k-tiles, final, handed, last-round unit r, first, count). Items below
-        ``sw.rounds`` are the whole units cluster + i * nunits; then the cluster's
-        last-round pieces (``tile_walk.split_piece``). ``handed``: the piece is part of a
-        split unit (``_split_hand_over``): non-final, its sums go to slot ``cluster``; or
-        final, waiting for the ``count`` parts in slots first, first + 1, ...
-        (``tile_walk.split_waits``)."""
-        ops = dsl_ops()
-        kt = self.k_tile_cnt
-        tail = i >= sw.rounds
-        r, kb, ke, fin = split_piece(i - sw.rounds, sw.pieces, sw.lo, sw.hi, sw.u0, kt, ops)
-        first, count = split_waits(cluster, r, sw.rem, sw.p, kt, ops)
-        kb = Int32(cutlass.select_(tail, kb, Int32(0)))
-        ke = Int32(cutlass.select_(tail, ke, Int32(kt)))
-        unit = Int32(cutlass.select_(tail, sw.full + r, cluster + i * nunits))
-        handed = tail & ((ke < kt) | (count > 0))  # (ke < kt: non-final)
-        return unit, kb, ke - kb, (i < sw.rounds) | fin, handed, r, first, count
+        k-tiles, final, handed, last-round unit r, first, count): ``tile_walk.split_item``
+        on this cluster's ``SplitWalk``."""
+        unit, kb, ke, final, handed, r, first, count = tile_walk.split_item(
+            i, cluster, nunits, sw.rounds, sw.full, sw.rem, sw.p, sw.pieces, sw.lo, sw.hi,
+            sw.u0, self.k_tile_cnt, dsl_ops())
+        return unit, kb, ke - kb, final, handed, r, first, count
 
     def first_epi_unit(self, unit0, split):
         """The first unit whose epilogue this CTA runs (C producers, folder)."""

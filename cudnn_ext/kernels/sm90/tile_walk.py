@@ -73,7 +73,8 @@ def dsl_ops() -> ScheduleOps:
                        lambda x, y: cutlass.max(Int32(x), Int32(y)))
 
 
-def last_round_split(num_units, nclusters, max_split: int, max_slots: int, ops: ScheduleOps):
+def last_round_split(num_units, nclusters, k_tiles, max_split: int, max_slots: int,
+                     ops: ScheduleOps):
     """How the persistent static schedule's last, partial round is spread over the clusters.
 
     Units u < full = (num_units // nclusters) * nclusters run whole, cluster c taking
@@ -84,20 +85,22 @@ def last_round_split(num_units, nclusters, max_split: int, max_slots: int, ops: 
     of equal length (to a k-tile), one per cluster 0..p-1 (``split_share``): stream-K over
     the last round. p = min(nclusters, rem * max_split), so a unit spans at most
     max_split + 1 ranges (max_split where p = rem * max_split); the caller bounds max_split
-    by the k-tile count, so every range holds a k-tile. Each cluster then holds at most one
+    by k_tiles, so every range holds a k-tile. Each cluster then holds at most one
     non-final part (its partial sums go to slot = its index), so p must not exceed the
-    ``max_slots`` partial-sum slots. Nor is the round spread where it would shorten the
-    busiest cluster's last round by less than a quarter of a unit (rem > 3 p / 4): a final
-    part's hand-over (its wait and the slots it reads) lengthened dsv3's last epilogue by
-    ~8 k cycles against ~120 k per unit (session 22's trace), and the non-final parts'
-    stores cost bandwidth too. Where it is not spread, or where rem == 0, p = rem: one
-    whole unit per cluster, no part handed over (the unsplit schedule).
+    ``max_slots`` partial-sum slots. Nor is the round spread where the busiest range,
+    ceil(rem * k_tiles / p) k-tiles, would be more than 3/4 of a unit (a gain under a
+    quarter of a unit): a final part's hand-over (its wait and the slots it reads)
+    lengthened dsv3's last epilogue by ~8 k cycles against ~120 k per unit (session 22's
+    trace), and the non-final parts' stores cost bandwidth too. Where it is not spread, or
+    where rem == 0, p = rem: one whole unit per cluster, no part handed over (the unsplit
+    schedule).
 
     Returns (full, rem, p)."""
     full = (num_units // nclusters) * nclusters
     rem = num_units - full
     p = ops.select(rem * max_split < nclusters, rem * max_split, nclusters)
-    return full, rem, ops.select((p <= max_slots) & (4 * rem <= 3 * p), p, rem)
+    busiest = (rem * k_tiles + p - 1) // ops.max(p, 1)
+    return full, rem, ops.select((p <= max_slots) & (4 * busiest <= 3 * k_tiles), p, rem)
 
 
 def split_share(cluster, num_units, full, rem, p, k_tiles, ops: ScheduleOps):
@@ -121,8 +124,7 @@ def split_share(cluster, num_units, full, rem, p, k_tiles, ops: ScheduleOps):
     lo = ops.select(on, cluster * w // p1, 0)
     hi = ops.select(on, (cluster + 1) * w // p1, 0)
     u0 = lo // k_tiles
-    # (hi >= 1 where on: every range holds a k-tile; the max keeps the operands
-    # non-negative off it, where Python's and the kernel's division would differ)
+    # (hi >= 1 where on: every range holds a k-tile; off it the max keeps u1 at 0)
     two = on & ((ops.max(hi, 1) - 1) // k_tiles > u0)
     pieces = ops.select(on, ops.select(two, 2, 1), 0)
     has_final = on & (two | (hi == (u0 + 1) * k_tiles))
@@ -151,6 +153,26 @@ def split_waits(cluster, r, rem, p, k_tiles, ops: ScheduleOps):
     evaluates this for every item, so rem may be 0 there: the max keeps it defined.)"""
     first = ((r * k_tiles + 1) * p - 1) // ops.max(rem * k_tiles, 1)
     return first, cluster - first
+
+
+def split_item(i, cluster, nclusters, rounds, full, rem, p, pieces, lo, hi, u0, k_tiles,
+               ops: ScheduleOps):
+    """Item i of a cluster's walk, as its producer and math warps take it: (unit, first
+    k-tile, end k-tile, final, handed, last-round unit r, first, count). Items below
+    ``rounds`` are the whole units cluster + i * nclusters; then the cluster's last-round
+    pieces (``split_piece``). ``handed``: the piece is a part of a split unit: non-final
+    (ke < k_tiles: its sums go to slot ``cluster`` and it counts itself on unit r's flag),
+    or final and waiting for the ``count`` parts in slots first, first + 1, ...
+    (``split_waits``); a final part with count 0 holds its whole unit and hands nothing
+    over."""
+    tail = i >= rounds
+    r, kb, ke, fin = split_piece(i - rounds, pieces, lo, hi, u0, k_tiles, ops)
+    first, count = split_waits(cluster, r, rem, p, k_tiles, ops)
+    unit = ops.select(tail, full + r, cluster + i * nclusters)
+    kb = ops.select(tail, kb, 0)
+    ke = ops.select(tail, ke, k_tiles)
+    handed = tail & ((ke < k_tiles) | (count > 0))
+    return unit, kb, ke, (i < rounds) | fin, handed, r, first, count
 
 
 def next_epilogue_unit(unit, step, full, tail_start, ops: ScheduleOps):
