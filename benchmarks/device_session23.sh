@@ -15,6 +15,7 @@
 #   trace of dsv3 with it (trace_one.py).
 # Part "sk2" (after review: the spread rule on the busiest range, the item glue in
 #   tile_walk, a not-spread case): the split GPU tests, racecheck and synccheck on split.
+#   Not run in session 23 (no device time left): the next session's first call. ~3 min.
 # Part "gpu" (main): the whole GPU suite in 4 workers. About 5.5 min.
 # Part "final" (main): the full benchmark for the README's table. About 2 min.
 set -o pipefail
