@@ -69,8 +69,8 @@ def _split_slots_written(case, spread=True):
         per = 4 * 128 * case.tile_n  # one CTA's fp32 accumulators
         assert 4 * cfg.split_part_floats() == SPLIT_SLOTS * cl * per
         slots = ws[start:start + SPLIT_SLOTS * cl * per].view(SPLIT_SLOTS * cl, per)
-        written = (slots != 0xA5).any(dim=1).view(SPLIT_SLOTS, cl).all(dim=1)
-        touched = (slots != 0xA5).any(dim=1).view(SPLIT_SLOTS, cl).any(dim=1)
+        per_cta = (slots != 0xA5).any(dim=1).view(SPLIT_SLOTS, cl)  # (slot, CTA rank)
+        written, touched = per_cta.all(dim=1), per_cta.any(dim=1)
         want = torch.zeros(SPLIT_SLOTS, dtype=torch.bool, device=written.device)
         want[nf] = True
         assert torch.equal(written, want) and torch.equal(touched, want), (

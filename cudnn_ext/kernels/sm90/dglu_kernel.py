@@ -79,7 +79,7 @@ from cutlass.tensor_utils.tensormap import TensorMapManager, TensorMapUpdateMode
 from .epilogue_math import LOG2_E, dgeglu_local, dswiglu_unscaled
 from .tile_walk import (dsl_ops, expert_of_row, grouped_raster, last_round_split,
                         next_epilogue_unit, split_share)
-from . import tile_walk
+from .tile_walk import split_item as schedule_item
 
 
 class DbiasHandBack(NamedTuple):
@@ -1047,7 +1047,7 @@ class GroupedDgluSm90:
         """Item i of this cluster's walk (producer and math warps): (unit, first k-tile,
         k-tiles, final, handed, last-round unit r, first, count): ``tile_walk.split_item``
         on this cluster's ``SplitWalk``."""
-        unit, kb, ke, final, handed, r, first, count = tile_walk.split_item(
+        unit, kb, ke, final, handed, r, first, count = schedule_item(
             i, cluster, nunits, sw.rounds, sw.full, sw.rem, sw.p, sw.pieces, sw.lo, sw.hi,
             sw.u0, self.k_tile_cnt, dsl_ops())
         return unit, kb, ke - kb, final, handed, r, first, count
