@@ -12,6 +12,10 @@
 #   dense at K 5120 (N 2048) and N 12288 (K 6144, 7168); per-expert weights (the discrete
 #   forms, t128c1m2h2 with 64-row C entries there) at K 5120 and 6144 (N 2048), where the
 #   engine keeps them on ping-pong (K < 7168), and K 7168 (dsv3) as the control.
+# Part "cross4" (main, after the deep form went to K >= 5120 for both weight modes): the
+#   heuristics GPU tests (K 5128 dense and per-expert: cooperative), then the same A/B at
+#   K 5120 with N 4096 and 8192, and at K 4096 (N 2048, below the new bound), dense and
+#   per-expert weights.
 # Part "gpu" (main): the whole GPU suite in 4 workers. About 5.5 min.
 # Part "final" (main): the full benchmark for the README's table. About 2 min.
 set -o pipefail
@@ -26,7 +30,16 @@ elif [ "$1" = cross3 ]; then
     --discrete-variants t256c4m2s3kx3,t128c1m2h2 --rounds 10 --reps 60 --warmup 5 \
     --shapes k5k,k6kd,dsv3 --out "$OUT/cross3_discrete.json"
   grep -E "^(dsv3|k[0-9])" "$OUT/cross3_discrete.log"
+elif [ "$1" = cross4 ]; then
+  tp heur_tests -m gpu tests/gpu/test_sm90_correctness.py -k heuristics -n 4
+  grep -E "passed|failed" "$OUT/heur_tests.log" | tail -1
+  vbench cross4_dense cross4_dense t256c4m2s3kx3,t128c1m2h2 --shapes k5kn4,k5kn8,k4k
+  grep -E "^k[0-9]" "$OUT/cross4_dense.log"
+  t cross4_discrete python3 benchmarks/bench_dglu.py --impls torch_grouped_mm \
+    --discrete-variants t256c4m2s3kx3,t128c1m2h2 --rounds 10 --reps 60 --warmup 5 \
+    --shapes k4k,k5kn8 --out "$OUT/cross4_discrete.json"
+  grep -E "^k[0-9]" "$OUT/cross4_discrete.log"
 else
-  std_part "$1" "device_session24.sh sk2|cross3|gpu|final"
+  std_part "$1" "device_session24.sh sk2|cross3|cross4|gpu|final"
 fi
 bundle "session24_$1"  # every log and JSON in one file (the tool returns at most 8)

@@ -749,9 +749,9 @@ def test_split_last_workspace(dbias):
 def test_cooperative_is_selected_where_it_measured_faster():
     """Heuristics: the cooperative 128 x 256 schedule is ranked first for dense weights,
     16-bit C and D, N % 256 == 0 and enough tiles, where it measured faster than ping-pong:
-    at K >= 6144 up to N 8192 with or without dbias (sessions 16 and 22: dsv3, K 8192, K
-    12288, K 6144 at N 2048-8192; slower at N 16384 and at K 4096), per-expert weights from
-    K 7168, and without dbias at K <= 2048 for C and D of different 16-bit types (where
+    at K >= 5120 up to N 8192 with or without dbias, dense or per-expert weights (sessions
+    16, 18, 22 and 24: dsv3, K 8192, K 12288, K 6144 at N 2048-8192, K 5120 at N 2048;
+    slower at N 12288 and 16384 and at K 4096), and without dbias at K <= 2048 for C and D of different 16-bit types (where
     ping-pong cannot take 64-row C entries). Everything else keeps ping-pong 128 x 128 in
     2x1 clusters, with 64-row C entries where they apply. At deep K the cooperative form
     has 4 C stages per warpgroup and 3 A/B stages (session 20), else 2 and 4."""
@@ -776,8 +776,12 @@ def test_cooperative_is_selected_where_it_measured_faster():
                # per-expert weights at deep K (session 18)
                dict(dbias=True, weight_mode="discrete", **dsv3),
                dict(dbias=False, weight_mode="discrete", b_major="n", **dsv3),
-               # dense from K 6144 up to N 8192 (session 22's cross2)
+               # dense from K 6144 up to N 8192 (session 22's cross2), from K 5120
+               # (session 24's cross3), per-expert weights too
                dict(dbias=True, **{**dsv3, "k": 6144}),
+               dict(dbias=True, **{**dsv3, "k": 5120}),
+               dict(dbias=True, weight_mode="discrete", **{**dsv3, "k": 5120}),
+               dict(dbias=False, weight_mode="discrete", **{**dsv3, "k": 6144}),
                dict(dbias=True, **{**dsv3, "k": 6144, "n": 8192}),
                dict(dbias=True, **{**dsv3, "n": 8192})):
         assert best(**kw) == COOPERATIVE_DEEP_KNOBS, kw
@@ -787,16 +791,17 @@ def test_cooperative_is_selected_where_it_measured_faster():
                         (dict(dbias=True), split),
                         (dict(dbias=True, k=4096, n=1024), split),  # skew
                         (dict(dbias=False, k=4096, n=1024), split),
-                        (dict(dbias=True, **{**dsv3, "k": 6136}), split),  # just below
+                        (dict(dbias=True, **{**dsv3, "k": 5112}), split),  # just below
                         (dict(dbias=True, k=6144, n=16384, L=8), split),  # k6k
                         (dict(dbias=True, **{**dsv3, "n": 16384}), split),  # k7kn16
                         (dict(dbias=True, **{**dsv3, "n": 8448}), split),  # past N 8192
+                        (dict(dbias=True, **{**dsv3, "n": 12288}), split),  # k7kn12
                         (dict(dbias=True, k=4096, n=14336, L=8), split),  # mixtral
                         (dict(dbias=False, k=4096, n=14336, L=8), split),
                         (dict(dbias=False, k=2056, **mixed), whole),
                         (dict(dbias=False, weight_mode="discrete"), split),
                         (dict(dbias=True, weight_mode="discrete", k=4096), whole),
-                        (dict(dbias=True, weight_mode="discrete", **{**dsv3, "k": 7160}),
+                        (dict(dbias=True, weight_mode="discrete", **{**dsv3, "k": 5112}),
                          whole),
                         (dict(dbias=True, weight_mode="discrete", **{**dsv3, "n": 16384}),
                          whole),
@@ -817,8 +822,8 @@ def test_cooperative_is_selected_where_it_measured_faster():
 
 
 #: The cooperative configurations the heuristics can select: C and D of different 16-bit
-#: types without dbias at K <= 2048; any 16-bit C and D, dbias or not, at deep K (dense:
-#: K >= 6144 and N <= 8192)
+#: types without dbias at K <= 2048; any 16-bit C and D, dbias or not, at deep K (K >= 5120
+#: and N <= 8192)
 _COOP_SELECTABLE = [("dswiglu", torch.bfloat16, torch.float16, "k", False, 2048),
                     ("dgeglu", torch.float16, torch.bfloat16, "k", False, 2048),
                     ("dswiglu", torch.float16, torch.bfloat16, "n", False, 2048),
@@ -848,7 +853,7 @@ def test_selectable_cooperative_variant_compiles_for_sm90a(act, c, d, b_major, d
 @pytest.mark.parametrize("b_major,dbias", [("k", True), ("n", True), ("k", False)])
 def test_selectable_discrete_cooperative_variant_compiles_for_sm90a(b_major, dbias, capfd):
     """Per-expert weights (device-built descriptors) on the cooperative kernel, which the
-    heuristics pick at K >= 7168 (since session 18)."""
+    heuristics pick at K >= 5120 (K >= 7168 from session 18, K 5120 since session 24)."""
     from cudnn_ext.engines.sm90 import COOPERATIVE_DEEP_KNOBS
 
     p = _problem(dbias=dbias, n=512, k=7168, m=32768, weight_mode="discrete", b_major=b_major)

@@ -65,11 +65,10 @@ _COOP_MIN_TILES = 264
 #: it tied there; see _cooperative_applies)
 _COOP_MAX_K = 2048
 #: ... and, with or without dbias, for any 16-bit C and D and for dense or per-expert
-#: weights, for K >= this (per-expert weights: _COOP_MIN_DEEP_K_DISCRETE) and N <=
-#: _COOP_MAX_DEEP_N: a deep enough mainloop hides its exposed epilogue's cost under the
-#: higher clock of 128 x 256 tiles (sessions 16, 18 and 22; see _cooperative_applies)
-_COOP_MIN_DEEP_K = 6144
-_COOP_MIN_DEEP_K_DISCRETE = 7168
+#: weights, for K >= this and N <= _COOP_MAX_DEEP_N: a deep enough mainloop hides its
+#: exposed epilogue's cost under the higher clock of 128 x 256 tiles (sessions 16, 18, 22
+#: and 24; see _cooperative_applies)
+_COOP_MIN_DEEP_K = 5120
 _COOP_MAX_DEEP_N = 8192
 #: Ping-pong 128-wide tiles use 64-row C ring entries (c_split 2) with discrete weights only
 #: for K <= this (dense weights: any K): halving the C entries lets one half's D store and C
@@ -547,9 +546,9 @@ class Sm90DgluEngine(Engine):
     def _cooperative_applies(problem: DgluProblem) -> bool:
         """The cooperative 128 x 256 schedule (2x1 clusters; its stages:
         ``cooperative_knobs``) is offered for 16-bit C and D, N a multiple of 256 (no padded
-        tile), at least _COOP_MIN_TILES such tiles, and either K >= _COOP_MIN_DEEP_K (dense;
-        per-expert weights K >= _COOP_MIN_DEEP_K_DISCRETE; with or without dbias; N <=
-        _COOP_MAX_DEEP_N) or, for dense weights, no dbias and K
+        tile), at least _COOP_MIN_TILES such tiles, and either K >= _COOP_MIN_DEEP_K (dense or
+        per-expert weights, with or without dbias, N <= _COOP_MAX_DEEP_N) or, for dense
+        weights, no dbias and K
         <= _COOP_MAX_K where ping-pong cannot take 64-row C entries (C and D of different
         16-bit types).
         Per-expert weights at deep K, against ping-pong in one process (session 18,
@@ -623,17 +622,25 @@ class Sm90DgluEngine(Engine):
         form) was timed against the unsplit form with dense weights only (per-expert
         weights take it too: the full benchmark's dsv3 row with them, 1.327 ms).
 
+        Session 24 (results/session24/cross3/, the same two forms, round-robin in one
+        process, dbias, ms): dense at N 2048 K 5120 0.967 vs 0.976 (the third small win
+        there: 0.985 vs 0.991 in session 22, 0.961 vs 0.964 unsplit in session 21); at N
+        12288 K 6144 3.787 vs 3.699 and K 7168 4.348 vs 4.289, so the N bound stays at 8192.
+        Per-expert weights (their ping-pong form has 128-row C entries above K 2048) at N
+        2048: K 5120 0.971 vs 1.003, K 6144 1.136 vs 1.199, dsv3 (K 7168) 1.305 vs 1.406.
+        So both weight modes take the deep form from K 5120 (below it untimed with the
+        split form; session 17 had the unsplit kernel 1.7% slower at K 5120 with dbias,
+        before the epilogue got shorter).
+
         The smallest benchmark shape has 384 wide tiles; the _COOP_MIN_TILES floor (two
         waves on 132 SMs, below which halving the tile count costs parallelism) is a guess,
         not a measurement."""
         tiles = (max(problem.m, 256) // 128) * (problem.n // 256)
         shallow = (not problem.generate_dbias and problem.k <= _COOP_MAX_K
                    and not Sm90DgluEngine._c_split_applies(problem, 128, 1))
-        # per-expert weights (discrete) at deep K as well (session 18's timing, above), from
-        # K 7168 (where that timing starts); neither at N 16384 (session 22, above)
-        deep = (problem.k >= (_COOP_MIN_DEEP_K if problem.weight_mode == "dense"
-                              else _COOP_MIN_DEEP_K_DISCRETE)
-                and problem.n <= _COOP_MAX_DEEP_N)
+        # dense or per-expert weights (sessions 18 and 24, above); neither at N 12288 or
+        # 16384 (sessions 22 and 24)
+        deep = problem.k >= _COOP_MIN_DEEP_K and problem.n <= _COOP_MAX_DEEP_N
         return ((deep or (shallow and problem.weight_mode == "dense"))
                 and problem.n % 256 == 0 and tiles >= _COOP_MIN_TILES
                 and problem.c_dtype in _HALF_DTYPES and problem.d_dtype in _HALF_DTYPES)

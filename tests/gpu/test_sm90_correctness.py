@@ -149,7 +149,10 @@ _HEURISTICS = [("nodbias-K1416", dict(dbias=False, k=1416), 2),
                # deep K: cooperative with or without dbias, dense or per-expert weights
                ("dbias-K7176", dict(k=7176), "coop"),
                ("dbias-K6152", dict(k=6152), "coop"),  # dense from K 6144 (session 22)
-               ("dbias-K6152-discrete", dict(k=6152, weight_mode="discrete"), 1),
+               # dense and per-expert weights from K 5120 (session 24)
+               ("dbias-K5128", dict(k=5128), "coop"),
+               ("dbias-K5128-discrete", dict(k=5128, weight_mode="discrete"), "coop"),
+               ("dbias-K6152-discrete", dict(k=6152, weight_mode="discrete"), "coop"),
                ("nodbias-K7176", dict(dbias=False, k=7176), "coop"),
                ("dbias-K7176-discrete", dict(k=7176, weight_mode="discrete"), "coop"),
                ("dbias-K7176-discreteN", dict(k=7176, weight_mode="discrete", b_major="n"),
@@ -162,8 +165,8 @@ def test_sm90_heuristics_choice_is_correct(fresh, kw, expect):
     """What the engine itself picks (ping-pong 128 x 128 in 2x1 clusters, with 64-row C
     ring entries for 16-bit C and D of one type, with per-expert weights only at K <= 2048;
     the cooperative 128 x 256 schedule without dbias at K <= 2048 for C and D of different
-    16-bit types, and with or without dbias at K >= 6144 for dense and K >= 7168 for
-    per-expert weights, N up to 8192), run
+    16-bit types, and with or without dbias at K >= 5120 for dense and per-expert weights,
+    N up to 8192), run
     as the class API (contract) and the functional op (fresh outputs) would:
     empty experts, rows past the last offset, a K tail, and enough tiles that every CTA
     walks several (accumulator overwrite, the C FIFO and the dbias sums carried across
@@ -180,10 +183,10 @@ def test_sm90_heuristics_choice_is_correct(fresh, kw, expect):
     problem, _ = make_pack(case)
     knobs = min(eng.knob_space(problem), key=lambda kn: eng.cost(problem, kn))
     if expect == "coop":
-        # the deep-K form (4 C stages, 3 A/B stages, split last round) at K 6152 and 7176,
+        # the deep-K form (4 C stages, 3 A/B stages, split last round) at K 5128-7176,
         # the 2-stage form at K 1416
         assert knobs == cooperative_knobs(problem) and knobs.get("c_stages") == (
-            4 if problem.k >= 6144 else 2)
+            4 if problem.k >= 5120 else 2)
     else:
         assert not knobs.get("cooperative", False)
         assert (knobs.get("tile_n"), knobs.get("cluster_m"), knobs.get("cluster_n", 1)) == (128, 2, 1)
