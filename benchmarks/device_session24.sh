@@ -16,6 +16,10 @@
 #   heuristics GPU tests (K 5128 dense and per-expert: cooperative), then the same A/B at
 #   K 5120 with N 4096 and 8192, and at K 4096 (N 2048, below the new bound), dense and
 #   per-expert weights.
+# Part "short" (main): the cooperative forms on the short-K benchmark shapes with dbias,
+#   last timed there in session 9 (a tie on qwen3), before the epilogue trims and the deep
+#   form: t256c4m2s3kx3 and t256c2m2k against the ping-pong default t128c1m2h2 on qwen3
+#   (K 2048) and skew (K 4096), round-robin in one process.
 # Part "gpu" (main): the whole GPU suite in 4 workers. About 5.5 min.
 # Part "final" (main): the full benchmark for the README's table. About 2 min.
 set -o pipefail
@@ -39,7 +43,9 @@ elif [ "$1" = cross4 ]; then
     --discrete-variants t256c4m2s3kx3,t128c1m2h2 --rounds 10 --reps 60 --warmup 5 \
     --shapes k4k,k5kn8 --out "$OUT/cross4_discrete.json"
   grep -E "^k[0-9]" "$OUT/cross4_discrete.log"
+elif [ "$1" = short ]; then
+  vbench short short t256c4m2s3kx3,t256c2m2k,t128c1m2h2 --shapes qwen3,skew
 else
-  std_part "$1" "device_session24.sh sk2|cross3|cross4|gpu|final"
+  std_part "$1" "device_session24.sh sk2|cross3|cross4|short|gpu|final"
 fi
 bundle "session24_$1"  # every log and JSON in one file (the tool returns at most 8)
