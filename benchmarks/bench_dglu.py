@@ -71,11 +71,15 @@ EXTRA_SHAPES = {
     "k4k": (8, 4096, 4096, 2048),
     "k5kn4": (8, 4096, 5120, 4096),
     "k5kn8": (8, 2048, 5120, 8192),
+    # skew's L and rows per expert, uniform groups (u) or skew's Pareto sizes (skew*)
+    "u4kn1": (64, 512, 4096, 1024),
+    "skewn2": (64, 512, 4096, 2048),
+    "skewk2": (64, 512, 2048, 1024),
 }
 
 
 def group_sizes(name, L, rows, seed=0):
-    if name != "skew":
+    if not name.startswith("skew"):
         return [rows] * L
     # Pareto(alpha=1.5) sizes with mean `rows`, every 8th expert empty, 256-aligned
     g = torch.Generator().manual_seed(seed)

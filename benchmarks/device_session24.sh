@@ -20,6 +20,9 @@
 #   last timed there in session 9 (a tie on qwen3), before the epilogue trims and the deep
 #   form: t256c4m2s3kx3 and t256c2m2k against the ping-pong default t128c1m2h2 on qwen3
 #   (K 2048) and skew (K 4096), round-robin in one process.
+# Part "mid" (main, after dense weights took the 2-stage cooperative form at K 4096-5119
+#   and N <= 1024, from part short and the ad hoc short2/short3 runs): the heuristics GPU
+#   tests (K 4104 now cooperative) and the full benchmark.
 # Part "gpu" (main): the whole GPU suite in 4 workers. About 5.5 min.
 # Part "final" (main): the full benchmark for the README's table. About 2 min.
 set -o pipefail
@@ -45,7 +48,11 @@ elif [ "$1" = cross4 ]; then
   grep -E "^k[0-9]" "$OUT/cross4_discrete.log"
 elif [ "$1" = short ]; then
   vbench short short t256c4m2s3kx3,t256c2m2k,t128c1m2h2 --shapes qwen3,skew
+elif [ "$1" = mid ]; then
+  tp heur_tests -m gpu tests/gpu/test_sm90_correctness.py -k heuristics -n 4
+  grep -E "passed|failed" "$OUT/heur_tests.log" | tail -1
+  final_bench
 else
-  std_part "$1" "device_session24.sh sk2|cross3|cross4|short|gpu|final"
+  std_part "$1" "device_session24.sh sk2|cross3|cross4|short|mid|gpu|final"
 fi
 bundle "session24_$1"  # every log and JSON in one file (the tool returns at most 8)

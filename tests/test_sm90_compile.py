@@ -751,7 +751,8 @@ def test_cooperative_is_selected_where_it_measured_faster():
     16-bit C and D, N % 256 == 0 and enough tiles, where it measured faster than ping-pong:
     at K >= 5120 up to N 8192 with or without dbias, dense or per-expert weights (sessions
     16, 18, 22 and 24: dsv3, K 8192, K 12288, K 6144 at N 2048-8192, K 5120 at N 2048;
-    slower at N 12288 and 16384 and at K 4096), and without dbias at K <= 2048 for C and D of different 16-bit types (where
+    slower at N 12288 and 16384 and at K 4096 N 2048), dense weights at K 4096-5119 up to N
+    1024 (the 2-stage form; session 24: skew), and without dbias at K <= 2048 for C and D of different 16-bit types (where
     ping-pong cannot take 64-row C entries). Everything else keeps ping-pong 128 x 128 in
     2x1 clusters, with 64-row C entries where they apply. At deep K the cooperative form
     has 4 C stages per warpgroup and 3 A/B stages (session 20), else 2 and 4."""
@@ -768,6 +769,10 @@ def test_cooperative_is_selected_where_it_measured_faster():
     assert best(dbias=False, **mixed) == COOPERATIVE_KNOBS
     assert best(dbias=False, act="dgeglu", c=torch.float16, d=torch.bfloat16) == COOPERATIVE_KNOBS
     assert best(dbias=False, k=1416, **mixed) == COOPERATIVE_KNOBS
+    # skew's K and N (session 24's part short), dense weights, with or without dbias
+    for kw in (dict(dbias=True, k=4096, n=1024), dict(dbias=False, k=4096, n=1024),
+               dict(dbias=True, k=5112, n=512, m=32768), dict(dbias=True, k=4096, n=768)):
+        assert best(**kw) == COOPERATIVE_KNOBS, kw
     for kw in (dict(dbias=True, **dsv3), dict(dbias=False, **dsv3),
                dict(dbias=True, **{**dsv3, "k": 8192}), dict(dbias=True, **{**dsv3, "k": 12288}),
                dict(dbias=True, act="dgeglu", **dsv3), dict(dbias=True, **mixed, **dsv3),
@@ -789,8 +794,10 @@ def test_cooperative_is_selected_where_it_measured_faster():
     for kw, c_split in ((dict(dbias=False), split),  # qwen3
                         (dict(dbias=False, c=torch.float16, d=torch.float16), split),
                         (dict(dbias=True), split),
-                        (dict(dbias=True, k=4096, n=1024), split),  # skew
-                        (dict(dbias=False, k=4096, n=1024), split),
+                        (dict(dbias=True, k=4088, n=1024), split),  # just below skew's K
+                        (dict(dbias=True, k=4096, n=1280), split),  # past N 1024
+                        (dict(dbias=True, k=4096, n=2048, L=8), split),  # k4k
+                        (dict(dbias=True, k=2048, n=1024), split),  # skewk2
                         (dict(dbias=True, **{**dsv3, "k": 5112}), split),  # just below
                         (dict(dbias=True, k=6144, n=16384, L=8), split),  # k6k
                         (dict(dbias=True, **{**dsv3, "n": 16384}), split),  # k7kn16
@@ -801,6 +808,7 @@ def test_cooperative_is_selected_where_it_measured_faster():
                         (dict(dbias=False, k=2056, **mixed), whole),
                         (dict(dbias=False, weight_mode="discrete"), split),
                         (dict(dbias=True, weight_mode="discrete", k=4096), whole),
+                        (dict(dbias=True, weight_mode="discrete", k=4096, n=1024), whole),
                         (dict(dbias=True, weight_mode="discrete", **{**dsv3, "k": 5112}),
                          whole),
                         (dict(dbias=True, weight_mode="discrete", **{**dsv3, "n": 16384}),
@@ -823,11 +831,12 @@ def test_cooperative_is_selected_where_it_measured_faster():
 
 #: The cooperative configurations the heuristics can select: C and D of different 16-bit
 #: types without dbias at K <= 2048; any 16-bit C and D, dbias or not, at deep K (K >= 5120
-#: and N <= 8192)
+#: and N <= 8192) and, dense, at K 4096-5119 and N <= 1024
 _COOP_SELECTABLE = [("dswiglu", torch.bfloat16, torch.float16, "k", False, 2048),
                     ("dgeglu", torch.float16, torch.bfloat16, "k", False, 2048),
                     ("dswiglu", torch.float16, torch.bfloat16, "n", False, 2048),
                     ("dgeglu", torch.bfloat16, torch.float16, "n", False, 2048),
+                    ("dswiglu", torch.bfloat16, torch.bfloat16, "k", True, 4096),
                     ("dswiglu", torch.bfloat16, torch.bfloat16, "k", True, 7168),
                     ("dgeglu", torch.bfloat16, torch.bfloat16, "n", True, 7168),
                     ("dgeglu", torch.float16, torch.float16, "k", True, 7168),
@@ -845,7 +854,7 @@ def test_selectable_cooperative_variant_compiles_for_sm90a(act, c, d, b_major, d
     p = _problem(act=act, c=c, d=d, dbias=dbias, n=512, k=k, m=32768, b_major=b_major)
     knobs = cooperative_knobs(p)
     assert knobs in Sm90DgluEngine().knob_space(p)
-    assert knobs.get("c_stages") == (4 if k >= 7168 else 2)
+    assert knobs.get("c_stages") == (4 if k >= 5120 else 2)
     assert _compile_checked(Sm90CompileKey.of(p, knobs), capfd) is not None
 
 

@@ -70,6 +70,11 @@ _COOP_MAX_K = 2048
 #: and 24; see _cooperative_applies)
 _COOP_MIN_DEEP_K = 5120
 _COOP_MAX_DEEP_N = 8192
+#: ... and, for dense weights, from K = this up to _COOP_MIN_DEEP_K at N <= _COOP_MAX_MID_N
+#: (the 2-stage form; session 24: 1.4-1.8% faster on skew in three processes, a tie on
+#: uniform groups of skew's size, slower at N 2048 and at K 2048; see _cooperative_applies)
+_COOP_MIN_MID_K = 4096
+_COOP_MAX_MID_N = 1024
 #: Ping-pong 128-wide tiles use 64-row C ring entries (c_split 2) with discrete weights only
 #: for K <= this (dense weights: any K): halving the C entries lets one half's D store and C
 #: reload overlap the other half's math; with per-expert weights it measured slower at
@@ -547,8 +552,9 @@ class Sm90DgluEngine(Engine):
         """The cooperative 128 x 256 schedule (2x1 clusters; its stages:
         ``cooperative_knobs``) is offered for 16-bit C and D, N a multiple of 256 (no padded
         tile), at least _COOP_MIN_TILES such tiles, and either K >= _COOP_MIN_DEEP_K (dense or
-        per-expert weights, with or without dbias, N <= _COOP_MAX_DEEP_N) or, for dense
-        weights, no dbias and K
+        per-expert weights, with or without dbias, N <= _COOP_MAX_DEEP_N), or, for dense
+        weights, K in [_COOP_MIN_MID_K, _COOP_MIN_DEEP_K) at N <= _COOP_MAX_MID_N (with or
+        without dbias), or, for dense weights, no dbias and K
         <= _COOP_MAX_K where ping-pong cannot take 64-row C entries (C and D of different
         16-bit types).
         Per-expert weights at deep K, against ping-pong in one process (session 18,
@@ -631,6 +637,15 @@ class Sm90DgluEngine(Engine):
         So both weight modes take the deep form from K 5120 (below it untimed with the
         split form; session 17 had the unsplit kernel 1.7% slower at K 5120 with dbias,
         before the epilogue got shorter).
+        The same session's part short (results/session24/short*/, dbias, round-robin in
+        one process each, ms) timed the 2-stage form (t256c2m2k) against ping-pong on the
+        short-K shapes, last timed in session 9: skew (K 4096, N 1024) 0.430 vs 0.438,
+        0.431 vs 0.437, 0.432 vs 0.439 (three processes); skew's L and rows in uniform
+        groups 0.431 vs 0.433; skew's sizes at N 2048 0.848 vs 0.849; at K 2048 0.259 vs
+        0.245; K 4096 N 2048 uniform 0.802 vs 0.790; qwen3 0.110 vs 0.107 (the deep form
+        there 0.118); mixtral 2.996 vs 2.837. So dense weights take the 2-stage form at K
+        4096-5119 for N <= 1024 (where it won or tied); per-expert weights there are
+        untimed and keep ping-pong.
 
         The smallest benchmark shape has 384 wide tiles; the _COOP_MIN_TILES floor (two
         waves on 132 SMs, below which halving the tile count costs parallelism) is a guess,
@@ -641,7 +656,10 @@ class Sm90DgluEngine(Engine):
         # dense or per-expert weights (sessions 18 and 24, above); neither at N 12288 or
         # 16384 (sessions 22 and 24)
         deep = problem.k >= _COOP_MIN_DEEP_K and problem.n <= _COOP_MAX_DEEP_N
-        return ((deep or (shallow and problem.weight_mode == "dense"))
+        # dense weights at K 4096-5119 and N <= 1024 (skew; session 24, above)
+        mid = (_COOP_MIN_MID_K <= problem.k < _COOP_MIN_DEEP_K
+               and problem.n <= _COOP_MAX_MID_N and problem.weight_mode == "dense")
+        return ((deep or mid or (shallow and problem.weight_mode == "dense"))
                 and problem.n % 256 == 0 and tiles >= _COOP_MIN_TILES
                 and problem.c_dtype in _HALF_DTYPES and problem.d_dtype in _HALF_DTYPES)
 

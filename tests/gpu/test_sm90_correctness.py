@@ -142,7 +142,10 @@ _MIXED = dict(c_dtype=torch.bfloat16, d_dtype=torch.float16)
 #: with this c_split)
 _HEURISTICS = [("nodbias-K1416", dict(dbias=False, k=1416), 2),
                ("nodbias-K1416-mixedCD", dict(dbias=False, k=1416, **_MIXED), "coop"),
-               ("dbias-K4104", dict(k=4104), 2),
+               # dense at K 4096-5119 and N <= 1024: the 2-stage cooperative form
+               # (session 24; the case's N is 512)
+               ("dbias-K4104", dict(k=4104), "coop"),
+               ("dbias-K3080", dict(k=3080), 2),
                ("dbias-K1416", dict(k=1416), 2),
                ("dbias-K1416-discrete", dict(k=1416, weight_mode="discrete"), 2),
                ("dbias-K4104-discreteN", dict(k=4104, weight_mode="discrete", b_major="n"), 1),
@@ -165,8 +168,8 @@ def test_sm90_heuristics_choice_is_correct(fresh, kw, expect):
     """What the engine itself picks (ping-pong 128 x 128 in 2x1 clusters, with 64-row C
     ring entries for 16-bit C and D of one type, with per-expert weights only at K <= 2048;
     the cooperative 128 x 256 schedule without dbias at K <= 2048 for C and D of different
-    16-bit types, and with or without dbias at K >= 5120 for dense and per-expert weights,
-    N up to 8192), run
+    16-bit types, with or without dbias at K >= 5120 for dense and per-expert weights, N
+    up to 8192, and for dense weights at K 4096-5119 up to N 1024), run
     as the class API (contract) and the functional op (fresh outputs) would:
     empty experts, rows past the last offset, a K tail, and enough tiles that every CTA
     walks several (accumulator overwrite, the C FIFO and the dbias sums carried across
@@ -184,7 +187,7 @@ def test_sm90_heuristics_choice_is_correct(fresh, kw, expect):
     knobs = min(eng.knob_space(problem), key=lambda kn: eng.cost(problem, kn))
     if expect == "coop":
         # the deep-K form (4 C stages, 3 A/B stages, split last round) at K 5128-7176,
-        # the 2-stage form at K 1416
+        # the 2-stage form at K 1416 and 4104
         assert knobs == cooperative_knobs(problem) and knobs.get("c_stages") == (
             4 if problem.k >= 5120 else 2)
     else:
