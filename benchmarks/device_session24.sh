@@ -22,7 +22,8 @@
 #   (K 2048) and skew (K 4096), round-robin in one process.
 # Part "mid" (main, after dense weights took the 2-stage cooperative form at K 4096-5119
 #   and N <= 1024, from part short and the ad hoc short2/short3 runs): the heuristics GPU
-#   tests (K 4104 now cooperative) and the full benchmark.
+#   tests (K 4104 now cooperative), the full benchmark, and per-expert weights on skew:
+#   the 2-stage cooperative form against their ping-pong form (t128c1m2, 128-row C).
 # Part "gpu" (main): the whole GPU suite in 4 workers. About 5.5 min.
 # Part "final" (main): the full benchmark for the README's table. About 2 min.
 set -o pipefail
@@ -52,6 +53,10 @@ elif [ "$1" = mid ]; then
   tp heur_tests -m gpu tests/gpu/test_sm90_correctness.py -k heuristics -n 4
   grep -E "passed|failed" "$OUT/heur_tests.log" | tail -1
   final_bench
+  t mid_discrete python3 benchmarks/bench_dglu.py --impls torch_grouped_mm \
+    --discrete-variants t256c2m2k,t128c1m2 --rounds 10 --reps 60 --warmup 5 \
+    --shapes skew --out "$OUT/mid_discrete.json"
+  grep -E "^skew" "$OUT/mid_discrete.log"
 else
   std_part "$1" "device_session24.sh sk2|cross3|cross4|short|mid|gpu|final"
 fi
