@@ -644,8 +644,11 @@ class Sm90DgluEngine(Engine):
         groups 0.431 vs 0.433; skew's sizes at N 2048 0.848 vs 0.849; at K 2048 0.259 vs
         0.245; K 4096 N 2048 uniform 0.802 vs 0.790; qwen3 0.110 vs 0.107 (the deep form
         there 0.118); mixtral 2.996 vs 2.837. So dense weights take the 2-stage form at K
-        4096-5119 for N <= 1024 (where it won or tied); per-expert weights there are
-        untimed and keep ping-pong.
+        4096-5119 for N <= 1024 (where it won or tied). Per-expert weights on skew, once
+        (results/session24/mid/): 0.434 vs 0.449 against their ping-pong form (128-row C
+        entries); they keep ping-pong there until the heuristics GPU case for it has run.
+        The full benchmark after the change (same folder): skew 0.431 ms, 0.90x of
+        grouped_mm's 0.386 (0.88x on ping-pong earlier that day).
 
         The smallest benchmark shape has 384 wide tiles; the _COOP_MIN_TILES floor (two
         waves on 132 SMs, below which halving the tile count costs parallelism) is a guess,
