@@ -749,9 +749,9 @@ def test_split_last_workspace(dbias):
 def test_cooperative_is_selected_where_it_measured_faster():
     """Heuristics: the cooperative 128 x 256 schedule is ranked first for dense weights,
     16-bit C and D, N % 256 == 0 and enough tiles, where it measured faster than ping-pong:
-    at K >= 5120 up to N 8192 with or without dbias, dense or per-expert weights (sessions
-    16, 18, 22 and 24: dsv3, K 8192, K 12288, K 6144 at N 2048-8192, K 5120 at N 2048;
-    slower at N 12288 and 16384 and at K 4096 N 2048), dense weights at K 4096-5119 up to N
+    at K >= 5120 up to N 8192 with or without dbias (sessions 16, 22 and 24: dsv3, K 8192,
+    K 12288, K 6144 at N 2048-8192, K 5120 at N 2048-4096; slower at N 12288 and 16384 and
+    at K 4096 N 2048), per-expert weights from K 7168, dense weights at K 4096-5119 up to N
     1024 (the 2-stage form; session 24: skew), and without dbias at K <= 2048 for C and D of different 16-bit types (where
     ping-pong cannot take 64-row C entries). Everything else keeps ping-pong 128 x 128 in
     2x1 clusters, with 64-row C entries where they apply. At deep K the cooperative form
@@ -782,11 +782,9 @@ def test_cooperative_is_selected_where_it_measured_faster():
                dict(dbias=True, weight_mode="discrete", **dsv3),
                dict(dbias=False, weight_mode="discrete", b_major="n", **dsv3),
                # dense from K 6144 up to N 8192 (session 22's cross2), from K 5120
-               # (session 24's cross3), per-expert weights too
+               # (session 24's cross3)
                dict(dbias=True, **{**dsv3, "k": 6144}),
                dict(dbias=True, **{**dsv3, "k": 5120}),
-               dict(dbias=True, weight_mode="discrete", **{**dsv3, "k": 5120}),
-               dict(dbias=False, weight_mode="discrete", **{**dsv3, "k": 6144}),
                dict(dbias=True, **{**dsv3, "k": 6144, "n": 8192}),
                dict(dbias=True, **{**dsv3, "n": 8192})):
         assert best(**kw) == COOPERATIVE_DEEP_KNOBS, kw
@@ -809,7 +807,9 @@ def test_cooperative_is_selected_where_it_measured_faster():
                         (dict(dbias=False, weight_mode="discrete"), split),
                         (dict(dbias=True, weight_mode="discrete", k=4096), whole),
                         (dict(dbias=True, weight_mode="discrete", k=4096, n=1024), whole),
-                        (dict(dbias=True, weight_mode="discrete", **{**dsv3, "k": 5112}),
+                        (dict(dbias=True, weight_mode="discrete", **{**dsv3, "k": 7160}),
+                         whole),
+                        (dict(dbias=False, weight_mode="discrete", **{**dsv3, "k": 5120}),
                          whole),
                         (dict(dbias=True, weight_mode="discrete", **{**dsv3, "n": 16384}),
                          whole),
@@ -830,8 +830,8 @@ def test_cooperative_is_selected_where_it_measured_faster():
 
 
 #: The cooperative configurations the heuristics can select: C and D of different 16-bit
-#: types without dbias at K <= 2048; any 16-bit C and D, dbias or not, at deep K (K >= 5120
-#: and N <= 8192) and, dense, at K 4096-5119 and N <= 1024
+#: types without dbias at K <= 2048; any 16-bit C and D, dbias or not, at deep K (dense:
+#: K >= 5120 and N <= 8192) and, dense, at K 4096-5119 and N <= 1024
 _COOP_SELECTABLE = [("dswiglu", torch.bfloat16, torch.float16, "k", False, 2048),
                     ("dgeglu", torch.float16, torch.bfloat16, "k", False, 2048),
                     ("dswiglu", torch.float16, torch.bfloat16, "n", False, 2048),
@@ -862,7 +862,7 @@ def test_selectable_cooperative_variant_compiles_for_sm90a(act, c, d, b_major, d
 @pytest.mark.parametrize("b_major,dbias", [("k", True), ("n", True), ("k", False)])
 def test_selectable_discrete_cooperative_variant_compiles_for_sm90a(b_major, dbias, capfd):
     """Per-expert weights (device-built descriptors) on the cooperative kernel, which the
-    heuristics pick at K >= 5120 (K >= 7168 from session 18, K 5120 since session 24)."""
+    heuristics pick at K >= 7168 (since session 18)."""
     from cudnn_ext.engines.sm90 import COOPERATIVE_DEEP_KNOBS
 
     p = _problem(dbias=dbias, n=512, k=7168, m=32768, weight_mode="discrete", b_major=b_major)

@@ -65,14 +65,16 @@ _COOP_MIN_TILES = 264
 #: it tied there; see _cooperative_applies)
 _COOP_MAX_K = 2048
 #: ... and, with or without dbias, for any 16-bit C and D and for dense or per-expert
-#: weights, for K >= this and N <= _COOP_MAX_DEEP_N: a deep enough mainloop hides its
-#: exposed epilogue's cost under the higher clock of 128 x 256 tiles (sessions 16, 18, 22
-#: and 24; see _cooperative_applies)
+#: weights, for K >= this (per-expert weights: _COOP_MIN_DEEP_K_DISCRETE) and N <=
+#: _COOP_MAX_DEEP_N: a deep enough mainloop hides its exposed epilogue's cost under the
+#: higher clock of 128 x 256 tiles (sessions 16, 18, 22 and 24; see _cooperative_applies)
 _COOP_MIN_DEEP_K = 5120
+_COOP_MIN_DEEP_K_DISCRETE = 7168
 _COOP_MAX_DEEP_N = 8192
 #: ... and, for dense weights, from K = this up to _COOP_MIN_DEEP_K at N <= _COOP_MAX_MID_N
 #: (the 2-stage form; session 24: 1.4-1.8% faster on skew in three processes, a tie on
-#: uniform groups of skew's size, slower at N 2048 and at K 2048; see _cooperative_applies)
+#: uniform groups of skew's size and on skew's sizes at N 2048, slower at N 2048 with
+#: uniform groups and at K 2048; see _cooperative_applies)
 _COOP_MIN_MID_K = 4096
 _COOP_MAX_MID_N = 1024
 #: Ping-pong 128-wide tiles use 64-row C ring entries (c_split 2) with discrete weights only
@@ -551,8 +553,9 @@ class Sm90DgluEngine(Engine):
     def _cooperative_applies(problem: DgluProblem) -> bool:
         """The cooperative 128 x 256 schedule (2x1 clusters; its stages:
         ``cooperative_knobs``) is offered for 16-bit C and D, N a multiple of 256 (no padded
-        tile), at least _COOP_MIN_TILES such tiles, and either K >= _COOP_MIN_DEEP_K (dense or
-        per-expert weights, with or without dbias, N <= _COOP_MAX_DEEP_N), or, for dense
+        tile), at least _COOP_MIN_TILES such tiles, and either K >= _COOP_MIN_DEEP_K (dense;
+        per-expert weights K >= _COOP_MIN_DEEP_K_DISCRETE; with or without dbias; N <=
+        _COOP_MAX_DEEP_N), or, for dense
         weights, K in [_COOP_MIN_MID_K, _COOP_MIN_DEEP_K) at N <= _COOP_MAX_MID_N (with or
         without dbias), or, for dense weights, no dbias and K
         <= _COOP_MAX_K where ping-pong cannot take 64-row C entries (C and D of different
@@ -632,11 +635,13 @@ class Sm90DgluEngine(Engine):
         process, dbias, ms): dense at N 2048 K 5120 0.967 vs 0.976 (the third small win
         there: 0.985 vs 0.991 in session 22, 0.961 vs 0.964 unsplit in session 21); at N
         12288 K 6144 3.787 vs 3.699 and K 7168 4.348 vs 4.289, so the N bound stays at 8192.
-        Per-expert weights (their ping-pong form has 128-row C entries above K 2048) at N
-        2048: K 5120 0.971 vs 1.003, K 6144 1.136 vs 1.199, dsv3 (K 7168) 1.305 vs 1.406.
-        So both weight modes take the deep form from K 5120 (below it untimed with the
-        split form; session 17 had the unsplit kernel 1.7% slower at K 5120 with dbias,
-        before the epilogue got shorter).
+        So dense weights take the deep form from K 5120 (below it untimed with the split
+        form; session 17 had the unsplit kernel 1.7% slower at K 5120 with dbias, before the
+        epilogue got shorter). Per-expert weights at N 2048, against the 64-row C entry
+        ping-pong form (t128c1m2h2, which is not theirs above K 2048: the engine gives
+        them 128-row entries there, _C_SPLIT_DISCRETE_MAX_K): K 5120 0.971 vs 1.003, K 6144
+        1.136 vs 1.199, dsv3 (K 7168) 1.305 vs 1.406. Against their own form (t128c1m2)
+        they are untimed at K 5120-7167, so they keep K >= 7168.
         The same session's part short (results/session24/short*/, dbias, round-robin in
         one process each, ms) timed the 2-stage form (t256c2m2k) against ping-pong on the
         short-K shapes, last timed in session 9: skew (K 4096, N 1024) 0.430 vs 0.438,
@@ -656,9 +661,12 @@ class Sm90DgluEngine(Engine):
         tiles = (max(problem.m, 256) // 128) * (problem.n // 256)
         shallow = (not problem.generate_dbias and problem.k <= _COOP_MAX_K
                    and not Sm90DgluEngine._c_split_applies(problem, 128, 1))
-        # dense or per-expert weights (sessions 18 and 24, above); neither at N 12288 or
-        # 16384 (sessions 22 and 24)
-        deep = problem.k >= _COOP_MIN_DEEP_K and problem.n <= _COOP_MAX_DEEP_N
+        # per-expert weights (discrete) from K 7168, where their timing against their own
+        # ping-pong form starts (session 18, above); neither at N 12288 or 16384 (sessions
+        # 22 and 24)
+        deep = (problem.k >= (_COOP_MIN_DEEP_K if problem.weight_mode == "dense"
+                              else _COOP_MIN_DEEP_K_DISCRETE)
+                and problem.n <= _COOP_MAX_DEEP_N)
         # dense weights at K 4096-5119 and N <= 1024 (skew; session 24, above)
         mid = (_COOP_MIN_MID_K <= problem.k < _COOP_MIN_DEEP_K
                and problem.n <= _COOP_MAX_MID_N and problem.weight_mode == "dense")

@@ -96,8 +96,8 @@ def sm90_problem(a_shape, c_shape, c_td, b_shape, num_experts: int, d_td, act, g
 def choose_knobs(problem):
     """The SM90 engine's cheapest configuration for ``problem`` (its own cost model). With
     dbias the kernel here leaves the fp32 sums to JAX (``fold_dbias=False``); that form of
-    the cooperative kernel the engine picks at deep K (K >= 5120 and N <= 8192, dense or
-    per-expert weights, since session 24) passed its GPU test in session 17
+    the cooperative kernel the engine picks at deep K (K >= 5120 and N <= 8192 for dense
+    weights since session 24) passed its GPU test in session 17
     (``test_ffi_cooperative_dbias_on_gpu_matches_the_float64_oracle``), so it is offered
     too, without the split last round (``split_last`` 1 here)."""
     from ..engines.sm90 import Sm90DgluEngine

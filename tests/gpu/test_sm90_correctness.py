@@ -152,10 +152,9 @@ _HEURISTICS = [("nodbias-K1416", dict(dbias=False, k=1416), 2),
                # deep K: cooperative with or without dbias, dense or per-expert weights
                ("dbias-K7176", dict(k=7176), "coop"),
                ("dbias-K6152", dict(k=6152), "coop"),  # dense from K 6144 (session 22)
-               # dense and per-expert weights from K 5120 (session 24)
+               # dense from K 5120 (session 24)
                ("dbias-K5128", dict(k=5128), "coop"),
-               ("dbias-K5128-discrete", dict(k=5128, weight_mode="discrete"), "coop"),
-               ("dbias-K6152-discrete", dict(k=6152, weight_mode="discrete"), "coop"),
+               ("dbias-K6152-discrete", dict(k=6152, weight_mode="discrete"), 1),
                ("nodbias-K7176", dict(dbias=False, k=7176), "coop"),
                ("dbias-K7176-discrete", dict(k=7176, weight_mode="discrete"), "coop"),
                ("dbias-K7176-discreteN", dict(k=7176, weight_mode="discrete", b_major="n"),
@@ -168,8 +167,8 @@ def test_sm90_heuristics_choice_is_correct(fresh, kw, expect):
     """What the engine itself picks (ping-pong 128 x 128 in 2x1 clusters, with 64-row C
     ring entries for 16-bit C and D of one type, with per-expert weights only at K <= 2048;
     the cooperative 128 x 256 schedule without dbias at K <= 2048 for C and D of different
-    16-bit types, with or without dbias at K >= 5120 for dense and per-expert weights, N
-    up to 8192, and for dense weights at K 4096-5119 up to N 1024), run
+    16-bit types, with or without dbias at K >= 5120 for dense and K >= 7168 for per-expert
+    weights, N up to 8192, and for dense weights at K 4096-5119 up to N 1024), run
     as the class API (contract) and the functional op (fresh outputs) would:
     empty experts, rows past the last offset, a K tail, and enough tiles that every CTA
     walks several (accumulator overwrite, the C FIFO and the dbias sums carried across
