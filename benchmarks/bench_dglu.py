@@ -55,7 +55,9 @@ SHAPES = {
 #: schedule choice between ping-pong 128 x 128 and cooperative 128 x 256 (session 16).
 #: k6k is Mixtral 8x22B's expert MLP (hidden 6144, 16384 wide); k5k, k6kd, k8k and k12k are
 #: dsv3 with another K; k6kn4, k6kn8, k7kn8 and k7kn16 widen N at K 6144 and 7168 (session
-#: 21: where the cooperative kernel's K threshold holds along N).
+#: 21: where the cooperative kernel's K threshold holds along N); session 24's corners of
+#: that threshold: k6kn12 and k7kn12 (N 12288), k4k (dsv3 at K 4096), k5kn4 and k5kn8 (K
+#: 5120 at N 4096, 8192); and skew's neighbours (below).
 EXTRA_SHAPES = {
     "k6k": (8, 2048, 6144, 16384),
     "k5k": (8, 4096, 5120, 2048),

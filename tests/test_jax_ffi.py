@@ -66,7 +66,7 @@ def test_jit_takes_the_engines_choice_at_deep_k():
     """Under jax.jit dbias stays in fp32 for JAX to round (fold_dbias=False); the FFI path
     picks what the engine picks, the cooperative kernel at deep K, with dbias too (that
     unfolded form passed its GPU test in session 17), and keeps the split last round off."""
-    from cudnn_ext.engines.sm90 import COOPERATIVE_DEEP_KNOBS, Sm90DgluEngine
+    from cudnn_ext.engines.sm90 import COOPERATIVE_DEEP_KNOBS, COOPERATIVE_KNOBS, Sm90DgluEngine
     from cudnn_ext.jax.ffi import choose_knobs
     from cudnn_ext.problem import ActConfig, DgluProblem
 
@@ -82,8 +82,14 @@ def test_jit_takes_the_engines_choice_at_deep_k():
         assert min(eng.knob_space(p), key=lambda kn: eng.cost(p, kn)) == COOPERATIVE_DEEP_KNOBS
     assert choose_knobs(problem(True)) == COOPERATIVE_DEEP_KNOBS
     assert choose_knobs(problem(False)) == COOPERATIVE_DEEP_KNOBS
-    shallow = dataclasses.replace(problem(True), k=4096)  # mixtral's K: ping-pong
+    shallow = dataclasses.replace(problem(True), k=4096)  # K 4096 at N 2048: ping-pong
     assert not choose_knobs(shallow).get("cooperative", False)
+    # skew's K and N: the engine's 2-stage cooperative form, which the FFI path takes
+    # without dbias only (its dbias form has not run the GPU test below)
+    skew = dataclasses.replace(problem(True), k=4096, n=1024)
+    assert min(eng.knob_space(skew), key=lambda kn: eng.cost(skew, kn)) == COOPERATIVE_KNOBS
+    assert not choose_knobs(skew).get("cooperative", False)
+    assert choose_knobs(dataclasses.replace(skew, generate_dbias=False)) == COOPERATIVE_KNOBS
 
 
 @needs_dsl
@@ -219,15 +225,17 @@ def test_export_for_cuda_lowers_the_ffi_custom_call(act_func, dbias, c_dtype, d_
 
 
 @needs_dsl
-def test_export_cooperative_dbias_variant_compiles(monkeypatch):
+@pytest.mark.parametrize("form", ["deep", "2-stage"])
+def test_export_cooperative_dbias_variant_compiles(form, monkeypatch):
     """The cooperative kernel with dbias as the FFI path would build it (fold_dbias=False),
-    forced: it compiles for sm_90a (its GPU test is the ``gpu`` one below)."""
+    forced, in both forms: it compiles for sm_90a (its GPU test is the ``gpu`` one below)."""
     from cutlass.jax import get_export_disabled_safety_checks
 
-    from cudnn_ext.engines.sm90 import COOPERATIVE_DEEP_KNOBS
+    from cudnn_ext.engines.sm90 import COOPERATIVE_DEEP_KNOBS, COOPERATIVE_KNOBS
     from cudnn_ext.jax import ffi
 
-    monkeypatch.setattr(ffi, "choose_knobs", lambda problem: COOPERATIVE_DEEP_KNOBS)
+    knobs = COOPERATIVE_DEEP_KNOBS if form == "deep" else COOPERATIVE_KNOBS
+    monkeypatch.setattr(ffi, "choose_knobs", lambda problem: knobs)
     f = jax.jit(_fn(generate_dbias=True))
     exp = jax.export.export(f, platforms=["cuda"],
                             disabled_checks=get_export_disabled_safety_checks())(*_avals())
@@ -311,17 +319,21 @@ def test_ffi_on_gpu_matches_the_float64_oracle(act_func):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("form", ["deep", "2-stage"])
 @pytest.mark.parametrize("act_func", ["dswiglu", "dgeglu"])
-def test_ffi_cooperative_dbias_on_gpu_matches_the_float64_oracle(act_func, monkeypatch):
+def test_ffi_cooperative_dbias_on_gpu_matches_the_float64_oracle(act_func, form, monkeypatch):
     """The cooperative kernel with dbias under jax.jit (fold_dbias=False: the folder warp
     adds the sums to the workspace without folding them, JAX rounds them), what
-    ``choose_knobs`` picks at deep K (first passed on an H200 in session 17): forced
-    here on the small dense operands (N < tile: the tile's columns past N are phantoms)."""
+    ``choose_knobs`` picks at deep K (first passed on an H200 in session 17), and the
+    2-stage form (not yet run on a GPU; ``choose_knobs`` keeps it out with dbias until it
+    has): forced here on the small dense operands (N < tile: the tile's columns past N are
+    phantoms)."""
     _skip_unless_jax_gpu()
-    from cudnn_ext.engines.sm90 import COOPERATIVE_DEEP_KNOBS
+    from cudnn_ext.engines.sm90 import COOPERATIVE_DEEP_KNOBS, COOPERATIVE_KNOBS
     from cudnn_ext.jax import ffi
 
-    monkeypatch.setattr(ffi, "choose_knobs", lambda problem: COOPERATIVE_DEEP_KNOBS)
+    knobs = COOPERATIVE_DEEP_KNOBS if form == "deep" else COOPERATIVE_KNOBS
+    monkeypatch.setattr(ffi, "choose_knobs", lambda problem: knobs)
     j = _gpu_operands()
     f = jax.jit(_fn(act_func=act_func, generate_dbias=True))
     args = (j["a"], j["c"], j["offs"], j["alpha"], j["beta"], j["prob"], j["b"])

@@ -752,8 +752,8 @@ def test_cooperative_is_selected_where_it_measured_faster():
     at K >= 5120 up to N 8192 with or without dbias (sessions 16, 22 and 24: dsv3, K 8192,
     K 12288, K 6144 at N 2048-8192, K 5120 at N 2048-4096; slower at N 12288 and 16384 and
     at K 4096 N 2048), per-expert weights from K 7168, dense weights at K 4096-5119 up to N
-    1024 (the 2-stage form; session 24: skew), and without dbias at K <= 2048 for C and D of different 16-bit types (where
-    ping-pong cannot take 64-row C entries). Everything else keeps ping-pong 128 x 128 in
+    1024 (the 2-stage form; session 24: skew), and without dbias at K <= 2048 for C and D
+    of different 16-bit types (where ping-pong cannot take 64-row C entries). Everything else keeps ping-pong 128 x 128 in
     2x1 clusters, with 64-row C entries where they apply. At deep K the cooperative form
     has 4 C stages per warpgroup and 3 A/B stages (session 20), else 2 and 4."""
     from cudnn_ext.engines.sm90 import COOPERATIVE_DEEP_KNOBS, COOPERATIVE_KNOBS
@@ -771,7 +771,9 @@ def test_cooperative_is_selected_where_it_measured_faster():
     assert best(dbias=False, k=1416, **mixed) == COOPERATIVE_KNOBS
     # skew's K and N (session 24's part short), dense weights, with or without dbias
     for kw in (dict(dbias=True, k=4096, n=1024), dict(dbias=False, k=4096, n=1024),
-               dict(dbias=True, k=5112, n=512, m=32768), dict(dbias=True, k=4096, n=768)):
+               dict(dbias=True, k=5112, n=512, m=32768), dict(dbias=True, k=4096, n=768),
+               dict(dbias=True, k=4096, n=1024, b_major="n"),
+               dict(dbias=False, k=4096, n=1024, **mixed)):
         assert best(**kw) == COOPERATIVE_KNOBS, kw
     for kw in (dict(dbias=True, **dsv3), dict(dbias=False, **dsv3),
                dict(dbias=True, **{**dsv3, "k": 8192}), dict(dbias=True, **{**dsv3, "k": 12288}),
@@ -794,6 +796,9 @@ def test_cooperative_is_selected_where_it_measured_faster():
                         (dict(dbias=True), split),
                         (dict(dbias=True, k=4088, n=1024), split),  # just below skew's K
                         (dict(dbias=True, k=4096, n=1280), split),  # past N 1024
+                        (dict(dbias=True, k=4096, n=640), split),  # N % 256 != 0
+                        (dict(dbias=True, k=4096, n=1024, m=4096), split),  # too few tiles
+                        (dict(dbias=True, k=4096, n=1024, d=torch.float32), whole),
                         (dict(dbias=True, k=4096, n=2048, L=8), split),  # k4k
                         (dict(dbias=True, k=2048, n=1024), split),  # skewk2
                         (dict(dbias=True, **{**dsv3, "k": 5112}), split),  # just below

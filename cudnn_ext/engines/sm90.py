@@ -40,7 +40,8 @@ CLUSTER_SHAPES = tuple((cm, 1) for cm in CLUSTER_MS) + ((2, 2),)
 #: M-tiles per raster group, per cluster size (the schedule sweeps N-tiles inside a group).
 RASTER_GROUP_M = {1: 8, 2: 4}
 #: The cooperative schedule's selectable configurations (see _cooperative_applies and
-#: cooperative_knobs): 2 C stages per warpgroup (4 A/B stages) at shallow K ...
+#: cooperative_knobs): 2 C stages per warpgroup (4 A/B stages) below _COOP_MIN_DEEP_K (the
+#: shallow rule, and dense weights at K 4096-5119, N <= 1024) ...
 COOPERATIVE_KNOBS = Knobs.of(tile_n=256, c_stages=2, stages=0, raster_group_m=RASTER_GROUP_M[2],
                              scheduler="static_persistent", cluster_m=2, cooperative=True)
 #: ... and at deep K 4 C stages per warpgroup with 3 A/B stages: the exposed epilogue
@@ -649,7 +650,10 @@ class Sm90DgluEngine(Engine):
         groups 0.431 vs 0.433; skew's sizes at N 2048 0.848 vs 0.849; at K 2048 0.259 vs
         0.245; K 4096 N 2048 uniform 0.802 vs 0.790; qwen3 0.110 vs 0.107 (the deep form
         there 0.118); mixtral 2.996 vs 2.837. So dense weights take the 2-stage form at K
-        4096-5119 for N <= 1024 (where it won or tied). Per-expert weights on skew, once
+        4096-5119 for N <= 1024 (where it won or tied). Timed at K 4096 and N 1024 only,
+        with dbias; without dbias skew measured 0.437 vs 0.441 in session 13
+        (results/session13/coop/coop_nodb.log), and K 4097-5119 and N 256-768 in this
+        band are untimed. Per-expert weights on skew, once
         (results/session24/mid/): 0.434 vs 0.449 against their ping-pong form (128-row C
         entries); they keep ping-pong there until the heuristics GPU case for it has run.
         The full benchmark after the change (same folder): skew 0.431 ms, 0.90x of
@@ -706,7 +710,9 @@ def cooperative_knobs(problem: DgluProblem) -> Knobs:
     (``Sm90DgluEngine._cooperative_applies``): the deep-K form at K >= _COOP_MIN_DEEP_K
     (where it was timed; it needs 16-bit C, as the schedule does: with 4 C stages per
     warpgroup 3 A/B stages fit), else the 2-stage form."""
-    # (the 2-stage form is offered only at shallow K, _COOP_MAX_K, so this is the deep rule)
+    # (the 2-stage form: the shallow rule, K <= _COOP_MAX_K, and the mid one, dense weights
+    # at K in [_COOP_MIN_MID_K, _COOP_MIN_DEEP_K); per-expert weights reach the schedule only
+    # from _COOP_MIN_DEEP_K_DISCRETE, so always in the deep form)
     return COOPERATIVE_DEEP_KNOBS if problem.k >= _COOP_MIN_DEEP_K else COOPERATIVE_KNOBS
 
 

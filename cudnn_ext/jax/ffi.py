@@ -99,11 +99,17 @@ def choose_knobs(problem):
     the cooperative kernel the engine picks at deep K (K >= 5120 and N <= 8192 for dense
     weights since session 24) passed its GPU test in session 17
     (``test_ffi_cooperative_dbias_on_gpu_matches_the_float64_oracle``), so it is offered
-    too, without the split last round (``split_last`` 1 here)."""
-    from ..engines.sm90 import Sm90DgluEngine
+    too, without the split last round (``split_last`` 1 here). The 2-stage cooperative
+    form with dbias (the engine's choice for dense weights at K 4096-5119 and N <= 1024
+    since session 24) has not run that GPU test yet, so with dbias the path takes the
+    engine's next choice there (ping-pong)."""
+    from ..engines.sm90 import COOPERATIVE_KNOBS, Sm90DgluEngine
 
     eng = Sm90DgluEngine()
-    return min(eng.knob_space(problem), key=lambda kn: eng.cost(problem, kn))
+    space = eng.knob_space(problem)
+    if problem.generate_dbias:
+        space = [kn for kn in space if kn != COOPERATIVE_KNOBS]
+    return min(space, key=lambda kn: eng.cost(problem, kn))
 
 
 @functools.lru_cache(maxsize=None)

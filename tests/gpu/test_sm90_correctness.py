@@ -151,8 +151,8 @@ _HEURISTICS = [("nodbias-K1416", dict(dbias=False, k=1416), 2),
                ("dbias-K4104-discreteN", dict(k=4104, weight_mode="discrete", b_major="n"), 1),
                # deep K: cooperative with or without dbias, dense or per-expert weights
                ("dbias-K7176", dict(k=7176), "coop"),
-               ("dbias-K6152", dict(k=6152), "coop"),  # dense from K 6144 (session 22)
-               # dense from K 5120 (session 24)
+               ("dbias-K6152", dict(k=6152), "coop"),  # dense from K 6144 (session 22),
+               # from K 5120 (session 24)
                ("dbias-K5128", dict(k=5128), "coop"),
                ("dbias-K6152-discrete", dict(k=6152, weight_mode="discrete"), 1),
                ("nodbias-K7176", dict(dbias=False, k=7176), "coop"),
