@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Prepared in session 24 for the next device session (H200):
+#   source .gpu/env/setup.sh && bash benchmarks/device_session25.sh <part>
+# Fresh machine: two calls first. Call 1 carries [".gpu/1", ".gpu/env"] and runs
+# `source .gpu/env/setup.sh`; call 2 carries [".gpu/2", ".gpu/env"] and runs `mkdir -p
+# /tmp/stash && cp .gpu/2/*.whl /tmp/stash/; source .gpu/env/setup.sh && bash
+# benchmarks/device_session25.sh PART`. Later calls on the warm machine carry nothing but
+# must source the setup script again. The machine goes back after ~30 s idle.
+# Part "jax2" (main): the JAX FFI path's unfolded-dbias GPU test in both cooperative forms
+#   (the 2-stage one has never run with dbias under jax.jit; cudnn_ext/jax/ffi.py
+#   choose_knobs keeps it out until it has), then the whole JAX test file on the GPU.
+# Part "disc" (main): per-expert weights' cooperative forms against their own ping-pong
+#   form (t128c1m2, 128-row C entries above K 2048; session 24's cross3/cross4 timed the
+#   64-row form t128c1m2h2 instead): the deep form at K 5120, 6144 (N 2048) and K 5120 N
+#   8192, dsv3 as the control; the 2-stage form on skew and on uniform groups of skew's
+#   size. Round-robin in one process, dbias. About 2 min.
+# Part "gpu" (main): the whole GPU suite in 4 workers. About 5.5 min.
+# Part "final" (main): the full benchmark for the README's table. About 2 min.
+set -o pipefail
+source "$(dirname "$0")/device_common.sh"
+if [ "$1" = jax2 ]; then
+  tp jax_coop -m gpu tests/test_jax_ffi.py -k cooperative_dbias_on_gpu
+  grep -E "passed|failed" "$OUT/jax_coop.log" | tail -1
+  tp jax_all -m gpu tests/test_jax_ffi.py
+  grep -E "passed|failed" "$OUT/jax_all.log" | tail -1
+elif [ "$1" = disc ]; then
+  t disc_deep python3 benchmarks/bench_dglu.py --impls torch_grouped_mm \
+    --discrete-variants t256c4m2s3kx3,t128c1m2 --rounds 10 --reps 60 --warmup 5 \
+    --shapes k5k,k6kd,k5kn8,dsv3 --out "$OUT/disc_deep.json"
+  grep -E "^(dsv3|k[0-9])" "$OUT/disc_deep.log"
+  t disc_mid python3 benchmarks/bench_dglu.py --impls torch_grouped_mm \
+    --discrete-variants t256c2m2k,t128c1m2 --rounds 10 --reps 60 --warmup 5 \
+    --shapes skew,u4kn1 --out "$OUT/disc_mid.json"
+  grep -E "^(skew|u4)" "$OUT/disc_mid.log"
+else
+  std_part "$1" "device_session25.sh jax2|disc|gpu|final"
+fi
+bundle "session25_$1"  # every log and JSON in one file (the tool returns at most 8)
