@@ -56,6 +56,16 @@ vbench() { local log=$1 json=$2 v=$3; shift 3
   t "$log" python3 benchmarks/bench_dglu.py --impls cudnn_ext,torch_grouped_mm --variants "$v" \
     --rounds 10 --reps 60 --warmup 5 "$@" --out "$OUT/$json.json"
   grep -E "^(dsv3|qwen3|mixtral|skew) " "$OUT/$log.log"; }
+# dvbench NAME VARIANTS SHAPES [BENCH_ARGS...]: vbench's twin for per-expert weights:
+# bench_dglu.py, grouped_mm, the engine's own per-expert choice (cudnn_ext_discrete: the
+# control row, its knobs in the JSON, so a forced variant is never mistaken for the form
+# the engine picks) and the discrete VARIANTS, round-robin (10 rounds, 60 reps), on the
+# comma-separated SHAPES; $OUT/NAME.{log,json}; prints the shapes' rows.
+dvbench() { local name=$1 v=$2 shapes=$3; shift 3
+  t "$name" python3 benchmarks/bench_dglu.py --impls torch_grouped_mm,cudnn_ext_discrete \
+    --discrete-variants "$v" --rounds 10 --reps 60 --warmup 5 --shapes "$shapes" "$@" \
+    --out "$OUT/$name.json"
+  grep -E "^(${shapes//,/|}) " "$OUT/$name.log"; }
 # coop_vs_pp NAME SHAPES: the cooperative deep-K variant (t256c4m2s3k) against the
 # ping-pong default (t128c1m2h2), round-robin in one process (vbench), on the comma-separated
 # SHAPES; prints the extra shapes' (k...) rows as well.

@@ -14,7 +14,7 @@
 #   64-row form t128c1m2h2 instead): the deep form at K 5120, 6144 (N 2048) and K 5120 N
 #   8192, dsv3 as the control; the 2-stage form on skew and on uniform groups of skew's
 #   size; the engine's own per-expert choice (cudnn_ext_discrete, its knobs in the JSON) as
-#   the control row. Round-robin in one process, dbias. About 2 min.
+#   the control row (device_common.sh dvbench). Round-robin in one process, dbias. About 2 min.
 # Part "gpu" (main): the whole GPU suite in 4 workers. About 5.5 min.
 # Part "final" (main): the full benchmark for the README's table. About 2 min.
 set -o pipefail
@@ -25,14 +25,8 @@ if [ "$1" = jax2 ]; then
   tp jax_all -m gpu tests/test_jax_ffi.py
   grep -E "passed|failed" "$OUT/jax_all.log" | tail -1
 elif [ "$1" = disc ]; then
-  t disc_deep python3 benchmarks/bench_dglu.py --impls torch_grouped_mm,cudnn_ext_discrete \
-    --discrete-variants t256c4m2s3kx3,t128c1m2 --rounds 10 --reps 60 --warmup 5 \
-    --shapes k5k,k6kd,k5kn8,dsv3 --out "$OUT/disc_deep.json"
-  grep -E "^(dsv3|k[0-9])" "$OUT/disc_deep.log"
-  t disc_mid python3 benchmarks/bench_dglu.py --impls torch_grouped_mm,cudnn_ext_discrete \
-    --discrete-variants t256c2m2k,t128c1m2 --rounds 10 --reps 60 --warmup 5 \
-    --shapes skew,u4kn1 --out "$OUT/disc_mid.json"
-  grep -E "^(skew|u4)" "$OUT/disc_mid.log"
+  dvbench disc_deep t256c4m2s3kx3,t128c1m2 k5k,k6kd,k5kn8,dsv3
+  dvbench disc_mid t256c2m2k,t128c1m2 skew,u4kn1
 else
   std_part "$1" "device_session25.sh jax2|disc|gpu|final"
 fi
