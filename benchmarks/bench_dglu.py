@@ -77,6 +77,9 @@ EXTRA_SHAPES = {
     "u4kn1": (64, 512, 4096, 1024),
     "skewn2": (64, 512, 4096, 2048),
     "skewk2": (64, 512, 2048, 1024),
+    # session 25: inside the 2-stage cooperative band, K 4608 and N 512 (skew's sizes)
+    "skewk46": (64, 512, 4608, 1024),
+    "skewn5": (64, 512, 4096, 512),
 }
 
 

@@ -15,6 +15,13 @@
 #   8192, dsv3 as the control; the 2-stage form on skew and on uniform groups of skew's
 #   size; the engine's own per-expert choice (cudnn_ext_discrete, its knobs in the JSON) as
 #   the control row (device_common.sh dvbench). Round-robin in one process, dbias. About 2 min.
+# Part "check" (main, after the per-expert rule change and the JAX filter's removal): the
+#   heuristics GPU cases (per-expert K 4104 N-major and K 6152 now cooperative), the JAX
+#   cooperative dbias GPU tests (both forms, dense and per-expert weights), then the full
+#   benchmark (part final's command). About 5 min.
+# Part "gaps" (main): the 2-stage band's untimed corners, round-robin in one process, dense
+#   (t256c2m2k vs t128c1m2h2) and per-expert (t256c2m2k vs t128c1m2): K 4608 and N 512 on
+#   skew's sizes with dbias, skew without dbias. About 3 min.
 # Part "gpu" (main): the whole GPU suite in 4 workers. About 5.5 min.
 # Part "final" (main): the full benchmark for the README's table. About 2 min.
 set -o pipefail
@@ -27,7 +34,19 @@ if [ "$1" = jax2 ]; then
 elif [ "$1" = disc ]; then
   dvbench disc_deep t256c4m2s3kx3,t128c1m2 k5k,k6kd,k5kn8,dsv3
   dvbench disc_mid t256c2m2k,t128c1m2 skew,u4kn1
+elif [ "$1" = check ]; then
+  tp heur -m gpu tests/gpu/test_sm90_correctness.py -k heuristics -n 4
+  grep -E "passed|failed" "$OUT/heur.log" | tail -1
+  tp jax_coop -m gpu tests/test_jax_ffi.py -k cooperative_dbias_on_gpu
+  grep -E "passed|failed" "$OUT/jax_coop.log" | tail -1
+  final_bench
+elif [ "$1" = gaps ]; then
+  vbench gaps_dense gaps_dense t256c2m2k,t128c1m2h2 --shapes skewk46,skewn5
+  grep -E "^skew[a-z0-9]+ " "$OUT/gaps_dense.log"
+  vbench gaps_nodb gaps_nodb t256c2m2k,t128c1m2h2 --shapes skew --no-dbias
+  dvbench gaps_disc t256c2m2k,t128c1m2 skewk46,skewn5
+  dvbench gaps_disc_nodb t256c2m2k,t128c1m2 skew --no-dbias
 else
-  std_part "$1" "device_session25.sh jax2|disc|gpu|final"
+  std_part "$1" "device_session25.sh jax2|disc|check|gaps|gpu|final"
 fi
 bundle "session25_$1"  # every log and JSON in one file (the tool returns at most 8)

@@ -64,8 +64,9 @@ def _uses_ffi(f, avals) -> bool:
 
 def test_jit_takes_the_engines_choice_at_deep_k():
     """Under jax.jit dbias stays in fp32 for JAX to round (fold_dbias=False); the FFI path
-    picks what the engine picks, the cooperative kernel at deep K, with dbias too (that
-    unfolded form passed its GPU test in session 17), and keeps the split last round off."""
+    picks what the engine picks, the cooperative kernel at deep K and on skew, with dbias
+    too (those unfolded forms passed their GPU tests in sessions 17 and 25), and keeps the
+    split last round off."""
     from cudnn_ext.engines.sm90 import COOPERATIVE_DEEP_KNOBS, COOPERATIVE_KNOBS, Sm90DgluEngine
     from cudnn_ext.jax.ffi import choose_knobs
     from cudnn_ext.problem import ActConfig, DgluProblem
@@ -84,12 +85,13 @@ def test_jit_takes_the_engines_choice_at_deep_k():
     assert choose_knobs(problem(False)) == COOPERATIVE_DEEP_KNOBS
     shallow = dataclasses.replace(problem(True), k=4096)  # K 4096 at N 2048: ping-pong
     assert not choose_knobs(shallow).get("cooperative", False)
-    # skew's K and N: the engine's 2-stage cooperative form, which the FFI path takes
-    # without dbias only (its dbias form has not run the GPU test below)
+    # skew's K and N: the engine's 2-stage cooperative form, dense or per-expert weights,
+    # with or without dbias
     skew = dataclasses.replace(problem(True), k=4096, n=1024)
-    assert min(eng.knob_space(skew), key=lambda kn: eng.cost(skew, kn)) == COOPERATIVE_KNOBS
-    assert not choose_knobs(skew).get("cooperative", False)
-    assert choose_knobs(dataclasses.replace(skew, generate_dbias=False)) == COOPERATIVE_KNOBS
+    for p in (skew, dataclasses.replace(skew, generate_dbias=False),
+              dataclasses.replace(skew, weight_mode="discrete", b_major="n")):
+        assert min(eng.knob_space(p), key=lambda kn: eng.cost(p, kn)) == COOPERATIVE_KNOBS
+        assert choose_knobs(p) == COOPERATIVE_KNOBS
 
 
 @needs_dsl
@@ -318,25 +320,35 @@ def test_ffi_on_gpu_matches_the_float64_oracle(act_func):
     _check_against_oracle(act_func, j, d_row, dprob, dbias)
 
 
+#: (act_func, weights): dense B, or per-expert arrays K-major ("k") or N-major ("n")
+_COOP_JAX = [("dswiglu", "dense"), ("dgeglu", "dense"), ("dswiglu", "k"), ("dgeglu", "n")]
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("form", ["deep", "2-stage"])
-@pytest.mark.parametrize("act_func", ["dswiglu", "dgeglu"])
-def test_ffi_cooperative_dbias_on_gpu_matches_the_float64_oracle(act_func, form, monkeypatch):
+@pytest.mark.parametrize("act_func,weights", _COOP_JAX, ids=[f"{a}-{w}" for a, w in _COOP_JAX])
+def test_ffi_cooperative_dbias_on_gpu_matches_the_float64_oracle(act_func, weights, form,
+                                                                 monkeypatch):
     """The cooperative kernel with dbias under jax.jit (fold_dbias=False: the folder warp
-    adds the sums to the workspace without folding them, JAX rounds them), what
-    ``choose_knobs`` picks at deep K (first passed on an H200 in session 17), and the
-    2-stage form (not yet run on a GPU; ``choose_knobs`` keeps it out with dbias until it
-    has): forced here on the small dense operands (N < tile: the tile's columns past N are
-    phantoms)."""
+    adds the sums to the workspace without folding them, JAX rounds them), in both forms
+    ``choose_knobs`` can pick: the deep one (dense weights first passed on an H200 in
+    session 17) and the 2-stage one (session 25), dense or per-expert weights, forced here
+    on the small operands (N < tile: the tile's columns past N are phantoms)."""
     _skip_unless_jax_gpu()
     from cudnn_ext.engines.sm90 import COOPERATIVE_DEEP_KNOBS, COOPERATIVE_KNOBS
-    from cudnn_ext.jax import ffi
+    from cudnn_ext.jax import expert_pointers, ffi
 
     knobs = COOPERATIVE_DEEP_KNOBS if form == "deep" else COOPERATIVE_KNOBS
     monkeypatch.setattr(ffi, "choose_knobs", lambda problem: knobs)
     j = _gpu_operands()
-    f = jax.jit(_fn(act_func=act_func, generate_dbias=True))
-    args = (j["a"], j["c"], j["offs"], j["alpha"], j["beta"], j["prob"], j["b"])
+    args = (j["a"], j["c"], j["offs"], j["alpha"], j["beta"], j["prob"])
+    if weights == "dense":
+        f = jax.jit(_fn(act_func=act_func, generate_dbias=True))
+        args += (j["b"],)
+    else:
+        experts = [j["b"][e] if weights == "k" else jnp.asarray(j["b"][e].T) for e in range(L)]
+        f = jax.jit(_discrete_fn(b_major=weights, act_func=act_func, generate_dbias=True))
+        args += (expert_pointers(experts),)
     assert "CuteDSLRT_NvJaxCutlassCall" in f.lower(*args).as_text()
     d_row, dprob, dbias = jax.block_until_ready(f(*args))
     _check_against_oracle(act_func, j, d_row, dprob, dbias)

@@ -751,8 +751,9 @@ def test_cooperative_is_selected_where_it_measured_faster():
     16-bit C and D, N % 256 == 0 and enough tiles, where it measured faster than ping-pong:
     at K >= 5120 up to N 8192 with or without dbias (sessions 16, 22 and 24: dsv3, K 8192,
     K 12288, K 6144 at N 2048-8192, K 5120 at N 2048-4096; slower at N 12288 and 16384 and
-    at K 4096 N 2048), per-expert weights from K 7168, dense weights at K 4096-5119 up to N
-    1024 (the 2-stage form; session 24: skew), and without dbias at K <= 2048 for C and D
+    at K 4096 N 2048; per-expert weights alike since session 25), dense or per-expert
+    weights at K 4096-5119 up to N 1024 (the 2-stage form; sessions 24 and 25: skew), and
+    without dbias at K <= 2048 for C and D
     of different 16-bit types (where ping-pong cannot take 64-row C entries). Everything else keeps ping-pong 128 x 128 in
     2x1 clusters, with 64-row C entries where they apply. At deep K the cooperative form
     has 4 C stages per warpgroup and 3 A/B stages (session 20), else 2 and 4."""
@@ -773,7 +774,11 @@ def test_cooperative_is_selected_where_it_measured_faster():
     for kw in (dict(dbias=True, k=4096, n=1024), dict(dbias=False, k=4096, n=1024),
                dict(dbias=True, k=5112, n=512, m=32768), dict(dbias=True, k=4096, n=768),
                dict(dbias=True, k=4096, n=1024, b_major="n"),
-               dict(dbias=False, k=4096, n=1024, **mixed)):
+               dict(dbias=False, k=4096, n=1024, **mixed),
+               # per-expert weights alike (session 25's part disc)
+               dict(dbias=True, weight_mode="discrete", k=4096),
+               dict(dbias=True, weight_mode="discrete", k=4096, n=1024),
+               dict(dbias=False, weight_mode="discrete", b_major="n", k=5112, n=1024)):
         assert best(**kw) == COOPERATIVE_KNOBS, kw
     for kw in (dict(dbias=True, **dsv3), dict(dbias=False, **dsv3),
                dict(dbias=True, **{**dsv3, "k": 8192}), dict(dbias=True, **{**dsv3, "k": 12288}),
@@ -783,6 +788,10 @@ def test_cooperative_is_selected_where_it_measured_faster():
                # per-expert weights at deep K (session 18)
                dict(dbias=True, weight_mode="discrete", **dsv3),
                dict(dbias=False, weight_mode="discrete", b_major="n", **dsv3),
+               # ... and from K 5120 (session 25's part disc)
+               dict(dbias=True, weight_mode="discrete", **{**dsv3, "k": 7160}),
+               dict(dbias=False, weight_mode="discrete", **{**dsv3, "k": 5120}),
+               dict(dbias=True, weight_mode="discrete", **{**dsv3, "k": 5120, "n": 8192}),
                # dense from K 6144 up to N 8192 (session 22's cross2), from K 5120
                # (session 24's cross3)
                dict(dbias=True, **{**dsv3, "k": 6144}),
@@ -810,11 +819,9 @@ def test_cooperative_is_selected_where_it_measured_faster():
                         (dict(dbias=False, k=4096, n=14336, L=8), split),
                         (dict(dbias=False, k=2056, **mixed), whole),
                         (dict(dbias=False, weight_mode="discrete"), split),
-                        (dict(dbias=True, weight_mode="discrete", k=4096), whole),
-                        (dict(dbias=True, weight_mode="discrete", k=4096, n=1024), whole),
-                        (dict(dbias=True, weight_mode="discrete", **{**dsv3, "k": 7160}),
-                         whole),
-                        (dict(dbias=False, weight_mode="discrete", **{**dsv3, "k": 5120}),
+                        (dict(dbias=True, weight_mode="discrete", k=4088, n=1024), whole),
+                        (dict(dbias=True, weight_mode="discrete", k=4096, n=1280), whole),
+                        (dict(dbias=True, weight_mode="discrete", **{**dsv3, "k": 5112}),
                          whole),
                         (dict(dbias=True, weight_mode="discrete", **{**dsv3, "n": 16384}),
                          whole),
@@ -835,8 +842,8 @@ def test_cooperative_is_selected_where_it_measured_faster():
 
 
 #: The cooperative configurations the heuristics can select: C and D of different 16-bit
-#: types without dbias at K <= 2048; any 16-bit C and D, dbias or not, at deep K (dense:
-#: K >= 5120 and N <= 8192) and, dense, at K 4096-5119 and N <= 1024
+#: types without dbias at K <= 2048; any 16-bit C and D, dbias or not, at deep K (K >= 5120
+#: and N <= 8192) and at K 4096-5119 and N <= 1024 (per-expert weights: the test below)
 _COOP_SELECTABLE = [("dswiglu", torch.bfloat16, torch.float16, "k", False, 2048),
                     ("dgeglu", torch.float16, torch.bfloat16, "k", False, 2048),
                     ("dswiglu", torch.float16, torch.bfloat16, "n", False, 2048),
@@ -864,15 +871,20 @@ def test_selectable_cooperative_variant_compiles_for_sm90a(act, c, d, b_major, d
 
 
 @needs_dsl
-@pytest.mark.parametrize("b_major,dbias", [("k", True), ("n", True), ("k", False)])
-def test_selectable_discrete_cooperative_variant_compiles_for_sm90a(b_major, dbias, capfd):
+@pytest.mark.parametrize("b_major,dbias,k", [("k", True, 7168), ("n", True, 7168),
+                                             ("k", False, 7168), ("k", True, 4096),
+                                             ("n", True, 4096), ("n", False, 4096)])
+def test_selectable_discrete_cooperative_variant_compiles_for_sm90a(b_major, dbias, k, capfd):
     """Per-expert weights (device-built descriptors) on the cooperative kernel, which the
-    heuristics pick at K >= 7168 (since session 18)."""
-    from cudnn_ext.engines.sm90 import COOPERATIVE_DEEP_KNOBS
+    heuristics pick in the deep form at K >= 5120 (K >= 7168 from session 18 to 24) and in
+    the 2-stage form at K 4096-5119 up to N 1024 (since session 25)."""
+    from cudnn_ext.engines.sm90 import cooperative_knobs
 
-    p = _problem(dbias=dbias, n=512, k=7168, m=32768, weight_mode="discrete", b_major=b_major)
-    assert COOPERATIVE_DEEP_KNOBS in Sm90DgluEngine().knob_space(p)
-    assert _compile_checked(Sm90CompileKey.of(p, COOPERATIVE_DEEP_KNOBS), capfd) is not None
+    p = _problem(dbias=dbias, n=512, k=k, m=32768, weight_mode="discrete", b_major=b_major)
+    knobs = cooperative_knobs(p)
+    assert min(Sm90DgluEngine().knob_space(p), key=lambda kn: Sm90DgluEngine().cost(p, kn)) == knobs
+    assert knobs.get("c_stages") == (4 if k >= 5120 else 2)
+    assert _compile_checked(Sm90CompileKey.of(p, knobs), capfd) is not None
 
 
 @needs_dsl

@@ -41,7 +41,7 @@ CLUSTER_SHAPES = tuple((cm, 1) for cm in CLUSTER_MS) + ((2, 2),)
 RASTER_GROUP_M = {1: 8, 2: 4}
 #: The cooperative schedule's selectable configurations (see _cooperative_applies and
 #: cooperative_knobs): 2 C stages per warpgroup (4 A/B stages) below _COOP_MIN_DEEP_K (the
-#: shallow rule, and dense weights at K 4096-5119, N <= 1024) ...
+#: shallow rule, and K 4096-5119 at N <= 1024) ...
 COOPERATIVE_KNOBS = Knobs.of(tile_n=256, c_stages=2, stages=0, raster_group_m=RASTER_GROUP_M[2],
                              scheduler="static_persistent", cluster_m=2, cooperative=True)
 #: ... and at deep K 4 C stages per warpgroup with 3 A/B stages: the exposed epilogue
@@ -66,16 +66,16 @@ _COOP_MIN_TILES = 264
 #: it tied there; see _cooperative_applies)
 _COOP_MAX_K = 2048
 #: ... and, with or without dbias, for any 16-bit C and D and for dense or per-expert
-#: weights, for K >= this (per-expert weights: _COOP_MIN_DEEP_K_DISCRETE) and N <=
-#: _COOP_MAX_DEEP_N: a deep enough mainloop hides its exposed epilogue's cost under the
-#: higher clock of 128 x 256 tiles (sessions 16, 18, 22 and 24; see _cooperative_applies)
+#: weights, for K >= this and N <= _COOP_MAX_DEEP_N: a deep enough mainloop hides its
+#: exposed epilogue's cost under the higher clock of 128 x 256 tiles (sessions 16, 18, 22,
+#: 24 and 25; see _cooperative_applies)
 _COOP_MIN_DEEP_K = 5120
-_COOP_MIN_DEEP_K_DISCRETE = 7168
 _COOP_MAX_DEEP_N = 8192
-#: ... and, for dense weights, from K = this up to _COOP_MIN_DEEP_K at N <= _COOP_MAX_MID_N
-#: (the 2-stage form; session 24: 1.4-1.8% faster on skew in three processes, a tie on
-#: uniform groups of skew's size and on skew's sizes at N 2048, slower at N 2048 with
-#: uniform groups and at K 2048; see _cooperative_applies)
+#: ... and, dense or per-expert weights, from K = this up to _COOP_MIN_DEEP_K at N <=
+#: _COOP_MAX_MID_N (the 2-stage form; session 24, dense: 1.4-1.8% faster on skew in three
+#: processes, a tie on uniform groups of skew's size and on skew's sizes at N 2048, slower
+#: at N 2048 with uniform groups and at K 2048; session 25, per-expert: 2-4% faster on
+#: skew; see _cooperative_applies)
 _COOP_MIN_MID_K = 4096
 _COOP_MAX_MID_N = 1024
 #: Ping-pong 128-wide tiles use 64-row C ring entries (c_split 2) with discrete weights only
@@ -554,11 +554,10 @@ class Sm90DgluEngine(Engine):
     def _cooperative_applies(problem: DgluProblem) -> bool:
         """The cooperative 128 x 256 schedule (2x1 clusters; its stages:
         ``cooperative_knobs``) is offered for 16-bit C and D, N a multiple of 256 (no padded
-        tile), at least _COOP_MIN_TILES such tiles, and either K >= _COOP_MIN_DEEP_K (dense;
-        per-expert weights K >= _COOP_MIN_DEEP_K_DISCRETE; with or without dbias; N <=
-        _COOP_MAX_DEEP_N), or, for dense
-        weights, K in [_COOP_MIN_MID_K, _COOP_MIN_DEEP_K) at N <= _COOP_MAX_MID_N (with or
-        without dbias), or, for dense weights, no dbias and K
+        tile), at least _COOP_MIN_TILES such tiles, and either K >= _COOP_MIN_DEEP_K (dense
+        or per-expert weights, with or without dbias, N <= _COOP_MAX_DEEP_N), or K in
+        [_COOP_MIN_MID_K, _COOP_MIN_DEEP_K) at N <= _COOP_MAX_MID_N (dense or per-expert
+        weights, with or without dbias), or, for dense weights, no dbias and K
         <= _COOP_MAX_K where ping-pong cannot take 64-row C entries (C and D of different
         16-bit types).
         Per-expert weights at deep K, against ping-pong in one process (session 18,
@@ -642,7 +641,7 @@ class Sm90DgluEngine(Engine):
         ping-pong form (t128c1m2h2, which is not theirs above K 2048: the engine gives
         them 128-row entries there, _C_SPLIT_DISCRETE_MAX_K): K 5120 0.971 vs 1.003, K 6144
         1.136 vs 1.199, dsv3 (K 7168) 1.305 vs 1.406. Against their own form (t128c1m2)
-        they are untimed at K 5120-7167, so they keep K >= 7168.
+        they were untimed at K 5120-7167, so they kept K >= 7168 (until session 25, below).
         The same session's part short (results/session24/short*/, dbias, round-robin in
         one process each, ms) timed the 2-stage form (t256c2m2k) against ping-pong on the
         short-K shapes, last timed in session 9: skew (K 4096, N 1024) 0.430 vs 0.438,
@@ -655,9 +654,17 @@ class Sm90DgluEngine(Engine):
         (results/session13/coop/coop_nodb.log), and K 4097-5119 and N 256-768 in this
         band are untimed. Per-expert weights on skew, once
         (results/session24/mid/): 0.434 vs 0.449 against their ping-pong form (128-row C
-        entries); they keep ping-pong there until the heuristics GPU case for it has run.
+        entries); they kept ping-pong there (until session 25, below).
         The full benchmark after the change (same folder): skew 0.431 ms, 0.90x of
         grouped_mm's 0.386 (0.88x on ping-pong earlier that day).
+
+        Session 25 (results/session25/disc/, per-expert weights against their own ping-pong
+        form t128c1m2, the engine's choice before the change as a control row, round-robin
+        in one process, dbias, ms): the deep form at N 2048 K 5120 0.975 vs 1.017, K 6144
+        1.141 vs 1.213, at K 5120 N 8192 2.023 vs 2.033, dsv3 1.309 vs 1.412 (the control
+        1.311); the 2-stage form on skew 0.440 vs 0.458 and on skew's L and rows in uniform
+        groups 0.438 vs 0.447. So per-expert weights follow the dense rule: the deep form
+        from K 5120, the 2-stage form at K 4096-5119 for N <= 1024.
 
         The smallest benchmark shape has 384 wide tiles; the _COOP_MIN_TILES floor (two
         waves on 132 SMs, below which halving the tile count costs parallelism) is a guess,
@@ -665,15 +672,12 @@ class Sm90DgluEngine(Engine):
         tiles = (max(problem.m, 256) // 128) * (problem.n // 256)
         shallow = (not problem.generate_dbias and problem.k <= _COOP_MAX_K
                    and not Sm90DgluEngine._c_split_applies(problem, 128, 1))
-        # per-expert weights (discrete) from K 7168, where their timing against their own
-        # ping-pong form starts (session 18, above); neither at N 12288 or 16384 (sessions
-        # 22 and 24)
-        deep = (problem.k >= (_COOP_MIN_DEEP_K if problem.weight_mode == "dense"
-                              else _COOP_MIN_DEEP_K_DISCRETE)
-                and problem.n <= _COOP_MAX_DEEP_N)
-        # dense weights at K 4096-5119 and N <= 1024 (skew; session 24, above)
+        # dense and per-expert weights alike (sessions 24 and 25, above); neither at N
+        # 12288 or 16384 (sessions 22 and 24)
+        deep = problem.k >= _COOP_MIN_DEEP_K and problem.n <= _COOP_MAX_DEEP_N
+        # K 4096-5119 and N <= 1024 (skew; sessions 24 and 25, above)
         mid = (_COOP_MIN_MID_K <= problem.k < _COOP_MIN_DEEP_K
-               and problem.n <= _COOP_MAX_MID_N and problem.weight_mode == "dense")
+               and problem.n <= _COOP_MAX_MID_N)
         return ((deep or mid or (shallow and problem.weight_mode == "dense"))
                 and problem.n % 256 == 0 and tiles >= _COOP_MIN_TILES
                 and problem.c_dtype in _HALF_DTYPES and problem.d_dtype in _HALF_DTYPES)
@@ -710,9 +714,8 @@ def cooperative_knobs(problem: DgluProblem) -> Knobs:
     (``Sm90DgluEngine._cooperative_applies``): the deep-K form at K >= _COOP_MIN_DEEP_K
     (where it was timed; it needs 16-bit C, as the schedule does: with 4 C stages per
     warpgroup 3 A/B stages fit), else the 2-stage form."""
-    # (the 2-stage form: the shallow rule, K <= _COOP_MAX_K, and the mid one, dense weights
-    # at K in [_COOP_MIN_MID_K, _COOP_MIN_DEEP_K); per-expert weights reach the schedule only
-    # from _COOP_MIN_DEEP_K_DISCRETE, so always in the deep form)
+    # (the 2-stage form: the shallow rule, K <= _COOP_MAX_K, and the mid one, K in
+    # [_COOP_MIN_MID_K, _COOP_MIN_DEEP_K))
     return COOPERATIVE_DEEP_KNOBS if problem.k >= _COOP_MIN_DEEP_K else COOPERATIVE_KNOBS
 
 

@@ -96,20 +96,15 @@ def sm90_problem(a_shape, c_shape, c_td, b_shape, num_experts: int, d_td, act, g
 def choose_knobs(problem):
     """The SM90 engine's cheapest configuration for ``problem`` (its own cost model). With
     dbias the kernel here leaves the fp32 sums to JAX (``fold_dbias=False``); that form of
-    the cooperative kernel the engine picks at deep K (K >= 5120 and N <= 8192 for dense
-    weights since session 24) passed its GPU test in session 17
-    (``test_ffi_cooperative_dbias_on_gpu_matches_the_float64_oracle``), so it is offered
-    too, without the split last round (``split_last`` 1 here). The 2-stage cooperative
-    form with dbias (the engine's choice for dense weights at K 4096-5119 and N <= 1024
-    since session 24) has not run that GPU test yet, so with dbias the path takes the
-    engine's next choice there (ping-pong)."""
-    from ..engines.sm90 import COOPERATIVE_KNOBS, Sm90DgluEngine
+    both cooperative kernels the engine picks (the deep one at K >= 5120 and N <= 8192, the
+    2-stage one at K 4096-5119 and N <= 1024 or shallow K) passed its GPU tests
+    (``test_ffi_cooperative_dbias_on_gpu_matches_the_float64_oracle``: the deep form in
+    session 17, the 2-stage form in session 25), so every choice is the engine's; the
+    split last round is off here (``split_last`` 1, where the call is built below)."""
+    from ..engines.sm90 import Sm90DgluEngine
 
     eng = Sm90DgluEngine()
-    space = eng.knob_space(problem)
-    if problem.generate_dbias:
-        space = [kn for kn in space if kn != COOPERATIVE_KNOBS]
-    return min(space, key=lambda kn: eng.cost(problem, kn))
+    return min(eng.knob_space(problem), key=lambda kn: eng.cost(problem, kn))
 
 
 @functools.lru_cache(maxsize=None)

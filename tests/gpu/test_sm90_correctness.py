@@ -148,13 +148,17 @@ _HEURISTICS = [("nodbias-K1416", dict(dbias=False, k=1416), 2),
                ("dbias-K3080", dict(k=3080), 2),
                ("dbias-K1416", dict(k=1416), 2),
                ("dbias-K1416-discrete", dict(k=1416, weight_mode="discrete"), 2),
-               ("dbias-K4104-discreteN", dict(k=4104, weight_mode="discrete", b_major="n"), 1),
+               # ... per-expert weights too (session 25)
+               ("dbias-K4104-discreteN", dict(k=4104, weight_mode="discrete", b_major="n"),
+                "coop"),
                # deep K: cooperative with or without dbias, dense or per-expert weights
                ("dbias-K7176", dict(k=7176), "coop"),
                ("dbias-K6152", dict(k=6152), "coop"),  # dense from K 6144 (session 22),
                # from K 5120 (session 24)
                ("dbias-K5128", dict(k=5128), "coop"),
-               ("dbias-K6152-discrete", dict(k=6152, weight_mode="discrete"), 1),
+               # per-expert weights from K 5120 too (session 25)
+               ("dbias-K6152-discrete", dict(k=6152, weight_mode="discrete"), "coop"),
+               ("dbias-K4088-discrete", dict(k=4088, weight_mode="discrete"), 1),
                ("nodbias-K7176", dict(dbias=False, k=7176), "coop"),
                ("dbias-K7176-discrete", dict(k=7176, weight_mode="discrete"), "coop"),
                ("dbias-K7176-discreteN", dict(k=7176, weight_mode="discrete", b_major="n"),
@@ -167,8 +171,8 @@ def test_sm90_heuristics_choice_is_correct(fresh, kw, expect):
     """What the engine itself picks (ping-pong 128 x 128 in 2x1 clusters, with 64-row C
     ring entries for 16-bit C and D of one type, with per-expert weights only at K <= 2048;
     the cooperative 128 x 256 schedule without dbias at K <= 2048 for C and D of different
-    16-bit types, with or without dbias at K >= 5120 for dense and K >= 7168 for per-expert
-    weights, N up to 8192, and for dense weights at K 4096-5119 up to N 1024), run
+    16-bit types, with or without dbias at K >= 5120 up to N 8192, and at K 4096-5119 up
+    to N 1024, dense or per-expert weights), run
     as the class API (contract) and the functional op (fresh outputs) would:
     empty experts, rows past the last offset, a K tail, and enough tiles that every CTA
     walks several (accumulator overwrite, the C FIFO and the dbias sums carried across
