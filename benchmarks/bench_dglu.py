@@ -77,9 +77,13 @@ EXTRA_SHAPES = {
     "u4kn1": (64, 512, 4096, 1024),
     "skewn2": (64, 512, 4096, 2048),
     "skewk2": (64, 512, 2048, 1024),
-    # session 25: inside the 2-stage cooperative band, K 4608 and N 512 (skew's sizes)
+    # session 25: inside the 2-stage cooperative band, K 4608 and N 512 (skew's sizes),
+    # and below it, K 3072 and K 2048 at N 512
     "skewk46": (64, 512, 4608, 1024),
     "skewn5": (64, 512, 4096, 512),
+    "skewk3": (64, 512, 3072, 1024),
+    "skewk3n5": (64, 512, 3072, 512),
+    "skewk2n5": (64, 512, 2048, 512),
 }
 
 

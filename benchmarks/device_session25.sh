@@ -4,7 +4,9 @@
 # Fresh machine: two calls first. Call 1 carries [".gpu/1", ".gpu/env"] and runs
 # `source .gpu/env/setup.sh`; call 2 carries [".gpu/2", ".gpu/env"] and runs `mkdir -p
 # /tmp/stash && cp .gpu/2/*.whl /tmp/stash/; source .gpu/env/setup.sh && bash
-# benchmarks/device_session25.sh PART`. Later calls on the warm machine carry nothing but
+# benchmarks/device_session25.sh PART` (after ../shared/gpu/pack.sh, move the apache_tvm_ffi,
+# pydantic_core and torch_c_dlpack_ext wheels from .gpu/1 to .gpu/2: .gpu/1 and the tree
+# together pass the 64 MiB carry limit otherwise). Later calls on the warm machine carry nothing but
 # must source the setup script again. The machine goes back after ~30 s idle.
 # Part "jax2" (main): the JAX FFI path's unfolded-dbias GPU test in both cooperative forms
 #   (the 2-stage one has never run with dbias under jax.jit; cudnn_ext/jax/ffi.py
@@ -22,6 +24,8 @@
 # Part "gaps" (main): the 2-stage band's untimed corners, round-robin in one process, dense
 #   (t256c2m2k vs t128c1m2h2) and per-expert (t256c2m2k vs t128c1m2): K 4608 and N 512 on
 #   skew's sizes with dbias, skew without dbias. About 3 min.
+# Part "shallow" (main): below the 2-stage band, dense weights with dbias, the same A/B at K
+#   3072 (N 1024 and 512) and K 2048 N 512 on skew's sizes. About 1.5 min.
 # Part "gpu" (main): the whole GPU suite in 4 workers. About 5.5 min.
 # Part "final" (main): the full benchmark for the README's table. About 2 min.
 set -o pipefail
@@ -46,7 +50,10 @@ elif [ "$1" = gaps ]; then
   vbench gaps_nodb gaps_nodb t256c2m2k,t128c1m2h2 --shapes skew --no-dbias
   dvbench gaps_disc t256c2m2k,t128c1m2 skewk46,skewn5
   dvbench gaps_disc_nodb t256c2m2k,t128c1m2 skew --no-dbias
+elif [ "$1" = shallow ]; then
+  vbench shallow shallow t256c2m2k,t128c1m2h2 --shapes skewk3,skewk3n5,skewk2n5
+  grep -E "^skew[a-z0-9]+ " "$OUT/shallow.log"
 else
-  std_part "$1" "device_session25.sh jax2|disc|check|gaps|gpu|final"
+  std_part "$1" "device_session25.sh jax2|disc|check|gaps|shallow|gpu|final"
 fi
 bundle "session25_$1"  # every log and JSON in one file (the tool returns at most 8)
