@@ -26,6 +26,9 @@
 #   skew's sizes with dbias, skew without dbias. About 3 min.
 # Part "shallow" (main): below the 2-stage band, dense weights with dbias, the same A/B at K
 #   3072 (N 1024 and 512) and K 2048 N 512 on skew's sizes. About 1.5 min.
+# Part "eager" (main): the eager wrapper on JAX arrays on the GPU against the float64 oracle
+#   (its first GPU test), then the JAX FFI file's GPU tests (ffi.kernel_config factored
+#   out). About 2 min.
 # Part "gpu" (main): the whole GPU suite in 4 workers. About 5.5 min.
 # Part "final" (main): the full benchmark for the README's table. About 2 min.
 set -o pipefail
@@ -53,7 +56,12 @@ elif [ "$1" = gaps ]; then
 elif [ "$1" = shallow ]; then
   vbench shallow shallow t256c2m2k,t128c1m2h2 --shapes skewk3,skewk3n5,skewk2n5
   grep -E "^skew[a-z0-9]+ " "$OUT/shallow.log"
+elif [ "$1" = eager ]; then
+  tp eager -m gpu tests/test_jax.py
+  grep -E "passed|failed" "$OUT/eager.log" | tail -1
+  tp jax_ffi -m gpu tests/test_jax_ffi.py
+  grep -E "passed|failed" "$OUT/jax_ffi.log" | tail -1
 else
-  std_part "$1" "device_session25.sh jax2|disc|check|gaps|shallow|gpu|final"
+  std_part "$1" "device_session25.sh jax2|disc|check|gaps|shallow|eager|gpu|final"
 fi
 bundle "session25_$1"  # every log and JSON in one file (the tool returns at most 8)

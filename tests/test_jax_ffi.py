@@ -67,8 +67,9 @@ def test_jit_takes_the_engines_choice_at_deep_k():
     picks what the engine picks, the cooperative kernel at deep K and on skew, with dbias
     too (those unfolded forms passed their GPU tests in sessions 17 and 25), and keeps the
     split last round off."""
-    from cudnn_ext.engines.sm90 import COOPERATIVE_DEEP_KNOBS, COOPERATIVE_KNOBS, Sm90DgluEngine
-    from cudnn_ext.jax.ffi import choose_knobs
+    from cudnn_ext.engines.sm90 import (COOPERATIVE_DEEP_KNOBS, COOPERATIVE_KNOBS,
+                                        Sm90CompileKey, Sm90DgluEngine)
+    from cudnn_ext.jax.ffi import choose_knobs, kernel_config
     from cudnn_ext.problem import ActConfig, DgluProblem
 
     def problem(dbias):
@@ -83,10 +84,16 @@ def test_jit_takes_the_engines_choice_at_deep_k():
         assert min(eng.knob_space(p), key=lambda kn: eng.cost(p, kn)) == COOPERATIVE_DEEP_KNOBS
     assert choose_knobs(problem(True)) == COOPERATIVE_DEEP_KNOBS
     assert choose_knobs(problem(False)) == COOPERATIVE_DEEP_KNOBS
+    # the engine's own config splits the last round and folds dbias; the FFI call's does not
+    engine_cfg = Sm90CompileKey.of(problem(True), COOPERATIVE_DEEP_KNOBS).kernel_config()
+    cfg = kernel_config(problem(True), COOPERATIVE_DEEP_KNOBS)
+    assert (engine_cfg.split_last, engine_cfg.fold_dbias) == (3, True)
+    assert (cfg.split_last, cfg.fold_dbias) == (1, False)
+    assert cfg == dataclasses.replace(engine_cfg, split_last=1, fold_dbias=False)
     shallow = dataclasses.replace(problem(True), k=4096)  # K 4096 at N 2048: ping-pong
     assert not choose_knobs(shallow).get("cooperative", False)
     # skew's K and N: the engine's 2-stage cooperative form, dense or per-expert weights,
-    # with or without dbias
+    # with or without dbias (choose_knobs once filtered it out with dbias: this guards that)
     skew = dataclasses.replace(problem(True), k=4096, n=1024)
     for p in (skew, dataclasses.replace(skew, generate_dbias=False),
               dataclasses.replace(skew, weight_mode="discrete", b_major="n")):
@@ -227,10 +234,12 @@ def test_export_for_cuda_lowers_the_ffi_custom_call(act_func, dbias, c_dtype, d_
 
 
 @needs_dsl
+@pytest.mark.parametrize("weights", ["dense", "n"])
 @pytest.mark.parametrize("form", ["deep", "2-stage"])
-def test_export_cooperative_dbias_variant_compiles(form, monkeypatch):
+def test_export_cooperative_dbias_variant_compiles(form, weights, monkeypatch):
     """The cooperative kernel with dbias as the FFI path would build it (fold_dbias=False),
-    forced, in both forms: it compiles for sm_90a (its GPU test is the ``gpu`` one below)."""
+    forced, in both forms, dense or per-expert N-major weights: it compiles for sm_90a (its
+    GPU test is the ``gpu`` one below)."""
     from cutlass.jax import get_export_disabled_safety_checks
 
     from cudnn_ext.engines.sm90 import COOPERATIVE_DEEP_KNOBS, COOPERATIVE_KNOBS
@@ -238,9 +247,13 @@ def test_export_cooperative_dbias_variant_compiles(form, monkeypatch):
 
     knobs = COOPERATIVE_DEEP_KNOBS if form == "deep" else COOPERATIVE_KNOBS
     monkeypatch.setattr(ffi, "choose_knobs", lambda problem: knobs)
-    f = jax.jit(_fn(generate_dbias=True))
+    if weights == "dense":
+        f, avals = jax.jit(_fn(generate_dbias=True)), _avals()
+    else:
+        f = jax.jit(_discrete_fn(b_major=weights, generate_dbias=True))
+        avals = _DISCRETE_AVALS
     exp = jax.export.export(f, platforms=["cuda"],
-                            disabled_checks=get_export_disabled_safety_checks())(*_avals())
+                            disabled_checks=get_export_disabled_safety_checks())(*avals)
     assert len(TARGET.findall(exp.mlir_module())) == 1
 
 

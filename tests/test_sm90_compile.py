@@ -661,7 +661,7 @@ def test_pingpong_two_c_stages_with_dbias_compiles_for_sm90a(tile_n, cluster_m, 
 
 
 #: The cooperative schedule (both math warpgroups on one 128-row tile) in configurations the
-#: heuristics never pick (dbias on at K < 7168, N < 256, fp32 D): explicit knobs only
+#: heuristics never pick (N 96, not a multiple of 256; fp32 D): explicit knobs only
 _COOP = [(256, 2, "dswiglu", True, torch.bfloat16), (128, 1, "dgeglu", False, torch.float32)]
 
 
@@ -672,7 +672,7 @@ def test_cooperative_variant_compiles_for_sm90a(tile_n, cluster_m, act, dbias, d
     p = _problem(act=act, dbias=dbias, d=d)
     knobs = Knobs.of(tile_n=tile_n, cluster_m=cluster_m, raster_group_m=RASTER_GROUP_M[cluster_m],
                      cooperative=True)
-    assert knobs not in Sm90DgluEngine().knob_space(p)
+    assert not any(kn.get("cooperative", False) for kn in Sm90DgluEngine().knob_space(p))
     key = Sm90CompileKey.of(p, knobs)
     assert key.cooperative and key != dataclasses.replace(key, cooperative=False)
     assert _compile_checked(key, capfd) is not None
@@ -747,8 +747,8 @@ def test_split_last_workspace(dbias):
 
 
 def test_cooperative_is_selected_where_it_measured_faster():
-    """Heuristics: the cooperative 128 x 256 schedule is ranked first for dense weights,
-    16-bit C and D, N % 256 == 0 and enough tiles, where it measured faster than ping-pong:
+    """Heuristics: the cooperative 128 x 256 schedule is ranked first for dense and
+    per-expert weights (the shallow-K case: dense only), 16-bit C and D, N % 256 == 0 and enough tiles, where it measured faster than ping-pong:
     at K >= 5120 up to N 8192 with or without dbias (sessions 16, 22 and 24: dsv3, K 8192,
     K 12288, K 6144 at N 2048-8192, K 5120 at N 2048-4096; slower at N 12288 and 16384 and
     at K 4096 N 2048; per-expert weights alike since session 25), dense or per-expert
@@ -870,17 +870,33 @@ def test_selectable_cooperative_variant_compiles_for_sm90a(act, c, d, b_major, d
     assert _compile_checked(Sm90CompileKey.of(p, knobs), capfd) is not None
 
 
+#: Per-expert weights on the cooperative forms the heuristics pick (the deep one at K >= 5120,
+#: the 2-stage one at K 4096-5119 up to N 1024): both activations, K- and N-major, dbias on and
+#: off, bf16, fp16 and mixed 16-bit C and D
+_DISC_COOP_SELECTABLE = [("dswiglu", torch.bfloat16, torch.bfloat16, "k", True, 7168),
+                         ("dswiglu", torch.bfloat16, torch.bfloat16, "n", True, 7168),
+                         ("dswiglu", torch.bfloat16, torch.bfloat16, "k", False, 7168),
+                         ("dgeglu", torch.float16, torch.float16, "k", True, 5120),
+                         ("dswiglu", torch.bfloat16, torch.bfloat16, "k", True, 4096),
+                         ("dswiglu", torch.bfloat16, torch.bfloat16, "n", True, 4096),
+                         ("dswiglu", torch.bfloat16, torch.bfloat16, "n", False, 4096),
+                         ("dswiglu", torch.bfloat16, torch.float16, "n", True, 4096),
+                         ("dgeglu", torch.float16, torch.bfloat16, "k", False, 4096)]
+
+
 @needs_dsl
-@pytest.mark.parametrize("b_major,dbias,k", [("k", True, 7168), ("n", True, 7168),
-                                             ("k", False, 7168), ("k", True, 4096),
-                                             ("n", True, 4096), ("n", False, 4096)])
-def test_selectable_discrete_cooperative_variant_compiles_for_sm90a(b_major, dbias, k, capfd):
+@pytest.mark.parametrize("act,c,d,b_major,dbias,k", _DISC_COOP_SELECTABLE,
+                         ids=[f"{a}-C{_DT[c]}-D{_DT[d]}-{b}major-dbias{int(db)}-K{k}"
+                              for a, c, d, b, db, k in _DISC_COOP_SELECTABLE])
+def test_selectable_discrete_cooperative_variant_compiles_for_sm90a(act, c, d, b_major, dbias, k,
+                                                                    capfd):
     """Per-expert weights (device-built descriptors) on the cooperative kernel, which the
     heuristics pick in the deep form at K >= 5120 (K >= 7168 from session 18 to 24) and in
     the 2-stage form at K 4096-5119 up to N 1024 (since session 25)."""
     from cudnn_ext.engines.sm90 import cooperative_knobs
 
-    p = _problem(dbias=dbias, n=512, k=k, m=32768, weight_mode="discrete", b_major=b_major)
+    p = _problem(act=act, c=c, d=d, dbias=dbias, n=512, k=k, m=32768, weight_mode="discrete",
+                 b_major=b_major)
     knobs = cooperative_knobs(p)
     assert min(Sm90DgluEngine().knob_space(p), key=lambda kn: Sm90DgluEngine().cost(p, kn)) == knobs
     assert knobs.get("c_stages") == (4 if k >= 5120 else 2)
@@ -888,12 +904,14 @@ def test_selectable_discrete_cooperative_variant_compiles_for_sm90a(b_major, dbi
 
 
 @needs_dsl
-@pytest.mark.parametrize("dbias,k,d", [(False, 2048, torch.float16), (True, 7168, torch.bfloat16)])
-def test_selectable_cooperative_fresh_outputs_variant_compiles_for_sm90a(dbias, k, d, capfd):
+@pytest.mark.parametrize("dbias,k,d,wm", [(False, 2048, torch.float16, "dense"),
+                                         (True, 7168, torch.bfloat16, "dense"),
+                                         (True, 4096, torch.bfloat16, "discrete")])
+def test_selectable_cooperative_fresh_outputs_variant_compiles_for_sm90a(dbias, k, d, wm, capfd):
     """The functional torch op runs the fresh-outputs variant of whatever the heuristics pick."""
     from cudnn_ext.engines.sm90 import cooperative_knobs
 
-    p = _problem(dbias=dbias, n=512, k=k, m=32768, c=torch.bfloat16, d=d)
+    p = _problem(dbias=dbias, n=512, k=k, m=32768, c=torch.bfloat16, d=d, weight_mode=wm)
     knobs = cooperative_knobs(p)
     assert knobs in Sm90DgluEngine().knob_space(p)
     key = dataclasses.replace(Sm90CompileKey.of(p, knobs), init_outputs=True)

@@ -624,7 +624,7 @@ class Sm90DgluEngine(Engine):
         5.778 vs 5.739 (the engine's row, the same kernel, 6.098 in that process: the
         longest shape's times moved 5.5% between rows). So dense weights take it from K 6144
         (K 5120 is a tie) up to N 8192, and neither form at N 16384 (session 17 had it 8-13%
-        slower at K 6144 there). Per-expert weights keep their measured K >= 7168, now also
+        slower at K 6144 there). Per-expert weights kept their measured K >= 7168, now also
         bounded by N 8192; fp16 and mixed 16-bit C/D follow by analogy, untimed. The N bound
         also sends K 8192-12288 at N > 8192 to ping-pong, untimed there (both N 16384
         shapes timed went that way). The split last round (split_last 3, part of the deep
@@ -652,7 +652,7 @@ class Sm90DgluEngine(Engine):
         4096-5119 for N <= 1024 (where it won or tied). Timed at K 4096 and N 1024 only,
         with dbias; without dbias skew measured 0.437 vs 0.441 in session 13
         (results/session13/coop/coop_nodb.log), and K 4097-5119 and N 256-768 in this
-        band are untimed. Per-expert weights on skew, once
+        band were untimed (session 25 timed K 4608 and N 512, below). Per-expert weights on skew, once
         (results/session24/mid/): 0.434 vs 0.449 against their ping-pong form (128-row C
         entries); they kept ping-pong there (until session 25, below).
         The full benchmark after the change (same folder): skew 0.431 ms, 0.90x of
@@ -664,7 +664,13 @@ class Sm90DgluEngine(Engine):
         1.141 vs 1.213, at K 5120 N 8192 2.023 vs 2.033, dsv3 1.309 vs 1.412 (the control
         1.311); the 2-stage form on skew 0.440 vs 0.458 and on skew's L and rows in uniform
         groups 0.438 vs 0.447. So per-expert weights follow the dense rule: the deep form
-        from K 5120, the 2-stage form at K 4096-5119 for N <= 1024.
+        from K 5120, the 2-stage form at K 4096-5119 for N <= 1024. The band's corners
+        (results/session25/gaps/, dense against t128c1m2h2 / per-expert against t128c1m2):
+        K 4608 on skew's sizes 0.488 vs 0.499 / 0.491 vs 0.509, N 512 0.241 vs 0.265 /
+        0.243 vs 0.265, skew without dbias 0.429 vs 0.441 / 0.432 vs 0.449; below it
+        (results/session25/shallow/, dense) K 3072 N 1024 0.350 vs 0.344, K 3072 N 512
+        0.196 vs 0.197, K 2048 N 512 0.147 vs 0.147, so the band starts at K 4096. N 256
+        and 768 in the band and the shallow rule with per-expert weights stay untimed.
 
         The smallest benchmark shape has 384 wide tiles; the _COOP_MIN_TILES floor (two
         waves on 132 SMs, below which halving the tile count costs parallelism) is a guess,

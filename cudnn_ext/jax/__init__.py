@@ -7,9 +7,10 @@ this package (nor jax); importing this package imports jax.
 
 What runs where (see docs/jax.md): the eager wrapper runs whatever engine the plan picks for
 the arrays' device (the GPU kernel on a GPU); the jitted entry point lowers, on CUDA, to an XLA FFI custom call of
-the SM90 kernel (``ffi``, through ``cutlass.jax``; dense weights the SM90 engine supports) and
-otherwise to a ``jax.pure_callback`` that runs the reference engine on the host. The CUDA
-lowering is verified on a CPU (``jax.export``); it has not run on a GPU yet.
+the SM90 kernel (``ffi``, through ``cutlass.jax``; dense or per-expert weights the SM90
+engine supports) and otherwise to a ``jax.pure_callback`` that runs the reference engine on
+the host. The CUDA lowering is checked on a CPU (``jax.export``) and run against the float64
+oracle on an H200 (the ``gpu`` tests in tests/test_jax_ffi.py).
 """
 from .eager import expert_pointers, to_torch, wrapper_from_jax
 from .jit import grouped_gemm_dglu_jax, grouped_gemm_dglu_jax_sm100

@@ -98,9 +98,10 @@ def choose_knobs(problem):
     dbias the kernel here leaves the fp32 sums to JAX (``fold_dbias=False``); that form of
     both cooperative kernels the engine picks (the deep one at K >= 5120 and N <= 8192, the
     2-stage one at K 4096-5119 and N <= 1024 or shallow K) passed its GPU tests
-    (``test_ffi_cooperative_dbias_on_gpu_matches_the_float64_oracle``: the deep form in
-    session 17, the 2-stage form in session 25), so every choice is the engine's; the
-    split last round is off here (``split_last`` 1, where the call is built below)."""
+    (``test_ffi_cooperative_dbias_on_gpu_matches_the_float64_oracle``: the deep form with
+    dense weights in session 17, both forms with dense and per-expert weights in session
+    25), so every choice is the engine's; the split last round is off here
+    (``kernel_config``)."""
     from ..engines.sm90 import Sm90DgluEngine
 
     eng = Sm90DgluEngine()
@@ -138,6 +139,17 @@ def _resident_ctas(cluster_size: int) -> int:
     return _RESIDENT[cluster_size]
 
 
+def kernel_config(problem, knobs):
+    """The compile-time config the FFI call builds for ``problem`` and ``knobs``: the
+    engine's (``Sm90CompileKey.kernel_config()``) with dbias left unfolded (XLA owns the
+    zeroed fp32 workspace, an aliased output; JAX rounds it) and no split last round (its
+    flags and partial sums would need a scratch of their own)."""
+    from ..engines.sm90 import Sm90CompileKey
+
+    return dataclasses.replace(Sm90CompileKey.of(problem, knobs).kernel_config(),
+                               fold_dbias=False, split_last=1)
+
+
 def dglu_ffi(a2, b, c2, offs, alpha, beta, prob1, *, problem, knobs, sm_count: Optional[int] = None
              ) -> Tuple:
     """``(d_row (M, 2N), dprob (M,), dbias (L, 2N) bf16 or None)`` by the SM90 kernel as an XLA
@@ -147,7 +159,7 @@ def dglu_ffi(a2, b, c2, offs, alpha, beta, prob1, *, problem, knobs, sm_count: O
     import jax
     import jax.numpy as jnp
 
-    from ..engines.sm90 import DESC_BYTES, Sm90CompileKey
+    from ..engines.sm90 import DESC_BYTES
 
     m, two_n, num_experts = problem.m, 2 * problem.n, problem.num_experts
     d_np = _jnp_dtype(problem.d_dtype)
@@ -170,11 +182,7 @@ def dglu_ffi(a2, b, c2, offs, alpha, beta, prob1, *, problem, knobs, sm_count: O
 
         from ..kernels.sm90 import jax_entry
 
-        # XLA owns the zeroed fp32 workspace (an aliased output); JAX rounds it below
-        # (and no split last round: its flags and partial sums would need a scratch of
-        # their own)
-        cfg = dataclasses.replace(Sm90CompileKey.of(problem, knobs).kernel_config(),
-                                  fold_dbias=False, split_last=1)
+        cfg = kernel_config(problem, knobs)
         act = problem.act
         kw = jax_entry.static_kwargs(cfg, sm_count or _resident_ctas(cfg.cluster_size()),
                                      act.geglu_alpha, act.clamp_max, act.clamp_min,
