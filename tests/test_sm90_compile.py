@@ -748,14 +748,14 @@ def test_split_last_workspace(dbias):
 
 def test_cooperative_is_selected_where_it_measured_faster():
     """Heuristics: the cooperative 128 x 256 schedule is ranked first for dense and
-    per-expert weights (the shallow-K case: dense only), 16-bit C and D, N % 256 == 0 and enough tiles, where it measured faster than ping-pong:
-    at K >= 5120 up to N 8192 with or without dbias (sessions 16, 22 and 24: dsv3, K 8192,
-    K 12288, K 6144 at N 2048-8192, K 5120 at N 2048-4096; slower at N 12288 and 16384 and
-    at K 4096 N 2048; per-expert weights alike since session 25), dense or per-expert
-    weights at K 4096-5119 up to N 1024 (the 2-stage form; sessions 24 and 25: skew), and
-    without dbias at K <= 2048 for C and D
-    of different 16-bit types (where ping-pong cannot take 64-row C entries). Everything else keeps ping-pong 128 x 128 in
-    2x1 clusters, with 64-row C entries where they apply. At deep K the cooperative form
+    per-expert weights (the shallow-K case: dense only), 16-bit C and D, N % 256 == 0 and
+    enough tiles, where it measured faster than ping-pong: at K >= 5120 up to N 8192 with or
+    without dbias (sessions 16, 22 and 24: dsv3, K 8192, K 12288, K 6144 at N 2048-8192, K
+    5120 at N 2048-4096; slower at N 12288 and 16384 and at K 4096 N 2048; per-expert
+    weights alike since session 25), at K 4096-5119 up to N 1024 (the 2-stage form;
+    sessions 24 and 25: skew), and without dbias at K <= 2048 for C and D of different
+    16-bit types (where ping-pong cannot take 64-row C entries). Everything else keeps
+    ping-pong 128 x 128 in 2x1 clusters, with 64-row C entries where they apply. At deep K the cooperative form
     has 4 C stages per warpgroup and 3 A/B stages (session 20), else 2 and 4."""
     from cudnn_ext.engines.sm90 import COOPERATIVE_DEEP_KNOBS, COOPERATIVE_KNOBS
 

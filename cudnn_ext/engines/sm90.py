@@ -652,9 +652,9 @@ class Sm90DgluEngine(Engine):
         4096-5119 for N <= 1024 (where it won or tied). Timed at K 4096 and N 1024 only,
         with dbias; without dbias skew measured 0.437 vs 0.441 in session 13
         (results/session13/coop/coop_nodb.log), and K 4097-5119 and N 256-768 in this
-        band were untimed (session 25 timed K 4608 and N 512, below). Per-expert weights on skew, once
-        (results/session24/mid/): 0.434 vs 0.449 against their ping-pong form (128-row C
-        entries); they kept ping-pong there (until session 25, below).
+        band were untimed (session 25 timed K 4608 and N 512, below). Per-expert weights
+        on skew, once (results/session24/mid/): 0.434 vs 0.449 against their ping-pong
+        form (128-row C entries); they kept ping-pong there (until session 25, below).
         The full benchmark after the change (same folder): skew 0.431 ms, 0.90x of
         grouped_mm's 0.386 (0.88x on ping-pong earlier that day).
 

@@ -97,7 +97,7 @@ def choose_knobs(problem):
     """The SM90 engine's cheapest configuration for ``problem`` (its own cost model). With
     dbias the kernel here leaves the fp32 sums to JAX (``fold_dbias=False``); that form of
     both cooperative kernels the engine picks (the deep one at K >= 5120 and N <= 8192, the
-    2-stage one at K 4096-5119 and N <= 1024 or shallow K) passed its GPU tests
+    2-stage one at K 4096-5119 and N <= 1024 or shallow K) passed their GPU tests
     (``test_ffi_cooperative_dbias_on_gpu_matches_the_float64_oracle``: the deep form with
     dense weights in session 17, both forms with dense and per-expert weights in session
     25), so every choice is the engine's; the split last round is off here
