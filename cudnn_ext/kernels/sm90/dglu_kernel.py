@@ -70,10 +70,11 @@ import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
-import cutlass.utils as utils
+import cutlass.memory
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass import Float32, Int32
 from cutlass._mlir import ir
+from cutlass.tensor_utils import LayoutEnum
 from cutlass.tensor_utils.tensormap import TensorMapManager, TensorMapUpdateMode
 
 from .epilogue_math import LOG2_E, dgeglu_local, dswiglu_unscaled
@@ -559,10 +560,10 @@ class GroupedDgluSm90:
         mDbias = cute.make_tensor(
             dbias_ws_ptr, cute.make_layout((num_experts, 2 * n), stride=(2 * n, 1)))
 
-        a_layout = utils.LayoutEnum.ROW_MAJOR  # (M, K) K-major
+        a_layout = LayoutEnum.ROW_MAJOR  # (M, K) K-major
         # (N, K) K-major, or N-major (discrete "n": WGMMA reads B MN-major from smem)
-        b_layout = (utils.LayoutEnum.COL_MAJOR if cfg.b_major == "n"
-                    else utils.LayoutEnum.ROW_MAJOR)
+        b_layout = (LayoutEnum.COL_MAJOR if cfg.b_major == "n"
+                    else LayoutEnum.ROW_MAJOR)
         # cooperative: the two math warpgroups tile M (64 rows each) of one 128-row tile
         # Two copies: the kernel sets scale-d = 0 on one ("overwrite", a tile's first k-block)
         # and 1 on the other ("accumulate"), once, outside its loops (a field set inside the
@@ -580,7 +581,7 @@ class GroupedDgluSm90:
         # C blocks (wg_rows x 64: a warpgroup's rows of one gate/up block pair; row-major,
         # 128B-swizzled: conflict-free reads of the WGMMA fragment's row pattern),
         # MATH_WARPGROUPS x c_stages of them
-        c_layout = utils.LayoutEnum.ROW_MAJOR
+        c_layout = LayoutEnum.ROW_MAJOR
         c_atom = cute.nvgpu.warpgroup.make_smem_layout_atom(
             sm90_utils.get_smem_layout_atom(c_layout, cfg.c_dtype, C_BLOCK_COLS), cfg.c_dtype)
         c_box = (self.c_rows, C_BLOCK_COLS)
@@ -809,7 +810,7 @@ class GroupedDgluSm90:
         if cutlass.const_expr(self.cfg.split()):
             split = self.split_walk(num_units, nunits, unit0, rank, mDbias, num_experts)
 
-        smem = cutlass.utils.SmemAllocator()
+        smem = cutlass.memory.SmemAllocator()
         storage = smem.allocate(self.shared_storage)
         sA = storage.sA.get_tensor(a_smem_staged.outer, swizzle=a_smem_staged.inner)
         sB = storage.sB.get_tensor(b_smem_staged.outer, swizzle=b_smem_staged.inner)
