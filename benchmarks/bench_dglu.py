@@ -84,6 +84,10 @@ EXTRA_SHAPES = {
     "skewk3": (64, 512, 3072, 1024),
     "skewk3n5": (64, 512, 3072, 512),
     "skewk2n5": (64, 512, 2048, 512),
+    # ... and N 768 inside the band, N 1536 past its N edge
+    "skewn7": (64, 512, 4096, 768),
+    "skewn15": (64, 512, 4096, 1536),
+    "u4kn15": (64, 512, 4096, 1536),  # uniform groups (Qwen3-235B's K and N)
 }
 
 

@@ -29,6 +29,9 @@
 # Part "eager" (main): the eager wrapper on JAX arrays on the GPU against the float64 oracle
 #   (its first GPU test), then the JAX FFI file's GPU tests (ffi.kernel_config factored
 #   out). About 2 min.
+# Part "edges" (main): the same A/B at N 768 (inside the band; dense and per-expert) and
+#   N 1536 (past its N edge; dense) on skew's sizes, dbias. About 2 min.
+# Part "edges2" (main): N 1536 with uniform groups (u4kn15), dense, dbias. About 1 min.
 # Part "gpu" (main): the whole GPU suite in 4 workers. About 5.5 min.
 # Part "final" (main): the full benchmark for the README's table. About 2 min.
 set -o pipefail
@@ -61,7 +64,14 @@ elif [ "$1" = eager ]; then
   grep -E "passed|failed" "$OUT/eager.log" | tail -1
   tp jax_ffi -m gpu tests/test_jax_ffi.py
   grep -E "passed|failed" "$OUT/jax_ffi.log" | tail -1
+elif [ "$1" = edges ]; then
+  vbench edges_dense edges_dense t256c2m2k,t128c1m2h2 --shapes skewn7,skewn15
+  grep -E "^skew[a-z0-9]+ " "$OUT/edges_dense.log"
+  dvbench edges_disc t256c2m2k,t128c1m2 skewn7
+elif [ "$1" = edges2 ]; then
+  vbench edges2 edges2 t256c2m2k,t128c1m2h2 --shapes u4kn15
+  grep -E "^u4kn15 " "$OUT/edges2.log"
 else
-  std_part "$1" "device_session25.sh jax2|disc|check|gaps|shallow|eager|gpu|final"
+  std_part "$1" "device_session25.sh jax2|disc|check|gaps|shallow|eager|edges|edges2|gpu|final"
 fi
 bundle "session25_$1"  # every log and JSON in one file (the tool returns at most 8)

@@ -669,8 +669,12 @@ class Sm90DgluEngine(Engine):
         K 4608 on skew's sizes 0.488 vs 0.499 / 0.491 vs 0.509, N 512 0.241 vs 0.265 /
         0.243 vs 0.265, skew without dbias 0.429 vs 0.441 / 0.432 vs 0.449; below it
         (results/session25/shallow/, dense) K 3072 N 1024 0.350 vs 0.344, K 3072 N 512
-        0.196 vs 0.197, K 2048 N 512 0.147 vs 0.147, so the band starts at K 4096. N 256
-        and 768 in the band and the shallow rule with per-expert weights stay untimed.
+        0.196 vs 0.197, K 2048 N 512 0.147 vs 0.147, so the band starts at K 4096. At N
+        768 (results/session25/edges/) 0.329 vs 0.340 dense, 0.332 vs 0.344 per-expert; at
+        N 1536 skew's sizes 0.629 vs 0.643 but uniform groups 0.632 vs 0.627 (edges2/; the
+        engine cannot see the groups' sizes), so the N edge stays at 1024. N 256 in the band
+        (below the tile floor on skew's rows) and the shallow rule with per-expert weights
+        stay untimed.
 
         The smallest benchmark shape has 384 wide tiles; the _COOP_MIN_TILES floor (two
         waves on 132 SMs, below which halving the tile count costs parallelism) is a guess,
