@@ -317,3 +317,63 @@ def test_deterministic_is_carried_not_dropped(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # pretend a B200: only the reason matters
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda idx=None: (10, 0))
     assert any("deterministic" in r for r in VendorSm100Engine().check_support(as_cuda))
+
+
+@pytest.mark.parametrize("discrete_col_sfd", [False, True])
+def test_single_group_never_reads_the_offsets_value(discrete_col_sfd):
+    """use_single_group_runtime_offsets: the group ends at A's row count and the offsets'
+    value is never read (vendor_facts 2.8), by the GEMM or by the per-expert SFD_col layout:
+    every output equals the run whose offset is M itself."""
+    p = _problem(L=1, N=64, K=128, counts=(256,))
+    m = p["M"]
+    a_q, sfa = quantize_mxfp8(p["a"])
+    b_q, sfb = quantize_mxfp8(p["b"].permute(1, 2, 0))
+
+    def run(value):
+        out = cudnn.grouped_gemm_dglu_wrapper(
+            a_tensor=a_q, c_tensor=p["c"], sfa_tensor=sfa, padded_offsets=torch.tensor([value], dtype=torch.int32),
+            alpha_tensor=p["alpha"], beta_tensor=p["beta"], prob_tensor=p["prob"], dprob_tensor=torch.zeros(m),
+            b_tensor=b_q, sfb_tensor=sfb, sf_vec_size=32, norm_const_tensor=torch.tensor([1.0]),
+            use_single_group_runtime_offsets=True, discrete_col_sfd=discrete_col_sfd)
+        return {k: v.view(torch.uint8) if v.dtype.itemsize == 1 else v for k, v in out.items() if v is not None}
+
+    want = run(m)
+    assert want["sfd_col_tensor"].sum() > 0  # the scales were written
+    for value in (0, 100, 2 * m):  # not 256-aligned, below M, past M: all ignored
+        got = run(value)
+        assert got.keys() == want.keys()
+        for k in want:
+            assert torch.equal(got[k], want[k]), (value, k)
+
+
+@pytest.mark.parametrize("d_dtype", [torch.float8_e5m2, E4M3])
+def test_fp8_d_without_scale_factors_saturates(d_dtype):
+    """FP8 D without SFD (the class API with no SFD outputs): values past the format's range
+    saturate to +-max, as the kernel's cvt.rn.satfinite does, never inf or NaN."""
+    m, n, k = 256, 32, 64
+    g = torch.Generator().manual_seed(11)
+    a_q, sfa = quantize_mxfp8(torch.randn(m, k, generator=g) * 8)
+    b_q, sfb = quantize_mxfp8(torch.randn(n, k, 1, generator=g) * 8)
+    c = (torch.randn(m, 2 * n, generator=g) * 3).to(torch.bfloat16)
+    offs, alpha, beta = torch.tensor([m], dtype=torch.int32), torch.full((1,), 4.0), torch.ones(1)
+    prob = torch.ones(m, 1, 1)
+    d_row = torch.full((m, 2 * n, 1), float("nan")).to(d_dtype)
+    d_col, dprob = torch.empty_like(d_row), torch.zeros(m, 1, 1)
+    op = cudnn.GroupedGemmDglu(sample_a=a_q, sample_c=c, sample_d_row=d_row, sample_d_col=d_col, sample_sfa=sfa,
+                               sample_padded_offsets=offs, sample_alpha=alpha, sample_beta=beta, sample_prob=prob,
+                               sample_dprob=dprob, sample_b=b_q, sample_sfb=sfb, sf_vec_size=32)
+    assert op.check_support()
+    op.execute(a_tensor=a_q, c_tensor=c, d_row_tensor=d_row, d_col_tensor=d_col, sfa_tensor=sfa,
+               padded_offsets=offs, alpha_tensor=alpha, beta_tensor=beta, prob_tensor=prob, dprob_tensor=dprob,
+               b_tensor=b_q, sfb_tensor=sfb)
+    ref = oracle(dequantize(a_q, sfa, 32, out_dtype=torch.float64),
+                 [dequantize(b_q, sfb, 32, out_dtype=torch.float64)[:, :, 0]], c, offs, alpha, beta,
+                 prob.view(m))["d"]
+    top = torch.finfo(d_dtype).max
+    d = d_row[..., 0].double()
+    assert torch.isfinite(d).all()
+    over = ref.abs() > 1.01 * top
+    assert over.sum() > 50, "the case must push values past the format's range"
+    assert torch.equal(d[over], torch.sign(ref[over]) * top)
+    inside = ref.abs() < top / 2
+    assert ((d[inside] - ref[inside]).abs() <= 0.13 * ref[inside].abs() + 1e-3).all()  # 2-3 mantissa bits

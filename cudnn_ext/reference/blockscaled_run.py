@@ -69,7 +69,9 @@ def finish_outputs(problem: DgluProblem, pack: Mapping, outs, gate_cols, up_cols
         d[r0:r1, up_cols] = dup.to(torch.float32)
     nc = pack["norm_const"]
     q_row, sf_row = quantize_d_row(d, nc, problem.d_dtype)
-    offsets = pack["padded_offsets"]
+    # single-group mode: the kernel never reads the offsets' value (vendor_facts 2.8), so
+    # neither does the per-expert SFD_col layout: its one group ends at A's row count
+    offsets = [m] if bs.single_group_runtime_offsets else pack["padded_offsets"]
     q_col, sf_col = quantize_d_col(d, nc, problem.d_dtype, padded_offsets=offsets,
                                    discrete_col_sfd=bs.discrete_col_sfd)
     pack["d_row"][:last] = q_row[:last]

@@ -20,8 +20,16 @@ from typing import Mapping, Optional
 import torch
 
 from ..problem import DgluProblem
+from ..quant.formats import FP8_DTYPES, encode_fp8
 from .epilogue import gate_up_columns, local_derivatives
 from .memory import tensor_at
+
+
+def _store(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """D's values in its storage dtype: fp8 D without scale factors saturates as the kernel's
+    ``cvt.rn.satfinite`` does (a plain torch cast gives inf for e5m2, or NaN on some builds);
+    other dtypes round to nearest."""
+    return encode_fp8(x, dtype) if dtype in FP8_DTYPES else x.to(dtype)
 
 
 def expert_ranges(offsets: torch.Tensor, m: int):
@@ -122,8 +130,8 @@ def grouped_dglu_reference(problem: DgluProblem, pack: Mapping, *, compute_dtype
         if activation is not None:
             activation[r0:r1] = (p * act_val).to(activation.dtype)
         if not problem.is_block_scaled or not problem.block_scale.generate_sfd:
-            d_row[r0:r1, gate_cols] = dgate.to(d_row.dtype)
-            d_row[r0:r1, up_cols] = dup.to(d_row.dtype)
+            d_row[r0:r1, gate_cols] = _store(dgate, d_row.dtype)
+            d_row[r0:r1, up_cols] = _store(dup, d_row.dtype)
     if dbias_acc is not None:
         dbias.copy_(dbias_acc.to(dbias.dtype))
     if problem.is_block_scaled:
