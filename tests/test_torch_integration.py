@@ -192,6 +192,23 @@ def test_out_variant_writes_and_accumulates_into_caller_buffers(generate_dbias):
     assert rel_err(dprob - dprob0, 2 * ref["dprob"]) < 1e-3
 
 
+@pytest.mark.parametrize("arg", ["prob", "c", "dprob_out"])
+def test_one_meta_tensor_among_cpu_ones_is_refused(arg):
+    """One meta tensor dispatches the op to its fake kernel: it must name the argument, not
+    hand back uninitialized CPU outputs (or, out=, write nothing)."""
+    p = make_problem()
+    d_row, dprob, _ = _outs(p)
+    if arg == "dprob_out":
+        dprob = torch.zeros(1024, device="meta")
+        with pytest.raises(ValueError, match="dprob: must be on the same device"):
+            call(p, out=(d_row, dprob, None))
+        assert torch.isnan(d_row).all()
+        return
+    p[arg] = torch.ones(p[arg].shape, dtype=p[arg].dtype, device="meta")
+    with pytest.raises(ValueError, match=f"{arg}: must be on the same device"):
+        call(p)
+
+
 def test_out_variant_rejects_bad_outputs_with_named_errors():
     p = make_problem()
     d_row, dprob, dbias = _outs(p)

@@ -210,6 +210,12 @@ WRAPPER_CASES = [
      ValueError, ["b_tensor", "stride"]),
     ("dprob-not-contiguous", "dense", _c(dprob_tensor=torch.zeros(M, 2)[:, :1].unsqueeze(-1)), ValueError,
      ["dprob_tensor", "stride"]),
+    # prob too: the kernels read it by pointer as M consecutive floats (a top-k column, a
+    # broadcast scalar)
+    ("prob-topk-column", "dense", _c(prob_tensor=torch.rand(M, 2)[:, 1:].unsqueeze(-1)), ValueError,
+     ["prob_tensor", "stride"]),
+    ("prob-expanded", "dense", _c(prob_tensor=torch.ones(1, 1, 1).expand(M, 1, 1)), ValueError,
+     ["prob_tensor", "stride"]),
     ("b-ptrs-not-contiguous", "discrete",
      lambda b: dict(b_ptrs=torch.stack([b["b_ptrs"], b["b_ptrs"]], 1)[:, 0]), ValueError, ["b_ptrs"]),
     # --- 16-byte alignment (a storage-offset view)
@@ -582,3 +588,27 @@ def test_class_execute_accepts_other_m_and_keeps_plan():
     big["padded_offsets"] = torch.tensor([256, 768], dtype=torch.int32)
     op.execute(**big)
     assert op._plan is plan
+
+
+def test_memo_tells_meta_from_cpu():
+    """The wrapper's validation memo keys on the device, not ``get_device()`` (-1 for CPU and
+    meta alike): a meta tensor after a good CPU call is still refused, naming the argument."""
+    kw, keep = base_call()
+    cudnn.grouped_gemm_dglu_wrapper(**kw)
+    kw2, keep2 = base_call()
+    kw2["prob_tensor"] = torch.rand(M, 1, 1, device="meta")
+    expect_rejected(cudnn.grouped_gemm_dglu_wrapper, kw2, ValueError, ["prob_tensor", "meta"])
+
+
+def test_inputs_that_require_grad_leave_no_graph():
+    """nn.Parameter weights (and a prob that requires grad) run like any other input: outputs
+    equal the plain call's, and the caller's dprob gains no autograd history."""
+    kw, keep = base_call()
+    want = cudnn.grouped_gemm_dglu_wrapper(**{**kw, "dprob_tensor": kw["dprob_tensor"].clone()})
+    dprob = kw["dprob_tensor"].clone()
+    got = cudnn.grouped_gemm_dglu_wrapper(**{**kw, "b_tensor": torch.nn.Parameter(kw["b_tensor"]),
+                                             "prob_tensor": kw["prob_tensor"].clone().requires_grad_(),
+                                             "dprob_tensor": dprob})
+    assert dprob.grad_fn is None and not dprob.requires_grad
+    for name in ("d_row_tensor", "dprob_tensor"):
+        assert got[name].grad_fn is None and torch.equal(got[name], want[name]), name

@@ -172,8 +172,9 @@ def prob_vectors(ops, m: int, *, required: bool) -> Dict[str, torch.Tensor]:
         check_dtype(name, t, (torch.float32,))
         v = drop_unit_dims(name, t, 1, "(M,) or (M, 1, 1)")
         check_shape(name, v, (m,), "(M,)")
-        if slot == "dprob":
-            check_contiguous_1d(name, v)
+        # both contiguous: the kernels read prob by raw pointer as M consecutive floats (a
+        # column of a top-k routing matrix, prob[:, k], needs .contiguous() first)
+        check_contiguous_1d(name, v)
         out[slot] = v
     return out
 

@@ -30,12 +30,14 @@ class _Unhashable(Exception):
 
 
 def tensor_meta(t):
-    """What validation depends on in a tensor: (dtype, shape, strides, device index); None stays None."""
+    """What validation depends on in a tensor: (dtype, shape, strides, device); None stays None.
+    The device itself, not ``get_device()``: that is -1 for CPU and ``meta`` tensors alike, and
+    a meta tensor must not reuse a CPU call's validation."""
     if t is None:
         return None
     if not isinstance(t, torch.Tensor):
         raise _Unhashable
-    return (t.dtype, t.shape, t.stride(), t.get_device())  # get_device(): -1 on CPU, cheap
+    return (t.dtype, t.shape, t.stride(), t.device)
 
 
 def call_key(tensors: Tuple, scalars: Tuple) -> Optional[tuple]:

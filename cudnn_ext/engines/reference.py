@@ -20,7 +20,11 @@ class _ReferencePlan(CompiledPlan):
         self._dtype = torch.float64 if knobs.get("compute") == "float64" else torch.float32
 
     def execute(self, pack, workspace=None, stream=None) -> None:
-        grouped_dglu_reference(self.problem, pack, compute_dtype=self._dtype)
+        # outside autograd, like a kernel: inputs that require grad (nn.Parameter weights)
+        # must neither fail the in-place output writes nor leave a graph on the caller's
+        # output buffers
+        with torch.no_grad():
+            grouped_dglu_reference(self.problem, pack, compute_dtype=self._dtype)
 
 
 class ReferenceEngine(Engine):

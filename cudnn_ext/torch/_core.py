@@ -126,12 +126,12 @@ def run(a: torch.Tensor, c: torch.Tensor, offsets: torch.Tensor, alpha: torch.Te
     w = b if b is not None else b_ptrs  # exactly one is given (the bindings check)
     # the api's metadata key (api.hot_path.tensor_meta per tensor), written out flat: this is
     # the hot path's largest cost (bench_host_overhead.py)
-    key = (a.dtype, a.shape, a.stride(), a.get_device(), c.dtype, c.shape, c.stride(), c.get_device(),
-           b is None, w.dtype, w.shape, w.stride(), w.get_device(), n, b_major,
-           offsets.dtype, offsets.shape, offsets.stride(), offsets.get_device(),
-           alpha.dtype, alpha.shape, alpha.stride(), alpha.get_device(),
-           beta.dtype, beta.shape, beta.stride(), beta.get_device(),
-           prob.dtype, prob.shape, prob.stride(), prob.get_device(), act, generate_dbias, engine,
+    key = (a.dtype, a.shape, a.stride(), a.device, c.dtype, c.shape, c.stride(), c.device,
+           b is None, w.dtype, w.shape, w.stride(), w.device, n, b_major,
+           offsets.dtype, offsets.shape, offsets.stride(), offsets.device,
+           alpha.dtype, alpha.shape, alpha.stride(), alpha.device,
+           beta.dtype, beta.shape, beta.stride(), beta.device,
+           prob.dtype, prob.shape, prob.stride(), prob.device, act, generate_dbias, engine,
            type(n), _scalar_types(act), type(generate_dbias))
     if out is None:
         key += (d_dtype,)

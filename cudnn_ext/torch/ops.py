@@ -33,6 +33,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
+from ..api.contract import check_same_device
 from ._core import ActArgs, run, run_fast
 
 _LIB = "cudnn_ext"
@@ -168,25 +169,44 @@ _lib.impl("grouped_gemm_dglu_discrete_out", _discrete_out_impl, "CompositeExplic
 @torch.library.register_fake(f"{_LIB}::grouped_gemm_dglu_out", lib=_lib)
 def _(a, b, c, padded_offsets, alpha, beta, prob, d_row, dprob, dbias=None, act_func="dswiglu",
       linear_offset=None, geglu_alpha=1.702, glu_clamp_max=7.0, glu_clamp_min=-7.0):
+    _fake_check(a=a, b=b, c=c, padded_offsets=padded_offsets, alpha=alpha, beta=beta, prob=prob,
+                d_row=d_row, dprob=dprob, dbias=dbias)
     return None
 
 
 @torch.library.register_fake(f"{_LIB}::grouped_gemm_dglu_discrete_out", lib=_lib)
 def _(a, b_ptrs, n, c, padded_offsets, alpha, beta, prob, d_row, dprob, dbias=None, b_major="k",
       act_func="dswiglu", linear_offset=None, geglu_alpha=1.702, glu_clamp_max=7.0, glu_clamp_min=-7.0):
+    _fake_check(a=a, b_ptrs=b_ptrs, c=c, padded_offsets=padded_offsets, alpha=alpha, beta=beta, prob=prob,
+                d_row=d_row, dprob=dprob, dbias=dbias)
     return None
 
 
 @torch.library.register_fake(f"{_LIB}::grouped_gemm_dglu", lib=_lib)
 def _(a, b, c, padded_offsets, alpha, beta, prob, act_func="dswiglu", linear_offset=None, geglu_alpha=1.702,
       glu_clamp_max=7.0, glu_clamp_min=-7.0, generate_dbias=False, d_dtype=None):
+    _fake_check(a=a, b=b, c=c, padded_offsets=padded_offsets, alpha=alpha, beta=beta, prob=prob)
+    if b.dim() != 3:
+        raise ValueError(f"b: shape must be (L, N, K), got {tuple(b.shape)}")
     return _fake_outputs(c, b.shape[0], generate_dbias, d_dtype)
 
 
 @torch.library.register_fake(f"{_LIB}::grouped_gemm_dglu_discrete", lib=_lib)
 def _(a, b_ptrs, n, c, padded_offsets, alpha, beta, prob, b_major="k", act_func="dswiglu", linear_offset=None,
       geglu_alpha=1.702, glu_clamp_max=7.0, glu_clamp_min=-7.0, generate_dbias=False, d_dtype=None):
+    _fake_check(a=a, b_ptrs=b_ptrs, c=c, padded_offsets=padded_offsets, alpha=alpha, beta=beta, prob=prob)
     return _fake_outputs(c, b_ptrs.shape[0], generate_dbias, d_dtype)
+
+
+def _fake_check(**tensors) -> None:
+    """What the fake (meta) kernels check without data: one device for every tensor (one meta
+    tensor among real ones dispatches here, and the outputs would be uninitialized memory on
+    the real device) and C's rank, from which the outputs' shapes come. All-meta calls get
+    the rest of the contract on their real run."""
+    check_same_device(tensors)
+    c = tensors["c"]
+    if c.dim() not in (2, 3):
+        raise ValueError(f"c: shape must be (M, 2N) or (M, 2N, 1), got {tuple(c.shape)}")
 
 
 def _fake_outputs(c, num_experts, generate_dbias, d_dtype):
