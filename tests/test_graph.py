@@ -332,3 +332,37 @@ def test_call_graph_declares_the_same_problem():
     g = declare_call_graph(problem, pack)
     assert g.problem == problem
     assert {d.name for d in g.tensors} >= {"a", "b", "c", "d_row", "dprob", "dbias"}
+
+
+def test_one_descriptor_may_feed_two_input_ports():
+    """alpha and beta from one tensor: the variant pack fills both ports from it."""
+    t = make_case()
+    t["beta"] = t["alpha"]
+    g = cudnn.Graph("shared", io_data_type=torch.bfloat16)
+    ins = {k: g.tensor_like(v, name=k.upper()) for k, v in t.items() if k != "beta"}
+    outs = g.grouped_matmul_dglu(**ins, beta=ins["alpha"])
+    descs = {**ins, **{p: d.set_output(True) for p, d in outs._asdict().items() if d is not None}}
+    out = output_buffers(t, descs)
+    del t["beta"]
+    run_graph(g, descs, t, out)
+    want = cudnn.grouped_gemm_dglu_wrapper(
+        t["a"], t["c"], None, t["padded_offsets"], t["alpha"], t["alpha"].clone(), t["prob"],
+        torch.zeros(t["prob"].shape), b_tensor=t["b"])
+    assert torch.equal(out["d_row"], want["d_row_tensor"].view_as(out["d_row"]))
+    assert torch.equal(out["dprob"], want["dprob_tensor"])
+
+
+def test_declaration_errors_are_typed_and_named():
+    t = make_case()
+    g = cudnn.Graph("alias", io_data_type=torch.bfloat16)
+    ins = {k: g.tensor_like(v, name=k.upper()) for k, v in t.items()}
+    outs = g.grouped_matmul_dglu(**ins, d_row=ins["c"])  # D written over C: refused at validate
+    outs.dprob.set_output(True)
+    with pytest.raises(ValueError, match="output 'd_row' is tensor 'C'.*also input 'c'"):
+        g.validate()
+    with pytest.raises(TypeError, match="dim: expected a sequence of ints, got 5"):
+        cudnn.Graph("g", io_data_type=torch.bfloat16).tensor(name="x", dim=5)
+    with pytest.raises(TypeError, match="stride: expected a sequence of ints, got 5"):
+        cudnn.Graph("g", io_data_type=torch.bfloat16).tensor(name="x", dim=(256, 64), stride=5)
+    with pytest.raises(ValueError, match="device: expected a torch.device.*'tpu'"):
+        cudnn.Graph("g", device="tpu")

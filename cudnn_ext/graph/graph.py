@@ -54,6 +54,25 @@ class DgluOutputs(NamedTuple):
 _graph_ids = itertools.count()
 
 
+def _device_or_none(device) -> Optional[torch.device]:
+    """The graph's device argument as a torch.device; a bad one raises a ValueError naming it."""
+    if device is None or isinstance(device, torch.device):
+        return device
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"device: expected a torch.device or a device string such as 'cuda:0', "
+                         f"got {device!r}") from err
+
+
+def _int_tuple(name: str, what: str, value) -> tuple:
+    """``dim``/``stride`` as a tuple; anything but a sequence raises a TypeError naming it (the
+    elements are checked by the descriptor)."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise TypeError(f"tensor {name!r}: {what}: expected a sequence of ints, got {value!r}")
+    return tuple(value)
+
+
 def _default_device() -> torch.device:
     return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
 
@@ -74,7 +93,7 @@ class Graph:
         self.io_data_type = data_type_or_none(io_data_type)
         self.compute_data_type = DataType.of(compute_data_type) if compute_data_type is not None else DataType.FLOAT
         self.intermediate_data_type = data_type_or_none(intermediate_data_type)  # accepted for vendor parity
-        self.device: Optional[torch.device] = torch.device(device) if device is not None else None
+        self.device: Optional[torch.device] = _device_or_none(device)
         self.dynamic_m = bool(dynamic_m)
         self._tensors: Dict[int, TensorDesc] = {}
         self._nodes: List[Node] = []
@@ -114,7 +133,9 @@ class Graph:
         self._ensure_mutable("tensor")
         if dim is None:
             raise ValueError(f"tensor {name!r}: dim is required")
-        dim = tuple(dim) if not isinstance(dim, torch.Size) else tuple(dim)
+        dim = _int_tuple(name, "dim", dim)
+        if stride is not None:
+            stride = _int_tuple(name, "stride", stride)
         if data_type is None:
             if self.io_data_type is None:
                 raise ValueError(f"tensor {name!r}: data_type is required (the graph has no io_data_type)")
@@ -259,6 +280,12 @@ class Graph:
             if self._tensors[uid].is_virtual:
                 raise ValueError(f"{node.op} node {node.name!r}: input {port!r} (tensor {self._tensors[uid].name!r}) "
                                  "is virtual, but no node produces it")
+        aliased = {uid: port for port, uid in node.inputs.items()}
+        for port, uid in node.outputs.items():
+            if uid in aliased:
+                raise ValueError(f"{node.op} node {node.name!r}: output {port!r} is tensor "
+                                 f"{self._tensors[uid].name!r} (uid {uid}), also input {aliased[uid]!r}; "
+                                 "outputs need tensors of their own (no in-place D over C)")
         used = set(node.ports().values())
         unused = [d for d in self._tensors.values() if d.uid not in used]
         if unused:

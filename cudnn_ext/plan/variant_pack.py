@@ -58,7 +58,12 @@ class VariantPackBinder:
     """Binds ``{descriptor | name | uid: tensor}`` to the canonical slot pack of one plan."""
 
     def __init__(self, specs: Sequence[SlotSpec], device: torch.device, *, dynamic_m: bool, owner: Any = None):
-        self.specs = {s.uid: s for s in specs}
+        # one descriptor may feed several input ports (alpha and beta from one tensor): the
+        # tensor bound to its uid fills every slot of that uid
+        self._slots: Dict[int, list] = {}
+        for s in specs:
+            self._slots.setdefault(s.uid, []).append(s)
+        self.specs = {uid: ss[0] for uid, ss in self._slots.items()}
         self.device = device
         self.dynamic_m = dynamic_m
         self.owner = owner
@@ -112,8 +117,10 @@ class VariantPackBinder:
         m: Optional[int] = None
         m_from = None
         pack: Dict[str, torch.Tensor] = {}
-        for uid in self._m_order + [u for u in self.specs if u not in self._m_order]:
-            spec, t = self.specs[uid], by_uid[uid]
+        order = [s for uid in dict.fromkeys(self._m_order) for s in self._slots[uid] if s.m_leading]
+        order += [s for ss in self._slots.values() for s in ss if s not in order]
+        for spec in order:
+            t = by_uid[spec.uid]
             if spec.sf is not None:
                 pack[spec.slot] = self._check_sf(spec, t, m)  # M-carrying slots bind first
                 continue
