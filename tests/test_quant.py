@@ -231,6 +231,12 @@ def test_as_sf_6d_errors():
         as_sf_6d(sf, mn=130, k_blocks=6, groups=3, name="sfa")
     with pytest.raises(TypeError, match="float8_e8m0fnu or float8_e4m3fn"):
         as_sf_6d(sf.view(torch.uint8), mn=130, k_blocks=6, groups=2)
+    # the right 6-D shape on storage in another order (logical order packed): engines read
+    # scale factors by pointer in storage order, so the view's strides must be the layout's
+    logical = torch.zeros(tuple(sf.shape)[::-1], dtype=torch.uint8).view(E8M0).permute(5, 4, 3, 2, 1, 0)
+    assert logical.shape == sf.shape and not logical.is_contiguous()
+    with pytest.raises(ValueError, match=r"sfd_col: the 6-D view must have the packed layout's strides"):
+        as_sf_6d(logical, mn=130, k_blocks=6, groups=2, name="sfd_col")
     with pytest.raises(TypeError, match="torch.Tensor"):
         as_sf_6d([1, 2], mn=1, k_blocks=1)
     with pytest.raises(ValueError, match="mn: must be >= 1"):

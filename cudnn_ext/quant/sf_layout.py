@@ -251,4 +251,13 @@ def as_sf_6d(sf, *, mn: int, k_blocks: int, groups: int = 1, name: str = "sf") -
     if tuple(sf.shape) != want:
         raise ValueError(f"{name}: shape mismatch: expected the 6-D layout {want} for mn={mn}, "
                          f"k_blocks={k_blocks}, L={groups}, got {tuple(sf.shape)}")
+    # the view must sit on packed storage: engines read it by pointer in storage order
+    storage_shape = [want[i] for i in _TO_STORAGE]
+    packed = [1] * 6
+    for i in range(4, -1, -1):
+        packed[i] = packed[i + 1] * storage_shape[i + 1]
+    expect = tuple(packed[j] for j in _TO_LOGICAL)
+    if any(n > 1 and st != ex for n, st, ex in zip(want, sf.stride(), expect)):
+        raise ValueError(f"{name}: the 6-D view must have the packed layout's strides {expect} "
+                         f"(e.g. from empty_sf or swizzle_sf), got {tuple(sf.stride())}")
     return sf
