@@ -99,6 +99,11 @@ def test_op_rejects_bad_input_with_named_errors():
         ct.grouped_gemm_dglu(p["a"], p["c"].to(torch.int32), p["offs"], p["alpha"], p["beta"], p["prob"], b=p["b"])
     with pytest.raises(ValueError, match="b/b_ptrs"):
         ct.grouped_gemm_dglu(p["a"], p["c"], p["offs"], p["alpha"], p["beta"], p["prob"])
+    with pytest.raises(TypeError, match="generate_dbias: expected a bool, got int"):
+        ct.grouped_gemm_dglu(p["a"], p["c"], p["offs"], p["alpha"], p["beta"], p["prob"], b=p["b"],
+                             generate_dbias=1)
+    with pytest.raises(ValueError, match="b_major: dense weights"):
+        ct.grouped_gemm_dglu(p["a"], p["c"], p["offs"], p["alpha"], p["beta"], p["prob"], b=p["b"], b_major="n")
     with pytest.raises(ValueError, match="n: discrete"):
         ct.grouped_gemm_dglu(p["a"], p["c"], p["offs"], p["alpha"], p["beta"], p["prob"],
                              b_ptrs=torch.zeros(3, dtype=torch.int64))

@@ -255,6 +255,9 @@ WRAPPER_CASES = [
     ("mma-tiler-m-64", "dense", _c(mma_tiler_mn=(64, 256)), ValueError, ["mma_tiler_mn"]),
     ("mma-tiler-n-48", "dense", _c(mma_tiler_mn=(256, 48)), ValueError, ["mma_tiler_mn"]),
     ("mma-tiler-scalar", "dense", _c(mma_tiler_mn=256), ValueError, ["mma_tiler_mn"]),
+    ("mma-tiler-none-n", "dense", _c(mma_tiler_mn=(256, None)), ValueError, ["mma_tiler_mn", "None"]),
+    ("mma-tiler-float", "dense", _c(mma_tiler_mn=(128.0, 64)), ValueError, ["mma_tiler_mn", "128.0"]),
+    ("cluster-scalar", "dense", _c(cluster_shape_mn=2), ValueError, ["cluster_shape_mn", "got 2"]),
     ("cluster-not-power-of-2", "dense", _c(cluster_shape_mn=(3, 1)), ValueError, ["cluster_shape_mn"]),
     ("cluster-odd-m-for-2cta", "dense", _c(cluster_shape_mn=(1, 1)), ValueError, ["cluster_shape_mn"]),
     ("cluster-too-big", "dense", _c(cluster_shape_mn=(4, 8)), ValueError, ["cluster_shape_mn"]),
@@ -409,6 +412,7 @@ CLASS_SUPPORT_CASES = [
     ("discrete-missing-num-experts", "discrete", dict(num_experts=None), ValueError, ["num_experts"]),
     ("discrete-missing-b-dtype", "discrete", dict(b_dtype=None), ValueError, ["b_dtype"]),
     ("b-shape-rank-1", "discrete", dict(b_shape=(N,)), ValueError, ["b_shape"]),
+    ("b-shape-scalar", "discrete", dict(b_shape=5), TypeError, ["b_shape", "5"]),
     ("b-shape-trailing-2", "discrete", dict(b_shape=(N, K, 2)), ValueError, ["b_shape"]),
     ("b-shape-k-mismatch", "discrete", dict(b_shape=(N, 2 * K)), ValueError, ["b_shape", str(K)]),
     ("b-shape-n-not-multiple-of-32", "discrete", dict(b_shape=(48, K)), ValueError, ["n", "48"]),
@@ -612,3 +616,12 @@ def test_inputs_that_require_grad_leave_no_graph():
     assert dprob.grad_fn is None and not dprob.requires_grad
     for name in ("d_row_tensor", "dprob_tensor"):
         assert got[name].grad_fn is None and torch.equal(got[name], want[name]), name
+
+
+def test_sparse_tensor_is_refused_by_name():
+    """A sparse tensor has no data pointer for a kernel: a TypeError naming the argument (the
+    table's snapshot helper cannot clone sparse tensors, so this case stands alone)."""
+    kw, keep = base_call()
+    kw["prob_tensor"] = kw["prob_tensor"].view(M).to_sparse()
+    with pytest.raises(TypeError, match="prob_tensor: must be a dense .*sparse"):
+        cudnn.grouped_gemm_dglu_wrapper(**kw)

@@ -269,11 +269,12 @@ def check_common_config(cfg: CallConfig) -> None:
     if cfg.m_aligned != M_ALIGN:
         raise ValueError(f"m_aligned: must be {M_ALIGN}, got {cfg.m_aligned!r}")
     tile = tuple(cfg.mma_tiler_mn) if isinstance(cfg.mma_tiler_mn, (tuple, list)) else None
-    if tile is None or len(tile) != 2 or tile[0] not in (128, 256) or tile[1] % 32 or not 32 <= tile[1] <= 256:
+    if (tile is None or len(tile) != 2 or any(isinstance(x, bool) or not isinstance(x, int) for x in tile)
+            or tile[0] not in (128, 256) or tile[1] % 32 or not 32 <= tile[1] <= 256):
         raise ValueError("mma_tiler_mn: must be (TileM, TileN) with TileM in {128, 256} and TileN a multiple "
                          f"of 32 in [32, 256], got {cfg.mma_tiler_mn!r}")
     if cfg.cluster_shape_mn is not None:
-        cl = tuple(cfg.cluster_shape_mn)
+        cl = tuple(cfg.cluster_shape_mn) if isinstance(cfg.cluster_shape_mn, (tuple, list)) else ()
         if (len(cl) != 2 or any(not isinstance(x, int) or x < 1 or x & (x - 1) for x in cl) or cl[0] * cl[1] > 16
                 or (tile[0] == 256 and cl[0] % 2)):
             raise ValueError("cluster_shape_mn: must be two powers of two with product <= 16 (cluster M even "
@@ -392,6 +393,8 @@ def normalize(ops: Operands, cfg: CallConfig, *, n: Optional[int] = None, b_dtyp
     for slot, t in vars(ops).items():
         if t is not None and slot != "norm_const" and not isinstance(t, torch.Tensor):
             raise TypeError(f"{ARG_NAMES[slot]}: expected a torch.Tensor, got {type(t).__name__}")
+        if isinstance(t, torch.Tensor) and t.layout != torch.strided:  # sparse, mkldnn: no data pointer
+            raise TypeError(f"{ARG_NAMES[slot]}: must be a dense (strided) tensor, got layout {t.layout}")
     a = require_tensor("a_tensor", ops.a)
     mode = _weight_mode(ops, n, b_dtype)
     bd = ops.b.dtype if mode == "dense" else b_dtype

@@ -248,6 +248,11 @@ def grouped_gemm_dglu(
         raise ValueError(f"n: dense weights (b) forbid n, got n={n!r}")
     if b_ptrs is not None and n is None:
         raise ValueError("n: discrete weights (b_ptrs) require n, got None")
+    if not isinstance(generate_dbias, bool):  # the schema's type: the op refuses 1 or "yes"
+        raise TypeError(f"generate_dbias: expected a bool, got {type(generate_dbias).__name__}")
+    if b is not None and b_major != "k":  # dense b is (L, N, K): its layout says K-major
+        raise ValueError(f"b_major: dense weights (b, (L, N, K)) are K-major; b_major applies to "
+                         f"b_ptrs only, got {b_major!r}")
     # every non-tensor argument, with the numbers' types (64 == 64.0 == True-ish values compare
     # equal but validation tells them apart): with the tensors' metadata it identifies a
     # validated call
