@@ -366,3 +366,26 @@ def test_declaration_errors_are_typed_and_named():
         cudnn.Graph("g", io_data_type=torch.bfloat16).tensor(name="x", dim=(256, 64), stride=5)
     with pytest.raises(ValueError, match="device: expected a torch.device.*'tpu'"):
         cudnn.Graph("g", device="tpu")
+
+
+def test_two_outputs_may_not_share_a_descriptor_and_shared_inputs_bind_by_name():
+    t = make_case()
+    g = cudnn.Graph("two-out", io_data_type=torch.bfloat16)
+    ins = {k: g.tensor_like(v, name=k.upper()) for k, v in t.items()}
+    d = g.tensor(name="D", dim=(M, 2 * N), data_type=torch.bfloat16)
+    outs = g.grouped_matmul_dglu(**ins, d_row=d, dprob=d)
+    with pytest.raises(ValueError, match="output 'dprob' is tensor 'D'.*also output 'd_row'"):
+        g.validate()
+    # alpha and beta from one descriptor: keyed by its name, the pack binds both ports
+    t = make_case()
+    t["beta"] = t["alpha"]
+    g = cudnn.Graph("shared-by-name", io_data_type=torch.bfloat16)
+    ins = {k: g.tensor_like(v, name=k.upper()) for k, v in t.items() if k != "beta"}
+    outs = g.grouped_matmul_dglu(**ins, beta=ins["alpha"])
+    for o in outs._asdict().values():
+        if o is not None:
+            o.set_output(True)
+    del t["beta"]
+    out = {"D_ROW": torch.zeros(M, 2 * N, dtype=torch.bfloat16), "DPROB": torch.zeros(M)}
+    g.execute({**{k.upper(): v for k, v in t.items()}, outs.d_row: out["D_ROW"], outs.dprob: out["DPROB"]})
+    assert out["DPROB"].abs().sum() > 0

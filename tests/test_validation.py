@@ -625,3 +625,10 @@ def test_sparse_tensor_is_refused_by_name():
     kw["prob_tensor"] = kw["prob_tensor"].view(M).to_sparse()
     with pytest.raises(TypeError, match="prob_tensor: must be a dense .*sparse"):
         cudnn.grouped_gemm_dglu_wrapper(**kw)
+
+
+def test_numpy_integers_are_ints_for_tile_and_cluster_shapes():
+    np = pytest.importorskip("numpy")
+    kw, keep = base_call()
+    kw.update(mma_tiler_mn=(np.int64(256), np.int64(128)), cluster_shape_mn=(np.int32(2), np.int32(1)))
+    cudnn.grouped_gemm_dglu_wrapper(**kw)  # accepted like (256, 128) and (2, 1)

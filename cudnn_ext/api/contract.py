@@ -12,6 +12,7 @@ Block-scaled operands are routed to ``cudnn_ext.api.contract_blockscaled``.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, fields
 from typing import Any, Dict, Optional, Tuple
 
@@ -269,14 +270,15 @@ def check_common_config(cfg: CallConfig) -> None:
     if cfg.m_aligned != M_ALIGN:
         raise ValueError(f"m_aligned: must be {M_ALIGN}, got {cfg.m_aligned!r}")
     tile = tuple(cfg.mma_tiler_mn) if isinstance(cfg.mma_tiler_mn, (tuple, list)) else None
-    if (tile is None or len(tile) != 2 or any(isinstance(x, bool) or not isinstance(x, int) for x in tile)
+    if (tile is None or len(tile) != 2 or any(isinstance(x, bool) or not isinstance(x, numbers.Integral) for x in tile)
             or tile[0] not in (128, 256) or tile[1] % 32 or not 32 <= tile[1] <= 256):
         raise ValueError("mma_tiler_mn: must be (TileM, TileN) with TileM in {128, 256} and TileN a multiple "
                          f"of 32 in [32, 256], got {cfg.mma_tiler_mn!r}")
     if cfg.cluster_shape_mn is not None:
         cl = tuple(cfg.cluster_shape_mn) if isinstance(cfg.cluster_shape_mn, (tuple, list)) else ()
-        if (len(cl) != 2 or any(not isinstance(x, int) or x < 1 or x & (x - 1) for x in cl) or cl[0] * cl[1] > 16
-                or (tile[0] == 256 and cl[0] % 2)):
+        bad = any(isinstance(x, bool) or not isinstance(x, numbers.Integral) or x < 1 or x & (x - 1)
+                  for x in cl)
+        if len(cl) != 2 or bad or cl[0] * cl[1] > 16 or (tile[0] == 256 and cl[0] % 2):
             raise ValueError("cluster_shape_mn: must be two powers of two with product <= 16 (cluster M even "
                              f"when TileM is 256), got {cfg.cluster_shape_mn!r}")
     for flag in ("vector_f32", "discrete_col_sfd", "use_dynamic_sched", "use_single_group_runtime_offsets",

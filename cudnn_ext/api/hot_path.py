@@ -46,7 +46,7 @@ def call_key(tensors: Tuple, scalars: Tuple) -> Optional[tuple]:
         key = (tuple(tensor_meta(t) for t in tensors), scalars, tuple(type(s) for s in scalars))
         hash(key)
         return key
-    except (_Unhashable, TypeError):
+    except (_Unhashable, TypeError, RuntimeError):  # RuntimeError: no strides (sparse CSR)
         return None
 
 

@@ -9,6 +9,7 @@ owns its graph.
 """
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 from typing import Optional, Tuple
 
@@ -93,7 +94,7 @@ class GroupedGemmDglu:
             if ne is None or shape is None or b_dtype is None:
                 raise ValueError("num_experts/b_shape/b_dtype: discrete mode (no sample_b) requires all three, got "
                                  f"num_experts={ne!r}, b_shape={shape!r}, b_dtype={b_dtype!r}")
-            if not isinstance(shape, (tuple, list, torch.Size)):
+            if isinstance(shape, (str, bytes)) or not isinstance(shape, collections.abc.Sequence):
                 raise TypeError(f"b_shape: expected a tuple (N, K) or (N, K, 1), got {shape!r}")
             shape = tuple(shape)
             if len(shape) not in (2, 3) or (len(shape) == 3 and shape[2] != 1):

@@ -280,12 +280,14 @@ class Graph:
             if self._tensors[uid].is_virtual:
                 raise ValueError(f"{node.op} node {node.name!r}: input {port!r} (tensor {self._tensors[uid].name!r}) "
                                  "is virtual, but no node produces it")
-        aliased = {uid: port for port, uid in node.inputs.items()}
+        taken = {uid: f"input {port!r}" for port, uid in node.inputs.items()}
         for port, uid in node.outputs.items():
-            if uid in aliased:
+            if uid in taken:
                 raise ValueError(f"{node.op} node {node.name!r}: output {port!r} is tensor "
-                                 f"{self._tensors[uid].name!r} (uid {uid}), also input {aliased[uid]!r}; "
-                                 "outputs need tensors of their own (no in-place D over C)")
+                                 f"{self._tensors[uid].name!r} (uid {uid}), also {taken[uid]}; "
+                                 "outputs need tensors of their own (no in-place D over C, no two "
+                                 "outputs in one buffer)")
+            taken[uid] = f"output {port!r}"
         used = set(node.ports().values())
         unused = [d for d in self._tensors.values() if d.uid not in used]
         if unused:

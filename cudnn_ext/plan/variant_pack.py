@@ -69,7 +69,9 @@ class VariantPackBinder:
         self.owner = owner
         self._by_name: Dict[str, list] = {}
         for s in specs:
-            self._by_name.setdefault(s.name, []).append(s.uid)
+            uids = self._by_name.setdefault(s.name, [])
+            if s.uid not in uids:  # a shared descriptor is one name, one uid
+                uids.append(s.uid)
         self._m_order = [s.uid for s in specs if s.m_leading]
 
     # ------------------------------------------------------------------ keys

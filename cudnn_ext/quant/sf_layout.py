@@ -20,7 +20,8 @@ storage is a contiguous ``(L, RMN, RK, 32, 4, 4)`` buffer; the 6-D tensor is its
 
 Two forms are accepted wherever a scale-factor tensor comes in (:func:`as_sf_6d`):
 
-* the 6-D logical view with exactly the shape above (any strides: it is read logically), or
+* the 6-D logical view with exactly the shape above and the packed layout's strides (the
+  view of a storage buffer, as :func:`swizzle_sf` and :func:`empty_sf` return), or
 * a **C-contiguous** buffer of any shape holding exactly ``512 * RMN * RK * L`` elements, read
   as the packed bytes in storage order (the vendor's "flat"/canonical form). As in the vendor,
   contiguity decides: a contiguous tensor is always read as packed bytes, even when it has the
