@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections.abc
 import dataclasses
+import re
 from typing import Optional, Tuple
 
 import torch
@@ -21,6 +22,12 @@ from ..plan.workspace import check_workspace
 from ..problem import DgluProblem
 from . import contract, hot_path
 from .streams import capturing, launch_stream, on_stream, stream_key
+
+
+#: the contract's argument names -> the class API's sample arguments, for its error messages
+_SAMPLE_OF = {name: f"sample_{slot}" for slot, name in contract.ARG_NAMES.items()
+              if slot not in ("b_ptrs", "sfb_ptrs")}  # discrete samples are b_shape/num_experts
+_SAMPLE_NAMES = re.compile(r"\b(" + "|".join(sorted(map(re.escape, _SAMPLE_OF), key=len, reverse=True)) + r")\b")
 
 
 class GroupedGemmDglu:
@@ -112,8 +119,14 @@ class GroupedGemmDglu:
             raise ValueError("num_experts/b_shape/b_dtype: dense mode (sample_b) forbids them, got "
                              f"{ {k: v for k, v in self._discrete.items() if v is not None} }")
         gen_dbias = self._samples.dbias is not None
-        self._problem, self._sample_pack = contract.normalize(ops, self._cfg, n=n, b_dtype=b_dtype,
-                                                              generate_dbias=gen_dbias)
+        try:
+            self._problem, self._sample_pack = contract.normalize(ops, self._cfg, n=n, b_dtype=b_dtype,
+                                                                  generate_dbias=gen_dbias)
+        except (ValueError, TypeError) as err:
+            if type(err) not in (ValueError, TypeError):
+                raise
+            # the contract names the wrapper's arguments; the caller passed sample_*
+            raise type(err)(_SAMPLE_NAMES.sub(lambda mt: _SAMPLE_OF[mt.group(0)], str(err))) from None
         return self._problem
 
     def check_support(self) -> bool:
