@@ -48,6 +48,12 @@ def require_tensor(name: str, t: Any) -> torch.Tensor:
     return t
 
 
+def check_strided(name: str, t: torch.Tensor) -> None:
+    """Sparse and mkldnn tensors have no data pointer a kernel could read."""
+    if t.layout != torch.strided:
+        raise TypeError(f"{name}: must be a dense (strided) tensor, got layout {t.layout}")
+
+
 def check_dtype(name: str, t: torch.Tensor, allowed) -> None:
     if t.dtype not in allowed:
         raise TypeError(f"{name}: dtype must be one of {_dtypes(allowed)}, got {_fmt_dtype(t.dtype)}")
@@ -395,8 +401,8 @@ def normalize(ops: Operands, cfg: CallConfig, *, n: Optional[int] = None, b_dtyp
     for slot, t in vars(ops).items():
         if t is not None and slot != "norm_const" and not isinstance(t, torch.Tensor):
             raise TypeError(f"{ARG_NAMES[slot]}: expected a torch.Tensor, got {type(t).__name__}")
-        if isinstance(t, torch.Tensor) and t.layout != torch.strided:  # sparse, mkldnn: no data pointer
-            raise TypeError(f"{ARG_NAMES[slot]}: must be a dense (strided) tensor, got layout {t.layout}")
+        if isinstance(t, torch.Tensor):
+            check_strided(ARG_NAMES[slot], t)
     a = require_tensor("a_tensor", ops.a)
     mode = _weight_mode(ops, n, b_dtype)
     bd = ops.b.dtype if mode == "dense" else b_dtype

@@ -59,11 +59,11 @@ class VariantPackBinder:
 
     def __init__(self, specs: Sequence[SlotSpec], device: torch.device, *, dynamic_m: bool, owner: Any = None):
         # one descriptor may feed several input ports (alpha and beta from one tensor): the
-        # tensor bound to its uid fills every slot of that uid
-        self._slots: Dict[int, list] = {}
+        # tensor bound to its uid fills every slot of that uid (self._order); specs keys a
+        # uid's first slot, for lookups and messages
+        self.specs: Dict[int, SlotSpec] = {}
         for s in specs:
-            self._slots.setdefault(s.uid, []).append(s)
-        self.specs = {uid: ss[0] for uid, ss in self._slots.items()}
+            self.specs.setdefault(s.uid, s)
         self.device = device
         self.dynamic_m = dynamic_m
         self.owner = owner
@@ -72,7 +72,8 @@ class VariantPackBinder:
             uids = self._by_name.setdefault(s.name, [])
             if s.uid not in uids:  # a shared descriptor is one name, one uid
                 uids.append(s.uid)
-        self._m_order = [s.uid for s in specs if s.m_leading]
+        # binding order, fixed by the specs: M-carrying slots first (they set M), then the rest
+        self._order = [s for s in specs if s.m_leading] + [s for s in specs if not s.m_leading]
 
     # ------------------------------------------------------------------ keys
     def resolve(self, key) -> SlotSpec:
@@ -119,9 +120,7 @@ class VariantPackBinder:
         m: Optional[int] = None
         m_from = None
         pack: Dict[str, torch.Tensor] = {}
-        order = [s for uid in dict.fromkeys(self._m_order) for s in self._slots[uid] if s.m_leading]
-        order += [s for ss in self._slots.values() for s in ss if s not in order]
-        for spec in order:
+        for spec in self._order:
             t = by_uid[spec.uid]
             if spec.sf is not None:
                 pack[spec.slot] = self._check_sf(spec, t, m)  # M-carrying slots bind first

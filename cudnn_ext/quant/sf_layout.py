@@ -240,6 +240,7 @@ def as_sf_6d(sf, *, mn: int, k_blocks: int, groups: int = 1, name: str = "sf") -
         raise TypeError(f"{name}: scale factors must be float8_e8m0fnu or float8_e4m3fn, "
                         f"got {sf.dtype}")
     want = sf_shape(mn, k_blocks, groups)
+    storage_shape = tuple(want[i] for i in _TO_STORAGE)
     if sf.is_contiguous():
         n = math.prod(want)
         if sf.numel() != n:
@@ -247,13 +248,11 @@ def as_sf_6d(sf, *, mn: int, k_blocks: int, groups: int = 1, name: str = "sf") -
                 f"{name}: a contiguous (flat) scale-factor buffer must hold exactly 512*RMN*RK*L = "
                 f"{n} elements for mn={mn}, k_blocks={k_blocks}, L={groups} (logical shape {want}),"
                 f" got shape {tuple(sf.shape)} ({sf.numel()} elements)")
-        storage_shape = tuple(want[i] for i in _TO_STORAGE)
         return sf.reshape(storage_shape).permute(_TO_LOGICAL)
     if tuple(sf.shape) != want:
         raise ValueError(f"{name}: shape mismatch: expected the 6-D layout {want} for mn={mn}, "
                          f"k_blocks={k_blocks}, L={groups}, got {tuple(sf.shape)}")
     # the view must sit on packed storage: engines read it by pointer in storage order
-    storage_shape = [want[i] for i in _TO_STORAGE]
     packed = [1] * 6
     for i in range(4, -1, -1):
         packed[i] = packed[i + 1] * storage_shape[i + 1]

@@ -105,16 +105,6 @@ def _scalar_types(act: ActArgs) -> Tuple[type, ...]:
     return t
 
 
-def _key(a, c, b, w, n, b_major, offsets, alpha, beta, prob, act, generate_dbias, engine):
-    return (a.dtype, a.shape, a.stride(), a.get_device(), c.dtype, c.shape, c.stride(), c.get_device(),
-           b is None, w.dtype, w.shape, w.stride(), w.get_device(), n, b_major,
-           offsets.dtype, offsets.shape, offsets.stride(), offsets.get_device(),
-           alpha.dtype, alpha.shape, alpha.stride(), alpha.get_device(),
-           beta.dtype, beta.shape, beta.stride(), beta.get_device(),
-           prob.dtype, prob.shape, prob.stride(), prob.get_device(), act, generate_dbias, engine,
-           type(n), _scalar_types(act), type(generate_dbias))
-
-
 def run(a: torch.Tensor, c: torch.Tensor, offsets: torch.Tensor, alpha: torch.Tensor, beta: torch.Tensor,
         prob: torch.Tensor, *, b: Optional[torch.Tensor] = None, b_ptrs: Optional[torch.Tensor] = None,
         n: Optional[int] = None, b_major: str = "k", act: ActArgs = ActArgs(), generate_dbias: bool = False,
@@ -139,12 +129,17 @@ def run(a: torch.Tensor, c: torch.Tensor, offsets: torch.Tensor, alpha: torch.Te
     # alike) is enough here, unlike in tensor_meta: a call with a meta tensor dispatches to
     # the op's fake kernel and never reaches this function
     try:
-        key = _key(a, c, b, w, n, b_major, offsets, alpha, beta, prob, act, generate_dbias, engine)
+        key = (a.dtype, a.shape, a.stride(), a.get_device(), c.dtype, c.shape, c.stride(), c.get_device(),
+               b is None, w.dtype, w.shape, w.stride(), w.get_device(), n, b_major,
+               offsets.dtype, offsets.shape, offsets.stride(), offsets.get_device(),
+               alpha.dtype, alpha.shape, alpha.stride(), alpha.get_device(),
+               beta.dtype, beta.shape, beta.stride(), beta.get_device(),
+               prob.dtype, prob.shape, prob.stride(), prob.get_device(), act, generate_dbias, engine,
+               type(n), _scalar_types(act), type(generate_dbias))
     except RuntimeError:  # a tensor without strides (sparse CSR/CSC): name it
         for name, t in (("a_tensor", a), ("b_tensor/b_ptrs", w), ("c_tensor", c), ("padded_offsets", offsets),
                         ("alpha_tensor", alpha), ("beta_tensor", beta), ("prob_tensor", prob)):
-            if t.layout != torch.strided:
-                raise TypeError(f"{name}: must be a dense (strided) tensor, got layout {t.layout}") from None
+            contract.check_strided(name, t)
         raise
     if out is None:
         key += (d_dtype,)

@@ -97,12 +97,16 @@ _lib.define("grouped_gemm_dglu_discrete(Tensor a, Tensor b_ptrs, int n, Tensor c
             f"Tensor alpha, Tensor beta, Tensor prob, str b_major='k', {_ACT_ARGS}) -> (Tensor, Tensor, Tensor)")
 
 
+def _check_dense_b(b: Tensor) -> None:
+    if b.dim() != 3:
+        raise ValueError(f"b: shape must be (L, N, K), got {tuple(b.shape)}")
+
+
 def _dense_impl(a: Tensor, b: Tensor, c: Tensor, padded_offsets: Tensor, alpha: Tensor, beta: Tensor,
                 prob: Tensor, act_func: str = "dswiglu", linear_offset: Optional[float] = None,
                 geglu_alpha: float = 1.702, glu_clamp_max: float = 7.0, glu_clamp_min: float = -7.0,
                 generate_dbias: bool = False, d_dtype: Optional[torch.dtype] = None, fast=None):
-    if b.dim() != 3:
-        raise ValueError(f"b: shape must be (L, N, K), got {tuple(b.shape)}")
+    _check_dense_b(b)
     d_row, dprob, dbias = run(a, c, padded_offsets, alpha, beta, prob, b=b.permute(1, 2, 0),
                               act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min),
                               generate_dbias=generate_dbias, d_dtype=d_dtype or torch.bfloat16, fast=fast)
@@ -138,8 +142,7 @@ _lib.define("grouped_gemm_dglu_discrete_out(Tensor a, Tensor b_ptrs, int n, Tens
 def _dense_out_impl(a, b, c, padded_offsets, alpha, beta, prob, d_row, dprob, dbias=None,
                     act_func="dswiglu", linear_offset=None, geglu_alpha=1.702, glu_clamp_max=7.0,
                     glu_clamp_min=-7.0, fast=None) -> None:
-    if b.dim() != 3:
-        raise ValueError(f"b: shape must be (L, N, K), got {tuple(b.shape)}")
+    _check_dense_b(b)
     run(a, c, padded_offsets, alpha, beta, prob, b=b.permute(1, 2, 0),
         act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min),
         generate_dbias=dbias is not None, out=(d_row, dprob, dbias), fast=fast)
@@ -186,8 +189,7 @@ def _(a, b_ptrs, n, c, padded_offsets, alpha, beta, prob, d_row, dprob, dbias=No
 def _(a, b, c, padded_offsets, alpha, beta, prob, act_func="dswiglu", linear_offset=None, geglu_alpha=1.702,
       glu_clamp_max=7.0, glu_clamp_min=-7.0, generate_dbias=False, d_dtype=None):
     _fake_check(a=a, b=b, c=c, padded_offsets=padded_offsets, alpha=alpha, beta=beta, prob=prob)
-    if b.dim() != 3:
-        raise ValueError(f"b: shape must be (L, N, K), got {tuple(b.shape)}")
+    _check_dense_b(b)
     return _fake_outputs(c, b.shape[0], generate_dbias, d_dtype)
 
 
