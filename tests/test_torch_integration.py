@@ -357,6 +357,97 @@ def test_meta_tensors_and_jit_trace_take_the_op():
     torch.testing.assert_close(traced(*args), call(p)[0], rtol=0, atol=0)
 
 
+#: metadata a real call refuses: (name, edit of the problem dict, outputs?); each case is
+#: refused by the CPU call and must be refused, with the same error, by the all-meta call
+_META_BAD = {
+    "rows": lambda p: p.update(a=p["a"][:1000], c=p["c"][:1000], prob=p["prob"][:1000]),
+    "k": lambda p: p.update(a=p["a"][:, :30], b=p["b"][:, :, :30]),
+    "alpha": lambda p: p.update(alpha=p["alpha"][:2]),
+    "prob_strided": lambda p: p.update(prob=torch.rand(1024, 2)[:, 0]),
+    "c_dtype": lambda p: p.update(c=p["c"].to(torch.int32)),
+    "offs_dtype": lambda p: p.update(offs=p["offs"].long()),
+    "act": None,  # an unknown act_func
+    "d_row_shape": None,  # out= with a D of the wrong width
+    "dbias_dtype": None,  # out= with an fp32 dbias
+}
+
+
+def _bad_call(p, case):
+    if case == "act":
+        return call(p, act_func="dfoo")
+    if case == "d_row_shape":
+        d_row, dprob, _ = _outs(p, dbias=False)
+        return call(p, out=(d_row[:, :64], dprob, None))
+    if case == "dbias_dtype":
+        d_row, dprob, dbias = _outs(p)
+        return call(p, generate_dbias=True, out=(d_row, dprob, dbias.float()))
+    return call(p)
+
+
+def _meta_of(t):
+    """A meta tensor of ``t``'s exact metadata (``.to("meta")`` may drop a view's strides)."""
+    return None if t is None else torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+
+
+@pytest.mark.parametrize("case", sorted(_META_BAD))
+def test_meta_calls_get_the_contracts_errors(case):
+    """The fake kernels validate the whole contract on metadata: a call on meta tensors (and
+    so a torch.compile trace) refuses what the real call refuses, with its error, instead of
+    handing out output shapes."""
+    p = make_problem()
+    if _META_BAD[case]:
+        _META_BAD[case](p)
+    with pytest.raises((ValueError, TypeError)) as real:
+        _bad_call(p, case)
+    meta = {k: _meta_of(v) for k, v in p.items()}
+    if case in ("d_row_shape", "dbias_dtype"):  # the outputs on meta too
+        orig = _outs
+        globals()["_outs"] = lambda p, **kw: tuple(_meta_of(t) for t in orig(p, **kw))
+        try:
+            with pytest.raises(real.type) as got:
+                _bad_call(meta, case)
+        finally:
+            globals()["_outs"] = orig
+    else:
+        with pytest.raises(real.type) as got:
+            _bad_call(meta, case)
+    assert str(got.value) == str(real.value)
+
+
+def test_meta_discrete_calls_are_validated():
+    p = make_problem(L=2, n=32, k=16, m=512, offsets=(0, 512))
+    ptrs = torch.zeros(2, dtype=torch.int64, device="meta")
+    meta = {k: _meta_of(v) for k, v in p.items()}
+    args = (meta["a"], meta["c"], meta["offs"], meta["alpha"], meta["beta"], meta["prob"])
+    d_row, dprob, dbias = ct.grouped_gemm_dglu(*args, b_ptrs=ptrs, n=32, generate_dbias=True)
+    assert (d_row.shape, dprob.shape, dbias.shape) == ((512, 64), (512,), (2, 64))
+    with pytest.raises(ValueError, match="c_tensor: shape"):  # N from n, not from c
+        ct.grouped_gemm_dglu(*args, b_ptrs=ptrs, n=64)
+    with pytest.raises(TypeError, match="b_ptrs: dtype"):
+        ct.grouped_gemm_dglu(*args, b_ptrs=ptrs.int(), n=32)
+    with pytest.raises(ValueError, match="b_major"):
+        ct.grouped_gemm_dglu(*args, b_ptrs=ptrs, n=32, b_major="m")
+
+
+def test_compiled_call_with_bad_metadata_fails_at_trace():
+    """torch.compile traces the fake kernel: a call the contract refuses fails while
+    compiling (dynamo wraps the contract's error), before any kernel runs."""
+    p = make_problem()
+    p["alpha"] = p["alpha"][:2]
+    compiled = []
+
+    def backend(gm, example_inputs):  # reached only by a trace that succeeded
+        compiled.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    fn = torch.compile(lambda p: call(p)[0], fullgraph=True, backend=backend)
+    with pytest.raises(Exception, match="alpha_tensor: shape"):
+        fn(p)
+    torch._dynamo.reset()
+    assert not compiled
+
+
 def test_out_variant_bumps_version_counters():
     p = make_problem()
     d_row, dprob, dbias = _outs(p)

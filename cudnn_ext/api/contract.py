@@ -156,14 +156,16 @@ def dense_b_major(b: torch.Tensor, k_stored: int, *, allow_n_major: bool = True,
     raise ValueError(f"b_tensor: stride must be {allowed}{rule} for shape {tuple(b.shape)}, got {tuple(b.stride())}")
 
 
-def pointer_table(name: str, t) -> torch.Tensor:
-    """A per-expert pointer table: (L,) int64, contiguous, 8-byte aligned."""
+def pointer_table(name: str, t, pointers: bool = True) -> torch.Tensor:
+    """A per-expert pointer table: (L,) int64, contiguous, 8-byte aligned (``pointers``: its
+    address checked, see ``normalize``)."""
     t = require_tensor(name, t)
     check_dtype(name, t, (torch.int64,))
     if t.dim() != 1:
         raise ValueError(f"{name}: shape must be (L,), got {tuple(t.shape)}")
     check_contiguous_1d(name, t)
-    check_aligned(name, t, 8)
+    if pointers:
+        check_aligned(name, t, 8)
     return t
 
 
@@ -391,12 +393,15 @@ def _weight_mode(ops: Operands, n, b_dtype):
 
 
 def normalize(ops: Operands, cfg: CallConfig, *, n: Optional[int] = None, b_dtype: Optional[torch.dtype] = None,
-              d_dtype: Optional[torch.dtype] = None, generate_dbias: Optional[bool] = None):
+              d_dtype: Optional[torch.dtype] = None, generate_dbias: Optional[bool] = None,
+              pointers: bool = True):
     """Validate a call and return ``(problem, pack)``.
 
     ``pack`` maps slot names to canonical views of the caller's tensors. ``d_row`` (and
     ``dbias`` when ``generate_dbias``) may be absent: the wrapper passes ``d_dtype`` and
-    allocates them after validation.
+    allocates them after validation. ``pointers=False`` skips the data-pointer alignment rules
+    (tensors without real storage: the torch ops' fake kernels, whose fake tensors have no
+    address; their real run checks it).
     """
     for slot, t in vars(ops).items():
         if t is not None and slot != "norm_const" and not isinstance(t, torch.Tensor):
@@ -412,7 +417,7 @@ def normalize(ops: Operands, cfg: CallConfig, *, n: Optional[int] = None, b_dtyp
         from .contract_blockscaled import normalize_block_scaled
 
         return normalize_block_scaled(ops, cfg, mode=mode, n=n, b_dtype=bd, d_dtype=d_dtype,
-                                      generate_dbias=generate_dbias)
+                                      generate_dbias=generate_dbias, pointers=pointers)
     check_bf16_config(cfg, {"sfa_tensor": ops.sfa, "sfb_tensor": ops.sfb, "sfb_ptrs": ops.sfb_ptrs,
                             "d_col_tensor": ops.d_col, "sfd_row_tensor": ops.sfd_row, "sfd_col_tensor": ops.sfd_col,
                             "amax_tensor": ops.amax, "norm_const_tensor": ops.norm_const})
@@ -434,7 +439,7 @@ def normalize(ops: Operands, cfg: CallConfig, *, n: Optional[int] = None, b_dtyp
         b_major = dense_b_major(b, k)
         n, _, num_experts = b.shape
     else:
-        bp = pointer_table("b_ptrs", ops.b_ptrs)
+        bp = pointer_table("b_ptrs", ops.b_ptrs, pointers)
         if b_dtype != BF16:
             raise TypeError(f"b_dtype: must be bfloat16 with bfloat16 a_tensor, got {_fmt_dtype(b_dtype)}")
         num_experts = bp.shape[0]
@@ -480,10 +485,12 @@ def normalize(ops: Operands, cfg: CallConfig, *, n: Optional[int] = None, b_dtyp
         pack["activation"] = av
 
     device = check_same_device({ARG_NAMES[s]: pack.get(s) for s in pack} | {"b_tensor": ops.b, "b_ptrs": ops.b_ptrs})
-    for slot, t in pack.items():
-        check_aligned(ARG_NAMES[slot], t)
+    if pointers:
+        for slot, t in pack.items():
+            check_aligned(ARG_NAMES[slot], t)
+        if mode == "dense":
+            check_aligned("b_tensor", ops.b)
     if mode == "dense":
-        check_aligned("b_tensor", ops.b)
         pack["b"] = ops.b
     else:
         pack["b_ptrs"] = ops.b_ptrs

@@ -53,7 +53,8 @@ def _check_sf(slot: str, t, geometry: SfGeometry, m: int, sf_dtype) -> torch.Ten
     return geometry.view(t, m, name)
 
 
-def normalize_block_scaled(ops, cfg, *, mode: str, n, b_dtype, d_dtype, generate_dbias):
+def normalize_block_scaled(ops, cfg, *, mode: str, n, b_dtype, d_dtype, generate_dbias,
+                           pointers: bool = True):
     a = ops.a
     fp4 = a.dtype in C.FP4_DTYPES
     act = C.resolve_act(cfg, block_scaled=True)
@@ -104,14 +105,14 @@ def normalize_block_scaled(ops, cfg, *, mode: str, n, b_dtype, d_dtype, generate
             raise ValueError("sfb_ptrs: dense mode (b_tensor) takes sfb_tensor, not sfb_ptrs")
         pack["sfb"] = _check_sf("sfb", sfb, geometry("sfb"), m, sf_dtype)
     else:
-        bp = C.pointer_table("b_ptrs", ops.b_ptrs)
+        bp = C.pointer_table("b_ptrs", ops.b_ptrs, pointers)
         num_experts = bp.shape[0]
         if b_dtype != a.dtype and not (fp4 and b_dtype in C.FP4_DTYPES):
             raise TypeError(f"b_dtype: must match a_tensor's dtype {C._fmt_dtype(a.dtype)}, got {C._fmt_dtype(b_dtype)}")
         if fp4 and cfg.b_major != "k":
             raise ValueError(f"b_major: FP4 weights must be K-major ('k'), got {cfg.b_major!r}")
         b_major = cfg.b_major
-        sp = C.pointer_table("sfb_ptrs", ops.sfb_ptrs)
+        sp = C.pointer_table("sfb_ptrs", ops.sfb_ptrs, pointers)
         if tuple(sp.shape) != (num_experts,):
             raise ValueError(f"sfb_ptrs: shape must be (L,) = ({num_experts},), got {tuple(sp.shape)}")
         if ops.sfb is not None:
@@ -207,7 +208,7 @@ def normalize_block_scaled(ops, cfg, *, mode: str, n, b_dtype, d_dtype, generate
 
     device = C.check_same_device({C.ARG_NAMES[s]: t for s, t in pack.items()})
     for slot in ("a", "c", "d_row", "d_col", "b"):
-        if slot in pack:
+        if pointers and slot in pack:
             C.check_aligned(C.ARG_NAMES[slot], pack[slot])
     problem = DgluProblem(
         n=n, k=k, num_experts=num_experts, m=m, weight_mode=mode, b_major=b_major, ab_dtype=a.dtype,

@@ -56,26 +56,35 @@ _memo: Dict[Tuple, _Entry] = {}
 _lock = threading.Lock()
 
 
+def validate(a, c, b, b_ptrs, n, b_major, offsets, alpha, beta, prob, act: ActArgs,
+             generate_dbias: bool, d_dtype, out=None, pointers: bool = True):
+    """The contract's rules on one call's metadata (``contract.normalize``): ``(problem,
+    pack)``. ``b`` is the vendor's (N, K, L) view; ``out`` the caller's outputs, validated
+    like the class API's; ``pointers=False`` for tensors without addresses (the ops' fake
+    kernels)."""
+    cfg = dataclasses.replace(act, b_major=b_major)
+    if out is not None:
+        d_row, dprob, dbias = out
+        ops = contract.Operands(a=a, c=c, padded_offsets=offsets, alpha=alpha, beta=beta, prob=prob,
+                                d_row=d_row, dprob=dprob, dbias=dbias, b=b, b_ptrs=b_ptrs)
+    else:
+        # a stand-in dprob of the contract's shape: only its metadata is validated
+        ops = contract.Operands(a=a, c=c, padded_offsets=offsets, alpha=alpha, beta=beta, prob=prob,
+                                dprob=torch.empty(c.shape[0], dtype=torch.float32, device=c.device),
+                                b=b, b_ptrs=b_ptrs)
+    discrete = b_ptrs is not None
+    return contract.normalize(ops, cfg, n=n if discrete else None,
+                              b_dtype=torch.bfloat16 if discrete else None, d_dtype=d_dtype,
+                              generate_dbias=generate_dbias, pointers=pointers)
+
+
 def _entry(key, a, c, b, b_ptrs, n, b_major, offsets, alpha, beta, prob, act: ActArgs,
            generate_dbias: bool, d_dtype, engine, out=None) -> _Entry:
     e = _memo.get(key)
     if e is not None:
         return e
-    cfg = dataclasses.replace(act, b_major=b_major)
-    m = c.shape[0]
-    if out is not None:  # the caller's outputs are validated like the class API's
-        d_row, dprob, dbias = out
-        ops = contract.Operands(a=a, c=c, padded_offsets=offsets, alpha=alpha, beta=beta, prob=prob,
-                                d_row=d_row, dprob=dprob, dbias=dbias, b=b, b_ptrs=b_ptrs)
-    else:
-        # a stand-in zeroed dprob of the contract's shape: only its metadata is validated
-        ops = contract.Operands(a=a, c=c, padded_offsets=offsets, alpha=alpha, beta=beta, prob=prob,
-                                dprob=torch.empty(m, dtype=torch.float32, device=c.device), b=b,
-                                b_ptrs=b_ptrs)
-    discrete = b_ptrs is not None
-    problem, pack = contract.normalize(ops, cfg, n=n if discrete else None,
-                                       b_dtype=torch.bfloat16 if discrete else None, d_dtype=d_dtype,
-                                       generate_dbias=generate_dbias)
+    problem, pack = validate(a, c, b, b_ptrs, n, b_major, offsets, alpha, beta, prob, act,
+                             generate_dbias, d_dtype, out)
     # the same graph (and built plan) the wrapper and class API use for this call family
     with defer_compile():  # the functional path compiles only the variant it runs
         plan = graph_for_call(problem, pack, engine=engine).execution_plan

@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from ..api.contract import check_same_device
-from ._core import ActArgs, run, run_fast
+from ._core import ActArgs, run, run_fast, validate
 
 _LIB = "cudnn_ext"
 
@@ -172,43 +172,62 @@ _lib.impl("grouped_gemm_dglu_discrete_out", _discrete_out_impl, "CompositeExplic
 @torch.library.register_fake(f"{_LIB}::grouped_gemm_dglu_out", lib=_lib)
 def _(a, b, c, padded_offsets, alpha, beta, prob, d_row, dprob, dbias=None, act_func="dswiglu",
       linear_offset=None, geglu_alpha=1.702, glu_clamp_max=7.0, glu_clamp_min=-7.0):
-    _fake_check(a=a, b=b, c=c, padded_offsets=padded_offsets, alpha=alpha, beta=beta, prob=prob,
-                d_row=d_row, dprob=dprob, dbias=dbias)
+    _fake_check(a, c, padded_offsets, alpha, beta, prob, b=b, generate_dbias=dbias is not None,
+                act=(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min),
+                out=(d_row, dprob, dbias))
     return None
 
 
 @torch.library.register_fake(f"{_LIB}::grouped_gemm_dglu_discrete_out", lib=_lib)
 def _(a, b_ptrs, n, c, padded_offsets, alpha, beta, prob, d_row, dprob, dbias=None, b_major="k",
       act_func="dswiglu", linear_offset=None, geglu_alpha=1.702, glu_clamp_max=7.0, glu_clamp_min=-7.0):
-    _fake_check(a=a, b_ptrs=b_ptrs, c=c, padded_offsets=padded_offsets, alpha=alpha, beta=beta, prob=prob,
-                d_row=d_row, dprob=dprob, dbias=dbias)
+    _fake_check(a, c, padded_offsets, alpha, beta, prob, b_ptrs=b_ptrs, n=n, b_major=b_major,
+                generate_dbias=dbias is not None,
+                act=(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min),
+                out=(d_row, dprob, dbias))
     return None
 
 
 @torch.library.register_fake(f"{_LIB}::grouped_gemm_dglu", lib=_lib)
 def _(a, b, c, padded_offsets, alpha, beta, prob, act_func="dswiglu", linear_offset=None, geglu_alpha=1.702,
       glu_clamp_max=7.0, glu_clamp_min=-7.0, generate_dbias=False, d_dtype=None):
-    _fake_check(a=a, b=b, c=c, padded_offsets=padded_offsets, alpha=alpha, beta=beta, prob=prob)
-    _check_dense_b(b)
+    _fake_check(a, c, padded_offsets, alpha, beta, prob, b=b, generate_dbias=generate_dbias,
+                act=(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min), d_dtype=d_dtype)
     return _fake_outputs(c, b.shape[0], generate_dbias, d_dtype)
 
 
 @torch.library.register_fake(f"{_LIB}::grouped_gemm_dglu_discrete", lib=_lib)
 def _(a, b_ptrs, n, c, padded_offsets, alpha, beta, prob, b_major="k", act_func="dswiglu", linear_offset=None,
       geglu_alpha=1.702, glu_clamp_max=7.0, glu_clamp_min=-7.0, generate_dbias=False, d_dtype=None):
-    _fake_check(a=a, b_ptrs=b_ptrs, c=c, padded_offsets=padded_offsets, alpha=alpha, beta=beta, prob=prob)
+    _fake_check(a, c, padded_offsets, alpha, beta, prob, b_ptrs=b_ptrs, n=n, b_major=b_major,
+                generate_dbias=generate_dbias,
+                act=(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min), d_dtype=d_dtype)
     return _fake_outputs(c, b_ptrs.shape[0], generate_dbias, d_dtype)
 
 
-def _fake_check(**tensors) -> None:
-    """What the fake (meta) kernels check without data: one device for every tensor (one meta
-    tensor among real ones dispatches here, and the outputs would be uninitialized memory on
-    the real device) and C's rank, from which the outputs' shapes come. All-meta calls get
-    the rest of the contract on their real run."""
-    check_same_device(tensors)
-    c = tensors["c"]
+def _fake_check(a, c, padded_offsets, alpha, beta, prob, *, b=None, b_ptrs=None, n=None, b_major="k",
+                generate_dbias, act, d_dtype=None, out=None) -> None:
+    """The fake (meta) kernels' checks, before they hand out output shapes: one device for
+    every tensor first (one meta tensor among real ones dispatches here, and the outputs
+    would be uninitialized memory on the real device), then the whole contract on the
+    metadata (``_core.validate``, as the real kernels do; no data pointers: fake tensors have
+    none), so an invalid call fails when torch.compile traces it or on meta tensors, not
+    only on its real run. Symbolic sizes (dynamic shapes) get the device rule and C's rank
+    only: the contract's size rules would put guards on them; the real run checks them."""
+    ts = dict(a=a, b=b, b_ptrs=b_ptrs, c=c, padded_offsets=padded_offsets, alpha=alpha, beta=beta,
+              prob=prob)
+    if out is not None:
+        ts.update(d_row=out[0], dprob=out[1], dbias=out[2])
+    check_same_device(ts)
     if c.dim() not in (2, 3):
         raise ValueError(f"c: shape must be (M, 2N) or (M, 2N, 1), got {tuple(c.shape)}")
+    if b is not None:
+        _check_dense_b(b)
+    if not all(type(s) is int for t in ts.values() if t is not None for s in (*t.shape, *t.stride())):
+        return
+    validate(a, c, b.permute(1, 2, 0) if b is not None else None, b_ptrs, n, b_major, padded_offsets,
+             alpha, beta, prob, _act(*act), generate_dbias, d_dtype or torch.bfloat16, out,
+             pointers=False)
 
 
 def _fake_outputs(c, num_experts, generate_dbias, d_dtype):
