@@ -1,6 +1,6 @@
 """Each row run in a long stretch of calls while nvidia-smi samples SM clock and power.
 
-    python3 benchmarks/sustained.py dsv3 [--seconds 3] [--passes 2] [--variants t128c1m2,...]
+    python3 benchmarks/sustained.py dsv3 [--seconds 3] [--passes 2] [--variants engine,quack,t128c1m2,...]
         [--no-dbias] [--out F.json]
 
 Why: a row's median in bench_dglu.py can depend on what ran before it (the H200 lowers its
@@ -30,8 +30,8 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_dglu import (SHAPES, group_sizes, make_inputs, round_robin_order,  # noqa: E402
-                        run_cudnn_ext, run_grouped_mm, variant_knobs)
+from bench_dglu import (SHAPES, group_sizes, make_inputs, make_quack,  # noqa: E402
+                        round_robin_order, run_cudnn_ext, run_grouped_mm, variant_knobs)
 
 
 class SmiSampler:
@@ -135,7 +135,9 @@ def main():
     ap.add_argument("--passes", type=int, default=2)
     ap.add_argument("--settle", type=float, default=1.0,
                     help="seconds at the start of each stretch left out of the nvidia-smi figures")
-    ap.add_argument("--variants", default="t128c1m2h2,t256c4m2s3k")
+    ap.add_argument("--variants", default="t128c1m2h2,t256c4m2s3k",
+                    help="cudnn_ext knob sets (bench_dglu.variant_knobs), 'engine' (the "
+                         "engine's choice) and 'quack' (the quack peer), comma-separated")
     ap.add_argument("--no-dbias", action="store_true")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -146,7 +148,12 @@ def main():
         pack["dbias"] = None
     rows = {"torch_grouped_mm": run_grouped_mm(pack)}
     for v in filter(None, args.variants.split(",")):
-        rows[f"cudnn_ext[{v}]"] = run_cudnn_ext(pack, K, N, variant_knobs(v), dbias=dbias)[0]
+        if v == "engine":  # the engine's own choice
+            rows["cudnn_ext"] = run_cudnn_ext(pack, K, N, None, dbias=dbias)[0]
+        elif v == "quack":
+            rows["quack"] = make_quack(pack, N)
+        else:
+            rows[f"cudnn_ext[{v}]"] = run_cudnn_ext(pack, K, N, variant_knobs(v), dbias=dbias)[0]
     for fn in rows.values():
         fn()
     torch.cuda.synchronize()
