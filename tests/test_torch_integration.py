@@ -171,6 +171,39 @@ def test_compile_fullgraph_one_graph():
     assert any(n.target in (op, op.default) for n in counter.graphs[0].graph.nodes)
 
 
+@pytest.mark.parametrize("form", ["functional", "out", "discrete"])
+def test_compile_dynamic_sizes_one_graph(form):
+    """Valid calls under dynamic sizes: the fake kernels' contract check and the scalar checks
+    before dispatch trace into one graph (no graph break on symbolic sizes or floats), and a
+    second M reuses it; dgeglu's floats and a bool-free signature as a user writes them."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    kw = dict(act_func="dgeglu", geglu_alpha=1.5, glu_clamp_max=3.0, glu_clamp_min=-3.0)
+
+    def step(p, outs):
+        if form == "discrete":
+            return ct.grouped_gemm_dglu(p["a"], p["c"], p["offs"], p["alpha"], p["beta"], p["prob"],
+                                        b_ptrs=p["ptrs"], n=64, generate_dbias=True, **kw)
+        return call(p, generate_dbias=True, out=outs, **kw) if outs else call(p, generate_dbias=True, **kw)
+
+    counter = CompileCounterWithBackend("eager")
+    torch._dynamo.reset()
+    try:
+        compiled = torch.compile(step, fullgraph=True, backend=counter, dynamic=True)
+        for m, offsets in ((1024, (256, 256, 768)), (768, (256, 512, 768))):
+            p = make_problem(m=m, offsets=offsets)
+            weights = [p["b"][e].contiguous() for e in range(3)]
+            p["ptrs"] = ct.expert_pointers(weights)
+            outs = _outs(p, fill_d=0.0) if form == "out" else None
+            want = step(p, tuple(t.clone() for t in outs) if outs else None)
+            got = compiled(p, outs)
+            for g, w in zip(got, want):
+                torch.testing.assert_close(g, w, rtol=0, atol=0)
+    finally:
+        torch._dynamo.reset()
+    assert counter.frame_count == 1
+
+
 # --------------------------------------------------------------------------- out= variant
 def _outs(p, dbias=True, fill_d=float("nan")):
     m, two_n, L = p["c"].shape[0], p["c"].shape[1], p["b"].shape[0]
@@ -357,29 +390,42 @@ def test_meta_tensors_and_jit_trace_take_the_op():
     torch.testing.assert_close(traced(*args), call(p)[0], rtol=0, atol=0)
 
 
-#: metadata a real call refuses: (name, edit of the problem dict, outputs?); each case is
-#: refused by the CPU call and must be refused, with the same error, by the all-meta call
+#: calls a real (CPU) call refuses, by name: an edit of make_problem's inputs (None: the
+#: call itself differs, see _bad_call). Each must be refused with the same error when the
+#: tensors are meta (the fake kernels) and when torch.compile traces the call.
 _META_BAD = {
     "rows": lambda p: p.update(a=p["a"][:1000], c=p["c"][:1000], prob=p["prob"][:1000]),
-    "k": lambda p: p.update(a=p["a"][:, :30], b=p["b"][:, :, :30]),
+    "k": lambda p: p.update(a=p["a"][:, :30].contiguous(), b=p["b"][:, :, :30].contiguous()),
     "alpha": lambda p: p.update(alpha=p["alpha"][:2]),
     "prob_strided": lambda p: p.update(prob=torch.rand(1024, 2)[:, 0]),
     "c_dtype": lambda p: p.update(c=p["c"].to(torch.int32)),
+    "c_1d": lambda p: p.update(c=p["c"].reshape(-1)),
+    "c_0d": lambda p: p.update(c=p["c"][0, 0]),
     "offs_dtype": lambda p: p.update(offs=p["offs"].long()),
     "act": None,  # an unknown act_func
+    "geglu_alpha_bool": None,  # a bool where the schema coerces to float
+    "b_major_dense": None,  # b_major with dense weights
+    "d_dtype": None,  # an integer D dtype
     "d_row_shape": None,  # out= with a D of the wrong width
     "dbias_dtype": None,  # out= with an fp32 dbias
 }
 
 
-def _bad_call(p, case):
+def _bad_call(p, case, outs=None):
+    outs = outs or _outs
     if case == "act":
         return call(p, act_func="dfoo")
+    if case == "geglu_alpha_bool":
+        return call(p, act_func="dgeglu", geglu_alpha=True)
+    if case == "b_major_dense":
+        return call(p, b_major="n")
+    if case == "d_dtype":
+        return call(p, d_dtype=torch.int32)
     if case == "d_row_shape":
-        d_row, dprob, _ = _outs(p, dbias=False)
+        d_row, dprob, _ = outs(p, dbias=False)
         return call(p, out=(d_row[:, :64], dprob, None))
     if case == "dbias_dtype":
-        d_row, dprob, dbias = _outs(p)
+        d_row, dprob, dbias = outs(p)
         return call(p, generate_dbias=True, out=(d_row, dprob, dbias.float()))
     return call(p)
 
@@ -389,29 +435,67 @@ def _meta_of(t):
     return None if t is None else torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
 
 
-@pytest.mark.parametrize("case", sorted(_META_BAD))
-def test_meta_calls_get_the_contracts_errors(case):
-    """The fake kernels validate the whole contract on metadata: a call on meta tensors (and
-    so a torch.compile trace) refuses what the real call refuses, with its error, instead of
-    handing out output shapes."""
+def _meta_outs(p, **kw):
+    return tuple(_meta_of(t) for t in _outs(p, **kw))
+
+
+def _bad_problem(case):
     p = make_problem()
     if _META_BAD[case]:
         _META_BAD[case](p)
+    return p
+
+
+@pytest.mark.parametrize("case", sorted(_META_BAD))
+def test_meta_calls_get_the_contracts_errors(case):
+    """The fake kernels validate the whole contract on metadata: a call on meta tensors
+    refuses what the real call refuses, with its error, instead of handing out output
+    shapes."""
+    p = _bad_problem(case)
     with pytest.raises((ValueError, TypeError)) as real:
         _bad_call(p, case)
-    meta = {k: _meta_of(v) for k, v in p.items()}
-    if case in ("d_row_shape", "dbias_dtype"):  # the outputs on meta too
-        orig = _outs
-        globals()["_outs"] = lambda p, **kw: tuple(_meta_of(t) for t in orig(p, **kw))
-        try:
-            with pytest.raises(real.type) as got:
-                _bad_call(meta, case)
-        finally:
-            globals()["_outs"] = orig
-    else:
-        with pytest.raises(real.type) as got:
-            _bad_call(meta, case)
+    with pytest.raises(real.type) as got:
+        _bad_call({k: _meta_of(v) for k, v in p.items()}, case, _meta_outs)
     assert str(got.value) == str(real.value)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+@pytest.mark.parametrize("case", sorted(_META_BAD))
+def test_compiled_calls_fail_at_trace(case, dynamic):
+    """torch.compile traces the fake kernel (and the Python checks before it): a call the
+    contract refuses fails while compiling, before any graph exists, with static and with
+    dynamic sizes; with static sizes its error carries the real call's message (with
+    dynamic ones dynamo's message names the sizes' symbols, and only in verbose mode)."""
+    p = _bad_problem(case)
+    with pytest.raises((ValueError, TypeError)) as real:
+        _bad_call(p, case)
+    compiled = []
+
+    def backend(gm, example_inputs):  # reached only by a trace that succeeded
+        compiled.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    try:
+        fn = torch.compile(lambda p: _bad_call(p, case), fullgraph=True, backend=backend,
+                           dynamic=dynamic)
+        with pytest.raises(Exception) as got:
+            fn(p)
+    finally:
+        torch._dynamo.reset()
+    assert not compiled
+    if not dynamic:
+        assert str(real.value) in str(got.value)
+
+
+def test_trailing_unit_dims_run():
+    """The contract drops any trailing unit dims of a and c; the run reshapes them all."""
+    p = make_problem()
+    ref = call(p)[0]
+    q = dict(p, a=p["a"][:, :, None, None], c=p["c"][:, :, None, None])
+    torch.testing.assert_close(call(q)[0], ref, rtol=0, atol=0)
+    meta = {k: _meta_of(v) for k, v in q.items()}
+    assert call(meta)[0].shape == ref.shape
 
 
 def test_meta_discrete_calls_are_validated():
@@ -427,25 +511,12 @@ def test_meta_discrete_calls_are_validated():
         ct.grouped_gemm_dglu(*args, b_ptrs=ptrs.int(), n=32)
     with pytest.raises(ValueError, match="b_major"):
         ct.grouped_gemm_dglu(*args, b_ptrs=ptrs, n=32, b_major="m")
-
-
-def test_compiled_call_with_bad_metadata_fails_at_trace():
-    """torch.compile traces the fake kernel: a call the contract refuses fails while
-    compiling (dynamo wraps the contract's error), before any kernel runs."""
-    p = make_problem()
-    p["alpha"] = p["alpha"][:2]
-    compiled = []
-
-    def backend(gm, example_inputs):  # reached only by a trace that succeeded
-        compiled.append(gm)
-        return gm.forward
-
-    torch._dynamo.reset()
-    fn = torch.compile(lambda p: call(p)[0], fullgraph=True, backend=backend)
-    with pytest.raises(Exception, match="alpha_tensor: shape"):
-        fn(p)
-    torch._dynamo.reset()
-    assert not compiled
+    with pytest.raises(TypeError, match="n: expected an int, got bool"):
+        ct.grouped_gemm_dglu(*args, b_ptrs=ptrs, n=True)
+    outs = (torch.empty(512, 64, dtype=BF, device="meta"), torch.empty(512, device="meta"),
+            torch.empty(2, 64, device="meta"))  # an fp32 dbias
+    with pytest.raises(TypeError, match="out: dbias_tensor: dtype"):
+        ct.grouped_gemm_dglu(*args, b_ptrs=ptrs, n=32, generate_dbias=True, out=outs)
 
 
 def test_out_variant_bumps_version_counters():

@@ -105,9 +105,21 @@ def check_same_device(tensors: Dict[str, Optional[torch.Tensor]]) -> torch.devic
     return ref
 
 
-def check_finite(name: str, v, *, positive: bool = False) -> float:
+def check_d_dtype(d_dtype) -> None:
+    """D's dtype when the caller gives a dtype instead of a D tensor (BF16 contract)."""
+    if d_dtype not in CD_DTYPES:
+        raise TypeError(f"d_dtype: must be one of {_dtypes(CD_DTYPES)}, got "
+                        f"{_fmt_dtype(d_dtype) if isinstance(d_dtype, torch.dtype) else d_dtype!r}")
+
+
+def check_float_type(name: str, v) -> None:
+    """A Python number for a float argument (not a bool)."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise TypeError(f"{name}: expected a float, got {type(v).__name__}")
+
+
+def check_finite(name: str, v, *, positive: bool = False) -> float:
+    check_float_type(name, v)
     v = float(v)
     if not math.isfinite(v) or (positive and v <= 0):
         rule = "finite and > 0" if positive else "finite"
@@ -463,8 +475,7 @@ def normalize(ops: Operands, cfg: CallConfig, *, n: Optional[int] = None, b_dtyp
         d_dtype = d.dtype
     else:
         d_dtype = BF16 if d_dtype is None else d_dtype
-        if d_dtype not in CD_DTYPES:
-            raise TypeError(f"d_dtype: must be one of {_dtypes(CD_DTYPES)}, got {_fmt_dtype(d_dtype) if isinstance(d_dtype, torch.dtype) else d_dtype!r}")
+        check_d_dtype(d_dtype)
 
     pack.update(per_expert_vectors(ops, num_experts))
 

@@ -68,9 +68,11 @@ def validate(a, c, b, b_ptrs, n, b_major, offsets, alpha, beta, prob, act: ActAr
         ops = contract.Operands(a=a, c=c, padded_offsets=offsets, alpha=alpha, beta=beta, prob=prob,
                                 d_row=d_row, dprob=dprob, dbias=dbias, b=b, b_ptrs=b_ptrs)
     else:
-        # a stand-in dprob of the contract's shape: only its metadata is validated
+        # a stand-in dprob of the contract's shape: only its metadata is validated (a 0-d c
+        # gets one too; the contract names c)
+        m = c.shape[0] if c.dim() else 0
         ops = contract.Operands(a=a, c=c, padded_offsets=offsets, alpha=alpha, beta=beta, prob=prob,
-                                dprob=torch.empty(c.shape[0], dtype=torch.float32, device=c.device),
+                                dprob=torch.empty(m, dtype=torch.float32, device=c.device),
                                 b=b, b_ptrs=b_ptrs)
     discrete = b_ptrs is not None
     return contract.normalize(ops, cfg, n=n if discrete else None,
@@ -195,8 +197,9 @@ def run(a: torch.Tensor, c: torch.Tensor, offsets: torch.Tensor, alpha: torch.Te
         dbias = (alloc((problem.num_experts, two_n), dtype=torch.bfloat16, device=dev)
                  if generate_dbias else None)
     pack = {
-        "a": a.view(a.shape[0], a.shape[1]) if a.dim() == 3 else a,
-        "c": c.view(m, two_n) if c.dim() == 3 else c,
+        # (the contract drops any trailing unit dims: (M, K, 1), (M, K, 1, 1), ...)
+        "a": a.view(a.shape[0], a.shape[1]) if a.dim() != 2 else a,
+        "c": c.view(m, two_n) if c.dim() != 2 else c,
         "padded_offsets": offsets, "alpha": alpha, "beta": beta,
         "prob": prob.view(m) if prob.dim() != 1 else prob,
         "dprob": dprob, "d_row": d_row, "dbias": dbias,
@@ -293,7 +296,10 @@ def run_fast(sig, ts, out=None):
     dense weights or the pointer table), then for ``out=`` calls ``d_row, dprob`` and ``dbias``
     when given; plain ``torch.Tensor``s only (the caller checks). Alignment is checked on every
     call; a misaligned pointer returns None so that ``run`` raises the named error."""
-    slots = _fast.get((sig, ts[2].shape[0]))  # keyed by M too: one slot per key, typically
+    try:
+        slots = _fast.get((sig, ts[2].shape[0]))  # keyed by M too: one slot per key, typically
+    except IndexError:  # a 0-d c: the validated path names it
+        return None
     if slots is None:
         return None
     for s in slots:

@@ -27,13 +27,16 @@ Python functions below map it to None).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
 
+from ..api import contract
 from ..api.contract import check_same_device
+from ..problem import ACT_FUNCS
 from ._core import ActArgs, run, run_fast, validate
 
 _LIB = "cudnn_ext"
@@ -97,17 +100,18 @@ _lib.define("grouped_gemm_dglu_discrete(Tensor a, Tensor b_ptrs, int n, Tensor c
             f"Tensor alpha, Tensor beta, Tensor prob, str b_major='k', {_ACT_ARGS}) -> (Tensor, Tensor, Tensor)")
 
 
-def _check_dense_b(b: Tensor) -> None:
+def _vendor_b(b: Tensor) -> Tensor:
+    """The op's dense (L, N, K) weights as the contract's (N, K, L) view."""
     if b.dim() != 3:
         raise ValueError(f"b: shape must be (L, N, K), got {tuple(b.shape)}")
+    return b.permute(1, 2, 0)
 
 
 def _dense_impl(a: Tensor, b: Tensor, c: Tensor, padded_offsets: Tensor, alpha: Tensor, beta: Tensor,
                 prob: Tensor, act_func: str = "dswiglu", linear_offset: Optional[float] = None,
                 geglu_alpha: float = 1.702, glu_clamp_max: float = 7.0, glu_clamp_min: float = -7.0,
                 generate_dbias: bool = False, d_dtype: Optional[torch.dtype] = None, fast=None):
-    _check_dense_b(b)
-    d_row, dprob, dbias = run(a, c, padded_offsets, alpha, beta, prob, b=b.permute(1, 2, 0),
+    d_row, dprob, dbias = run(a, c, padded_offsets, alpha, beta, prob, b=_vendor_b(b),
                               act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min),
                               generate_dbias=generate_dbias, d_dtype=d_dtype or torch.bfloat16, fast=fast)
     return d_row, dprob, (dbias if dbias is not None else _empty_dbias(c.shape[1], c.device))
@@ -139,13 +143,27 @@ _lib.define("grouped_gemm_dglu_discrete_out(Tensor a, Tensor b_ptrs, int n, Tens
             f"Tensor alpha, Tensor beta, Tensor prob, {_OUTS}, str b_major='k', {_OUT_ACT}) -> ()")
 
 
+@contextlib.contextmanager
+def _out_named():
+    """An out= op's contract errors on its outputs carry ``out: `` (the contract names them
+    d_row_tensor, dprob_tensor, dbias_tensor). Raised inside the ops, real and fake, so a
+    compiled call's error (dynamo wraps the fake kernel's) reads the same."""
+    try:
+        yield
+    except (ValueError, TypeError) as exc:
+        msg = str(exc)
+        if any(s in msg for s in ("d_row_tensor", "dprob_tensor", "dbias_tensor")):
+            raise type(exc)(f"out: {msg}") from None
+        raise
+
+
 def _dense_out_impl(a, b, c, padded_offsets, alpha, beta, prob, d_row, dprob, dbias=None,
                     act_func="dswiglu", linear_offset=None, geglu_alpha=1.702, glu_clamp_max=7.0,
                     glu_clamp_min=-7.0, fast=None) -> None:
-    _check_dense_b(b)
-    run(a, c, padded_offsets, alpha, beta, prob, b=b.permute(1, 2, 0),
-        act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min),
-        generate_dbias=dbias is not None, out=(d_row, dprob, dbias), fast=fast)
+    with _out_named():
+        run(a, c, padded_offsets, alpha, beta, prob, b=_vendor_b(b),
+            act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min),
+            generate_dbias=dbias is not None, out=(d_row, dprob, dbias), fast=fast)
     _mutated((d_row, dprob, dbias))
 
 
@@ -159,9 +177,10 @@ def _mutated(tensors) -> None:
 def _discrete_out_impl(a, b_ptrs, n, c, padded_offsets, alpha, beta, prob, d_row, dprob, dbias=None,
                        b_major="k", act_func="dswiglu", linear_offset=None, geglu_alpha=1.702,
                        glu_clamp_max=7.0, glu_clamp_min=-7.0, fast=None) -> None:
-    run(a, c, padded_offsets, alpha, beta, prob, b_ptrs=b_ptrs, n=n, b_major=b_major,
-        act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min),
-        generate_dbias=dbias is not None, out=(d_row, dprob, dbias), fast=fast)
+    with _out_named():
+        run(a, c, padded_offsets, alpha, beta, prob, b_ptrs=b_ptrs, n=n, b_major=b_major,
+            act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min),
+            generate_dbias=dbias is not None, out=(d_row, dprob, dbias), fast=fast)
     _mutated((d_row, dprob, dbias))
 
 
@@ -172,69 +191,68 @@ _lib.impl("grouped_gemm_dglu_discrete_out", _discrete_out_impl, "CompositeExplic
 @torch.library.register_fake(f"{_LIB}::grouped_gemm_dglu_out", lib=_lib)
 def _(a, b, c, padded_offsets, alpha, beta, prob, d_row, dprob, dbias=None, act_func="dswiglu",
       linear_offset=None, geglu_alpha=1.702, glu_clamp_max=7.0, glu_clamp_min=-7.0):
-    _fake_check(a, c, padded_offsets, alpha, beta, prob, b=b, generate_dbias=dbias is not None,
-                act=(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min),
-                out=(d_row, dprob, dbias))
-    return None
+    with _out_named():
+        _fake_check(a, c, padded_offsets, alpha, beta, prob, b=b, generate_dbias=dbias is not None,
+                    act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min),
+                    out=(d_row, dprob, dbias))
 
 
 @torch.library.register_fake(f"{_LIB}::grouped_gemm_dglu_discrete_out", lib=_lib)
 def _(a, b_ptrs, n, c, padded_offsets, alpha, beta, prob, d_row, dprob, dbias=None, b_major="k",
       act_func="dswiglu", linear_offset=None, geglu_alpha=1.702, glu_clamp_max=7.0, glu_clamp_min=-7.0):
-    _fake_check(a, c, padded_offsets, alpha, beta, prob, b_ptrs=b_ptrs, n=n, b_major=b_major,
-                generate_dbias=dbias is not None,
-                act=(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min),
-                out=(d_row, dprob, dbias))
-    return None
+    with _out_named():
+        _fake_check(a, c, padded_offsets, alpha, beta, prob, b_ptrs=b_ptrs, n=n, b_major=b_major,
+                    generate_dbias=dbias is not None,
+                    act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min),
+                    out=(d_row, dprob, dbias))
 
 
 @torch.library.register_fake(f"{_LIB}::grouped_gemm_dglu", lib=_lib)
 def _(a, b, c, padded_offsets, alpha, beta, prob, act_func="dswiglu", linear_offset=None, geglu_alpha=1.702,
       glu_clamp_max=7.0, glu_clamp_min=-7.0, generate_dbias=False, d_dtype=None):
-    _fake_check(a, c, padded_offsets, alpha, beta, prob, b=b, generate_dbias=generate_dbias,
-                act=(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min), d_dtype=d_dtype)
-    return _fake_outputs(c, b.shape[0], generate_dbias, d_dtype)
+    problem = _fake_check(a, c, padded_offsets, alpha, beta, prob, b=b, generate_dbias=generate_dbias,
+                          act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min),
+                          d_dtype=d_dtype)
+    return _fake_outputs(c, problem)
 
 
 @torch.library.register_fake(f"{_LIB}::grouped_gemm_dglu_discrete", lib=_lib)
 def _(a, b_ptrs, n, c, padded_offsets, alpha, beta, prob, b_major="k", act_func="dswiglu", linear_offset=None,
       geglu_alpha=1.702, glu_clamp_max=7.0, glu_clamp_min=-7.0, generate_dbias=False, d_dtype=None):
-    _fake_check(a, c, padded_offsets, alpha, beta, prob, b_ptrs=b_ptrs, n=n, b_major=b_major,
-                generate_dbias=generate_dbias,
-                act=(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min), d_dtype=d_dtype)
-    return _fake_outputs(c, b_ptrs.shape[0], generate_dbias, d_dtype)
+    problem = _fake_check(a, c, padded_offsets, alpha, beta, prob, b_ptrs=b_ptrs, n=n, b_major=b_major,
+                          generate_dbias=generate_dbias,
+                          act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min),
+                          d_dtype=d_dtype)
+    return _fake_outputs(c, problem)
 
 
 def _fake_check(a, c, padded_offsets, alpha, beta, prob, *, b=None, b_ptrs=None, n=None, b_major="k",
-                generate_dbias, act, d_dtype=None, out=None) -> None:
-    """The fake (meta) kernels' checks, before they hand out output shapes: one device for
-    every tensor first (one meta tensor among real ones dispatches here, and the outputs
-    would be uninitialized memory on the real device), then the whole contract on the
-    metadata (``_core.validate``, as the real kernels do; no data pointers: fake tensors have
-    none), so an invalid call fails when torch.compile traces it or on meta tensors, not
-    only on its real run. Symbolic sizes (dynamic shapes) get the device rule and C's rank
-    only: the contract's size rules would put guards on them; the real run checks them."""
+                generate_dbias, act: ActArgs, d_dtype=None, out=None):
+    """The fake (meta) kernels' checks before they hand out output shapes; returns the call's
+    ``DgluProblem``. One device for every tensor first (one meta tensor among real ones
+    dispatches here, and the outputs would be uninitialized memory on the real device), then
+    the whole contract on the metadata (``_core.validate``, what the real kernels run), so an
+    invalid call fails on meta tensors and while torch.compile traces it, not only when it
+    runs. Not the data-pointer alignment: meta and fake tensors have no real address (the
+    real run checks it). With symbolic sizes the size rules add guards that only invalid
+    inputs fail (M % 256 == 0, K % 8 == 0, ...)."""
     ts = dict(a=a, b=b, b_ptrs=b_ptrs, c=c, padded_offsets=padded_offsets, alpha=alpha, beta=beta,
               prob=prob)
     if out is not None:
         ts.update(d_row=out[0], dprob=out[1], dbias=out[2])
     check_same_device(ts)
-    if c.dim() not in (2, 3):
-        raise ValueError(f"c: shape must be (M, 2N) or (M, 2N, 1), got {tuple(c.shape)}")
-    if b is not None:
-        _check_dense_b(b)
-    if not all(type(s) is int for t in ts.values() if t is not None for s in (*t.shape, *t.stride())):
-        return
-    validate(a, c, b.permute(1, 2, 0) if b is not None else None, b_ptrs, n, b_major, padded_offsets,
-             alpha, beta, prob, _act(*act), generate_dbias, d_dtype or torch.bfloat16, out,
-             pointers=False)
+    problem, _ = validate(a, c, _vendor_b(b) if b is not None else None, b_ptrs, n, b_major,
+                          padded_offsets, alpha, beta, prob, act, generate_dbias,
+                          d_dtype or torch.bfloat16, out, pointers=False)
+    return problem
 
 
-def _fake_outputs(c, num_experts, generate_dbias, d_dtype):
-    m, two_n = c.shape[0], c.shape[1]
-    d_row = c.new_empty((m, two_n), dtype=d_dtype or torch.bfloat16)
+def _fake_outputs(c, problem):
+    m, two_n = c.shape[0], c.shape[1]  # (symbolic sizes stay the tensors')
+    d_row = c.new_empty((m, two_n), dtype=problem.d_dtype)
     dprob = c.new_empty((m,), dtype=torch.float32)
-    dbias = c.new_empty((num_experts if generate_dbias else 0, two_n), dtype=torch.bfloat16)
+    dbias = c.new_empty((problem.num_experts if problem.generate_dbias else 0, two_n),
+                        dtype=torch.bfloat16)
     return d_row, dprob, dbias
 
 
@@ -304,6 +322,8 @@ def grouped_gemm_dglu(
     common = dict(act, generate_dbias=generate_dbias, d_dtype=d_dtype)
     if direct:
         common["fast"] = (sig, ts)
+    else:
+        _check_scalars(n, b_major, act, d_dtype)
     if b is not None:
         fn = _dense_impl if direct else torch.ops.cudnn_ext.grouped_gemm_dglu
         d_row, dprob, dbias = fn(a, b, c, padded_offsets, alpha, beta, prob, **common)
@@ -334,19 +354,34 @@ def _call_out(a, c, padded_offsets, alpha, beta, prob, b, b_ptrs, n, b_major, ou
     direct = _direct_ok(ts)
     if direct:
         act = dict(act, fast=(sig, ts))
-    try:
-        if b is not None:
-            fn = _dense_out_impl if direct else torch.ops.cudnn_ext.grouped_gemm_dglu_out
-            fn(a, b, c, padded_offsets, alpha, beta, prob, d_row, dprob, dbias, **act)
-        else:
-            fn = _discrete_out_impl if direct else torch.ops.cudnn_ext.grouped_gemm_dglu_discrete_out
-            fn(a, b_ptrs, n, c, padded_offsets, alpha, beta, prob, d_row, dprob, dbias, b_major=b_major, **act)
-    except (ValueError, TypeError) as exc:
-        msg = str(exc)
-        if any(s in msg for s in ("d_row_tensor", "dprob_tensor", "dbias_tensor")):
-            raise type(exc)(f"out: {msg}") from None
-        raise
+    else:
+        _check_scalars(n, b_major, act, None)
+    if b is not None:
+        fn = _dense_out_impl if direct else torch.ops.cudnn_ext.grouped_gemm_dglu_out
+        fn(a, b, c, padded_offsets, alpha, beta, prob, d_row, dprob, dbias, **act)
+    else:
+        fn = _discrete_out_impl if direct else torch.ops.cudnn_ext.grouped_gemm_dglu_discrete_out
+        fn(a, b_ptrs, n, c, padded_offsets, alpha, beta, prob, d_row, dprob, dbias, b_major=b_major, **act)
     return outs
+
+
+def _check_scalars(n, b_major, act: dict, d_dtype) -> None:
+    """The contract's type rules on the non-tensor arguments of a call that goes through the
+    dispatcher (torch.compile, meta tensors, modes): the op's schema would coerce them first
+    (True to 1.0 for a float, to 1 for an int) or refuse them with its own message, so the
+    kernels, fake or real, would not see what the caller gave. Their values are the
+    kernels' to check (the schema keeps them; torch.compile may trace the floats as
+    symbols, which value checks here would break on). A direct eager call passes the
+    arguments as given and the contract checks them there."""
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int)):
+        raise TypeError(f"n: expected an int, got {type(n).__name__}")
+    contract.check_choice("b_major", b_major, ("k", "n"))
+    contract.check_choice("act_func", act["act_func"], ACT_FUNCS)
+    for name in ("geglu_alpha", "glu_clamp_max", "glu_clamp_min", "linear_offset"):
+        if act[name] is not None or name != "linear_offset":
+            contract.check_float_type(name, act[name])
+    if d_dtype is not None:
+        contract.check_d_dtype(d_dtype)
 
 
 def expert_pointers(weights) -> Tensor:
