@@ -73,51 +73,81 @@ def sub_pack(sizes, K, N, whole):
     return pack
 
 
-def plan_fn(pack, K, N, variant, ctas=None, stream=None):
-    """(fn, plan) of the SM90 plan with the variant's knobs, optionally on ``ctas`` CTAs."""
-    plan, ws, _, _ = build_plan(pack, K, N, variant_knobs(variant))
+def plan_fn(pack, K, N, variant, ctas=None, trace=0):
+    """(fn, plan, workspace) of the SM90 plan with the variant's knobs, optionally on
+    ``ctas`` CTAs and with the ``trace`` knob; ``fn(stream=None)`` executes it."""
+    from cudnn_ext.engines.base import Knobs
+
+    knobs = variant_knobs(variant)
+    if trace:
+        knobs = Knobs.of(**dict(knobs.values), trace=trace)
+    plan, ws, _, _ = build_plan(pack, K, N, knobs)
     if ctas is not None:
         plan._resident_ctas = lambda idx: ctas  # the persistent grid: only these SMs
-    return (lambda s=None: plan.execute(pack, ws, s or stream or torch.cuda.current_stream())), plan
+    return (lambda s=None: plan.execute(pack, ws, s or torch.cuda.current_stream())), plan, ws
 
 
-def trace_dual(name, args, p2_spec):
+def run_both(f1, f2, side, spin_cycles=0):
+    """P1 (``f1``) on the current stream, then P2 (``f2``) on ``side`` after an optional spin
+    kernel (P1's clusters placed first), both after the current stream's earlier work; the
+    current stream waits for P2."""
+    main_s = torch.cuda.current_stream()
+    fork, join = torch.cuda.Event(), torch.cuda.Event()
+    fork.record(main_s)
+    f1(main_s)
+    side.wait_event(fork)
+    if spin_cycles:
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(spin_cycles)
+    f2(side)
+    join.record(side)
+    main_s.wait_event(join)
+
+
+def spin_cycles(delay_us):
+    return int(delay_us * 1800)  # cycles at about 1.8 GHz: only an order
+
+
+def mid_split(sizes, sms):
+    """P2's slabs at the middle split: the slabs' share of 12 SMs (at least one)."""
+    return max(1, round(sum(sizes) // SLAB * 12 / sms))
+
+
+def parse_p2(text):
+    """--p2's VARIANT:CTAS:DELAY_US entries as (variant, ctas, delay_us) tuples."""
+    return [(v, int(c), float(d)) for v, c, d in (x.split(":") for x in text.split(","))]
+
+
+def write_json(out, argv, rows):
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    command = " ".join([os.path.basename(sys.argv[0])] + (argv or sys.argv[1:]))
+    with open(out, "w") as f:
+        json.dump(dict(command=command, device=torch.cuda.get_device_name(),
+                       date=datetime.date.today().isoformat(), torch=torch.__version__,
+                       rows=rows), f, indent=1)
+
+
+def trace_dual(name, p2_spec):
     """One dual launch with the kernels' ``trace`` stamps: when each CTA of P1 and of P2
     starts and ends (globaltimer, us after P1's first start), so a P2 that waits for P1's
     SMs shows as P2 CTAs starting late. Returns a row."""
-    from cudnn_ext.engines.base import Knobs
-
     L, per, K, N = SHAPES[name] if name in SHAPES else EXTRA_SHAPES[name]
     sizes = group_sizes(name, L, per)
     torch.manual_seed(0)
     whole = make_inputs(sizes, K, N)
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    x = max(1, round(sum(sizes) // SLAB * 12 / sms))
+    x = mid_split(sizes, torch.cuda.get_device_properties(0).multi_processor_count)
     s1, s2 = split_slabs(sizes, x)
     v2, ctas, delay = p2_spec
-    plans = []
-    for sizes_i, v, c in ((s1, "t128c1m2n2h2", None), (s2, v2, ctas)):
-        pack = sub_pack(sizes_i, K, N, whole)
-        knobs = Knobs.of(**dict(variant_knobs(v).values), trace=64)
-        plan, ws, _, _ = build_plan(pack, K, N, knobs)
-        if c is not None:
-            plan._resident_ctas = lambda idx, c=c: c
-        plans.append((plan, pack, ws))
+    (f1, plan1, ws1), (f2, plan2, ws2) = (
+        plan_fn(sub_pack(s1, K, N, whole), K, N, "t128c1m2n2h2", trace=64),
+        plan_fn(sub_pack(s2, K, N, whole), K, N, v2, ctas=ctas, trace=64))
     side = torch.cuda.Stream()
-    main_s = torch.cuda.current_stream()
     for _ in range(3):
-        fork = torch.cuda.Event()
         torch.cuda._sleep(1_000_000)
-        fork.record(main_s)
-        plans[0][0].execute(plans[0][1], plans[0][2], main_s)
-        side.wait_event(fork)
-        if delay:
-            with torch.cuda.stream(side):
-                torch.cuda._sleep(int(delay * 1800))
-        plans[1][0].execute(plans[1][1], plans[1][2], side)
+        run_both(f1, f2, side, spin_cycles(delay))
         torch.cuda.synchronize()
     spans = []
-    for plan, _, ws in plans:
+    for plan, ws in ((plan1, ws1), (plan2, ws2)):
         tr = plan.read_trace(ws).tolist()
         spans.append([(blk[0][0][0], blk[0][0][2]) for blk in tr if blk[0][0][0]])
     t0 = min(a for a, _ in spans[0])
@@ -151,15 +181,11 @@ def main(argv=None):
                          "split, per --p2 spec (when each CTA of P1 and P2 ran)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
+    specs = parse_p2(args.p2)
     if args.trace:
-        specs = [(v, int(c), float(d)) for v, c, d in (x.split(":") for x in args.p2.split(","))]
-        rows = [trace_dual(name, args, spec) for name in args.shapes.split(",") for spec in specs]
-        with open(args.out, "w") as f:
-            json.dump(dict(command=" ".join([os.path.basename(sys.argv[0])] + (argv or sys.argv[1:])),
-                           device=torch.cuda.get_device_name(),
-                           date=datetime.date.today().isoformat(), rows=rows), f, indent=1)
+        write_json(args.out, argv, [trace_dual(name, spec) for name in args.shapes.split(",")
+                                    for spec in specs])
         return
-    dev = torch.cuda.get_device_name()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     rows = []
     for name in args.shapes.split(","):
@@ -171,12 +197,11 @@ def main(argv=None):
         fns, info = {}, {}
         fns["engine"], extra = run_cudnn_ext(whole, K, N)
         info["engine"] = dict(knobs=extra["knobs"])
-        fns["pp2x1"], _ = plan_fn(whole, K, N, "t128c1m2h2")
-        fns["pp2x2"], p22 = plan_fn(whole, K, N, "t128c1m2n2h2")
+        fns["pp2x1"] = plan_fn(whole, K, N, "t128c1m2h2")[0]
+        fns["pp2x2"], p22, _ = plan_fn(whole, K, N, "t128c1m2n2h2")
         clusters1 = p22._resident_ctas(0) // 4
-        specs = [(v, int(c), float(d)) for v, c, d in (x.split(":") for x in args.p2.split(","))]
         slabs = sum(sizes) // SLAB
-        x0 = max(1, round(slabs * 12 / sms))
+        x0 = mid_split(sizes, sms)
         if args.splits == "auto":
             cands = sorted({max(1, x) for x in (x0 - 1, x0, x0 + 1)})
         elif args.splits == "mid":
@@ -187,27 +212,16 @@ def main(argv=None):
         for x in cands:
             s1, s2 = split_slabs(sizes, x)
             p1, p2 = sub_pack(s1, K, N, whole), sub_pack(s2, K, N, whole)
-            f1, _ = plan_fn(p1, K, N, "t128c1m2n2h2")
+            f1 = plan_fn(p1, K, N, "t128c1m2n2h2")[0]
             fns[f"p1[{x}]"] = f1
             info[f"p1[{x}]"] = dict(p2_slabs=x, rows1=sum(s1), rows2=sum(s2))
             for v, ctas, delay in specs:
                 cl = dict(variant_knobs(v).values)["cluster_m"]
                 r1, r2 = rounds(s1, s2, n_tiles, clusters1, ctas, cl)
-                f2, _ = plan_fn(p2, K, N, v, ctas=ctas)
-                fork, join = torch.cuda.Event(), torch.cuda.Event()
-                spin = int(delay * 1800)  # cycles at about 1.8 GHz: only an order
+                f2 = plan_fn(p2, K, N, v, ctas=ctas)[0]
 
-                def dual(f1=f1, f2=f2, fork=fork, join=join, spin=spin):
-                    main_s = torch.cuda.current_stream()
-                    fork.record(main_s)
-                    f1(main_s)
-                    side.wait_event(fork)
-                    if spin:
-                        with torch.cuda.stream(side):
-                            torch.cuda._sleep(spin)
-                    f2(side)
-                    join.record(side)
-                    main_s.wait_event(join)
+                def dual(f1=f1, f2=f2, spin=spin_cycles(delay)):
+                    run_both(f1, f2, side, spin)
 
                 tag = f"{x}:{v}:{ctas}:{delay:g}"
                 fns[f"p2[{tag}]"], fns[f"dual[{tag}]"] = f2, dual
@@ -226,12 +240,7 @@ def main(argv=None):
             print(json.dumps(row), flush=True)
         del fns, whole
         torch.cuda.empty_cache()
-    date = datetime.date.today().isoformat()
-    command = " ".join([os.path.basename(sys.argv[0])] + (argv or sys.argv[1:]))
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(dict(command=command, device=dev, date=date, torch=torch.__version__,
-                       rows=rows), f, indent=1)
+    write_json(args.out, argv, rows)
     print(f"\n{'shape':8s} {'row':34s} {'ms':>8s} {'vs pp2x1':>8s}")
     for r in rows:
         base = next(x["ms"] for x in rows if x["shape"] == r["shape"] and x["impl"] == "pp2x1")
