@@ -856,10 +856,13 @@ _COOP_SELECTABLE = [("dswiglu", torch.bfloat16, torch.float16, "k", False, 2048)
                     ("dswiglu", torch.bfloat16, torch.bfloat16, "k", False, 7168)]
 
 
+def _coop_case_ids(cases):
+    return [f"{a}-C{_DT[c]}-D{_DT[d]}-{b}major-dbias{int(db)}-K{k}" for a, c, d, b, db, k in cases]
+
+
 @needs_dsl
 @pytest.mark.parametrize("act,c,d,b_major,dbias,k", _COOP_SELECTABLE,
-                         ids=[f"{a}-C{_DT[c]}-D{_DT[d]}-{b}major-dbias{int(db)}-K{k}"
-                              for a, c, d, b, db, k in _COOP_SELECTABLE])
+                         ids=_coop_case_ids(_COOP_SELECTABLE))
 def test_selectable_cooperative_variant_compiles_for_sm90a(act, c, d, b_major, dbias, k, capfd):
     from cudnn_ext.engines.sm90 import cooperative_knobs
 
@@ -886,8 +889,7 @@ _DISC_COOP_SELECTABLE = [("dswiglu", torch.bfloat16, torch.bfloat16, "k", True, 
 
 @needs_dsl
 @pytest.mark.parametrize("act,c,d,b_major,dbias,k", _DISC_COOP_SELECTABLE,
-                         ids=[f"{a}-C{_DT[c]}-D{_DT[d]}-{b}major-dbias{int(db)}-K{k}"
-                              for a, c, d, b, db, k in _DISC_COOP_SELECTABLE])
+                         ids=_coop_case_ids(_DISC_COOP_SELECTABLE))
 def test_selectable_discrete_cooperative_variant_compiles_for_sm90a(act, c, d, b_major, dbias, k,
                                                                     capfd):
     """Per-expert weights (device-built descriptors) on the cooperative kernel, which the

@@ -377,9 +377,10 @@ def _check_scalars(n, b_major, act: dict, d_dtype) -> None:
         raise TypeError(f"n: expected an int, got {type(n).__name__}")
     contract.check_choice("b_major", b_major, ("k", "n"))
     contract.check_choice("act_func", act["act_func"], ACT_FUNCS)
-    for name in ("geglu_alpha", "glu_clamp_max", "glu_clamp_min", "linear_offset"):
-        if act[name] is not None or name != "linear_offset":
-            contract.check_float_type(name, act[name])
+    for name in ("geglu_alpha", "glu_clamp_max", "glu_clamp_min"):
+        contract.check_float_type(name, act[name])
+    if act["linear_offset"] is not None:  # None: the activation's default
+        contract.check_float_type("linear_offset", act["linear_offset"])
     if d_dtype is not None:
         contract.check_d_dtype(d_dtype)
 
