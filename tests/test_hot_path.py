@@ -129,7 +129,7 @@ def test_call_config_hash_is_cached_and_consistent_with_equality():
 
 def test_launch_stream_off_gpu_is_none():
     """CPU tensors have no stream: the wrapper/class API enter no stream context for them."""
-    from cudnn_ext.api.streams import launch_stream, stream_key
+    from cudnn_ext.runtime.streams import launch_stream, stream_key
 
     cpu = torch.device("cpu")
     assert launch_stream(None, cpu) is None

@@ -10,10 +10,11 @@ import torch
 
 import cudnn_ext as cudnn
 from cudnn_ext.engines import heuristics, registry
-from cudnn_ext.engines.base import CompiledPlan, Engine, Knobs, WorkspaceRequest
+from cudnn_ext.engines.base import CompiledPlan, Engine, Knobs
+from cudnn_ext.runtime.workspace import WorkspaceRequest
 from cudnn_ext.errors import EngineDeclined, NoEngineError
 from cudnn_ext.plan import serialize as serdes
-from cudnn_ext.plan.workspace import WorkspaceLayout
+from cudnn_ext.runtime.workspace import WorkspaceLayout
 from cudnn_ext.reference.grouped_dglu import grouped_dglu_reference
 from test_graph import L, M, N, build_graph, make_case, output_buffers, run_graph, wrapper_result
 
@@ -95,9 +96,9 @@ def test_fallback_alone_and_strings_still_work(fake):
     g.create_execution_plans([cudnn.HeurMode.FALLBACK])
     assert [g.get_plan_name_at_index(i) for i in range(g.get_execution_plan_count())] == ["reference[compute=float32]"]
     problem = g.problem
-    assert [c.engine.name for c in registry.rank(problem, ("A",))][:1] == ["fake_fast"]
+    assert [c.engine.name for c in heuristics.rank(problem, ("A",))][:1] == ["fake_fast"]
     with pytest.raises(ValueError, match="heuristics mode: expected 'A' or 'FALLBACK', got 'B'"):
-        registry.rank(problem, ("B",))
+        heuristics.rank(problem, ("B",))
 
 
 def test_no_engine_error_lists_every_engines_reason(fake):

@@ -78,7 +78,7 @@ def test_discrete_workspace_layout(dbias):
     plans keep one scratch region of the dbias sums and counters. The dbias region is what
     a launch leaves zero (``zeroed_region``)."""
     from cudnn_ext.engines.sm90 import Sm90Plan
-    from cudnn_ext.plan.workspace import WorkspaceLayout
+    from cudnn_ext.runtime.workspace import WorkspaceLayout
 
     knobs = Knobs.of(tile_n=128)
     for L in (1, 3, 64):

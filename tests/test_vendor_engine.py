@@ -19,7 +19,8 @@ import cudnn_ext as cudnn
 from cudnn_ext.api import contract
 from cudnn_ext.engines import vendor
 from cudnn_ext.engines.base import Knobs
-from cudnn_ext.engines.registry import ENGINES, decline_reasons, engine_by_name
+from cudnn_ext.engines.heuristics import decline_reasons
+from cudnn_ext.engines.registry import ENGINES, engine_by_name
 from cudnn_ext.quant import quantize_mxfp8, quantize_nvfp4
 from cudnn_ext.quant.sf_layout import empty_sf
 

@@ -18,10 +18,10 @@ import torch
 
 from ..errors import NoEngineError
 from ..plan import ExecutionPlan
-from ..plan.workspace import check_workspace
+from ..runtime.workspace import check_workspace
 from ..problem import DgluProblem
 from . import contract, hot_path
-from .streams import capturing, launch_stream, on_stream, stream_key
+from ..runtime.streams import capturing, launch_stream, on_stream, stream_key
 
 
 #: the contract's argument names -> the class API's sample arguments, for its error messages

@@ -15,7 +15,7 @@ import torch
 from ..graph.from_call import graph_for_call
 from ..problem import DgluProblem
 from . import contract, contract_blockscaled, hot_path
-from .streams import launch_stream, on_stream
+from ..runtime.streams import launch_stream, on_stream
 from .tupledict import TupleDict
 
 RESULT_KEYS = ("d_row_tensor", "d_col_tensor", "dprob_tensor", "dbias_tensor", "amax_tensor",

@@ -11,7 +11,7 @@ Owns the protocol only (no engine, no heuristics). An engine
 
 A :class:`CompiledPlan` owns its compiled kernel and declares its workspace, either as one
 size (``workspace_size``) or as named regions (``workspace_requests()``: the plan's layout,
-carved by ``cudnn_ext.plan.workspace``; see docs/graph.md). ``execute`` takes
+carved by ``cudnn_ext.runtime.workspace``; see docs/graph.md). ``execute`` takes
 the canonical variant pack (``cudnn_ext.problem.SLOTS``), a workspace buffer of at least
 ``workspace_size`` bytes (or ``None`` when that is 0) and a stream; it allocates nothing the
 caller would see and must not synchronize with the host on a GPU engine.
@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, NamedTuple, Optional, Sequence
 
 from ..problem import DgluProblem
+from ..runtime.workspace import WorkspaceRequest
 
 
 @dataclass(frozen=True)
@@ -43,19 +44,6 @@ class Knobs:
         return self.as_dict().get(name, default)
 
 
-class WorkspaceRequest(NamedTuple):
-    """One named region of a plan's workspace: ``nbytes`` at an ``align``-byte boundary.
-
-    Sizes depend on the problem family only, never on the token count M (a plan's workspace
-    is sized once, at build time). Standard names: ``sched_counter`` (int32 tile counter of
-    the dynamic scheduler), ``b_descriptors`` (one TMA descriptor per expert for discrete
-    weights), ``dbias_partials`` (fp32 L x 2N sums rounded once into the bf16 dbias),
-    ``dprob_partials`` (fp32 per-slot dprob sums of a deterministic reduction).
-    """
-
-    name: str
-    nbytes: int
-    align: int = 128
 
 
 _deferred = threading.local()
@@ -93,7 +81,7 @@ class CompiledPlan(abc.ABC):
         """The regions this plan needs, in layout order. The default is one ``scratch``
         region of ``workspace_size`` bytes at offset 0 (what a plan that only overrides
         ``workspace_size`` expects); a plan that overrides this reads its regions' offsets
-        from ``cudnn_ext.plan.workspace.WorkspaceLayout.of(self.workspace_requests())``."""
+        from ``cudnn_ext.runtime.workspace.WorkspaceLayout.of(self.workspace_requests())``."""
         size = int(self.workspace_size)
         return [WorkspaceRequest("scratch", size)] if size else []
 

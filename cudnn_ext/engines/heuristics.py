@@ -20,6 +20,8 @@ import torch
 from ..errors import NoEngineError
 from ..problem import DgluProblem
 from .base import Engine, Knobs
+from .reference import ReferenceEngine
+from .registry import ENGINES, Candidate
 
 
 class HeurMode(str, enum.Enum):
@@ -41,10 +43,10 @@ def as_mode(mode) -> HeurMode:
         raise ValueError(f"heuristics mode: expected 'A' or 'FALLBACK', got {mode!r}") from None
 
 
-def decline_reasons(problem: DgluProblem, engines: Iterable[Engine]) -> dict:
+def decline_reasons(problem: DgluProblem, engines: Iterable[Engine] = None) -> dict:
     """{engine name: [reasons]} for every engine that cannot run ``problem`` here."""
     out = {}
-    for eng in engines:
+    for eng in (engines if engines is not None else ENGINES):
         why = eng.available()
         reasons = [why] if why else list(eng.check_support(problem))
         if reasons:
@@ -54,9 +56,6 @@ def decline_reasons(problem: DgluProblem, engines: Iterable[Engine]) -> dict:
 
 def rank(problem: DgluProblem, modes: Sequence = DEFAULT_MODES, engines: Iterable[Engine] = None):
     """Candidates in preference order; raises :class:`NoEngineError` if there are none."""
-    from .registry import ENGINES, Candidate
-    from .reference import ReferenceEngine
-
     engines = list(engines if engines is not None else ENGINES)
     modes = [as_mode(m) for m in modes]
     declined = decline_reasons(problem, engines)

@@ -1,16 +1,15 @@
-"""The engine registry and plan ranking.
+"""The engine registry.
 
 Owns which engines exist (a static, ordered table; engines import their heavy dependencies
 lazily; ``register_engine`` adds one at run time, e.g. a test's fake engine) and their lookup
-by name or id. Ranking lives in ``cudnn_ext.engines.heuristics`` (``rank`` here delegates).
+by name or id. Ranking lives in ``cudnn_ext.engines.heuristics``, which imports this module.
 It knows nothing of graphs or of the user-facing API.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, List, Sequence
+from typing import List
 
-from ..problem import DgluProblem
 from .base import Engine, Knobs
 from .reference import ReferenceEngine
 
@@ -69,18 +68,3 @@ class Candidate:
     cost_us: float
     mode: str
 
-
-def decline_reasons(problem: DgluProblem, engines: Iterable[Engine] = None) -> dict:
-    """{engine name: [reasons]} for every engine that cannot run ``problem`` here."""
-    from .heuristics import decline_reasons as _decline
-
-    return _decline(problem, engines if engines is not None else ENGINES)
-
-
-def rank(problem: DgluProblem, modes: Sequence[str] = ("A", "FALLBACK"),
-         engines: Iterable[Engine] = None) -> List[Candidate]:
-    """Candidates in preference order (see ``cudnn_ext.engines.heuristics``); raises
-    :class:`NoEngineError` if there are none."""
-    from .heuristics import rank as _rank
-
-    return _rank(problem, modes, engines if engines is not None else ENGINES)

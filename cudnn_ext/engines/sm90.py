@@ -23,10 +23,10 @@ from typing import Dict, Optional
 
 import torch
 
-from ..api.streams import current_device_index, current_stream_handle
 from ..problem import DgluProblem
-from ..plan.workspace import WorkspaceLayout
-from .base import CompiledPlan, Engine, Knobs, WorkspaceRequest, compile_deferred
+from ..runtime.streams import current_device_index, current_stream_handle
+from ..runtime.workspace import WorkspaceLayout, WorkspaceRequest
+from .base import CompiledPlan, Engine, Knobs, compile_deferred
 
 _DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 _AB_DTYPES = (torch.bfloat16, torch.float16)

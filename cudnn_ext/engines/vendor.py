@@ -38,7 +38,8 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 import torch
 
 from ..problem import DgluProblem
-from .base import CompiledPlan, Engine, Knobs, WorkspaceRequest
+from ..runtime.workspace import WorkspaceRequest
+from .base import CompiledPlan, Engine, Knobs
 
 VENDOR_MODULE = "cudnn"
 VENDOR_DIST = "nvidia-cudnn-frontend"

@@ -419,8 +419,8 @@ class Graph:
         caller-owned ``workspace`` of ``get_workspace_size()`` bytes (None when that is 0)
         on ``stream`` (None: the current stream). Outputs are written in place; ``dprob``
         and ``dbias`` accumulate."""
-        from ..api.streams import launch_stream, on_stream
-        from ..plan.workspace import check_workspace
+        from ..runtime.streams import launch_stream, on_stream
+        from ..runtime.workspace import check_workspace
 
         plan = self.execution_plan
         pack = self._binder.bind(variant_pack)
@@ -435,7 +435,7 @@ class Graph:
         and return ``[(plan name, milliseconds)]`` in plan order. GPU only: on CPU it raises
         ``RuntimeError`` and the heuristic choice stays. Accumulated outputs (dprob, dbias, amax) are
         restored afterwards; d_row holds the last timed plan's result."""
-        from ..api.streams import as_torch_stream
+        from ..runtime.streams import as_torch_stream
         from ..engines.heuristics import autotune_times
 
         if self._plans is None:

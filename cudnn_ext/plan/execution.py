@@ -4,7 +4,7 @@ Owns the walk over ranked candidates (build the first that succeeds; a decline, 
 package or an unsupported configuration advances to the next) and
 :class:`PlanSet`: the ranked list of one graph with its selection, filters and built plans
 (what ``Graph.create_execution_plans``/``build_plans``/``autotune`` drive). A plan's workspace
-layout is ``cudnn_ext.plan.workspace``'s.
+layout is ``cudnn_ext.runtime.workspace``'s.
 """
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ import dataclasses
 from typing import Dict, List, Optional, Sequence
 
 from ..engines.base import CompiledPlan, Engine, Knobs
-from ..engines.registry import Candidate, rank
+from ..engines.heuristics import rank
+from ..engines.registry import Candidate
 from ..errors import EngineDeclined, NoEngineError
 from ..problem import DgluProblem
-from .workspace import WorkspaceLayout
+from ..runtime.workspace import WorkspaceLayout
 
 
 @dataclasses.dataclass

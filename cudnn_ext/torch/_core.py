@@ -26,7 +26,7 @@ import torch
 
 from ..api import contract
 from ..api.hot_path import tensor_meta as _meta
-from ..api.streams import capturing, current_device_index, current_stream_handle
+from ..runtime.streams import capturing, current_device_index, current_stream_handle
 from ..engines.base import defer_compile
 from ..graph.from_call import graph_for_call
 from ..plan import ExecutionPlan

@@ -14,11 +14,25 @@ when the plan needs nothing. The same rule is used by engines to find their offs
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Optional, Tuple
+from typing import Iterable, Mapping, NamedTuple, Optional, Tuple
 
 import torch
 
-from ..engines.base import WorkspaceRequest
+
+class WorkspaceRequest(NamedTuple):
+    """One named region of a plan's workspace: ``nbytes`` at an ``align``-byte boundary.
+
+    Sizes depend on the problem family only, never on the token count M (a plan's workspace
+    is sized once, at build time). Standard names: ``sched_counter`` (int32 tile counter of
+    the dynamic scheduler), ``b_descriptors`` (one TMA descriptor per expert for discrete
+    weights), ``dbias_partials`` (fp32 L x 2N sums rounded once into the bf16 dbias),
+    ``dprob_partials`` (fp32 per-slot dprob sums of a deterministic reduction).
+    """
+
+    name: str
+    nbytes: int
+    align: int = 128
+
 
 #: Alignment of the whole buffer and of the total size (vendor: 128 B, frost/workspace.py).
 BASE_ALIGN = 128
