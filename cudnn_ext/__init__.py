@@ -1,27 +1,66 @@
 """cudnn_ext: Grouped GEMM + dGLU (the MoE expert-MLP backward step) on every training GPU.
 
-``import cudnn_ext`` imports torch and pydantic only: CUDA, cuda-python and the CuTe DSL are
-imported lazily by the engines that need them.
-
 Drop-in for the vendor API: ``import cudnn_ext as cudnn`` then
 ``cudnn.grouped_gemm_dglu_wrapper_sm100(...)`` / ``cudnn.GroupedGemmDgluSm100(...)``.
+
+The names below load on first use (PEP 562), so ``import cudnn_ext`` and
+``python -m cudnn_ext --help`` import neither torch nor pydantic; the API imports torch and
+pydantic, and CUDA, cuda-python and the CuTe DSL load only in the engines that need them.
 """
-from .api import GroupedGemmDglu, TupleDict, grouped_gemm_dglu_wrapper
-from .errors import EngineDeclined, NoEngineError
-from .graph import (BuildPlanPolicy, DataType, Graph, HeurMode, TensorDesc, build_plan_policy, data_type,
-                    heur_mode)
-from .plan.serialize import PlanFormatError, deserialize_plan
-from .problem import ActConfig, DgluProblem
+from __future__ import annotations
 
-__version__ = "0.1.0"
+import importlib
+from typing import TYPE_CHECKING
 
-#: Vendor names, kept as aliases so cuDNN frontend code runs unchanged.
-GroupedGemmDgluSm100 = GroupedGemmDglu
-grouped_gemm_dglu_wrapper_sm100 = grouped_gemm_dglu_wrapper
+from .version import __version__
 
-__all__ = [
-    "GroupedGemmDglu", "GroupedGemmDgluSm100", "TupleDict", "grouped_gemm_dglu_wrapper",
-    "grouped_gemm_dglu_wrapper_sm100", "EngineDeclined", "NoEngineError", "ActConfig", "DgluProblem",
-    "Graph", "TensorDesc", "DataType", "HeurMode", "BuildPlanPolicy", "heur_mode", "build_plan_policy",
-    "data_type", "deserialize_plan", "PlanFormatError", "__version__",
-]
+#: public name -> (module, attribute). The vendor's names are aliases of ours.
+_EXPORTS = {
+    "GroupedGemmDglu": (".api.klass", "GroupedGemmDglu"),
+    "GroupedGemmDgluSm100": (".api.klass", "GroupedGemmDglu"),
+    "grouped_gemm_dglu_wrapper": (".api.wrapper", "grouped_gemm_dglu_wrapper"),
+    "grouped_gemm_dglu_wrapper_sm100": (".api.wrapper", "grouped_gemm_dglu_wrapper"),
+    "TupleDict": (".api.tupledict", "TupleDict"),
+    "EngineDeclined": (".errors", "EngineDeclined"),
+    "NoEngineError": (".errors", "NoEngineError"),
+    "ActConfig": (".problem", "ActConfig"),
+    "DgluProblem": (".problem", "DgluProblem"),
+    "Graph": (".graph", "Graph"),
+    "TensorDesc": (".graph", "TensorDesc"),
+    "DataType": (".graph", "DataType"),
+    "HeurMode": (".graph", "HeurMode"),
+    "BuildPlanPolicy": (".graph", "BuildPlanPolicy"),
+    "heur_mode": (".graph", "heur_mode"),
+    "build_plan_policy": (".graph", "build_plan_policy"),
+    "data_type": (".graph", "data_type"),
+    "deserialize_plan": (".graph.graph", "deserialize_plan"),
+    "PlanFormatError": (".graph.serialize", "PlanFormatError"),
+}
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name: str):
+    try:
+        module, attr = _EXPORTS[name]
+    except KeyError:
+        raise AttributeError(f"module 'cudnn_ext' has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module, __name__), attr)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+if TYPE_CHECKING:  # static analysers see the eager imports
+    from .api.klass import GroupedGemmDglu, GroupedGemmDglu as GroupedGemmDgluSm100
+    from .api.tupledict import TupleDict
+    from .api.wrapper import grouped_gemm_dglu_wrapper, grouped_gemm_dglu_wrapper as grouped_gemm_dglu_wrapper_sm100
+    from .errors import EngineDeclined, NoEngineError
+    from .graph import (BuildPlanPolicy, DataType, Graph, HeurMode, TensorDesc, build_plan_policy, data_type,
+                        heur_mode)
+    from .graph.graph import deserialize_plan
+    from .graph.serialize import PlanFormatError
+    from .problem import ActConfig, DgluProblem

@@ -10,8 +10,6 @@ import platform
 import sys
 import time
 
-import torch
-
 
 def _version(dist: str) -> str:
     try:
@@ -21,6 +19,8 @@ def _version(dist: str) -> str:
 
 
 def cmd_info(_args) -> int:
+    import torch
+
     import cudnn_ext
     from cudnn_ext.engines import ENGINES
     from cudnn_ext.problem import ActConfig, DgluProblem
@@ -48,8 +48,10 @@ def cmd_info(_args) -> int:
     return 0
 
 
-def _skewed_counts(num_experts: int, mean_rows: int, gen: torch.Generator):
+def _skewed_counts(num_experts: int, mean_rows: int, gen):
     """Token counts with a heavy head and one empty expert, each padded up to 256 rows."""
+    import torch
+
     w = torch.distributions.Pareto(1.0, 1.5).sample((num_experts,))
     counts = (w / w.sum() * mean_rows * num_experts).round().long()
     counts[num_experts // 2] = 0  # an expert that received no tokens
@@ -58,6 +60,8 @@ def _skewed_counts(num_experts: int, mean_rows: int, gen: torch.Generator):
 
 
 def cmd_demo(args) -> int:
+    import torch
+
     import cudnn_ext as cudnn
     from cudnn_ext.reference import reference_outputs
 
@@ -88,7 +92,7 @@ def cmd_demo(args) -> int:
     kw = dict(a_tensor=a, c_tensor=c, sfa_tensor=None, padded_offsets=offsets, alpha_tensor=alpha,
               beta_tensor=beta, prob_tensor=prob, dprob_tensor=dprob, b_tensor=b, generate_dbias=True)
     out = cudnn.grouped_gemm_dglu_wrapper(**kw)  # first call: engine choice and compile
-    from cudnn_ext.api import contract
+    from cudnn_ext import contract
     from cudnn_ext.graph.from_call import graph_for_call
 
     problem, pack = contract.normalize(contract.Operands(a=a, c=c, padded_offsets=offsets, alpha=alpha, beta=beta,

@@ -3,7 +3,7 @@
 Owns the frozen value objects that every layer agrees on: what the operation computes
 (:class:`ActConfig`), on which operand geometry and dtypes (:class:`DgluProblem`), and the
 canonical names of the tensors an engine receives (:data:`SLOTS`). It holds no tensors and
-does no validation of user input (that is ``cudnn_ext.api.contract``); engines read it to
+does no validation of user input (that is ``cudnn_ext.contract``); engines read it to
 decide whether they support a problem and what to compile.
 
 The token count ``m`` is recorded for heuristics but is a *runtime* size: engines must not

@@ -32,7 +32,7 @@ def graph_executions(monkeypatch):
     on, and the call-graph memo and the wrapper's hot path start empty (a remembered call runs
     its graph's plan directly, tests/test_hot_path.py)."""
     import cudnn_ext
-    from cudnn_ext.api import hot_path
+    from cudnn_ext.runtime import memo as hot_path
     from cudnn_ext.graph import from_call
 
     seen = []

@@ -272,7 +272,7 @@ def test_class_api_changes_m_without_recompiling():
 
 
 def test_wrapper_plan_is_cached_across_m():
-    from cudnn_ext.api import contract
+    from cudnn_ext import contract
     from cudnn_ext.graph.from_call import graph_for_call
 
     plans = []

@@ -305,7 +305,7 @@ def test_deterministic_is_carried_not_dropped(monkeypatch):
         kw["dprob_tensor"] = torch.zeros_like(kw["dprob_tensor"])
         outs.append(cudnn.grouped_gemm_dglu_wrapper(**kw)["dprob_tensor"].clone())
     assert torch.equal(outs[0], outs[1])
-    from cudnn_ext.api import contract
+    from cudnn_ext import contract
     ops = contract.Operands(a=kw["a_tensor"], c=kw["c_tensor"], sfa=kw["sfa_tensor"], padded_offsets=kw["padded_offsets"],
                             alpha=kw["alpha_tensor"], beta=kw["beta_tensor"], prob=kw["prob_tensor"],
                             dprob=kw["dprob_tensor"], b=kw["b_tensor"], sfb=kw["sfb_tensor"],

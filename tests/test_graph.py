@@ -321,7 +321,7 @@ def test_wrapper_and_class_api_run_through_a_graph(graph_executions):
 
 
 def test_call_graph_declares_the_same_problem():
-    from cudnn_ext.api import contract
+    from cudnn_ext import contract
     from cudnn_ext.graph.from_call import declare_call_graph
 
     t = make_case()

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 import cudnn_ext
-from cudnn_ext.api import contract, hot_path
+from cudnn_ext import contract
+from cudnn_ext.runtime import memo as hot_path
 
 L, N, K, M = 2, 32, 64, 512
 

@@ -13,7 +13,7 @@ from cudnn_ext.engines import heuristics, registry
 from cudnn_ext.engines.base import CompiledPlan, Engine, Knobs
 from cudnn_ext.runtime.workspace import WorkspaceRequest
 from cudnn_ext.errors import EngineDeclined, NoEngineError
-from cudnn_ext.plan import serialize as serdes
+from cudnn_ext.graph import serialize as serdes
 from cudnn_ext.runtime.workspace import WorkspaceLayout
 from cudnn_ext.reference.grouped_dglu import grouped_dglu_reference
 from test_graph import L, M, N, build_graph, make_case, output_buffers, run_graph, wrapper_result

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import cudnn_ext as cudnn
-from cudnn_ext.api import contract
+from cudnn_ext import contract
 from cudnn_ext.reference import reference_outputs
 
 from oracle import clamp_grad_is_inclusive, oracle

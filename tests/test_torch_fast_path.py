@@ -1,4 +1,4 @@
-"""The eager hot path's guarded replay (``cudnn_ext.torch._core.run_fast``), on the CPU.
+"""The eager hot path's guarded replay (``cudnn_ext.functional.run_fast``), on the CPU.
 
 Only plans with an address launcher (the Hopper kernel) take it, so these tests give the
 reference plan a stand-in launcher: it turns the raw addresses back into tensors of the
@@ -16,7 +16,9 @@ import cudnn_ext.torch as ct
 from cudnn_ext.engines import reference
 from cudnn_ext.plan.execution import ExecutionPlan
 from cudnn_ext.reference.memory import tensor_at
-from cudnn_ext.torch import _core, _guards, ops
+from cudnn_ext import functional as _core
+from cudnn_ext.functional import guards as _guards
+from cudnn_ext.torch import ops
 
 from test_torch_integration import BF, make_problem, oracle, rel_err
 

@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 
 import cudnn_ext.torch as ct
-from cudnn_ext.api import contract
+from cudnn_ext import contract
 from cudnn_ext.reference import gate_up_columns, reference_outputs
-from cudnn_ext.torch import _core
+from cudnn_ext import functional as _core
 from cudnn_ext.torch.mlp import GroupedGluMLP
 
 BF = torch.bfloat16

@@ -1,4 +1,4 @@
-"""One case per validation rule of the BF16 contract (``cudnn_ext/api/contract.py``) and of the
+"""One case per validation rule of the BF16 contract (``cudnn_ext/contract/``) and of the
 class API (``cudnn_ext/api/klass.py``): the exception type, that the message names the
 argument, and that a rejected call allocated nothing and left every caller tensor (dprob
 included) bit-for-bit unchanged.

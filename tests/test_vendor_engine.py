@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import cudnn_ext as cudnn
-from cudnn_ext.api import contract
+from cudnn_ext import contract
 from cudnn_ext.engines import vendor
 from cudnn_ext.engines.base import Knobs
 from cudnn_ext.engines.heuristics import decline_reasons

@@ -20,7 +20,8 @@ from ..errors import NoEngineError
 from ..plan import ExecutionPlan
 from ..runtime.workspace import check_workspace
 from ..problem import DgluProblem
-from . import contract, hot_path
+from .. import contract
+from ..runtime import memo as hot_path
 from ..runtime.streams import capturing, launch_stream, on_stream, stream_key
 
 
@@ -64,7 +65,7 @@ class GroupedGemmDglu:
             sfd_col=sample_sfd_col, amax=sample_amax, norm_const=sample_norm_const, activation=sample_activation,
         )
         if _has_jax(vars(self._samples).values()):  # JAX samples (BF16): zero-copy torch views
-            from ..jax.eager import as_torch_dtype, torch_args
+            from ..runtime.jax_arrays import as_torch_dtype, torch_args
 
             self._samples = contract.Operands(**torch_args(vars(self._samples), weights="b"))
             b_dtype = as_torch_dtype(b_dtype)
@@ -74,7 +75,7 @@ class GroupedGemmDglu:
         self._sample_pack = None
         self._graph = None  # cudnn_ext.Graph of the samples
         self._workspace: dict = {}  # (device, stream handle) -> owned workspace
-        self._hot: dict = {}  # execute-time metadata key -> slot views (api.hot_path)
+        self._hot: dict = {}  # execute-time metadata key -> slot views (runtime.memo)
 
     @property
     def _plan(self) -> Optional[ExecutionPlan]:
@@ -202,7 +203,7 @@ class GroupedGemmDglu:
             activation=activation_tensor,
         )
         if _has_jax(vars(ops).values()):  # JAX arrays: outputs are written in place through their views
-            from ..jax.eager import torch_args
+            from ..runtime.jax_arrays import torch_args
 
             ops = contract.Operands(**torch_args(vars(ops), weights="b", outputs=("d_row", "dprob", "dbias")))
         key = hot_path.call_key(tuple(vars(ops).values()), ())

@@ -14,7 +14,9 @@ import torch
 
 from ..graph.from_call import graph_for_call
 from ..problem import DgluProblem
-from . import contract, contract_blockscaled, hot_path
+from .. import contract
+from ..contract import blockscaled as contract_blockscaled
+from ..runtime import memo as hot_path
 from ..runtime.streams import launch_stream, on_stream
 from .tupledict import TupleDict
 
@@ -44,7 +46,7 @@ def grouped_gemm_dglu_wrapper(
     """
     if type(a_tensor).__module__.split(".")[0] in ("jax", "jaxlib"):  # JAX arrays: DLPack views (issue 6)
         call = dict(locals())
-        from ..jax.eager import wrapper_from_jax
+        from ..runtime.jax_arrays import wrapper_from_jax
 
         return wrapper_from_jax(grouped_gemm_dglu_wrapper, call)
     ops = contract.Operands(

@@ -21,7 +21,7 @@ from __future__ import annotations
 import abc
 import threading
 from dataclasses import dataclass
-from typing import Any, Mapping, NamedTuple, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from ..problem import DgluProblem
 from ..runtime.workspace import WorkspaceRequest

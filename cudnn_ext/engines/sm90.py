@@ -424,7 +424,7 @@ class Sm90Plan(CompiledPlan):
                 desc_addr, dbias if dbias else a)
 
     def address_launcher(self, init: bool, device_index: int, zeroed_workspace: bool = False):
-        """The launch on raw addresses for the eager hot path (``torch._core``), bound once
+        """The launch on raw addresses for the eager hot path (``cudnn_ext.functional``), bound once
         per (plan, variant, device): ``go(a, b, c, offsets, alpha, beta, prob, d_row, dprob,
         dbias, workspace, m)``, each an address (``b`` is the pointer table in discrete mode;
         ``dbias`` and ``workspace`` 0 when absent), launching on the current stream of

@@ -1,7 +1,8 @@
 """The graph API: declare tensors and a ``grouped_matmul_dglu`` node, then plan and execute.
 
-``graph/`` owns descriptors, nodes and the builder; it has no engine or kernel knowledge
-(input rules come from ``cudnn_ext.api.contract``, plans from ``cudnn_ext.plan``).
+``graph/`` owns descriptors, nodes, the builder, the variant pack's binding and plan
+serialization; it has no kernel knowledge and names no engine (input rules come from
+``cudnn_ext.contract``, ranked and built plans from ``cudnn_ext.plan``).
 """
 from ..engines.heuristics import HeurMode
 from .graph import DgluOutputs, Graph, GraphSpec

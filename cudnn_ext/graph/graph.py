@@ -14,25 +14,19 @@ import itertools
 from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence
 
 import torch
-from pydantic import BaseModel, ConfigDict
 
+from ..engines import heuristics as heur
+from ..engines.registry import ENGINES, engine_by_id, engine_by_name
+from ..plan.execution import PlanSet
+from ..runtime.streams import as_torch_stream, launch_stream, on_stream
+from ..runtime.workspace import check_workspace
+from . import serialize
 from .nodes import (INPUT_PORTS, M_PORTS, OUTPUT_PORTS, PORT_ALIGN, SF_PORTS, GroupedMatmulDgluAttrs, Node,
                     infer_outputs)
+from .spec import GraphSpec
+from .translate import node_problem, sf_geometry
 from .types import BuildPlanPolicy, DataType, TensorDesc, data_type_or_none, row_major_strides
-
-
-class GraphSpec(BaseModel):
-    """Everything that defines a graph (no plan, no tensors' data): its serial form."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    name: str
-    io_data_type: Optional[DataType] = None
-    compute_data_type: DataType = DataType.FLOAT
-    device: str
-    dynamic_m: bool = True
-    tensors: List[TensorDesc]
-    nodes: List[Node]
+from .variant_pack import SlotSpec, VariantPackBinder
 
 
 class DgluOutputs(NamedTuple):
@@ -266,7 +260,6 @@ class Graph:
         tensors and attributes against the input contract. Idempotent."""
         if self._problem is not None:
             return self
-        from .translate import node_problem
 
         if not self._nodes:
             raise ValueError(f"graph {self.name!r}: no node; add one with grouped_matmul_dglu(...)")
@@ -303,9 +296,6 @@ class Graph:
         """Fix the slot layout the plan binds at execute (validates first if needed)."""
         self.validate()
         if self._binder is None:
-            from ..plan.variant_pack import SlotSpec, VariantPackBinder
-
-            from .translate import sf_geometry
 
             node = self._nodes[0]
             specs = []
@@ -325,9 +315,6 @@ class Graph:
             raise RuntimeError("create_execution_plans() was already called on this graph; planning is one-shot: "
                                "build a new graph to re-plan, or use select_plan() to switch plans")
         self.build_operation_graph()
-        from ..engines import heuristics as heur
-        from ..engines.registry import ENGINES, engine_by_name
-        from ..plan.execution import PlanSet
 
         pool = [engine_by_name(e) for e in engines] if engines is not None else list(ENGINES)
         self._frozen = True
@@ -419,8 +406,6 @@ class Graph:
         caller-owned ``workspace`` of ``get_workspace_size()`` bytes (None when that is 0)
         on ``stream`` (None: the current stream). Outputs are written in place; ``dprob``
         and ``dbias`` accumulate."""
-        from ..runtime.streams import launch_stream, on_stream
-        from ..runtime.workspace import check_workspace
 
         plan = self.execution_plan
         pack = self._binder.bind(variant_pack)
@@ -435,14 +420,12 @@ class Graph:
         and return ``[(plan name, milliseconds)]`` in plan order. GPU only: on CPU it raises
         ``RuntimeError`` and the heuristic choice stays. Accumulated outputs (dprob, dbias, amax) are
         restored afterwards; d_row holds the last timed plan's result."""
-        from ..runtime.streams import as_torch_stream
-        from ..engines.heuristics import autotune_times
 
         if self._plans is None:
             self.create_execution_plans()
         pack = self.bind(variant_pack)
         device = pack["c"].device
-        autotune_times([], device)  # refuses off-GPU before building anything
+        heur.autotune_times([], device)  # refuses off-GPU before building anything
         ps = self._plans
         ps.build(all_=True, limit=top_k)
         built = sorted(i for i in ps.built if i < max(top_k, 1) and not ps.barred(i))
@@ -452,7 +435,7 @@ class Graph:
                       if ps.built[i].workspace_size else None for i in built}
         runners = [lambda i=i: ps.built[i].execute(pack, workspaces[i], stream) for i in built]
         try:
-            times = autotune_times(runners, device, stream=stream, warmup=warmup, iters=iters)
+            times = heur.autotune_times(runners, device, stream=stream, warmup=warmup, iters=iters)
         finally:
             for k, v in saved.items():
                 pack[k].copy_(v)
@@ -478,13 +461,34 @@ class Graph:
         return g
 
     def serialize(self) -> bytes:
-        """The built plan as bytes (see ``cudnn_ext.plan.serialize``); ``cudnn_ext.deserialize_plan``
+        """The built plan as bytes (see ``cudnn_ext.graph.serialize``); ``cudnn_ext.deserialize_plan``
         rebuilds it without heuristics."""
-        from ..plan.serialize import serialize_plan
-
-        return serialize_plan(self)
+        return serialize.serialize_plan(self)
 
     def __repr__(self) -> str:
         state = ("built " + self._plans.selected.describe()) if self._plans is not None and self._plans.selected \
             else ("planned" if self._plans is not None else ("validated" if self._problem is not None else "declared"))
         return f"Graph({self.name!r}, {len(self._tensors)} tensors, {len(self._nodes)} node(s), {state})"
+
+def deserialize_plan(data: bytes):
+    """Rebuild the graph and its plan from ``serialize()`` bytes; returns a built
+    :class:`cudnn_ext.Graph` ready for ``execute``. No heuristics run: the recorded engine
+    and knobs are built directly (its decline is an error, not a fallback)."""
+    header = serialize.read_header(data)
+    device = serialize.check_compatible(header)
+    ref = header.plan
+    try:
+        engine = engine_by_id(ref.engine_id)
+    except ValueError as exc:
+        raise serialize.PlanFormatError(f"deserialize_plan: {exc}") from None
+    if engine.name != ref.engine_name:
+        raise serialize.PlanFormatError(f"deserialize_plan: engine id {ref.engine_id} is {engine.name!r} here, but the plan "
+                              f"recorded {ref.engine_name!r}")
+    g = Graph.from_spec(header.graph, device=device)
+    g.build_operation_graph()
+    g._install_plans(PlanSet.pinned_to(g.problem, engine, serialize.recorded_knobs(header)))
+    plan = g.execution_plan
+    if plan.workspace_size != header.workspace_size:
+        raise serialize.PlanFormatError(f"deserialize_plan: the rebuilt plan needs {plan.workspace_size} workspace bytes, "
+                              f"the serialized one {header.workspace_size}; the engine changed: re-create the plan")
+    return g

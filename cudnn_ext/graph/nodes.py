@@ -3,7 +3,7 @@
 Owns the node's pydantic attribute model, which ports it has (inputs and outputs, named by
 the canonical slot names of ``cudnn_ext.problem.SLOTS``) and the inference of its outputs'
 descriptors. The *rules* an attribute value or a tensor must satisfy are not here: they live
-once, in ``cudnn_ext.api.contract``, and ``cudnn_ext.graph.translate`` runs them on the node.
+once, in ``cudnn_ext.contract``, and ``cudnn_ext.graph.translate`` runs them on the node.
 """
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Dict, Optional, Tuple
 
 from pydantic import BaseModel, ConfigDict, StrictBool, StrictFloat, StrictInt, field_validator
 
+from ..contract.blockscaled import sf_geometry
 from .types import DataType, TensorDesc, row_major_strides
 
 OP_NAME = "grouped_matmul_dglu"
@@ -122,8 +123,6 @@ def infer_outputs(inputs: Dict[str, TensorDesc], attrs: GroupedMatmulDgluAttrs,
     if attrs.generate_amax:
         out["amax"] = ((_dim(offs, 0), 2) + unit, DataType.FLOAT)
     if "norm_const" in inputs:  # quantized D: column-scaled copy and both scale-factor tensors
-        from ..api.contract_blockscaled import sf_geometry  # the contract's table (lazy: import order)
-
         out["d_col"] = ((m, two_n) + unit, d_dtype)
         for port in ("sfd_row", "sfd_col"):  # declared at the declared M; the binder re-derives at the bound M
             geo = sf_geometry(port, n=max(two_n // 2, 1), k=1, num_experts=1, sf_vec_size=32)

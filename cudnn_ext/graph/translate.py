@@ -17,8 +17,8 @@ from typing import Dict, Optional
 
 import torch
 
-from ..api import contract
-from ..api.contract_blockscaled import problem_sf_geometry
+from .. import contract
+from ..contract.blockscaled import problem_sf_geometry
 from ..quant.sf_layout import SfGeometry
 from ..problem import DgluProblem
 from .nodes import GroupedMatmulDgluAttrs, Node

@@ -1,7 +1,7 @@
 """The XLA FFI path of ``grouped_gemm_dglu_jax`` on CUDA: the SM90 kernel via ``cutlass.jax``.
 
 Owns when the jitted entry point may launch the Hopper kernel as an XLA custom call, and the
-call itself: the trace-time problem (built through ``cudnn_ext.api.contract`` from the arrays'
+call itself: the trace-time problem (built through ``cudnn_ext.contract`` from the arrays'
 *metadata*, on torch ``meta`` tensors), the SM90 engine's support check and knob choice, and
 the ``cutlass.jax.cutlass_call`` with zero-initialized ``jnp.zeros`` inputs aliased to the
 ``d_row`` / ``dprob`` / fp32 dbias-workspace outputs. ``dbias`` is the workspace rounded once
@@ -66,7 +66,7 @@ def sm90_problem(a_shape, c_shape, c_td, b_shape, num_experts: int, d_td, act, g
     and the SM90 engine's decline reasons (empty: the kernel runs it). Contract errors are
     reasons too (the host-callback path reports them when it runs). Dense: ``b_shape`` is the
     JAX (L, N, K) shape; discrete: ``discrete_n`` is N, ``b_major`` the experts' layout."""
-    from ..api import contract
+    from .. import contract
     from ..engines.sm90 import Sm90DgluEngine
 
     m = a_shape[0]

@@ -2,7 +2,7 @@
 
 Owns the traced-call contract: static validation of shapes and dtypes at trace time (values of
 ``padded_offsets`` cannot be checked then), the output signature, and the host callback that
-runs the operation. The computation is ``cudnn_ext.torch._core.run`` (contract + built plan),
+runs the operation. The computation is ``cudnn_ext.functional.run`` (contract + built plan),
 the same functional path as the torch custom op, on host copies of the operands.
 
 On CUDA, for problems the SM90 engine supports (dense weights or discrete ``b_ptrs``), the call
@@ -22,7 +22,7 @@ from typing import Any, Optional, Tuple
 import numpy as np
 import torch
 
-from .eager import as_torch_dtype
+from ..runtime.jax_arrays import as_torch_dtype
 
 _F32 = np.float32
 
@@ -128,7 +128,7 @@ def grouped_gemm_dglu_jax(
         raise ValueError(f"prob_tensor: shape must be ({m},) or ({m}, 1, 1), got {tuple(prob_tensor.shape)}")
     _check("prob_tensor", prob_tensor, tuple(prob_tensor.shape), {"float32"})
 
-    from ..torch._core import ActArgs, run  # the shared functional path (imports torch only)
+    from ..functional import ActArgs, run  # the shared functional path (imports torch only)
 
     act = ActArgs(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min)
     d_np = _np_dtype(d_td)

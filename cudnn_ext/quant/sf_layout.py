@@ -195,7 +195,7 @@ class SfGeometry:
     ``mn`` (rows of the scale matrix) and ``k`` (the extent its k-blocks cover, blocks of
     ``sf_vec_size``) are ints, or ``None`` where that extent is M: SFA and SFD_row have
     ``mn = M``, SFD_col has ``k = M`` (its k-blocks are 32-row blocks of D). Which slot has
-    which geometry is the contract's table (``cudnn_ext.api.contract_blockscaled.sf_geometry``);
+    which geometry is the contract's table (``cudnn_ext.contract.blockscaled.sf_geometry``);
     this object only re-derives the layout for a given M, so a plan built at one M judges a
     scale-factor tensor bound at another M by the same rule (:func:`as_sf_6d`).
     """

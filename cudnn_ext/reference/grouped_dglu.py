@@ -10,7 +10,7 @@ canonical variant pack (``cudnn_ext.problem.SLOTS``) and writes only output slot
   ``dprob += row sums`` in fp32, ``dbias = round_bf16(fp32(dbias) + column sums)`` once per call;
 * ``activation`` (optional, dGeGLU) receives ``prob * act``.
 
-It does not validate the call (``cudnn_ext.api.contract`` does) except the *values* of
+It does not validate the call (``cudnn_ext.contract`` does) except the *values* of
 ``padded_offsets``, which it has to read anyway.
 """
 from __future__ import annotations

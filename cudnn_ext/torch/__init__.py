@@ -4,7 +4,7 @@ Owns nothing but re-exports; see ``ops`` (functional custom ops) and ``mlp``
 (``GroupedGluMLP``). Importing it registers the ops with ``torch.library``. It never imports
 jax, cutlass or cuda-python.
 """
-from ._core import clear_memo
+from ..functional import clear_memo
 from .mlp import GroupedGluMLP
 from .ops import expert_pointers, grouped_gemm_dglu
 

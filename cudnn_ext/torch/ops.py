@@ -1,7 +1,7 @@
 """PyTorch operators: ``torch.ops.cudnn_ext.*`` custom ops and their Python entry points.
 
 Owns the op schemas, their fake (meta) implementations and the thin Python functions users
-call. The computation is ``cudnn_ext.torch._core.run`` (contract-validated once, then a built
+call. The computation is ``cudnn_ext.functional.run`` (contract-validated once, then a built
 plan); nothing here knows about engines.
 
 Design: the ops are *functional*. They take no output buffers and mutate nothing; ``d_row``,
@@ -34,10 +34,10 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-from ..api import contract
-from ..api.contract import check_same_device
+from .. import contract
+from ..contract import check_same_device
 from ..problem import ACT_FUNCS
-from ._core import ActArgs, run, run_fast, validate
+from ..functional import ActArgs, run, run_fast, validate
 
 _LIB = "cudnn_ext"
 
@@ -231,7 +231,7 @@ def _fake_check(a, c, padded_offsets, alpha, beta, prob, *, b=None, b_ptrs=None,
     """The fake (meta) kernels' checks before they hand out output shapes; returns the call's
     ``DgluProblem``. One device for every tensor first (one meta tensor among real ones
     dispatches here, and the outputs would be uninitialized memory on the real device), then
-    the whole contract on the metadata (``_core.validate``, what the real kernels run), so an
+    the whole contract on the metadata (``functional.validate``, what the real kernels run), so an
     invalid call fails on meta tensors and while torch.compile traces it, not only when it
     runs. Not the data-pointer alignment: meta and fake tensors have no real address (the
     real run checks it). With symbolic sizes the size rules add guards that only invalid

@@ -18,7 +18,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import torch
 
-from . import contract
+from .. import contract
 
 _MAX = 256
 _memo: "OrderedDict[tuple, tuple]" = OrderedDict()

@@ -25,6 +25,10 @@ from typing import Dict, List, Optional, Tuple, Union
 import torch
 from pydantic import BaseModel, ConfigDict
 
+from ..engines.base import Knobs
+from ..version import __version__
+from .spec import GraphSpec
+
 MAGIC = b"CUDNN_EXT_PLAN\0\0"
 FORMAT_VERSION = 1
 _PREFIX = struct.Struct("<IQ")
@@ -65,15 +69,7 @@ class EngineRef(BaseModel):
     knobs: List[Tuple[str, KnobValue]]
 
 
-def _graph_spec_type():
-    from ..graph.graph import GraphSpec
-
-    return GraphSpec
-
-
 def library_versions() -> Dict[str, str]:
-    from .. import __version__
-
     out = {"cudnn_ext": __version__, "torch": torch.__version__}
     try:
         out["nvidia-cutlass-dsl"] = md.version("nvidia-cutlass-dsl")
@@ -82,31 +78,20 @@ def library_versions() -> Dict[str, str]:
     return out
 
 
-def _header_model():
-    GraphSpec = _graph_spec_type()
+class PlanHeader(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
-    class PlanHeader(BaseModel):
-        model_config = ConfigDict(frozen=True, extra="forbid")
-
-        format: int
-        library_versions: Dict[str, str]
-        device: DeviceInfo
-        graph: GraphSpec
-        plan: EngineRef
-        workspace_size: int
-
-    return PlanHeader
-
-
-_HEADER = None
+    format: int
+    library_versions: Dict[str, str]
+    device: DeviceInfo
+    graph: GraphSpec
+    plan: EngineRef
+    workspace_size: int
 
 
 def plan_header_type():
-    """The pydantic model of the header (built lazily: it embeds the graph's spec model)."""
-    global _HEADER
-    if _HEADER is None:
-        _HEADER = _header_model()
-    return _HEADER
+    """The pydantic model of the header."""
+    return PlanHeader
 
 
 def _tuplify(v):
@@ -149,9 +134,9 @@ def read_header(data: bytes):
         raise PlanFormatError(f"deserialize_plan: malformed header: {exc}") from exc
 
 
-def _check_compatible(header) -> torch.device:
-    from .. import __version__
-
+def check_compatible(header) -> torch.device:
+    """The device the plan targets here; raises :class:`PlanFormatError` if this library
+    version or device cannot rebuild it."""
     theirs = header.library_versions.get("cudnn_ext")
     if theirs != __version__:
         raise PlanFormatError(f"deserialize_plan: plan was made by cudnn_ext {theirs}, this is {__version__}; "
@@ -175,31 +160,7 @@ def _check_compatible(header) -> torch.device:
     return device
 
 
-def deserialize_plan(data: bytes):
-    """Rebuild the graph and its plan from ``serialize()`` bytes; returns a built
-    :class:`cudnn_ext.Graph` ready for ``execute``. No heuristics run: the recorded engine
-    and knobs are built directly (its decline is an error, not a fallback)."""
-    from ..engines.base import Knobs
-    from ..engines.registry import engine_by_id
-    from ..graph.graph import Graph
-    from .execution import PlanSet
 
-    header = read_header(data)
-    device = _check_compatible(header)
-    ref = header.plan
-    try:
-        engine = engine_by_id(ref.engine_id)
-    except ValueError as exc:
-        raise PlanFormatError(f"deserialize_plan: {exc}") from None
-    if engine.name != ref.engine_name:
-        raise PlanFormatError(f"deserialize_plan: engine id {ref.engine_id} is {engine.name!r} here, but the plan "
-                              f"recorded {ref.engine_name!r}")
-    g = Graph.from_spec(header.graph, device=device)
-    g.build_operation_graph()
-    knobs = Knobs(tuple((k, _tuplify(v)) for k, v in ref.knobs))
-    g._install_plans(PlanSet.pinned_to(g.problem, engine, knobs))
-    plan = g.execution_plan
-    if plan.workspace_size != header.workspace_size:
-        raise PlanFormatError(f"deserialize_plan: the rebuilt plan needs {plan.workspace_size} workspace bytes, "
-                              f"the serialized one {header.workspace_size}; the engine changed: re-create the plan")
-    return g
+def recorded_knobs(header) -> Knobs:
+    """The engine knobs the header recorded."""
+    return Knobs(tuple((k, _tuplify(v)) for k, v in header.plan.knobs))

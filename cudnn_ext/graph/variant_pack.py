@@ -23,6 +23,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 import torch
 
 from ..quant.sf_layout import SfGeometry
+from .types import TensorDesc
 
 #: Rank each slot has in the canonical pack engines receive (``cudnn_ext.problem.SLOTS``).
 CANONICAL_RANK = {"a": 2, "b": 3, "b_ptrs": 1, "c": 2, "d_row": 2, "padded_offsets": 1, "alpha": 1,
@@ -77,8 +78,6 @@ class VariantPackBinder:
 
     # ------------------------------------------------------------------ keys
     def resolve(self, key) -> SlotSpec:
-        from ..graph.types import TensorDesc  # the descriptor type only; no graph logic here
-
         if isinstance(key, TensorDesc):
             g = key.graph
             if self.owner is not None and g is not None and g is not self.owner:

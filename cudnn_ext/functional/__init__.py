@@ -1,7 +1,7 @@
 """Functional execution of grouped GEMM + dGLU with memoized validation and a built plan.
 
 Owns the one helper every framework binding runs (the torch custom op and the JAX callback):
-validate a call's *metadata* once through ``cudnn_ext.api.contract.normalize``, get its plan
+validate a call's *metadata* once through ``cudnn_ext.contract.normalize``, get its plan
 from the call's graph (``graph.from_call.graph_for_call``), then, on every later call with the
 same metadata, allocate fresh zero-initialized outputs and execute the plan. It owns no math, no engine choice and no
 user-facing argument names (those belong to ``api`` and to the bindings).
@@ -10,7 +10,7 @@ Validated path with a built plan (``run``): one dict lookup keyed on dtypes, sha
 strides, a 16-byte alignment check on data pointers, the outputs (``torch.empty`` for engines
 that initialize them, else ``torch.zeros``; none with ``out=``) and ``plan.execute``. Replay
 (``run_fast``): after a validated call whose plan offers an address launcher, later calls
-with the same signature and metadata (one C++ guard check, ``_guards``) skip the key, the
+with the same signature and metadata (one C++ guard check, ``guards``) skip the key, the
 pack and ``execute``. Neither reads tensor *data*, so neither synchronizes with the host;
 whether the *engine* does is the engine's property (the reference engine reads
 ``padded_offsets`` on the host; a GPU engine must not).
@@ -24,14 +24,14 @@ from typing import Dict, Optional, Tuple
 
 import torch
 
-from ..api import contract
-from ..api.hot_path import tensor_meta as _meta
+from .. import contract
+from ..runtime.memo import tensor_meta as _meta
 from ..runtime.streams import capturing, current_device_index, current_stream_handle
 from ..engines.base import defer_compile
 from ..graph.from_call import graph_for_call
 from ..plan import ExecutionPlan
 from ..problem import DgluProblem
-from . import _guards
+from . import guards as _guards
 
 #: Bound on the memo (one entry per distinct operand metadata, including M).
 _MEMO_MAX = 1024
@@ -135,7 +135,7 @@ def run(a: torch.Tensor, c: torch.Tensor, offsets: torch.Tensor, alpha: torch.Te
     remember it so that later calls with the same signature and metadata take ``run_fast``.
     """
     w = b if b is not None else b_ptrs  # exactly one is given (the bindings check)
-    # the api's metadata key (api.hot_path.tensor_meta per tensor), written out flat: this is
+    # the api's metadata key (runtime.memo.tensor_meta per tensor), written out flat: this is
     # the hot path's largest cost (bench_host_overhead.py). get_device() (-1 for CPU and meta
     # alike) is enough here, unlike in tensor_meta: a call with a meta tensor dispatches to
     # the op's fake kernel and never reaches this function

@@ -12,7 +12,7 @@ import torch
 
 from ..problem import BlockScaleConfig, DgluProblem
 from ..quant.sf_layout import SfGeometry
-from . import contract as C
+from . import rules as C
 
 E8M0 = getattr(torch, "float8_e8m0fnu", None)
 E4M3 = torch.float8_e4m3fn

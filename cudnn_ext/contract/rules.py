@@ -1,14 +1,7 @@
-"""The BF16 contract of grouped GEMM + dGLU: every rule on user input, checked before anything
-is allocated or compiled, and the canonical form engines receive.
-
-Owns: validation of the wrapper's and class API's arguments (typed errors that name the
-argument, the value seen and the rule) and their translation into a :class:`DgluProblem` plus
-a canonical variant pack of *views* of the caller's tensors (so outputs are written in place).
-It never allocates device memory, never reads tensor *data* (offset values are a device-data
-contract, checked by engines that read them anyway), and never picks an engine.
-
-Block-scaled operands are routed to ``cudnn_ext.api.contract_blockscaled``.
-"""
+"""The contract's rules: the checks both operand families share (typed errors that name the
+argument, the value seen and the rule), the call's configuration (``CallConfig``, the one place
+the vendor's keywords become a configuration) and its operands (``Operands``). Imports only
+the leaf modules (``problem``, ``quant``)."""
 from __future__ import annotations
 
 import math
@@ -18,7 +11,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import torch
 
-from ..problem import ACT_FUNCS, DEFAULT_LINEAR_OFFSET, ActConfig, DgluProblem
+from ..problem import ACT_FUNCS, DEFAULT_LINEAR_OFFSET, ActConfig
 
 BF16 = torch.bfloat16
 CD_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -404,113 +397,12 @@ def _weight_mode(ops: Operands, n, b_dtype):
     return "discrete"
 
 
-def normalize(ops: Operands, cfg: CallConfig, *, n: Optional[int] = None, b_dtype: Optional[torch.dtype] = None,
-              d_dtype: Optional[torch.dtype] = None, generate_dbias: Optional[bool] = None,
-              pointers: bool = True):
-    """Validate a call and return ``(problem, pack)``.
-
-    ``pack`` maps slot names to canonical views of the caller's tensors. ``d_row`` (and
-    ``dbias`` when ``generate_dbias``) may be absent: the wrapper passes ``d_dtype`` and
-    allocates them after validation. ``pointers=False`` skips the data-pointer alignment rules
-    (tensors without real storage: the torch ops' fake kernels, whose fake tensors have no
-    address; their real run checks it).
-    """
-    for slot, t in vars(ops).items():
-        if t is not None and slot != "norm_const" and not isinstance(t, torch.Tensor):
-            raise TypeError(f"{ARG_NAMES[slot]}: expected a torch.Tensor, got {type(t).__name__}")
-        if isinstance(t, torch.Tensor):
-            check_strided(ARG_NAMES[slot], t)
-    a = require_tensor("a_tensor", ops.a)
-    mode = _weight_mode(ops, n, b_dtype)
-    bd = ops.b.dtype if mode == "dense" else b_dtype
-    family = operand_family(a, bd, "b_tensor" if mode == "dense" else "b_dtype")
-    check_common_config(cfg)
-    if family == "block_scaled":
-        from .contract_blockscaled import normalize_block_scaled
-
-        return normalize_block_scaled(ops, cfg, mode=mode, n=n, b_dtype=bd, d_dtype=d_dtype,
-                                      generate_dbias=generate_dbias, pointers=pointers)
-    check_bf16_config(cfg, {"sfa_tensor": ops.sfa, "sfb_tensor": ops.sfb, "sfb_ptrs": ops.sfb_ptrs,
-                            "d_col_tensor": ops.d_col, "sfd_row_tensor": ops.sfd_row, "sfd_col_tensor": ops.sfd_col,
-                            "amax_tensor": ops.amax, "norm_const_tensor": ops.norm_const})
-    act = resolve_act(cfg, block_scaled=False)
-
-    # A: (M, K) or (M, K, 1), K-major, bf16
-    a2 = drop_unit_dims("a_tensor", a, 2, "(M, K) or (M, K, 1)")
-    m, k = a2.shape
-    check_row_major("a_tensor", a2)
-    if m % M_ALIGN:
-        raise ValueError(f"a_tensor: M (rows) must be a multiple of {M_ALIGN}, got M = {m}")
-    if k <= 0 or k % 8:
-        raise ValueError(f"a_tensor: K must be a positive multiple of 8 (16-byte rows of bf16), got K = {k}")
-
-    # B: dense (N, K, L) K- or N-major, or discrete pointers
-    if mode == "dense":
-        b = require_tensor("b_tensor", ops.b)
-        check_dtype("b_tensor", b, (BF16,))
-        b_major = dense_b_major(b, k)
-        n, _, num_experts = b.shape
-    else:
-        bp = pointer_table("b_ptrs", ops.b_ptrs, pointers)
-        if b_dtype != BF16:
-            raise TypeError(f"b_dtype: must be bfloat16 with bfloat16 a_tensor, got {_fmt_dtype(b_dtype)}")
-        num_experts = bp.shape[0]
-        check_expert_count("b_ptrs", num_experts)
-        b_major = cfg.b_major
-    check_n("b_tensor" if mode == "dense" else "n", n)
-    two_n = 2 * n
-
-    c = drop_unit_dims("c_tensor", require_tensor("c_tensor", ops.c), 2, "(M, 2N) or (M, 2N, 1)")
-    check_dtype("c_tensor", c, CD_DTYPES)
-    check_shape("c_tensor", c, (m, two_n), "(M, 2N)")
-    check_row_major("c_tensor", c)
-
-    pack: Dict[str, Any] = {"a": a2, "c": c}
-    if ops.d_row is not None:
-        d = drop_unit_dims("d_row_tensor", ops.d_row, 2, "(M, 2N) or (M, 2N, 1)")
-        check_dtype("d_row_tensor", d, CD_DTYPES)
-        check_shape("d_row_tensor", d, (m, two_n), "(M, 2N)")
-        check_row_major("d_row_tensor", d)
-        pack["d_row"] = d
-        d_dtype = d.dtype
-    else:
-        d_dtype = BF16 if d_dtype is None else d_dtype
-        check_d_dtype(d_dtype)
-
-    pack.update(per_expert_vectors(ops, num_experts))
-
-    pack.update(prob_vectors(ops, m, required=True))  # the BF16 contract requires both
-    db = dbias_view(ops, num_experts, two_n, generate_dbias)
-    if db is not None:
-        pack["dbias"] = db
-        generate_dbias = True
-
-    if ops.activation is not None:
-        if act.act_func != "dgeglu" or c.dtype != BF16 or d_dtype != BF16:
-            raise ValueError("activation_tensor: supported only with act_func='dgeglu' and bfloat16 C and D, got "
-                             f"act_func={act.act_func!r}, C {_fmt_dtype(c.dtype)}, D {_fmt_dtype(d_dtype)}")
-        av = drop_unit_dims("activation_tensor", ops.activation, 2, "(M, N) or (M, N, 1)")
-        check_dtype("activation_tensor", av, (BF16,))
-        check_shape("activation_tensor", av, (m, n), "(M, N)")
-        check_row_major("activation_tensor", av)
-        pack["activation"] = av
-
-    device = check_same_device({ARG_NAMES[s]: pack.get(s) for s in pack} | {"b_tensor": ops.b, "b_ptrs": ops.b_ptrs})
-    if pointers:
-        for slot, t in pack.items():
-            check_aligned(ARG_NAMES[slot], t)
-        if mode == "dense":
-            check_aligned("b_tensor", ops.b)
-    if mode == "dense":
-        pack["b"] = ops.b
-    else:
-        pack["b_ptrs"] = ops.b_ptrs
-
-    problem = DgluProblem(
-        n=n, k=k, num_experts=num_experts, m=m, weight_mode=mode, b_major=b_major,
-        ab_dtype=BF16, c_dtype=c.dtype, d_dtype=d_dtype, act=act, generate_dbias=bool(generate_dbias),
-        has_prob=True, has_dprob=True, generate_activation="activation" in pack,
-        round_dgrad_to_input_dtype=cfg.round_dgrad_to_input_dtype, use_dynamic_sched=cfg.use_dynamic_sched,
-        device_type=device.type, device_index=device.index,
-    )
-    return problem, pack
+__all__ = [
+    'BF16', 'CD_DTYPES', 'MAX_EXPERTS', 'M_ALIGN', 'FP8_DTYPES', 'FP4_DTYPES',
+    'BLOCK_SCALED_DTYPES', 'require_tensor', 'check_strided', 'check_dtype', 'drop_unit_dims',
+    'check_shape', 'check_row_major', 'check_contiguous_1d', 'check_aligned', 'check_same_device',
+    'check_d_dtype', 'check_float_type', 'check_finite', 'check_expert_count', 'check_n',
+    'per_expert_vectors', 'dense_b_major', 'pointer_table', 'prob_vectors', 'dbias_view',
+    'check_choice', 'CallConfig', 'resolve_act', 'check_common_config', 'check_bf16_config',
+    'operand_family', 'Operands', 'ARG_NAMES'
+]

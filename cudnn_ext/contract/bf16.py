@@ -1,0 +1,98 @@
+"""The BF16 family of the contract: A/B bf16, C and D bf16/fp16/fp32; validation and the
+canonical pack (views of the caller's tensors)."""
+from __future__ import annotations
+
+from typing import Any, Dict
+
+from ..problem import DgluProblem
+from .rules import (ARG_NAMES, BF16, CD_DTYPES, CallConfig, M_ALIGN, Operands, _fmt_dtype, check_aligned, check_d_dtype,
+                    check_dtype, check_expert_count, check_n, check_row_major, check_same_device,
+                    check_shape, dbias_view, dense_b_major, drop_unit_dims, per_expert_vectors,
+                    pointer_table, prob_vectors, require_tensor, resolve_act)
+
+
+def normalize_bf16(ops: Operands, cfg: CallConfig, *, mode: str, n, b_dtype, d_dtype, generate_dbias,
+                   pointers: bool):
+    """Validate a BF16 call; ``(problem, pack)`` as :func:`cudnn_ext.contract.normalize` returns."""
+    a = ops.a  # a tensor: normalize checked it
+    act = resolve_act(cfg, block_scaled=False)
+
+    # A: (M, K) or (M, K, 1), K-major, bf16
+    a2 = drop_unit_dims("a_tensor", a, 2, "(M, K) or (M, K, 1)")
+    m, k = a2.shape
+    check_row_major("a_tensor", a2)
+    if m % M_ALIGN:
+        raise ValueError(f"a_tensor: M (rows) must be a multiple of {M_ALIGN}, got M = {m}")
+    if k <= 0 or k % 8:
+        raise ValueError(f"a_tensor: K must be a positive multiple of 8 (16-byte rows of bf16), got K = {k}")
+
+    # B: dense (N, K, L) K- or N-major, or discrete pointers
+    if mode == "dense":
+        b = require_tensor("b_tensor", ops.b)
+        check_dtype("b_tensor", b, (BF16,))
+        b_major = dense_b_major(b, k)
+        n, _, num_experts = b.shape
+    else:
+        bp = pointer_table("b_ptrs", ops.b_ptrs, pointers)
+        if b_dtype != BF16:
+            raise TypeError(f"b_dtype: must be bfloat16 with bfloat16 a_tensor, got {_fmt_dtype(b_dtype)}")
+        num_experts = bp.shape[0]
+        check_expert_count("b_ptrs", num_experts)
+        b_major = cfg.b_major
+    check_n("b_tensor" if mode == "dense" else "n", n)
+    two_n = 2 * n
+
+    c = drop_unit_dims("c_tensor", require_tensor("c_tensor", ops.c), 2, "(M, 2N) or (M, 2N, 1)")
+    check_dtype("c_tensor", c, CD_DTYPES)
+    check_shape("c_tensor", c, (m, two_n), "(M, 2N)")
+    check_row_major("c_tensor", c)
+
+    pack: Dict[str, Any] = {"a": a2, "c": c}
+    if ops.d_row is not None:
+        d = drop_unit_dims("d_row_tensor", ops.d_row, 2, "(M, 2N) or (M, 2N, 1)")
+        check_dtype("d_row_tensor", d, CD_DTYPES)
+        check_shape("d_row_tensor", d, (m, two_n), "(M, 2N)")
+        check_row_major("d_row_tensor", d)
+        pack["d_row"] = d
+        d_dtype = d.dtype
+    else:
+        d_dtype = BF16 if d_dtype is None else d_dtype
+        check_d_dtype(d_dtype)
+
+    pack.update(per_expert_vectors(ops, num_experts))
+
+    pack.update(prob_vectors(ops, m, required=True))  # the BF16 contract requires both
+    db = dbias_view(ops, num_experts, two_n, generate_dbias)
+    if db is not None:
+        pack["dbias"] = db
+        generate_dbias = True
+
+    if ops.activation is not None:
+        if act.act_func != "dgeglu" or c.dtype != BF16 or d_dtype != BF16:
+            raise ValueError("activation_tensor: supported only with act_func='dgeglu' and bfloat16 C and D, got "
+                             f"act_func={act.act_func!r}, C {_fmt_dtype(c.dtype)}, D {_fmt_dtype(d_dtype)}")
+        av = drop_unit_dims("activation_tensor", ops.activation, 2, "(M, N) or (M, N, 1)")
+        check_dtype("activation_tensor", av, (BF16,))
+        check_shape("activation_tensor", av, (m, n), "(M, N)")
+        check_row_major("activation_tensor", av)
+        pack["activation"] = av
+
+    device = check_same_device({ARG_NAMES[s]: pack.get(s) for s in pack} | {"b_tensor": ops.b, "b_ptrs": ops.b_ptrs})
+    if pointers:
+        for slot, t in pack.items():
+            check_aligned(ARG_NAMES[slot], t)
+        if mode == "dense":
+            check_aligned("b_tensor", ops.b)
+    if mode == "dense":
+        pack["b"] = ops.b
+    else:
+        pack["b_ptrs"] = ops.b_ptrs
+
+    problem = DgluProblem(
+        n=n, k=k, num_experts=num_experts, m=m, weight_mode=mode, b_major=b_major,
+        ab_dtype=BF16, c_dtype=c.dtype, d_dtype=d_dtype, act=act, generate_dbias=bool(generate_dbias),
+        has_prob=True, has_dprob=True, generate_activation="activation" in pack,
+        round_dgrad_to_input_dtype=cfg.round_dgrad_to_input_dtype, use_dynamic_sched=cfg.use_dynamic_sched,
+        device_type=device.type, device_index=device.index,
+    )
+    return problem, pack
