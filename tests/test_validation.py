@@ -632,3 +632,12 @@ def test_numpy_integers_are_ints_for_tile_and_cluster_shapes():
     kw, keep = base_call()
     kw.update(mma_tiler_mn=(np.int64(256), np.int64(128)), cluster_shape_mn=(np.int32(2), np.int32(1)))
     cudnn.grouped_gemm_dglu_wrapper(**kw)  # accepted like (256, 128) and (2, 1)
+
+
+def test_weights_stacked_experts_first_get_the_layout_in_the_error():
+    """An (L, N, K) weight stack (torch's habit) is refused before anything is allocated, and
+    the message says the wrapper wants (N, K, L) and how to pass the stack."""
+    kw, keep = base_call()
+    kw["b_tensor"] = weights()  # (L, N, K)
+    expect_rejected(cudnn.grouped_gemm_dglu_wrapper, kw, ValueError,
+                    ["b_tensor", "(N, K, L)", "w.permute(1, 2, 0)", str((L, N, K))])

@@ -151,7 +151,11 @@ def dense_b_major(b: torch.Tensor, k_stored: int, *, allow_n_major: bool = True,
     n, kb, num_experts = b.shape
     check_expert_count("b_tensor", num_experts)
     if kb != k_stored:
-        raise ValueError(f"b_tensor: K must equal a_tensor's K = {k_stored}, got shape {tuple(b.shape)}")
+        hint = ""
+        if b.shape[2] == k_stored:  # the torch habit of stacking experts first
+            hint = (f"; dense weights are (N, K, L), one (N, K) matrix per expert along the last dim: "
+                    f"an (L, N, K) stack w is passed as w.permute(1, 2, 0)")
+        raise ValueError(f"b_tensor: K must equal a_tensor's K = {k_stored}, got shape {tuple(b.shape)}{hint}")
     packed = num_experts == 1 or b.stride(2) == n * kb
     if b.numel() and packed and b.stride(1) == 1 and (n == 1 or b.stride(0) == kb):
         return "k"
