@@ -28,21 +28,21 @@ def _fresh_seed():
 
 @pytest.fixture
 def graph_executions(monkeypatch):
-    """The graphs whose ``execute`` runs during the test, in order: ``Graph.execute`` is spied
-    on, and the call-graph memo and the wrapper's hot path start empty (a remembered call runs
-    its graph's plan directly, tests/test_hot_path.py)."""
+    """The graphs whose plan runs during the test, in order: ``Graph.execute_pack`` (the one
+    execute path of the graph API, the wrapper and the class API) is spied on, and the
+    call-graph memo and the wrapper's call memo start empty."""
     import cudnn_ext
     from cudnn_ext.runtime import memo as hot_path
     from cudnn_ext.graph import from_call
 
     seen = []
-    real = cudnn_ext.Graph.execute
+    real = cudnn_ext.Graph.execute_pack
 
-    def spy(self, variant_pack, workspace=None, stream=None):
+    def spy(self, pack, workspace, stream):
         seen.append(self)
-        return real(self, variant_pack, workspace, stream)
+        return real(self, pack, workspace, stream)
 
-    monkeypatch.setattr(cudnn_ext.Graph, "execute", spy)
+    monkeypatch.setattr(cudnn_ext.Graph, "execute_pack", spy)
     from_call.clear_memo()
     hot_path.clear()
     return seen

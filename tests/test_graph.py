@@ -320,7 +320,10 @@ def test_wrapper_and_class_api_run_through_a_graph(graph_executions):
     assert torch.equal(d_row, wrapper_result(t)["d_row_tensor"][..., 0])
 
 
-def test_call_graph_declares_the_same_problem():
+@pytest.mark.parametrize("act_func,dbias", [("dgeglu", True), ("dswiglu", False), ("dgeglu", False)])
+def test_call_graph_declares_the_same_problem(act_func, dbias):
+    """The wrapper and the class API adopt the contract's problem for the graph they declare
+    (one validation per call); the declaration, validated as any graph is, gives it back."""
     from cudnn_ext import contract
     from cudnn_ext.graph.from_call import declare_call_graph
 
@@ -328,10 +331,12 @@ def test_call_graph_declares_the_same_problem():
     problem, pack = contract.normalize(
         contract.Operands(a=t["a"], c=t["c"], padded_offsets=t["padded_offsets"], alpha=t["alpha"], beta=t["beta"],
                           prob=t["prob"], dprob=torch.zeros(M), b=t["b"]),
-        contract.CallConfig(act_func="dgeglu", linear_offset=0.25), generate_dbias=True)
-    g = declare_call_graph(problem, pack)
+        contract.CallConfig(act_func=act_func, linear_offset=0.25 if act_func == "dgeglu" else None),
+        generate_dbias=dbias)
+    g = declare_call_graph(problem, pack, validate=True)
     assert g.problem == problem
-    assert {d.name for d in g.tensors} >= {"a", "b", "c", "d_row", "dprob", "dbias"}
+    assert declare_call_graph(problem, pack).problem is problem
+    assert {d.name for d in g.tensors} >= {"a", "b", "c", "d_row", "dprob"} | ({"dbias"} if dbias else set())
 
 
 def test_one_descriptor_may_feed_two_input_ports():

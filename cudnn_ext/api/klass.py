@@ -49,15 +49,7 @@ class GroupedGemmDglu:
         round_dgrad_to_input_dtype: bool = False, sample_activation=None, _deterministic: bool = False,
         *, engine: Optional[str] = None,
     ):
-        self._cfg = contract.CallConfig(
-            act_func=act_func, linear_offset=linear_offset, geglu_alpha=geglu_alpha, glu_clamp_max=glu_clamp_max,
-            glu_clamp_min=glu_clamp_min, situ_beta1=situ_beta1, situ_beta2=situ_beta2, b_major=b_major,
-            acc_dtype=acc_dtype, mma_tiler_mn=mma_tiler_mn, cluster_shape_mn=cluster_shape_mn,
-            sf_vec_size=sf_vec_size, sf_fp8_dtype_override=sf_fp8_dtype_override, vector_f32=vector_f32,
-            m_aligned=m_aligned, discrete_col_sfd=discrete_col_sfd, epilogue_op=epilogue_op,
-            use_dynamic_sched=use_dynamic_sched, use_single_group_runtime_offsets=use_single_group_runtime_offsets,
-            round_dgrad_to_input_dtype=round_dgrad_to_input_dtype, deterministic=_deterministic,
-        )
+        self._cfg = contract.CallConfig.of(locals())
         self._samples = contract.Operands(
             a=sample_a, c=sample_c, d_row=sample_d_row, d_col=sample_d_col, sfa=sample_sfa,
             padded_offsets=sample_padded_offsets, alpha=sample_alpha, beta=sample_beta, prob=sample_prob,
@@ -242,11 +234,7 @@ class GroupedGemmDglu:
         elif workspace is not None:
             check_workspace(workspace, self._plan.layout, device,
                             {contract.ARG_NAMES.get(s, s): t for s, t in pack.items()})
-        if views is not None:  # bound before: run the graph's plan directly
-            with on_stream(stream):
-                self._plan.execute(pack, workspace, stream)
-        else:
-            self._graph.execute(pack, workspace, stream)
+        self._graph.execute_pack(pack, workspace, stream)
 
     def __call__(self, *args, **kwargs):
         return self.execute(*args, **kwargs)

@@ -44,7 +44,7 @@ def grouped_gemm_dglu_wrapper(
     (zeros) when ``generate_dbias``, and the workspace; accumulates into the caller's
     ``dprob_tensor`` (zero it first) and returns it as is. ``engine`` pins an engine by name.
     """
-    if type(a_tensor).__module__.split(".")[0] in ("jax", "jaxlib"):  # JAX arrays: DLPack views (issue 6)
+    if type(a_tensor).__module__.split(".")[0] in ("jax", "jaxlib"):  # JAX arrays: DLPack views
         call = dict(locals())
         from ..runtime.jax_arrays import wrapper_from_jax
 
@@ -65,15 +65,7 @@ def grouped_gemm_dglu_wrapper(
     else:
         if not isinstance(generate_dbias, bool):
             raise TypeError(f"generate_dbias: expected a bool, got {type(generate_dbias).__name__}")
-        cfg = contract.CallConfig(
-            act_func=act_func, linear_offset=linear_offset, geglu_alpha=geglu_alpha, glu_clamp_max=glu_clamp_max,
-            glu_clamp_min=glu_clamp_min, situ_beta1=situ_beta1, situ_beta2=situ_beta2, b_major=b_major,
-            acc_dtype=acc_dtype, cd_major=cd_major, mma_tiler_mn=mma_tiler_mn, cluster_shape_mn=cluster_shape_mn,
-            sf_vec_size=sf_vec_size, sf_fp8_dtype_override=sf_fp8_dtype_override, vector_f32=vector_f32,
-            m_aligned=m_aligned, discrete_col_sfd=discrete_col_sfd, epilogue_op=epilogue_op,
-            use_dynamic_sched=use_dynamic_sched, use_single_group_runtime_offsets=use_single_group_runtime_offsets,
-            round_dgrad_to_input_dtype=round_dgrad_to_input_dtype, deterministic=deterministic,
-        )
+        cfg = contract.CallConfig.of(locals())
         problem, pack = contract.normalize(ops, cfg, n=n, b_dtype=b_dtype, d_dtype=d_dtype,
                                            generate_dbias=generate_dbias)
         graph = graph_for_call(problem, pack, engine=engine)  # decline reasons surface before any allocation
@@ -94,10 +86,7 @@ def grouped_gemm_dglu_wrapper(
         if problem.is_block_scaled:
             _allocate_block_scaled_outputs(problem, pack, result)
         ws = torch.empty(plan.workspace_size, dtype=torch.uint8, device=device) if plan.workspace_size else None
-        if hit is not None:  # validated and bound before: run the graph's plan directly
-            plan.execute(pack, ws, stream)
-        else:
-            graph.execute(pack, ws, stream)
+    graph.execute_pack(pack, ws, stream)
     result["dprob_tensor"] = dprob_tensor
     if activation_tensor is not None:
         result["activation_tensor"] = activation_tensor

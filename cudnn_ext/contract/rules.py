@@ -244,6 +244,16 @@ class CallConfig:
     round_dgrad_to_input_dtype: bool = False
     deterministic: bool = False
 
+    @classmethod
+    def of(cls, kwargs: Dict[str, Any]) -> "CallConfig":
+        """The configuration in a call's vendor keywords (``kwargs`` may hold the tensors and
+        other arguments too: only this type's fields are read, ``_deterministic`` being the
+        class API's spelling of ``deterministic``). The one place vendor keywords become a
+        configuration."""
+        if "_deterministic" in kwargs:
+            kwargs = {**kwargs, "deterministic": kwargs["_deterministic"]}
+        return cls(**{f.name: kwargs[f.name] for f in fields(cls) if f.name in kwargs})
+
     def __hash__(self) -> int:
         # Computed once per instance: the torch op's memo key holds this config and is hashed
         # on every eager call; the generated hash rebuilds a 22-field tuple each time (about

@@ -258,9 +258,14 @@ class Graph:
     def validate(self) -> "Graph":
         """Check the declaration: one node, outputs marked, every tensor used, and the node's
         tensors and attributes against the input contract. Idempotent."""
+        return self._validate(None)
+
+    def _validate(self, problem) -> "Graph":
+        """``validate``; with ``problem`` (a graph declared from a call the contract has just
+        normalized, ``from_call``) the structure is checked and the problem adopted, so a call
+        is validated once (tests/test_graph.py pins that the declaration round-trips)."""
         if self._problem is not None:
             return self
-
         if not self._nodes:
             raise ValueError(f"graph {self.name!r}: no node; add one with grouped_matmul_dglu(...)")
         node = self._nodes[0]
@@ -288,6 +293,9 @@ class Graph:
                              + ", ".join(f"{d.name!r} (uid {d.uid})" for d in unused))
         if self.device is None:
             self.device = _default_device()
+        if problem is not None:
+            self._problem = problem
+            return self
         acc = self.compute_data_type.torch if self.compute_data_type is not None else None
         self._problem = node_problem(node, ports, acc_dtype=acc, device=self.device)
         return self
@@ -410,9 +418,14 @@ class Graph:
         plan = self.execution_plan
         pack = self._binder.bind(variant_pack)
         check_workspace(workspace, plan.layout, pack["c"].device, pack)
-        stream = launch_stream(stream, pack["c"].device)
+        self.execute_pack(pack, workspace, launch_stream(stream, pack["c"].device))
+
+    def execute_pack(self, pack: Mapping[str, torch.Tensor], workspace: Optional[torch.Tensor], stream) -> None:
+        """Run the selected plan on a canonical slot pack (what ``bind`` returns, or what the
+        contract returns for the wrapper and the class API), with a checked workspace, on
+        ``stream`` (a torch stream). The one execute path of every entry point."""
         with on_stream(stream):
-            plan.execute(pack, workspace, stream)
+            self.execution_plan.execute(pack, workspace, stream)
 
     def autotune(self, variant_pack: Mapping, *, top_k: int = 4, warmup: int = 2, iters: int = 10,
                  stream=None) -> List[tuple]:
