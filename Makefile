@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
 TORCH  ?= $(if $(HAS_GPU),torch,torch==2.13.0)
 
-.PHONY: demo test info venv clean
+.PHONY: demo test info venv clean bench test-gpu
 
 $(VENV)/.installed: pyproject.toml Makefile
 	python3 -m venv $(VENV)
@@ -26,6 +26,14 @@ test: $(VENV)/.installed
 
 info: $(VENV)/.installed
 	$(PY) -m cudnn_ext info
+
+# On a GPU machine: the benchmark behind README.md's table (writes benchmarks/results/<device>.json,
+# replacing that device's previous result; see benchmarks/README.md) and the GPU test tier.
+bench: $(VENV)/.installed
+	$(PY) benchmarks/bench_dglu.py --reps 30 --warmup 5
+
+test-gpu: $(VENV)/.installed
+	$(PY) -m pytest -m gpu tests
 
 clean:
 	rm -rf $(VENV) .pytest_cache

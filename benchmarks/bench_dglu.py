@@ -5,27 +5,27 @@ Peers, side by side in one process on the same inputs:
                           execute on a caller workspace (with dbias: a zeroing kernel, then
                           the kernel)
   cudnn_ext_op            (row impl "cudnn_ext", variant "op") the torch op's out= call, what
-                          training code calls: a replay, one kernel (first GPU-run in
-                          session 11)
-  cudnn_ext_discrete      (row impl "cudnn_ext", variant "discrete") the same with per-expert weights (b_ptrs: one allocation per expert,
-                          K-major, device-built TMA descriptors; clusters are not used there)
+                          training code calls: a replay, one kernel
+  cudnn_ext_discrete      (row impl "cudnn_ext", variant "discrete") the same with per-expert
+                          weights (b_ptrs: one allocation per expert, K-major, device-built
+                          TMA descriptors)
   torch_grouped_mm        torch._grouped_mm alone (the GEMM only, bf16 out): the bar to beat
   torch_unfused_compiled  torch._grouped_mm + a torch.compile'd epilogue (what users write)
   quack                   quack.gemm_interface.gemm_dgated with cu_seqlens_m (tuned=False;
                           its own gate/up layout, no dbias), if quack-kernels is importable
 
-Prints ms (median of --reps timed runs after warm-up, CUDA events; --timer gpu, the default
-since session 13: device time, each call's launch hidden behind a spin kernel; --timer launch,
-sessions 1-12: from an idle stream, so the host's issue latency is in the span), TFLOP/s (2*rows*N*K) and
-ratios; writes JSON rows {"shape", "impl", "ms", "tflops", ...} plus the command, device,
-date, the rounds and which cudnn_ext was imported to benchmarks/results/<device>-<date>.json
-(or --out). Not imported by the library.
+Prints ms (median of --reps timed runs after warm-up, CUDA events; --timer gpu, the default:
+device time, each call's launch hidden behind a spin kernel; --timer launch: from an idle
+stream, so the host's issue latency is in the span), TFLOP/s (2*rows*N*K) and ratios; writes
+JSON rows {"shape", "impl", "ms", "tflops", ...} plus the command, device, date, the rounds
+and which cudnn_ext was imported to benchmarks/results/<device>.json (or --out), replacing
+that device's previous result. Not imported by the library.
 
 Timing is round-robin (--rounds, default 5): every row of a shape is built and warmed first,
 then each round times reps/rounds calls of every row, starting one row later than the round
-before. Sustained load lowers the clocks, so a row timed after the others used to read slower
-than the same kernel timed first (session 8, results/ab-session8-three-way/: 1-12% on dsv3);
-rotating spreads that over all rows. --rounds 1 times the rows one after another.
+before. Sustained load lowers the clocks, so a row timed after the others reads slower than
+the same kernel timed first (1-12% on dsv3 when rows ran one after another); rotating spreads
+that over all rows. --rounds 1 times the rows one after another.
 
   python benchmarks/bench_dglu.py [--shapes dsv3,qwen3,mixtral,skew] [--reps 50]
 """
@@ -51,13 +51,12 @@ SHAPES = {
     "mixtral": (8, 2048, 4096, 14336),
     "skew": (64, 512, 4096, 1024),
 }
-#: Shapes timed only when named in --shapes (not the issue's four): the K axis, for the
-#: schedule choice between ping-pong 128 x 128 and cooperative 128 x 256 (session 16).
+#: Shapes timed only when named in --shapes (not the four default ones): the K and N axes
+#: of the schedule choice between ping-pong 128 x 128 and cooperative 128 x 256 tiles.
 #: k6k is Mixtral 8x22B's expert MLP (hidden 6144, 16384 wide); k5k, k6kd, k8k and k12k are
-#: dsv3 with another K; k6kn4, k6kn8, k7kn8 and k7kn16 widen N at K 6144 and 7168 (session
-#: 21: where the cooperative kernel's K threshold holds along N); session 24's corners of
-#: that threshold: k6kn12 and k7kn12 (N 12288), k4k (dsv3 at K 4096), k5kn4 and k5kn8 (K
-#: 5120 at N 4096, 8192); and skew's neighbours (below).
+#: dsv3 with another K; k6kn4, k6kn8, k7kn8, k7kn16, k6kn12 and k7kn12 widen N at K 6144 and
+#: 7168 (where the cooperative rule's N bound holds); k4k (dsv3 at K 4096), k5kn4 and k5kn8
+#: (K 5120 at N 4096, 8192); and skew's neighbours (below).
 EXTRA_SHAPES = {
     "k6k": (8, 2048, 6144, 16384),
     "k5k": (8, 4096, 5120, 2048),
@@ -77,8 +76,8 @@ EXTRA_SHAPES = {
     "u4kn1": (64, 512, 4096, 1024),
     "skewn2": (64, 512, 4096, 2048),
     "skewk2": (64, 512, 2048, 1024),
-    # session 25: inside the 2-stage cooperative band, K 4608 and N 512 (skew's sizes),
-    # and below it, K 3072 and K 2048 at N 512
+    # inside the 2-stage cooperative band, K 4608 and N 512 (skew's sizes), and below it,
+    # K 3072 and K 2048 at N 512
     "skewk46": (64, 512, 4608, 1024),
     "skewn5": (64, 512, 4096, 512),
     "skewk3": (64, 512, 3072, 1024),
@@ -423,10 +422,10 @@ def build_impl(impl, pack, K, N, dbias, args, row):
         row.update(impl="cudnn_ext", variant=f"discrete:{v}")
     elif impl == "cudnn_ext_discrete":
         fn, extra = run_cudnn_ext_discrete(pack, K, N, dbias=dbias)
-        row.update(impl="cudnn_ext", variant="discrete")  # the issue's impl names
+        row.update(impl="cudnn_ext", variant="discrete")  # one impl name, told apart by variant
     elif impl == "cudnn_ext_op":
         fn, extra = run_cudnn_ext_op(pack, dbias=dbias)
-        row.update(impl="cudnn_ext", variant="op")  # the issue's impl names
+        row.update(impl="cudnn_ext", variant="op")  # one impl name, told apart by variant
     elif impl == "torch_grouped_mm":
         fn = run_grouped_mm(pack)
     elif impl == "torch_unfused_compiled":
@@ -448,12 +447,15 @@ def imported_cudnn_ext():
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n  python")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shapes", default=",".join(SHAPES),
+                    help=f"comma-separated, of {sorted(SHAPES)} and the extra shapes "
+                         f"{sorted(EXTRA_SHAPES)}")
     ap.add_argument("--impls", default="cudnn_ext,cudnn_ext_op,cudnn_ext_discrete,torch_grouped_mm,"
-                    "torch_unfused_compiled,quack")
-    ap.add_argument("--reps", type=int, default=50)
-    ap.add_argument("--warmup", type=int, default=10)
+                    "torch_unfused_compiled,quack", help="comma-separated peers (see above)")
+    ap.add_argument("--reps", type=int, default=50, help="timed calls per row")
+    ap.add_argument("--warmup", type=int, default=10, help="untimed calls per row first")
     ap.add_argument("--tile-n", type=int, default=0, help="pin the cudnn_ext tile_n knob")
     ap.add_argument("--variants", default="",
                     help="extra cudnn_ext knob sets, e.g. 't128c1,t128c1m2' (tile_n, c_stages, "
@@ -467,8 +469,9 @@ def main(argv=None):
     ap.add_argument("--timer", choices=sorted(TIMERS), default="gpu",
                     help="gpu: device time of a call, its launch hidden behind a spin kernel "
                          "(default); launch: from an idle stream, the host's issue latency "
-                         "included (the timer of sessions 1-12)")
-    ap.add_argument("--out", default=None)
+                         "included")
+    ap.add_argument("--out", default=None,
+                    help="JSON path (default: benchmarks/results/<device>.json, replaced)")
     args = ap.parse_args(argv)
     unknown = [s for s in args.shapes.split(",") if s not in SHAPES and s not in EXTRA_SHAPES]
     if unknown:
@@ -543,7 +546,7 @@ def main(argv=None):
 
     date = datetime.date.today().isoformat()
     out = args.out or os.path.join(os.path.dirname(__file__), "results",
-                                   f"{dev_name.replace(' ', '_')}-{date}.json")
+                                   f"{dev_name.replace(' ', '_')}.json")
     os.makedirs(os.path.dirname(out), exist_ok=True)
     command = " ".join([os.path.basename(sys.argv[0])] + (argv or sys.argv[1:]))
     for r in rows:

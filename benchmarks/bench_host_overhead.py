@@ -20,9 +20,9 @@ CUDA the launches are asynchronous, so this is host time):
   zeros_only          the three output allocations alone (a floor for any functional op)
 and, for context, ``custom_op+reference`` (the real reference engine on this tiny problem).
 
-Goal from issue 6: <= 15 us for the eager call with a built plan (vendor reports 55-68 us).
-Writes JSON rows to benchmarks/results/host_overhead-<device>-<date>.json (or --out).
-Not imported by the library.
+Goal: <= 15 us for the eager call with a built plan (the vendor's wrapper: 55-68 us).
+Writes JSON rows to benchmarks/results/host_overhead-<device type>.json (or --out), replacing
+the previous result. Not imported by the library.
 
   python benchmarks/bench_host_overhead.py [--device cpu|cuda] [--reps 2000]
 """
@@ -68,10 +68,12 @@ def timeit(fn, reps, sync, batch=50):
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--reps", type=int, default=2000)
-    ap.add_argument("--out", default=None)
+    ap.add_argument("--out", default=None,
+                    help="JSON path (default: benchmarks/results/host_overhead-<device type>.json)")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch CPU threads (1: small fills stay on the calling thread; timing is not "
                          "hostage to a busy OpenMP pool)")
@@ -167,7 +169,7 @@ def main():
         print(f"{r['entry']:<50}{r['us_median']:>12.2f}{r['us_best']:>10.2f}")
     date = datetime.date.today().isoformat()
     out = args.out or os.path.join(os.path.dirname(__file__), "results",
-                                   f"host_overhead-{dev.type}-{date}.json")
+                                   f"host_overhead-{dev.type}.json")
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:
         json.dump({"command": " ".join(sys.argv), "device": device_name, "torch": torch.__version__,

@@ -1,7 +1,7 @@
 """Lower bounds for the benchmark shapes: DRAM bytes and FLOPs of the fused op and of the
 GEMM alone, and the times they imply at a device's peak rates.
 
-    python3 benchmarks/roofline.py [--results benchmarks/results/NVIDIA_H200-....json]
+    python3 benchmarks/roofline.py [--results benchmarks/results/NVIDIA_H200.json]
         [--bw 4.8e12] [--flops 989e12]
 
 Why: the targets compare the fused op with torch._grouped_mm, which moves fewer bytes (it
@@ -45,7 +45,8 @@ def measured(path):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--results", default=None, help="a bench_dglu JSON to set against the floors")
     ap.add_argument("--bw", type=float, default=4.8e12, help="DRAM bytes per second")
     ap.add_argument("--flops", type=float, default=989e12, help="dense BF16 FLOP per second")

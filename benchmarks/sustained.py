@@ -15,7 +15,7 @@ stretch (default 1) are left out of its figures; rows rotate by one place per pa
 Where NVML's library is present it also reads the GPU's energy counter around each stretch
 (``NvmlEnergy``: exact over the stretch, where power.draw is a ~1 s average) and prints
 ``nvml_mj_per_call``, the stretch's energy over its calls (the idle gap after each batch of
-50 included). Added in session 13, not yet run on a GPU.
+50 included).
 """
 import argparse
 import ctypes
@@ -129,7 +129,8 @@ def stretch(fn, seconds, batch_size=50):
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("shape", choices=sorted(SHAPES))
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--passes", type=int, default=2)
