@@ -8,7 +8,7 @@ dispatch.
 Entry points timed (per call over batches of 50 back-to-back calls after warm-up, median and
 best batch, ``time.perf_counter_ns``, the device synchronized before each batch, untimed: on
 CUDA the launches are asynchronous, so this is host time):
-  core_run            cudnn_ext.torch._core.run (the shared functional path)
+  core_run            cudnn_ext.functional.run (the shared functional path)
   custom_op           torch.ops.cudnn_ext.grouped_gemm_dglu (dispatcher + core_run)
   python_fn           cudnn_ext.torch.grouped_gemm_dglu (the user function: in eager mode it runs
                       the op's body directly, skipping the dispatcher)
@@ -44,7 +44,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import cudnn_ext  # noqa: E402
 import cudnn_ext.torch as ct  # noqa: E402
 from cudnn_ext.plan.execution import ExecutionPlan  # noqa: E402
-from cudnn_ext.torch import _core, _guards  # noqa: E402
+from cudnn_ext import functional as _core  # noqa: E402
+from cudnn_ext.functional import guards as _guards  # noqa: E402
 
 
 def timeit(fn, reps, sync, batch=50):

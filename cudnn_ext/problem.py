@@ -49,7 +49,7 @@ class ActConfig:
     situ_beta1: float = 4.0
     situ_beta2: float = 25.0
     #: BF16 dGeGLU scales C by beta before the clamps; the block-scaled kernel does not
-    #: (vendor_facts 2.4). dSwiGLU and dSiTU-GLU always apply beta.
+    #: (docs/vendor_contract.md §2.4). dSwiGLU and dSiTU-GLU always apply beta.
     dgeglu_applies_beta: bool = True
 
 

@@ -1,8 +1,8 @@
 import os
 
 # JAX grabs 75% of GPU memory when it first touches the GPU. Tests in one process (and
-# pytest-xdist workers sharing the GPU) allocate through torch and JAX both; session 17's
-# parallel GPU run failed with out-of-memory next to a JAX worker holding 107 GiB.
+# pytest-xdist workers sharing the GPU) allocate through torch and JAX both; a parallel GPU run
+# otherwise fails with out-of-memory next to a JAX worker holding 107 GiB.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 import pytest  # noqa: E402

@@ -15,7 +15,7 @@ For expert g with rows [offs[g-1], offs[g]) (its padded range):
     dbias[g] = column sums of D over the expert's padded rows
 
 gate/up split: C is viewed as (rows, N/32, 2, 32); index 0 of the pair axis is gate, 1 is up
-(vendor_facts 1.3: in every 64-column pair the first 32 columns are gate). D comes back from
+(docs/vendor_contract.md §1.3: in every 64-column pair the first 32 columns are gate). D comes back from
 autograd already in C's layout, so no re-interleaving is needed.
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ f64 = torch.float64
 def clamp_with_inclusive_grad(x: torch.Tensor, lo: Optional[float], hi: Optional[float]) -> torch.Tensor:
     """clamp(x, lo, hi) whose gradient is 1 where lo <= x <= hi (bounds included), else 0.
 
-    The contract keeps the gradient at equality with either bound (vendor_facts 1.6). torch's
+    The contract keeps the gradient at equality with either bound (docs/vendor_contract.md §1.6). torch's
     own clamp backward does the same (its mask is ``x >= min & x <= max``), which
     ``clamp_grad_is_inclusive`` probes and a test pins; note ``torch.minimum``/``maximum`` would
     split the gradient 0.5/0.5 at a tie, so they are not used here.

@@ -2,8 +2,8 @@
 
 Performance itself is measured by the benchmarks, never here: these tests only check how
 the benchmark schedules its timed calls, which decides whether side-by-side rows compare
-fairly (session 8: a row timed after the others read up to 12% slower than the same kernel
-timed first)."""
+fairly (on the H200 a row timed after the others read up to 12% slower than the same
+kernel timed first)."""
 import os
 import sys
 
@@ -146,8 +146,8 @@ class _FakeCuda:
 
 
 @pytest.mark.parametrize("issue_us,late", [(20.0, 0), (500.0, 1)])
-# (the benchmark's default spin is 1000 us: quack's calls took up to 550 us to issue on the
-# H200 in session 13, past the 300 us spin first used)
+# (the benchmark's default spin is 1000 us: quack's calls take up to 550 us to issue on the
+# H200's host)
 def test_device_timer_hides_the_launch_and_counts_late_calls(monkeypatch, issue_us, late):
     """The gpu timer reads a call's device time (80 us here) whatever its host issue time, as
     long as the spin outlasts the issue; a call issued after the spin ends is counted late

@@ -322,7 +322,7 @@ def test_deterministic_is_carried_not_dropped(monkeypatch):
 @pytest.mark.parametrize("discrete_col_sfd", [False, True])
 def test_single_group_never_reads_the_offsets_value(discrete_col_sfd):
     """use_single_group_runtime_offsets: the group ends at A's row count and the offsets'
-    value is never read (vendor_facts 2.8), by the GEMM or by the per-expert SFD_col layout:
+    value is never read (docs/vendor_contract.md §2.8), by the GEMM or by the per-expert SFD_col layout:
     every output equals the run whose offset is M itself."""
     p = _problem(L=1, N=64, K=128, counts=(256,))
     m = p["M"]

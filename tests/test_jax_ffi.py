@@ -65,7 +65,7 @@ def _uses_ffi(f, avals) -> bool:
 def test_jit_takes_the_engines_choice_at_deep_k():
     """Under jax.jit dbias stays in fp32 for JAX to round (fold_dbias=False); the FFI path
     picks what the engine picks, the cooperative kernel at deep K and on skew, with dbias
-    too (those unfolded forms passed their GPU tests in sessions 17 and 25), and keeps the
+    too (both unfolded forms have GPU tests below), and keeps the
     split last round off."""
     from cudnn_ext.engines.sm90 import (COOPERATIVE_DEEP_KNOBS, COOPERATIVE_KNOBS,
                                         Sm90CompileKey, Sm90DgluEngine)
@@ -344,8 +344,7 @@ def test_ffi_cooperative_dbias_on_gpu_matches_the_float64_oracle(act_func, weigh
                                                                  monkeypatch):
     """The cooperative kernel with dbias under jax.jit (fold_dbias=False: the folder warp
     adds the sums to the workspace without folding them, JAX rounds them), in both forms
-    ``choose_knobs`` can pick: the deep one (dense weights first passed on an H200 in
-    session 17) and the 2-stage one (session 25), dense or per-expert weights, forced here
+    ``choose_knobs`` can pick: the deep one and the 2-stage one, dense or per-expert weights, forced here
     on the small operands (N < tile: the tile's columns past N are phantoms)."""
     _skip_unless_jax_gpu()
     from cudnn_ext.engines.sm90 import COOPERATIVE_DEEP_KNOBS, COOPERATIVE_KNOBS

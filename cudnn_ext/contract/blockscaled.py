@@ -1,5 +1,5 @@
 """The block-scaled (MXFP8 / NVFP4) contract: the rules of the page's dtype table and its
-"Additional Type Constraints", vendor_facts 2 and 3.5, checked before anything is allocated.
+"Additional Type Constraints", docs/vendor_contract.md §2 and 3.5, checked before anything is allocated.
 
 Owns validation of block-scaled calls and the table of scale-factor geometries per slot; it
 allocates nothing (the wrapper allocates outputs). Shares the small checks of ``contract``.
@@ -22,7 +22,7 @@ FP8 = (E4M3, E5M2)
 C_DTYPES = (torch.float32, torch.float16, torch.bfloat16, E4M3, E5M2)
 
 
-#: The scale-factor slots, and the one table of which matrix each holds (vendor_facts 2.2, 2.6):
+#: The scale-factor slots, and the one table of which matrix each holds (docs/vendor_contract.md §2.2, 2.6):
 #: SFA covers A's M rows x K (one group), SFB each expert's N rows x K, SFD_row D's M rows x
 #: 2N columns in 32-column blocks, SFD_col D's 2N columns x M rows in 32-row blocks.
 SF_SLOTS = ("sfa", "sfb", "sfd_row", "sfd_col")
@@ -146,7 +146,7 @@ def normalize_block_scaled(ops, cfg, *, mode: str, n, b_dtype, d_dtype, generate
         raise TypeError(f"d_dtype: {'FP4' if fp4 else 'FP8'} operands require D in {C._dtypes(d_allowed)}, got "
                         f"{C._fmt_dtype(d_dtype)}")
 
-    # quantized outputs: generated iff FP8 operands, e8m0 scales and FP8 D (vendor_facts 2.6)
+    # quantized outputs: generated iff FP8 operands, e8m0 scales and FP8 D (docs/vendor_contract.md §2.6)
     sfd_given = [ops.sfd_row is not None, ops.sfd_col is not None, ops.norm_const is not None]
     wrapper_call = ops.d_row is None
     can_sfd = (not fp4) and sf_dtype == E8M0 and d_dtype in FP8

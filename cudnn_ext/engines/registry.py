@@ -16,7 +16,7 @@ from .reference import ReferenceEngine
 
 def _all_engines() -> List[Engine]:
     engines: List[Engine] = []
-    try:  # the Hopper kernel engine (issue 3); absent until it lands
+    try:  # the Hopper kernel engine
         from .sm90 import Sm90DgluEngine
 
         engines.append(Sm90DgluEngine())

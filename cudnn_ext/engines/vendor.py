@@ -24,7 +24,7 @@ allocates itself).
 Not verified on hardware: no Blackwell GPU and no nvidia-cudnn-frontend installation were
 available when this engine was written. The argument mapping is pinned by CPU tests against a
 fake ``cudnn`` module (tests/test_vendor_engine.py); the vendor's behaviour is taken from its
-documentation (../shared/spec/grouped_gemm_dglu_sm100.md) and vendor_facts.md.
+documentation and docs/vendor_contract.md.
 """
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ VENDOR_DIST = "nvidia-cudnn-frontend"
 VENDOR_CLASS = "GroupedGemmDgluSm100"
 
 #: Architectures the vendor kernels target (vendor page "Environment"): SM100/SM103 for every
-#: path, SM107 (Rubin) for the block-scaled backend only, without dSiTU-GLU (vendor_facts 2.8).
+#: path, SM107 (Rubin) for the block-scaled backend only, without dSiTU-GLU (docs/vendor_contract.md §2.8).
 _BLACKWELL = {(10, 0), (10, 3)}
 _RUBIN = (10, 7)
 #: The BF16 backend's GeGLU constants (vendor page, "BF16 contract": "BF16 also uses the source
@@ -150,7 +150,7 @@ def constructor_kwargs(problem: DgluProblem, knobs: Knobs, pack: Mapping[str, An
 
 
 def vendor_workspace_bytes(problem: DgluProblem) -> int:
-    """``scratch_workspace_bytes()`` of the vendor object, from the problem (vendor_facts 4.5):
+    """``scratch_workspace_bytes()`` of the vendor object, from the problem (docs/vendor_contract.md §4.5):
     ``max(align_up(desc + counter, 128), 128)``; desc = one 128-B TMA descriptor per expert for
     discrete B (two, B and SFB, when block-scaled), counter = 4 B with the dynamic scheduler."""
     desc = 0
@@ -168,8 +168,8 @@ def _vendor_check(obj) -> None:
     """The vendor's own check_support, run at the plan's first execute (it needs sample
     tensors). A refusal here means cudnn_ext's check_support accepted a problem the vendor
     does not: the error keeps the vendor's type (ValueError for shapes and strides,
-    NotImplementedError for disabled combinations, RuntimeError for the device; vendor_facts
-    3.7) and message, and says which engine refused and how to pick another."""
+    NotImplementedError for disabled combinations, RuntimeError for the device;
+    docs/vendor_contract.md §3.7) and message, and says which engine refused and how to pick another."""
     how = (f"{VENDOR_CLASS}.check_support (engine {VendorSm100Engine.name}) refused a problem that "
            f"cudnn_ext's support check accepted; pass engine='reference' (or build the graph with "
            f"another engine) to run it elsewhere")
@@ -204,7 +204,7 @@ class _VendorPlan(CompiledPlan):
                 if need > self._ws:
                     raise RuntimeError(
                         f"{VENDOR_DIST}: {VENDOR_CLASS} needs {need} workspace bytes but the plan reserved "
-                        f"{self._ws} (cudnn_ext's formula, vendor_facts 4.5, no longer matches this vendor version)")
+                        f"{self._ws} (cudnn_ext's formula, docs/vendor_contract.md §4.5, no longer matches this vendor version)")
                 self._obj = obj
             return self._obj
 

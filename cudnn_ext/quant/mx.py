@@ -11,7 +11,7 @@ consecutive K elements share one scale; the scale matrix ``(rows, ceil(K/sf_vec_
 returned in the 6-D layout of :mod:`cudnn_ext.quant.sf_layout`. FP4 values are packed two per
 byte along K (logical K = 2 x bytes), low nibble first.
 
-The block rule (the kernel's D quantizer, vendor_facts 2.6, with ``norm_const = 1`` for the
+The block rule (the kernel's D quantizer, docs/vendor_contract.md §2.6, with ``norm_const = 1`` for the
 input helpers), all in fp32::
 
     amax  = max |x| over the block          (NaN-propagating; zero padding past K)

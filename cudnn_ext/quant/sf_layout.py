@@ -4,7 +4,7 @@ Owns: the index map, allocation in the kernel layout, conversion to and from a p
 ``(rows, k_blocks[, L])`` matrix, and acceptance of the flat packed-buffer form. Must not know
 about number formats beyond treating scale factors as bytes.
 
-The layout (vendor_facts 2.2). For a scale-factor matrix with ``mn`` rows (M for SFA/SFD_row,
+The layout (docs/vendor_contract.md §2.2). For a scale-factor matrix with ``mn`` rows (M for SFA/SFD_row,
 N for SFB, 2N for SFD_col), ``k_blocks`` scale columns (``ceil(K / sf_vec_size)``; for SFD_col
 the 32-row blocks of D) and ``L`` groups::
 

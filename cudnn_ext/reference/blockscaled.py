@@ -1,6 +1,6 @@
 """Block-scaled pieces of the reference engine, as pure torch functions.
 
-Owns what the block-scaled contract adds around the BF16 math (vendor_facts 2.2-2.6):
+Owns what the block-scaled contract adds around the BF16 math (docs/vendor_contract.md §2.2-2.6):
 dequantizing A and B from their scale factors, quantizing the fp32 dGLU result to FP8 D_row /
 D_col with SFD_row / SFD_col (incl. ``discrete_col_sfd``), and the per-expert amax. Must not
 know the GEMM or the epilogue (``grouped_dglu`` composes them) nor validate whole problems
@@ -11,7 +11,7 @@ All functions take CPU or CUDA tensors. Values that the kernel reads from device
 (``padded_offsets``, ``norm_const``) are read to the host here: this is the oracle, not a hot
 path.
 
-Quantized D (vendor_facts 2.6), per 32-element block of the fp32 result ``d``::
+Quantized D (docs/vendor_contract.md §2.6), per 32-element block of the fp32 result ``d``::
 
     row (blocks along the 2N columns):  s = (amax * fl32(1/448)) * norm_const
     col (blocks of 32 rows):            s = amax * (fl32(1/448) * norm_const)
@@ -101,7 +101,7 @@ def _d_fp8(fp8_dtype):
     if fp8_dtype == torch.float8_e5m2:
         raise NotImplementedError(
             "fp8_dtype: quantized D with SFD generation supports float8_e4m3fn only; the "
-            "vendor kernel's fp32->fp8 pack handles e4m3 alone (vendor_facts 2.6), so an e5m2 "
+            "vendor kernel's fp32->fp8 pack handles e4m3 alone (docs/vendor_contract.md §2.6), so an e5m2 "
             "D_row/D_col has no defined result")
     if fp8_dtype not in D_QMAX:
         raise TypeError(f"fp8_dtype: expected torch.float8_e4m3fn, got {fp8_dtype}")

@@ -45,7 +45,7 @@ def expert_operands(problem: DgluProblem, pack: Mapping, e: int, r0: int, r1: in
 
 
 def _nan_quiet_absmax(x: torch.Tensor) -> torch.Tensor:
-    # vendor_facts 2.5 calls the warp reduce NaN-propagating, but a NaN never reaches it: the
+    # docs/vendor_contract.md §2.5 calls the warp reduce NaN-propagating, but a NaN never reaches it: the
     # kernel's per-thread reduction (amax_reduction_per_thread in the vendor's block-scaled dGLU
     # kernel) is a MAX reduce from 0.0 then cute.arch.fmax, both NaN-quiet, so NaN is ignored
     return torch.nan_to_num(x.abs(), nan=0.0).amax().to(torch.float32)
@@ -69,7 +69,7 @@ def finish_outputs(problem: DgluProblem, pack: Mapping, outs, gate_cols, up_cols
         d[r0:r1, up_cols] = dup.to(torch.float32)
     nc = pack["norm_const"]
     q_row, sf_row = quantize_d_row(d, nc, problem.d_dtype)
-    # single-group mode: the kernel never reads the offsets' value (vendor_facts 2.8), so
+    # single-group mode: the kernel never reads the offsets' value (docs/vendor_contract.md §2.8), so
     # neither does the per-expert SFD_col layout: its one group ends at A's row count
     offsets = [m] if bs.single_group_runtime_offsets else pack["padded_offsets"]
     q_col, sf_col = quantize_d_col(d, nc, problem.d_dtype, padded_offsets=offsets,

@@ -3,7 +3,7 @@
 Owns the *local* derivatives of each gated activation with respect to its gate and up inputs,
 plus the activation value whose accumulator-weighted row sum is the dprob term. The GEMM
 result, ``prob`` and the scalars are applied by the caller (``grouped_dglu``), exactly as the
-kernels do (vendor_facts 1.5, 1.6, 2.4):
+kernels do (docs/vendor_contract.md §1.5, 1.6, 2.4):
 
     dgate = g0 * p * dgate_local      dup = g0 * p * dup_local      dprob_term = g0 * act
 
@@ -72,7 +72,7 @@ def gate_up_columns(n: int, device=None):
     """Column indices into C/D (width 2N) of the gate and up halves of accumulator column n.
 
     Within every 64-column pair the first 32 columns are gate and the next 32 are up
-    (vendor_facts 1.3): gate(n) = 64*(n//32) + n%32, up(n) = gate(n) + 32.
+    (docs/vendor_contract.md §1.3): gate(n) = 64*(n//32) + n%32, up(n) = gate(n) + 32.
     """
     idx = torch.arange(n, device=device)
     gate = 64 * (idx // 32) + idx % 32

@@ -1,6 +1,6 @@
 """The reference engine's math: grouped GEMM + dGLU backward, exact to the vendor contract.
 
-Owns the semantics (vendor_facts 1.11), computed with PyTorch on any device in float32 (the
+Owns the semantics (docs/vendor_contract.md §1.11), computed with PyTorch on any device in float32 (the
 kernels' accumulation precision) or float64 (the oracle precision used by tests). It reads a
 canonical variant pack (``cudnn_ext.problem.SLOTS``) and writes only output slots:
 

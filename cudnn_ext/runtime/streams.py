@@ -44,7 +44,7 @@ def stream_key(stream, device: torch.device):
 def current_stream_handle(device_index: int) -> int:
     """Raw handle of ``device_index``'s current torch stream, without building a Stream object:
     ``torch.cuda.current_stream`` costs about 5.4 us of host time per call on the H200's host
-    against 0.1 us for this (benchmarks/results/logs/host-path-breakdown-*.log), and the eager
+    against 0.1 us for this (measured with ``benchmarks/bench_host_overhead.py``), and the eager
     op pays it on every call. Needs CUDA initialized (true once a CUDA tensor exists)."""
     if _raw_current is not None:
         return _raw_current(device_index)

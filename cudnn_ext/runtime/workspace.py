@@ -109,7 +109,7 @@ def check_workspace(workspace: Optional[torch.Tensor], layout: WorkspaceLayout, 
                     operands: Mapping[str, Optional[torch.Tensor]] = ()) -> None:
     """The caller's workspace against the plan: None only if the plan needs none; else a 1-D
     contiguous uint8 tensor of >= ``layout.size`` bytes on ``device``, 128-B aligned (the
-    vendor's rule, vendor_facts 3.4), overlapping no operand (each check reads metadata only).
+    vendor's rule, docs/vendor_contract.md §3.4), overlapping no operand (each check reads metadata only).
     The one workspace check: the graph's execute and the class API both call it."""
     need = layout.size
     if workspace is None:
