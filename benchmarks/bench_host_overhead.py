@@ -46,6 +46,7 @@ import cudnn_ext.torch as ct  # noqa: E402
 from cudnn_ext.plan.execution import ExecutionPlan  # noqa: E402
 from cudnn_ext import functional as _core  # noqa: E402
 from cudnn_ext.functional import guards as _guards  # noqa: E402
+from cudnn_ext.runtime.memo import CALLS  # noqa: E402
 
 
 def timeit(fn, reps, sync, batch=50):
@@ -102,11 +103,11 @@ def main():
 
     # context: the real plan (whatever engine the call's graph picks here) on the tiny problem
     op(a, b, c, offs, alpha, beta, prob, generate_dbias=True)
-    entry = next(e for e in _core._memo.values() if e.problem.device_type == dev.type)
+    entry = next(e for e in CALLS.entries("op") if e.problem.device_type == dev.type)
     real_engine = entry.plan.engine_name
     record(f"custom_op+{real_engine}", lambda: op(a, b, c, offs, alpha, beta, prob, generate_dbias=True))
     op(a, b, c, offs, alpha, beta, prob, generate_dbias=False)
-    nodb = next(e for e in _core._memo.values()
+    nodb = next(e for e in CALLS.entries("op")
                 if e.problem.device_type == dev.type and not e.problem.generate_dbias)
     record(f"custom_op+{nodb.plan.engine_name} (no dbias)",
            lambda: op(a, b, c, offs, alpha, beta, prob, generate_dbias=False))
@@ -123,14 +124,15 @@ def main():
     # the same calls without the guarded replay (run_fast): every call keys the memo in Python
     # and runs plan.execute (the hot path before the replay existed), side by side
     _guards.AVAILABLE = False  # nothing is remembered, and nothing remembered is replayed
-    saved_slots = dict(_core._fast)
-    _core._fast.clear()
+    saved_slots = {k: v for k, v in CALLS._d.items() if k[0] == "replay"}
+    CALLS.clear("replay")
     record(f"python_fn_out+{real_engine} (no dbias, no replay)", lambda: ct.grouped_gemm_dglu(
         a, c, offs, alpha, beta, prob, b=b, out=(real_outs[0], real_outs[1], None)))
     record(f"python_fn+{real_engine} (no dbias, no replay)", lambda: ct.grouped_gemm_dglu(
         a, c, offs, alpha, beta, prob, b=b))
     _guards.AVAILABLE = True
-    _core._fast.update(saved_slots)
+    for k, v in saved_slots.items():
+        CALLS.put(k, v)
 
     # from here on the engine's execute does nothing: every entry point keeps its own host work
     # (the wrapper its graph, the op its memo) and only the engine's body is removed
@@ -138,7 +140,7 @@ def main():
     # ... and the replay's launch (remembered calls, and any remembered from here on)
     ExecutionPlan.address_launcher = (lambda self, m, init, device_index, zeroed_workspace=False:
                                       (lambda *args: None))
-    for slots in _core._fast.values():
+    for slots in CALLS.entries("replay"):
         for slot in slots:
             slot.launch = lambda *args: None
             if slot.launch_zeroed is not None:

@@ -18,6 +18,7 @@ from cudnn_ext.plan.execution import ExecutionPlan
 from cudnn_ext.reference.memory import tensor_at
 from cudnn_ext import functional as _core
 from cudnn_ext.functional import guards as _guards
+from cudnn_ext.runtime.workspace import POOL
 from cudnn_ext.torch import ops
 
 from test_torch_integration import BF, make_problem, oracle, rel_err
@@ -136,7 +137,7 @@ def test_out_calls_replay_and_keep_the_contract(launches, monkeypatch):
     assert len(launches) == 1 and launches[0]["init"] is False
     # the contract launch with dbias on the zero-kept scratch: its variant, found zero
     assert launches[0]["zeroed"] and launches[0]["ws_was_zero"]
-    assert len(_core._zeroed) == 1
+    assert len(POOL.zeroed_buffers()) == 1
     ref = oracle(p, True)
     assert rel_err(d_row[:768], ref["d_row"][:768]) < 2e-2 and (d_row[768:] == 5).all()
     assert rel_err(dprob - 2.0, ref["dprob"]) < 1e-3  # accumulated into
@@ -144,7 +145,7 @@ def test_out_calls_replay_and_keep_the_contract(launches, monkeypatch):
     call(p, generate_dbias=True, out=(d_row, dprob, dbias))
     assert launches[1]["zeroed"] and launches[1]["ws_was_zero"]
     _core.clear_memo()  # forgets the zero-kept scratch too
-    assert not _core._zeroed
+    assert not POOL.zeroed_buffers()
 
 
 def test_discrete_weights_replay(launches, monkeypatch):
@@ -395,7 +396,6 @@ def test_gpu_zero_kept_scratch_is_shared_and_survives_bad_offsets():
     leave it zero for the calls after it. Each result is checked against the oracle."""
     _sm90_or_skip()
     _core.clear_memo()
-    _core._zeroed.clear()
 
     def run(p, bad_offs=None):
         pc = {k: v.cuda() for k, v in p.items()}
@@ -416,8 +416,8 @@ def test_gpu_zero_kept_scratch_is_shared_and_survives_bad_offsets():
             assert rel_err(got[2], ref["dbias"]) < 2e-2, (step, k)
         if step == 0:
             run(make_problem(k=32), bad_offs=(200, 300, 700))  # breaks the contract
-    assert len(_core._zeroed) == 1  # both plans used the one zero-kept scratch
-    ws = next(iter(_core._zeroed.values()))
+    assert len(POOL.zeroed_buffers()) == 1  # both plans used the one zero-kept scratch
+    ws = POOL.zeroed_buffers()[0]
     torch.cuda.synchronize()
     assert not ws.any()  # and it is zero at rest
     _core.clear_memo()

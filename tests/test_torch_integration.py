@@ -13,6 +13,7 @@ import cudnn_ext.torch as ct
 from cudnn_ext import contract
 from cudnn_ext.reference import gate_up_columns, reference_outputs
 from cudnn_ext import functional as _core
+from cudnn_ext.runtime.memo import CALLS
 from cudnn_ext.torch.mlp import GroupedGluMLP
 
 BF = torch.bfloat16
@@ -624,7 +625,7 @@ def test_gpu_op_matches_cpu_and_captures_in_cuda_graph():
     ref = oracle(p, True)
     assert rel_err(got[0][:768].cpu(), ref["d_row"][:768]) < BF16_REL
     assert rel_err(got[1].cpu(), ref["dprob"]) < 1e-3
-    entry = next(iter(e for e in _core._memo.values() if e.problem.device_type == "cuda"))
+    entry = next(iter(e for e in CALLS.entries("op") if e.problem.device_type == "cuda"))
     if entry.plan.engine_name == "reference":
         pytest.skip("the plan on this GPU is the reference engine, which reads offsets on the host")
     g = torch.cuda.CUDAGraph()
@@ -661,7 +662,7 @@ def test_gpu_op_matches_cpu_and_captures_in_cuda_graph():
 
 @pytest.mark.gpu
 def test_gpu_mlp_gradients_match_cpu():
-    _core._memo.clear()  # the engine check below must see this test's plans only
+    CALLS.clear("op")  # the engine check below must see this test's plans only
     torch.manual_seed(0)
     mlp = GroupedGluMLP(3, 64, 64, bias=True)
     x, prob, offs = mlp_inputs(64)
@@ -680,7 +681,7 @@ def test_gpu_mlp_gradients_match_cpu():
     from cudnn_ext.engines.sm90 import Sm90DgluEngine
 
     if Sm90DgluEngine().available() is None:
-        used = {e.plan.engine_name for e in _core._memo.values() if e.problem.device_type == "cuda"}
+        used = {e.plan.engine_name for e in CALLS.entries("op") if e.problem.device_type == "cuda"}
         assert "sm90_cutedsl" in used, used
 
 

@@ -2,7 +2,8 @@
 
 Owns the sample-based lifecycle: samples describe the problem family (M may change per
 call); ``check_support`` declares the samples as a ``Graph`` (``cudnn_ext.graph.from_call``)
-and plans it, ``compile`` builds its plan and owns a workspace unless the caller passes one to
+and plans it, ``compile`` builds its plan; ``execute`` takes scratch from the library's pool
+(``runtime.workspace.POOL``) unless the caller passes a workspace to
 ``execute``. Runtime tensors are checked against the compiled family (the contract's messages),
 then bound and executed by the graph (one path, BF16 and block-scaled alike). Each object
 owns its graph.
@@ -18,7 +19,7 @@ import torch
 
 from ..errors import NoEngineError
 from ..plan import ExecutionPlan
-from ..runtime.workspace import check_workspace
+from ..runtime.workspace import POOL, check_workspace
 from ..problem import DgluProblem
 from .. import contract
 from ..runtime import memo as hot_path
@@ -66,8 +67,6 @@ class GroupedGemmDglu:
         self._problem: Optional[DgluProblem] = None
         self._sample_pack = None
         self._graph = None  # cudnn_ext.Graph of the samples
-        self._workspace: dict = {}  # (device, stream handle) -> owned workspace
-        self._hot: dict = {}  # execute-time metadata key -> slot views (runtime.memo)
 
     @property
     def _plan(self) -> Optional[ExecutionPlan]:
@@ -199,7 +198,9 @@ class GroupedGemmDglu:
 
             ops = contract.Operands(**torch_args(vars(ops), weights="b", outputs=("d_row", "dprob", "dbias")))
         key = hot_path.call_key(tuple(vars(ops).values()), ())
-        views = self._hot.get(key) if key is not None else None
+        if key is not None:
+            key = ("object", self._graph, key)  # this object's graph: its validation, not another's
+        views = hot_path.CALLS.get(key) if key is not None else None
         if views is not None:  # metadata validated before by this object: rebuild the views only
             pack = hot_path.rebuild(ops, views)
         else:
@@ -215,8 +216,8 @@ class GroupedGemmDglu:
                                  + ", ".join(f"{d}: compiled {getattr(problem, d)!r}, got {getattr(got, d)!r}"
                                              for d in diffs))
             remembered = hot_path.views_of(ops, problem, pack) if key is not None else None
-            if remembered is not None and len(self._hot) < 64:
-                self._hot[key] = remembered
+            if remembered is not None:
+                hot_path.CALLS.put(key, remembered)
         need = self._plan.workspace_size
         device = pack["c"].device
         stream = launch_stream(current_stream, device)
@@ -225,12 +226,9 @@ class GroupedGemmDglu:
             with on_stream(stream):
                 workspace = torch.empty(need, dtype=torch.uint8, device=device)
         elif workspace is None and need:
-            # one owned workspace per (device, stream): executes on two streams never share scratch
-            slot = (device, stream_key(stream, device))
-            workspace = self._workspace.get(slot)
-            if workspace is None:
-                with on_stream(stream):
-                    workspace = self._workspace[slot] = torch.empty(need, dtype=torch.uint8, device=device)
+            # the pool's scratch for (device, stream): executes on two streams never share it
+            with on_stream(stream):
+                workspace = POOL.scratch(need, device, stream_key(stream, device))
         elif workspace is not None:
             check_workspace(workspace, self._plan.layout, device,
                             {contract.ARG_NAMES.get(s, s): t for s, t in pack.items()})

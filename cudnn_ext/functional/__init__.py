@@ -17,24 +17,22 @@ whether the *engine* does is the engine's property (the reference engine reads
 """
 from __future__ import annotations
 
-import threading
 import dataclasses
 from dataclasses import dataclass
-from typing import Dict, Optional, Tuple
+from typing import Optional, Tuple
 
 import torch
 
 from .. import contract
+from ..runtime.memo import CALLS
 from ..runtime.memo import tensor_meta as _meta
+from ..runtime.workspace import POOL
 from ..runtime.streams import capturing, current_device_index, current_stream_handle
 from ..engines.base import defer_compile
 from ..graph.from_call import graph_for_call
 from ..plan import ExecutionPlan
 from ..problem import DgluProblem
 from . import guards as _guards
-
-#: Bound on the memo (one entry per distinct operand metadata, including M).
-_MEMO_MAX = 1024
 
 
 #: The activation configuration of a call: the contract's own (hashable, frozen) scalar config,
@@ -51,9 +49,6 @@ class _Entry:
     #: functional calls run ``execute_fresh`` on uninitialized outputs (no fill kernels)
     fresh: bool = False
 
-
-_memo: Dict[Tuple, _Entry] = {}
-_lock = threading.Lock()
 
 
 def validate(a, c, b, b_ptrs, n, b_major, offsets, alpha, beta, prob, act: ActArgs,
@@ -82,7 +77,7 @@ def validate(a, c, b, b_ptrs, n, b_major, offsets, alpha, beta, prob, act: ActAr
 
 def _entry(key, a, c, b, b_ptrs, n, b_major, offsets, alpha, beta, prob, act: ActArgs,
            generate_dbias: bool, d_dtype, engine, out=None) -> _Entry:
-    e = _memo.get(key)
+    e = CALLS.get(key)
     if e is not None:
         return e
     problem, pack = validate(a, c, b, b_ptrs, n, b_major, offsets, alpha, beta, prob, act,
@@ -90,13 +85,8 @@ def _entry(key, a, c, b, b_ptrs, n, b_major, offsets, alpha, beta, prob, act: Ac
     # the same graph (and built plan) the wrapper and class API use for this call family
     with defer_compile():  # the functional path compiles only the variant it runs
         plan = graph_for_call(problem, pack, engine=engine).execution_plan
-    e = _Entry(problem, plan, problem.b_major, int(plan.workspace_size),
-               fresh=out is None and plan.fresh_outputs)
-    with _lock:
-        if len(_memo) >= _MEMO_MAX:
-            _memo.clear()
-        _memo[key] = e
-    return e
+    return CALLS.put(key, _Entry(problem, plan, problem.b_major, int(plan.workspace_size),
+                                 fresh=out is None and plan.fresh_outputs))
 
 
 def _misalignment(a, w, dense, c, offsets, alpha, beta, prob) -> int:
@@ -140,7 +130,7 @@ def run(a: torch.Tensor, c: torch.Tensor, offsets: torch.Tensor, alpha: torch.Te
     # alike) is enough here, unlike in tensor_meta: a call with a meta tensor dispatches to
     # the op's fake kernel and never reaches this function
     try:
-        key = (a.dtype, a.shape, a.stride(), a.get_device(), c.dtype, c.shape, c.stride(), c.get_device(),
+        key = ("op", a.dtype, a.shape, a.stride(), a.get_device(), c.dtype, c.shape, c.stride(), c.get_device(),
                b is None, w.dtype, w.shape, w.stride(), w.get_device(), n, b_major,
                offsets.dtype, offsets.shape, offsets.stride(), offsets.get_device(),
                alpha.dtype, alpha.shape, alpha.stride(), alpha.get_device(),
@@ -156,7 +146,7 @@ def run(a: torch.Tensor, c: torch.Tensor, offsets: torch.Tensor, alpha: torch.Te
         key += (d_dtype,)
     else:
         key += (_meta(out[0]), _meta(out[1]), _meta(out[2]))
-    e = _memo.get(key) or _entry(key, a, c, b, b_ptrs, n, b_major, offsets, alpha, beta, prob, act,
+    e = CALLS.get(key) or _entry(key, a, c, b, b_ptrs, n, b_major, offsets, alpha, beta, prob, act,
                                  generate_dbias, d_dtype, engine, out)
     # data pointers are not in the key: the contract's 16-byte rule is re-checked here, on
     # all pointers OR-ed together (the per-tensor loop, which names the culprit, only when
@@ -251,11 +241,10 @@ class _Fast:
     plan: object = None
 
 
-#: (call signature (the non-tensor arguments, see ``ops``), M) -> recent _Fast slots, newest
-#: first. M is in the key because MoE token counts change from step to step: every M seen
-#: keeps its slot (up to _MEMO_MAX keys) and a lookup checks the guards of that M's few
-#: layouts only (each check ~1 us)
-_fast: Dict[Tuple, Tuple[_Fast, ...]] = {}
+#: The call memo's ``("replay", call signature (the non-tensor arguments, see ``ops``), M)``
+#: entries hold recent _Fast slots, newest first. M is in the key because MoE token counts
+#: change from step to step: every M seen keeps its slot and a lookup checks the guards of
+#: that M's few layouts only (each check ~1 us)
 _FAST_PER_SIG = 4
 
 
@@ -280,11 +269,8 @@ def _remember(fast, e: _Entry, dev, m, two_n, fresh, d_dtype, generate_dbias) ->
     if not fresh and e.plan.zeroed_region is not None:
         slot.zero_from, slot.plan = e.plan.zeroed_region, e.plan
         slot.zero_bytes = e.plan.zeroed_region_bytes
-    key = (sig, m)
-    with _lock:
-        if len(_fast) >= _MEMO_MAX:
-            _fast.clear()
-        _fast[key] = (slot,) + _fast.get(key, ())[:_FAST_PER_SIG - 1]
+    key = ("replay", sig, m)
+    CALLS.put(key, (slot,) + (CALLS.get(key) or ())[:_FAST_PER_SIG - 1])
 
 
 def run_fast(sig, ts, out=None):
@@ -297,7 +283,7 @@ def run_fast(sig, ts, out=None):
     when given; plain ``torch.Tensor``s only (the caller checks). Alignment is checked on every
     call; a misaligned pointer returns None so that ``run`` raises the named error."""
     try:
-        slots = _fast.get((sig, ts[2].shape[0]))  # keyed by M too: one slot per key, typically
+        slots = CALLS.get(("replay", sig, ts[2].shape[0]))  # keyed by M too: one slot per key, typically
     except IndexError:  # a 0-d c: the validated path names it
         return None
     if slots is None:
@@ -343,62 +329,33 @@ def run_fast(sig, ts, out=None):
     return d_row, dprob, dbias
 
 
-#: Scratch buffers reused across calls: (device index, stream handle, bytes) -> tensor.
-_scratch: Dict[Tuple[int, int, int], torch.Tensor] = {}
-_SCRATCH_MAX = 64
-
-
 def _workspace(nbytes: int, dev, stream):
-    """The plan's scratch for this call. On the current CUDA stream: one buffer per (device,
-    stream, size), shared by every plan and call of that size on that stream (stream order
-    serializes them; the size depends on L and N, never on M), so the hot path allocates
-    nothing. Inside a CUDA-graph capture, on a stream other than the current one, or on the
-    CPU: a fresh buffer (``streams.capturing``: a replay must not share scratch with eager
-    calls or other graphs)."""
+    """The plan's scratch for this call: on the current CUDA stream, the pool's buffer for
+    (device, stream, size), so the hot path allocates nothing; inside a CUDA-graph capture,
+    on a stream other than the current one, or on the CPU, a fresh buffer
+    (``streams.capturing``: a replay must not share scratch with eager calls or other graphs)."""
     cuda = dev.type == "cuda"
     if not cuda or stream is not None or capturing(cuda):
         return torch.empty(nbytes, dtype=torch.uint8, device=dev)
-    return _cached(_scratch, (dev.index, current_stream_handle(dev.index), nbytes),
-                   lambda: torch.empty(nbytes, dtype=torch.uint8, device=dev))
-
-
-def _cached(table: Dict, slot, make) -> torch.Tensor:
-    """``table[slot]``, made by ``make()`` on first use (the table is cleared when full)."""
-    buf = table.get(slot)
-    if buf is None:
-        with _lock:
-            if len(table) >= _SCRATCH_MAX:
-                table.clear()
-            buf = table[slot] = make()
-    return buf
-
-
-#: Scratch kept zero in a byte range: (device index, stream handle, bytes, offset, length) ->
-#: tensor
-_zeroed: Dict[Tuple[int, int, int, int, int], torch.Tensor] = {}
+    return POOL.scratch(nbytes, dev, current_stream_handle(dev.index))
 
 
 def _zeroed_workspace(nbytes: int, zero_from: int, zero_bytes: int,
                       dev: torch.device) -> torch.Tensor:
     """Scratch for launches that find and leave its bytes [zero_from, zero_from +
-    zero_bytes) zero (plans' ``zeroed_region`` and ``zeroed_region_bytes``): allocated
-    zeroed once per (device, current stream, size, offset, length) and used by no other
-    launch (``_workspace``'s buffers are not zero). Plans that share one agree on its
-    layout: bytes outside the range are theirs to overwrite every launch (descriptors, the
-    split last round's partial sums), bytes inside are dbias sums and counters and split
-    flags, zero at rest. Never during graph capture (a replay would share it with eager
-    launches). A launch whose offsets break the contract (device data: not checked on the
-    host) can leave it dirty; ``clear_memo`` drops these buffers."""
+    zero_bytes) zero (plans' ``zeroed_region`` and ``zeroed_region_bytes``), from the pool,
+    per (device, current stream, size, range). Plans that share one agree on its layout:
+    bytes outside the range are theirs to overwrite every launch (descriptors, the split last
+    round's partial sums), bytes inside are dbias sums and counters and split flags, zero at
+    rest. Never during graph capture (a replay would share it with eager launches). A launch
+    whose offsets break the contract (device data: not checked on the host) can leave it
+    dirty; ``clear_memo`` drops these buffers."""
     cuda = dev.type == "cuda"
-    slot = (dev.index if cuda else -1, current_stream_handle(dev.index) if cuda else 0, nbytes,
-            zero_from, zero_bytes)
-    return _cached(_zeroed, slot, lambda: torch.zeros(nbytes, dtype=torch.uint8, device=dev))
+    return POOL.zeroed(nbytes, zero_from, zero_bytes, dev, current_stream_handle(dev.index) if cuda else 0)
 
 
 def clear_memo() -> None:
-    """Forget every validated call, replay and zero-kept scratch (the next calls validate
+    """Forget every validated call, replay and pooled scratch (the next calls validate
     again)."""
-    with _lock:
-        _memo.clear()
-        _fast.clear()
-        _zeroed.clear()
+    CALLS.clear()
+    POOL.clear()

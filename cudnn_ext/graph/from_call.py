@@ -3,27 +3,22 @@
 Owns the declaration of a graph from a call the contract has already normalized (a
 :class:`DgluProblem` plus its canonical pack of views): one tensor per slot, named by the slot,
 with the pack's geometry (outputs not yet allocated are declared from the problem), and the
-node's attributes read back from the problem. ``graph_for_call`` memoizes built graphs by the
-problem family and the operands' layout with M left out, so a wrapper call with a new token
+node's attributes read back from the problem. ``graph_for_call`` memoizes built graphs in the
+call memo (``runtime.memo.CALLS``) by the problem family and the operands' layout with M left out, so a wrapper call with a new token
 count reuses the built plan. BF16 and block-scaled (FP8/FP4) calls alike: scale-factor slots
 are declared like any other, and their layout (which carries M inside the 6-D form) is left
 out of the memo key because the binder re-derives it at the bound M.
 """
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from typing import Mapping, Optional
 
 import torch
 
 from ..problem import DgluProblem
+from ..runtime.memo import CALLS
 from .graph import Graph
 from .nodes import INPUT_PORTS, M_PORTS, OUTPUT_PORTS, SF_PORTS
-
-_MEMO_MAX = 256
-_memo: "OrderedDict[tuple, Graph]" = OrderedDict()
-_lock = threading.Lock()
 
 
 def _signature(pack: Mapping[str, torch.Tensor]) -> tuple:
@@ -101,23 +96,16 @@ def declare_call_graph(problem: DgluProblem, pack: Mapping[str, torch.Tensor], *
 def graph_for_call(problem: DgluProblem, pack: Mapping[str, torch.Tensor], *, engine: Optional[str] = None) -> Graph:
     """The built graph for a call's family (memoized; any M). ``engine`` pins an engine by name.
     Raises ``NoEngineError`` (every engine's reasons) when nothing can run it."""
-    key = (problem.with_m(0), engine, _signature(pack))
-    with _lock:
-        g = _memo.get(key)
-        if g is not None:
-            _memo.move_to_end(key)
-            return g
+    key = ("graph", problem.with_m(0), engine, _signature(pack))
+    g = CALLS.get(key)
+    if g is not None:
+        return g
     g = declare_call_graph(problem, pack)
     g.create_execution_plans(engines=[engine] if engine is not None else None)
     g.check_support()
     g.build_plans()
-    with _lock:
-        _memo[key] = g
-        while len(_memo) > _MEMO_MAX:
-            _memo.popitem(last=False)
-    return g
+    return CALLS.put(key, g)
 
 
 def clear_memo() -> None:
-    with _lock:
-        _memo.clear()
+    CALLS.clear("graph")

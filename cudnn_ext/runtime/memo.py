@@ -1,28 +1,71 @@
-"""The host hot path: skip re-validation of a call whose operand *metadata* was seen before.
+"""The call memo: skip re-validation and re-planning of a call whose operand *metadata* was
+seen before. The library's one store of per-call state (``CALLS``); the compile cache and the
+workspace pool are the only other caches.
 
-Owns a small memo (the vendor keeps one too) from a call's metadata key -- every tensor's
-(dtype, shape, strides, device) plus every scalar argument with its type -- to what validating
-it produced: the problem, its built graph, and how each canonical slot is viewed out of the
-caller's tensor (how many trailing unit dims are dropped). A hit rebuilds the canonical pack
-with a few views and re-checks only what metadata cannot tell (16-byte alignment of the data
-pointers), so a repeated call costs a dict lookup instead of the contract and the binder.
+Keys start with their kind, so entry points never collide:
 
-Only calls whose every slot is such a view are memoized (the BF16 contract); others (block-
-scaled scale factors, re-described as 6-D layouts) always take the validating path.
+- ``"graph"``: a call family (problem without M, engine, layouts) -> its built ``Graph``
+  (``graph.from_call``; a new token count reuses the plan);
+- ``"wrapper"``: the wrapper's metadata key -> (problem, graph, slot views);
+- ``"object"``: (class-API graph, execute-time metadata key) -> slot views;
+- ``"op"``: the functional core's key -> its validated entry; ``"replay"``: (signature, M) ->
+  the guarded replays of ``functional.run_fast``.
+
+A metadata key holds every tensor's (dtype, shape, strides, device) plus every scalar with
+its type. A hit rebuilds the canonical pack with a few views and re-checks only what metadata
+cannot tell (16-byte alignment of the data pointers), so a repeated call costs a dict lookup
+instead of the contract and the binder. Only calls whose every slot is such a view are
+memoized as views (the BF16 contract); others (block-scaled scale factors, re-described as 6-D
+layouts) take the validating path every time.
 """
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Hashable, List, Optional, Tuple
 
 import torch
 
 from .. import contract
 
-_MAX = 256
-_memo: "OrderedDict[tuple, tuple]" = OrderedDict()
-_lock = threading.Lock()
+
+
+class CallMemo:
+    """A bounded map, oldest entry evicted first. ``get`` is the dict's own (no lock, no
+    reordering: it sits on the eager op's hot path); writes take a lock."""
+
+    def __init__(self, max_entries: int):
+        self._d: Dict[Hashable, Any] = {}
+        self._max = max_entries
+        self._lock = threading.Lock()
+        self.get = self._d.get
+
+    def put(self, key: Hashable, value):
+        with self._lock:
+            self._d.pop(key, None)
+            while len(self._d) >= self._max:
+                del self._d[next(iter(self._d))]
+            self._d[key] = value
+        return value
+
+    def entries(self, kind: str) -> List[Any]:
+        """The values of one kind (tests and benchmarks look inside)."""
+        with self._lock:
+            return [v for k, v in self._d.items() if k[0] == kind]
+
+    def clear(self, kind: Optional[str] = None) -> None:
+        with self._lock:
+            if kind is None:
+                self._d.clear()
+            else:
+                for k in [k for k in self._d if k[0] == kind]:
+                    del self._d[k]
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+
+#: Every entry point's call state. Bounded: a miss only re-validates.
+CALLS = CallMemo(4096)
 
 
 class _Unhashable(Exception):
@@ -85,8 +128,9 @@ def rebuild(ops: contract.Operands, views: tuple) -> Dict[str, Any]:
 
 
 def lookup(key: Optional[tuple], ops: contract.Operands):
-    """``(problem, graph, pack)`` for a remembered call (pack rebuilt from ``ops``), else None."""
-    hit = _memo.get(key) if key is not None else None
+    """``(problem, graph, pack)`` for a remembered wrapper call (pack rebuilt from ``ops``),
+    else None."""
+    hit = CALLS.get(("wrapper", key)) if key is not None else None
     if hit is None:
         return None
     problem, graph, views = hit
@@ -94,16 +138,13 @@ def lookup(key: Optional[tuple], ops: contract.Operands):
 
 
 def remember(key: Optional[tuple], ops: contract.Operands, problem, graph, pack: Dict[str, Any]) -> None:
-    """Memoize a validated call if every slot of its pack is a unit-dim-dropping view of an argument."""
+    """Memoize a validated wrapper call if every slot of its pack is a unit-dim-dropping view
+    of an argument."""
     views = views_of(ops, problem, pack) if key is not None else None
-    if views is None:
-        return
-    with _lock:
-        _memo[key] = (problem, graph, views)
-        while len(_memo) > _MAX:
-            _memo.popitem(last=False)
+    if views is not None:
+        CALLS.put(("wrapper", key), (problem, graph, views))
 
 
 def clear() -> None:
-    with _lock:
-        _memo.clear()
+    """Forget every remembered call of every kind (the next calls validate and plan again)."""
+    CALLS.clear()

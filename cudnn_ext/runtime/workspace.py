@@ -1,4 +1,5 @@
-"""Workspace layout of an execution plan, and the checks on a caller's workspace buffer.
+"""Workspace layout of an execution plan, the checks on a caller's workspace buffer, and the
+pool of scratch buffers the library owns for callers that pass none.
 
 Owns how a plan's named workspace requests (``CompiledPlan.workspace_requests()``, sizes
 reported by engines) are carved out of one caller-owned byte buffer, and the per-call checks on
@@ -14,7 +15,8 @@ when the plan needs nothing. The same rule is used by engines to find their offs
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Mapping, NamedTuple, Optional, Tuple
+import threading
+from typing import Dict, Iterable, Mapping, NamedTuple, Optional, Tuple
 
 import torch
 
@@ -138,3 +140,49 @@ def check_workspace(workspace: Optional[torch.Tensor], layout: WorkspaceLayout, 
         if rng is not None and rng[0] < w1 and w0 < rng[1]:
             raise ValueError(f"workspace: must not overlap {name} (workspace [0x{w0:x}, 0x{w1:x}), "
                              f"{name} [0x{rng[0]:x}, 0x{rng[1]:x}))")
+
+
+class WorkspacePool:
+    """Scratch buffers owned by the library, reused across calls: one per (device, stream,
+    size), plus buffers kept zero in a byte range. Calls on one stream share a buffer (stream
+    order serializes them; sizes depend on L and N, never on M), so a repeated call allocates
+    nothing; two streams never share one. Callers decide when a pooled buffer is right (not
+    inside a CUDA-graph capture: a replay must not share scratch with eager calls)."""
+
+    def __init__(self, max_entries: int):
+        self._d: Dict[tuple, torch.Tensor] = {}
+        self._max = max_entries
+        self._lock = threading.Lock()
+
+    def _get(self, slot: tuple, make) -> torch.Tensor:
+        buf = self._d.get(slot)
+        if buf is None:
+            with self._lock:
+                if len(self._d) >= self._max:
+                    self._d.clear()
+                buf = self._d[slot] = make()
+        return buf
+
+    def scratch(self, nbytes: int, device: torch.device, stream) -> torch.Tensor:
+        """A buffer of ``nbytes`` for work on ``stream`` (any hashable identity of it, e.g.
+        ``streams.stream_key``); its bytes are whatever the last user left."""
+        return self._get((device, stream, nbytes, None),
+                         lambda: torch.empty(nbytes, dtype=torch.uint8, device=device))
+
+    def zeroed(self, nbytes: int, zero_from: int, zero_bytes: int, device: torch.device, stream) -> torch.Tensor:
+        """A buffer whose bytes [zero_from, zero_from + zero_bytes) are zero at rest: allocated
+        zeroed once, used only by launches that find and leave that range zero (plans'
+        ``zeroed_region``); bytes outside it are theirs to overwrite."""
+        return self._get((device, stream, nbytes, (zero_from, zero_bytes)),
+                         lambda: torch.zeros(nbytes, dtype=torch.uint8, device=device))
+
+    def zeroed_buffers(self) -> list:
+        return [b for k, b in self._d.items() if k[3] is not None]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._d.clear()
+
+
+#: The library's scratch for calls that pass no workspace.
+POOL = WorkspacePool(64)
