@@ -118,7 +118,7 @@ def serialize_plan(graph) -> bytes:
     header = plan_header_type()(
         format=FORMAT_VERSION, library_versions=library_versions(), device=DeviceInfo.of(graph.device),
         graph=graph.spec(), plan=EngineRef(engine_id=plan.engine_id, engine_name=plan.engine_name,
-                                           knobs=[(k, v) for k, v in plan.knobs.values]),
+                                           knobs=list(plan.knobs.as_dict().items())),
         workspace_size=plan.workspace_size,
     )
     body = header.model_dump_json().encode("utf-8")
@@ -179,7 +179,6 @@ def deserialize_plan(data: bytes):
     """Rebuild the graph and its plan from ``serialize()`` bytes; returns a built
     :class:`cudnn_ext.Graph` ready for ``execute``. No heuristics run: the recorded engine
     and knobs are built directly (its decline is an error, not a fallback)."""
-    from ..engines.base import Knobs
     from ..engines.registry import engine_by_id
     from ..graph.graph import Graph
     from .execution import PlanSet
@@ -194,9 +193,12 @@ def deserialize_plan(data: bytes):
     if engine.name != ref.engine_name:
         raise PlanFormatError(f"deserialize_plan: engine id {ref.engine_id} is {engine.name!r} here, but the plan "
                               f"recorded {ref.engine_name!r}")
+    try:
+        knobs = engine.knobs_from_dict({k: _tuplify(v) for k, v in ref.knobs})
+    except (TypeError, ValueError) as exc:
+        raise PlanFormatError(f"deserialize_plan: the {engine.name} knobs do not load: {exc}") from None
     g = Graph.from_spec(header.graph, device=device)
     g.build_operation_graph()
-    knobs = Knobs(tuple((k, _tuplify(v)) for k, v in ref.knobs))
     g._install_plans(PlanSet.pinned_to(g.problem, engine, knobs))
     plan = g.execution_plan
     if plan.workspace_size != header.workspace_size:
