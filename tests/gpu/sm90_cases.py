@@ -343,7 +343,7 @@ def cooperative_cases() -> list:
              **co),
         # three N-tiles in 2x2 clusters on a many-tile walk: the pairs' phantom fourth
         # N-tile comes between real tiles of the same CTA (a dbias hand-over count that
-        # the phantom tile upsets shows in the tiles after it: review, session 18)
+        # the phantom tile upsets shows in the tiles after it)
         Case([2048, 256, 0, 4096, 1024, 512, 256, 2048], 736, 200, "dswiglu", tile_n=256,
              cluster_m=2, cluster_n=2, **co),
         Case([256, 0, 768, 256], 288, 200, "dgeglu", weight_mode="discrete", b_major="n",

@@ -22,7 +22,7 @@ TILE_K = 64  # 4 x WGMMA K (16) per k-tile: 128-byte rows => 128B swizzle for 16
 SMEM_CAPACITY = 232448  # sm_90 max dynamic shared memory per block (227 KB)
 NUM_THREADS = 384  # 1 producer + 2 math warpgroups
 MATH_WARPGROUPS = 2
-DESC_BYTES = 128  # one TMA descriptor (CUtensorMap) per expert in the descriptor workspace
+DESC_BYTES = 128  # one TMA descriptor (CUtensorMap) per expert (docs/vendor_contract.md §4.5)
 C_BLOCK_COLS = 64  # one C block = the gate (32) + up (32) columns of 32 accumulator columns
 # Partial-sum slots of the split last round (``split_last``): one per cluster (a cluster
 # runs at most one non-final part, into the slot of its index), so the last round is spread

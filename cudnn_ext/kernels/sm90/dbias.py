@@ -44,19 +44,15 @@ class HandOver:
 
     * Cooperative dbias: the slot of per-warp column sums, block by block; the 256 math
       threads arrive after their row stores; k counts the CTA's blocks (the math warps and
-      the folder count them alike: ``_valid_blocks``). Session 17's form, two named
-      barriers (bar.arrive / bar.sync), was 0.5-1.1% faster than main's shared
-      compare-and-swap sums, but compute-sanitizer's racecheck reported it (session 18);
-      mbarrier phases carry the order in the form the A/B and C rings use.
+      the folder count them alike: ``_valid_blocks``). mbarrier phases carry the order,
+      as in the A/B and C rings (a named-barrier form was reported by racecheck).
     * Ping-pong fold: C producer warp 1 + w tells the folder that math warpgroup w's sums
       of a tile are in the workspace (its 32 lanes arrive, each after fencing its own
-      atomics); k counts warpgroup w's tiles. Until session 20 both warps blocked on a
-      named barrier, each from its own code, which compute-sanitizer's synccheck reported
-      ("Barrier error detected. Divergent thread(s) in block") and stopped the kernel on:
-      the threads that block in one generation of an aligned barrier (``bar.sync``) must
-      use one and the same instruction. A ``WARPSYNC.ALL`` right before it changed
-      nothing, and the unaligned ``barrier.sync`` compiles to the same SASS here. Now the
-      producer waits only for the folder's release of its previous tile."""
+      atomics); k counts warpgroup w's tiles. Not a named barrier that both warps block
+      on from their own code: the threads that block in one generation of an aligned
+      barrier (``bar.sync``) must use one instruction, or compute-sanitizer's synccheck
+      stops the kernel; the producer waits only for the folder's release of its previous
+      tile."""
 
     @staticmethod
     def init(mbar, full_arrivals):
@@ -248,7 +244,7 @@ class DbiasMixin:
         """How many of the tile's blocks are inside N (a prefix: ``_block_valid``), so that
         the math warps and the folder warp count the slot's hand-overs alike: none on the
         phantom N-tile of an odd cluster_n pair (n0 >= N; without the floor at 0 the count
-        went negative there and every later wait took the wrong parity: review, session 18)."""
+        would go negative there and every later wait take the wrong parity)."""
         return cutlass.max(cutlass.min(Int32(self.nblk), (self.cfg.n - n0) // 32), Int32(0))
 
     @cute.jit

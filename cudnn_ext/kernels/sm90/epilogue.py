@@ -69,10 +69,9 @@ class DgluEpilogueMixin:
 
         The PTX memory model is satisfied either way (the warp sync before the elected
         arrive orders the other lanes' reads), but compute-sanitizer's racecheck does not
-        carry that ordering into the tensor-TMA-completed phase: with one arrival it
-        reported 4 write-after-read hazards on the walks (sessions 10-14; 124 per tile and
-        read instruction, lanes 1-31; a one-warp bar.sync in place of the warp sync did not
-        change that), while its probe of every lane arriving (``wartx32``) reported none."""
+        carry that ordering into the tensor-TMA-completed phase: with one arrival it reports
+        write-after-read hazards (lanes 1-31), with every lane arriving none
+        (tests/gpu/racecheck_probe.py)."""
         return 32 if self.dbias_via_producer() else 1
 
     @cute.jit
@@ -262,17 +261,15 @@ class DgluEpilogueMixin:
     def _bf16_pair(pair):
         """The two bf16 values of a 2-element shared-memory pair as fp32, exactly: a bf16 is
         the top half of its fp32, so one 32-bit load and two integer operations (low
-        element: shift left 16; high: mask the low 16 bits off). The generic conversion
-        took 1.5 instructions per value (SHF, and PRMT for the high half) in the
-        cooperative epilogue's SASS (session 19)."""
+        element: shift left 16; high: mask the low 16 bits off), where the generic
+        conversion takes 1.5 instructions per value (SHF, and PRMT for the high half)."""
         bits = pair.load().bitcast(Int32)[0]
         return [(bits << 16).bitcast(Float32), (bits & Int32(-65536)).bitcast(Float32)]
 
     @staticmethod
     def _add_term(total, x):
-        """total + x, or x itself for the first term: summing from 0.0 instead left ptxas
-        one FADD per column sum and block to keep (0.0 + -0.0 is +0.0), 128 per thread and
-        tile of the cooperative epilogue (session 19's SASS)."""
+        """total + x, or x itself for the first term: summing from 0.0 leaves ptxas one FADD
+        per column sum and block to keep (0.0 + -0.0 is +0.0)."""
         return x if total is None else total + x
 
     @cute.jit
@@ -369,14 +366,10 @@ class DgluEpilogueMixin:
                 # (row in the tile, row in the C ring entry, column in the block) of each pair
                 where = [(tCcC[v][0], tCcC[v][0] - ent_row0, tCcC[v][1] % 32) for v in pvals]
                 # Every gate/up value of this half-block first, then the math and the D
-                # writes: (D through shared memory) each D pair overwrites the C pair it
-                # came from, and ptxas cannot tell the next pair's addresses apart from it,
-                # so with loads between the stores it kept each pair's chain (load, ex2,
-                # rcp, ..., store) in order (session 21's SASS), and the cooperative
-                # epilogue issued about every other cycle (~3,300 instructions per thread
-                # in 12.5 k cycles, 2 warps per scheduler); reordered, 10.6 k. 16-bit C
-                # only: fp32 C's values take twice the registers (a dgeglu fp32-C kernel
-                # spilled 140 B)
+                # writes: each D pair overwrites the C pair it came from and ptxas cannot
+                # tell the next pair's addresses apart, so loads between the stores would
+                # serialize each pair's chain (docs/kernels.md). 16-bit C only: fp32 C's
+                # values take twice the registers (spills)
                 loaded = None
                 if cutlass.const_expr(self._pairs_in_smem()):
                     loaded = [self._load_gate_up(sCj, w[1], w[2]) for w in where]
@@ -417,9 +410,8 @@ class DgluEpilogueMixin:
                                         h == self.halves - 1)
             if cutlass.const_expr(cfg.generate_dbias and self.coop):
                 # (not a phantom block past column 2N: N % 32 == 0, so a block is all in or
-                # all out. Session 17: racecheck reported, in 2 of 3 runs, the folder's
-                # zeroing of a phantom block against these adds of zeros; a phantom block's
-                # sums are neither added nor flushed now)
+                # all out; a phantom block's sums are neither added nor flushed, which keeps
+                # racecheck quiet)
                 if valid:  # (the valid blocks are a prefix: block kslot + j of the CTA)
                     self._dbias_block(col_gate, col_up, sDb, j, tidx, hand_mbar, kslot + j)
 

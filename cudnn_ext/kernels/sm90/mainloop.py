@@ -66,9 +66,7 @@ class MainloopMixin:
         the A/B ring from ``state`` on; returns the state after them."""
         m_tile, n_tile = self.tile_of(unit, walk)
         expert = expert_of_row(mOffs, num_experts, m_tile * TILE_M)
-        # (No L2 prefetch of the tile's C window here: until session 14 this warp
-        # issued one, 16 prefetch.global.L2 per lane and tile; without it the kernel
-        # measured 1-3.5% faster on all four benchmark shapes: docs/kernel_sessions.md.)
+        # (no L2 prefetch of the tile's C window: measured slower with it, docs/kernels.md)
         # dense: the expert is B's L coordinate; discrete: its device-built descriptor
         desc, l_idx = None, expert
         if cutlass.const_expr(self.cfg.discrete()):
@@ -99,8 +97,8 @@ class MainloopMixin:
         [pos, pos + kcnt).
 
         Then hands the tensor cores to the other warpgroup (``mine_done``, when it has a
-        next tile). Arriving before the last WGMMA retires was measured slower on qwen3
-        (0.159 -> 0.180 ms), so the hand-off waits for it."""
+        next tile), once its last WGMMA retired: arriving earlier measured slower
+        (docs/kernels.md)."""
         stages = self.ab_stages
         read = pipeline.PipelineState(stages, pos, pos % stages, (pos // stages) % 2)
         release = read.clone()
@@ -108,8 +106,8 @@ class MainloopMixin:
         first, tiled_mma = mmas
         # No zero fill: the tile's first WGMMA overwrites the accumulator (scale-d = 0). The
         # fill's register moves, which LLVM sinks past wgmma.fence among the WGMMAs, made
-        # ptxas serialize every WGMMA of the kernel (C7519: measured 1.6x slower on dsv3
-        # without dbias) or inject a wait_group (C7517, with dbias).
+        # ptxas serialize every WGMMA of the kernel (C7519, far slower) or inject a
+        # wait_group (C7517).
         self._issue_k_tile(ab_pipe, read, tiled_mma, tCrA, tCrB, acc, num_k_blocks, first)
         read.advance()
         # steady state: one wgmma group in flight; release the stage the previous one used

@@ -131,7 +131,7 @@ class StreamKMixin:
     def _split_hand_over(self, acc, sw, slot, r, first, count, final, tidx, split_bar):
         """A part of split last-round unit r, around one meeting of the 256 math threads on
         ``split_bar`` (one blocking site: threads that block in one generation of an aligned
-        barrier must do so at one instruction, session 20; here every thread of both
+        barrier must do so at one instruction; here every thread of both
         warpgroups takes the same branch). A non-final part stores this CTA's fp32
         accumulators in slot ``slot`` (its cluster's), each thread fences its stores at gpu
         scope, and after the meeting one thread counts the part on the unit's flag (the
