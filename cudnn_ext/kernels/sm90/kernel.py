@@ -211,7 +211,7 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
         cl = cfg.cluster_size()
 
         # the 1024-B aligned buffers first: barriers in front of them would cost up to 1 KB
-        # of padding (Sm90KernelConfig.stages counts on it)
+        # of padding (Sm90Config.stages counts on it)
         @cute.struct
         class SharedStorage:
             sA: cute.struct.Align[

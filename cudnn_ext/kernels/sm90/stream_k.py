@@ -27,7 +27,7 @@ from .tile_walk import split_item as schedule_item
 
 
 class SplitWalk(NamedTuple):
-    """One cluster's view of the split last round (``Sm90KernelConfig.split_last``), the
+    """One cluster's view of the split last round (``Sm90Config.split_last``), the
     same in every warp of the CTA: ``tile_walk.last_round_split``'s (full, rem, p); the
     cluster's items (its ``rounds`` whole units, then its ``pieces`` last-round pieces of
     k-tiles [lo, hi) of the last round, starting in its unit u0: ``split_item``); the
@@ -63,7 +63,7 @@ class StreamKMixin:
     @cute.jit
     def split_walk(self, num_units, nunits, cluster, rank, mDbias, num_experts):
         """This cluster's ``SplitWalk``; the workspace regions follow the dbias region
-        (``Sm90KernelConfig.split_flags``, ``split_part_offset``)."""
+        (``Sm90Config.split_flags``, ``split_part_offset``)."""
         ops = dsl_ops()
         full, rem, p = last_round_split(num_units, nunits, self.k_tile_cnt,
                                         min(self.cfg.split_last, self.k_tile_cnt),
