@@ -250,8 +250,9 @@ def run_cudnn_ext_discrete(pack, K, N, dbias=True, knobs=None):
 
 def build_plan(pack, K, N, knobs=None, dbias=True, weight_mode="dense"):
     """(plan, workspace, knobs, build seconds) of the SM90 engine for the pack's problem
-    (``knobs`` None: the engine's choice)."""
-    from cudnn_ext.engines.sm90 import Sm90DgluEngine
+    (``knobs`` None: the engine's choice; a ``Knobs`` of config fields: that config)."""
+    from cudnn_ext.engines.base import Knobs
+    from cudnn_ext.engines.sm90 import Sm90DgluEngine, config_for
     from cudnn_ext.problem import ActConfig, DgluProblem
 
     L = pack["alpha"].shape[0]
@@ -263,8 +264,9 @@ def build_plan(pack, K, N, knobs=None, dbias=True, weight_mode="dense"):
                           generate_dbias=dbias, device_type="cuda", device_index=0)
     if knobs is None:
         knobs = min(eng.knob_space(problem), key=lambda k: eng.cost(problem, k))
+    config = config_for(problem, **knobs.as_dict()) if isinstance(knobs, Knobs) else knobs
     t0 = time.perf_counter()
-    plan = eng.build(problem, knobs)
+    plan = eng.build(problem, config)
     build_s = time.perf_counter() - t0
     ws = torch.empty(max(plan.workspace_size, 1), dtype=torch.uint8, device="cuda")
     return plan, ws, knobs, build_s
@@ -276,7 +278,7 @@ def run_cudnn_ext(pack, K, N, knobs=None, dbias=True, weight_mode="dense"):
     plan, ws, knobs, build_s = build_plan(pack, K, N, knobs, dbias, weight_mode)
     stream = torch.cuda.current_stream()
     return (lambda: plan.execute(pack, ws, stream)), dict(
-        knobs=dict(knobs.values), first_compile_s=compile_seconds(plan.key) or build_s)
+        knobs=knobs.as_dict(), first_compile_s=compile_seconds(plan.config) or build_s)
 
 
 def run_cudnn_ext_op(pack, dbias=True):
@@ -309,9 +311,9 @@ def variant_knobs(v):
                          "[k[x<split_last>]]")
     cl = int(mt[3] or 1)
     return Knobs.of(tile_n=int(mt[1]), c_stages=int(mt[2]), cluster_m=cl,
-                    cluster_n=int(mt[4] or 1), stages=int(mt[5] or 0),
+                    cluster_n=int(mt[4] or 1), ab_stages=int(mt[5] or 0),
                     raster_group_m=int(mt[6] or RASTER_GROUP_M[cl]), cooperative=bool(mt[8]),
-                    scheduler="static_persistent", **({"c_split": int(mt[7])} if mt[7] else {}),
+                    **({"c_split": int(mt[7])} if mt[7] else {}),
                     **({"split_last": int(mt[9])} if mt[9] else {}))
 
 
@@ -409,8 +411,7 @@ def build_impl(impl, pack, K, N, dbias, args, row):
         knobs = None
         if args.tile_n:
             from cudnn_ext.engines.base import Knobs
-            knobs = Knobs.of(tile_n=args.tile_n, stages=0, raster_group_m=8,
-                             scheduler="static_persistent")
+            knobs = Knobs.of(tile_n=args.tile_n, raster_group_m=8)
         fn, extra = run_cudnn_ext(pack, K, N, knobs, dbias=dbias)
     elif impl.startswith("cudnn_ext:"):
         v = impl.split(":", 1)[1]

@@ -64,12 +64,11 @@ def _uses_ffi(f, avals) -> bool:
 
 def test_jit_takes_the_engines_choice_at_deep_k():
     """Under jax.jit dbias stays in fp32 for JAX to round (fold_dbias=False); the FFI path
-    picks what the engine picks, the cooperative kernel at deep K and on skew, with dbias
-    too (both unfolded forms have GPU tests below), and keeps the
-    split last round off."""
-    from cudnn_ext.engines.sm90 import (COOPERATIVE_DEEP_KNOBS, COOPERATIVE_KNOBS,
-                                        Sm90CompileKey, Sm90DgluEngine)
-    from cudnn_ext.jax.ffi import choose_knobs, kernel_config
+    picks what the engine ranks first (the same knob space and cost model), the cooperative
+    kernel at deep K and on skew, with dbias too (those unfolded forms passed their GPU
+    tests), and keeps the split last round off."""
+    from cudnn_ext.engines.sm90 import Sm90DgluEngine, cooperative_config
+    from cudnn_ext.jax.ffi import choose_config, ffi_config
     from cudnn_ext.problem import ActConfig, DgluProblem
 
     def problem(dbias):
@@ -81,24 +80,27 @@ def test_jit_takes_the_engines_choice_at_deep_k():
     eng = Sm90DgluEngine()
     for dbias in (True, False):  # what the engine itself picks
         p = problem(dbias)
-        assert min(eng.knob_space(p), key=lambda kn: eng.cost(p, kn)) == COOPERATIVE_DEEP_KNOBS
-    assert choose_knobs(problem(True)) == COOPERATIVE_DEEP_KNOBS
-    assert choose_knobs(problem(False)) == COOPERATIVE_DEEP_KNOBS
+        deep = cooperative_config(p)
+        assert deep.split_last == 3 and deep.c_stages == 4
+        assert min(eng.knob_space(p), key=lambda kn: eng.cost(p, kn)) == deep
+        assert choose_config(p) == deep
     # the engine's own config splits the last round and folds dbias; the FFI call's does not
-    engine_cfg = Sm90CompileKey.of(problem(True), COOPERATIVE_DEEP_KNOBS).kernel_config()
-    cfg = kernel_config(problem(True), COOPERATIVE_DEEP_KNOBS)
+    engine_cfg = choose_config(problem(True))
+    cfg = ffi_config(engine_cfg)
     assert (engine_cfg.split_last, engine_cfg.fold_dbias) == (3, True)
     assert (cfg.split_last, cfg.fold_dbias) == (1, False)
     assert cfg == dataclasses.replace(engine_cfg, split_last=1, fold_dbias=False)
     shallow = dataclasses.replace(problem(True), k=4096)  # K 4096 at N 2048: ping-pong
-    assert not choose_knobs(shallow).get("cooperative", False)
+    assert not choose_config(shallow).cooperative
     # skew's K and N: the engine's 2-stage cooperative form, dense or per-expert weights,
-    # with or without dbias (choose_knobs once filtered it out with dbias: this guards that)
+    # with or without dbias (the FFI path once filtered it out with dbias: this guards that)
     skew = dataclasses.replace(problem(True), k=4096, n=1024)
     for p in (skew, dataclasses.replace(skew, generate_dbias=False),
               dataclasses.replace(skew, weight_mode="discrete", b_major="n")):
-        assert min(eng.knob_space(p), key=lambda kn: eng.cost(p, kn)) == COOPERATIVE_KNOBS
-        assert choose_knobs(p) == COOPERATIVE_KNOBS
+        two_stage = cooperative_config(p)
+        assert two_stage.c_stages == 2 and two_stage.split_last == 1
+        assert min(eng.knob_space(p), key=lambda kn: eng.cost(p, kn)) == two_stage
+        assert choose_config(p) == two_stage
 
 
 @needs_dsl
@@ -242,11 +244,11 @@ def test_export_cooperative_dbias_variant_compiles(form, weights, monkeypatch):
     GPU test is the ``gpu`` one below)."""
     from cutlass.jax import get_export_disabled_safety_checks
 
-    from cudnn_ext.engines.sm90 import COOPERATIVE_DEEP_KNOBS, COOPERATIVE_KNOBS
+    from cudnn_ext.engines.sm90 import COOPERATIVE_DEEP_KNOBS, COOPERATIVE_KNOBS, config_for
     from cudnn_ext.jax import ffi
 
     knobs = COOPERATIVE_DEEP_KNOBS if form == "deep" else COOPERATIVE_KNOBS
-    monkeypatch.setattr(ffi, "choose_knobs", lambda problem: knobs)
+    monkeypatch.setattr(ffi, "choose_config", lambda problem: config_for(problem, **knobs))
     if weights == "dense":
         f, avals = jax.jit(_fn(generate_dbias=True)), _avals()
     else:
@@ -344,14 +346,15 @@ def test_ffi_cooperative_dbias_on_gpu_matches_the_float64_oracle(act_func, weigh
                                                                  monkeypatch):
     """The cooperative kernel with dbias under jax.jit (fold_dbias=False: the folder warp
     adds the sums to the workspace without folding them, JAX rounds them), in both forms
-    ``choose_knobs`` can pick: the deep one and the 2-stage one, dense or per-expert weights, forced here
-    on the small operands (N < tile: the tile's columns past N are phantoms)."""
+    ``choose_config`` can pick: the deep one and the 2-stage one (both passed on an H200),
+    dense or per-expert weights, forced here on the small operands (N < tile: the tile's
+    columns past N are phantoms)."""
     _skip_unless_jax_gpu()
-    from cudnn_ext.engines.sm90 import COOPERATIVE_DEEP_KNOBS, COOPERATIVE_KNOBS
+    from cudnn_ext.engines.sm90 import COOPERATIVE_DEEP_KNOBS, COOPERATIVE_KNOBS, config_for
     from cudnn_ext.jax import expert_pointers, ffi
 
     knobs = COOPERATIVE_DEEP_KNOBS if form == "deep" else COOPERATIVE_KNOBS
-    monkeypatch.setattr(ffi, "choose_knobs", lambda problem: knobs)
+    monkeypatch.setattr(ffi, "choose_config", lambda problem: config_for(problem, **knobs))
     j = _gpu_operands()
     args = (j["a"], j["c"], j["offs"], j["alpha"], j["beta"], j["prob"])
     if weights == "dense":

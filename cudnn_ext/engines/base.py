@@ -7,7 +7,12 @@ Owns the protocol only (no engine, no heuristics). An engine
   did that before an engine is asked);
 * ``knob_space(problem)`` lists the configurations it could compile for the problem;
 * ``cost(problem, knobs)`` estimates the runtime in microseconds (used to rank plans);
-* ``build(problem, knobs)`` returns a :class:`CompiledPlan`, compiling what it must.
+* ``build(problem, knobs)`` returns a :class:`CompiledPlan`, compiling what it must;
+* ``knobs_from_dict(values)`` turns a serialized plan's ``knobs.as_dict()`` back into knobs.
+
+Knobs are hashable values with ``as_dict()``: the generic :class:`Knobs` (the reference and
+vendor engines), or an engine's own frozen config type (the sm90 engine's ``Sm90Config``,
+which is also its compile key and what its kernel reads).
 
 A :class:`CompiledPlan` owns its compiled kernel and declares its workspace, either as one
 size (``workspace_size``) or as named regions (``workspace_requests()``: the plan's layout,
@@ -42,8 +47,6 @@ class Knobs:
 
     def get(self, name: str, default=None):
         return self.as_dict().get(name, default)
-
-
 
 
 _deferred = threading.local()
@@ -124,6 +127,10 @@ class Engine(abc.ABC):
 
     def cost(self, problem: DgluProblem, knobs: Knobs) -> float:
         return float("inf")
+
+    def knobs_from_dict(self, values: Mapping[str, Any]) -> Knobs:
+        """The knobs whose ``as_dict()`` is ``values`` (plan deserialization)."""
+        return Knobs.of(**values)
 
     @abc.abstractmethod
     def build(self, problem: DgluProblem, knobs: Knobs) -> CompiledPlan:

@@ -54,6 +54,15 @@ def decline_reasons(problem: DgluProblem, engines: Iterable[Engine] = None) -> d
     return out
 
 
+def ranked_knobs(engine: Engine, problem: DgluProblem) -> List[tuple]:
+    """``[(knobs, cost_us)]`` of ``engine``'s knob space for ``problem``, cheapest first by its
+    cost model (ties keep knob order): mode ``A`` for one engine. The JAX FFI path, which
+    traces without a GPU, takes its first."""
+    pairs = [(k, engine.cost(problem, k)) for k in engine.knob_space(problem)]
+    pairs.sort(key=lambda kc: kc[1])
+    return pairs
+
+
 def rank(problem: DgluProblem, modes: Sequence = DEFAULT_MODES, engines: Iterable[Engine] = None):
     """Candidates in preference order; raises :class:`NoEngineError` if there are none."""
     engines = list(engines if engines is not None else ENGINES)
@@ -64,7 +73,7 @@ def rank(problem: DgluProblem, modes: Sequence = DEFAULT_MODES, engines: Iterabl
     seen = set()
     for mode in modes:
         if mode is HeurMode.A:
-            block = [Candidate(e, k, e.cost(problem, k), mode.value) for e in ok for k in e.knob_space(problem)]
+            block = [Candidate(e, k, cost, mode.value) for e in ok for k, cost in ranked_knobs(e, problem)]
             block.sort(key=lambda c: c.cost_us)  # stable: ties keep registry then knob order
         else:
             block = [Candidate(e, FALLBACK_KNOBS, e.cost(problem, FALLBACK_KNOBS), mode.value)

@@ -499,7 +499,7 @@ def deserialize_plan(data: bytes):
                               f"recorded {ref.engine_name!r}")
     g = Graph.from_spec(header.graph, device=device)
     g.build_operation_graph()
-    g._install_plans(PlanSet.pinned_to(g.problem, engine, serialize.recorded_knobs(header)))
+    g._install_plans(PlanSet.pinned_to(g.problem, engine, serialize.recorded_knobs(header, engine)))
     plan = g.execution_plan
     if plan.workspace_size != header.workspace_size:
         raise serialize.PlanFormatError(f"deserialize_plan: the rebuilt plan needs {plan.workspace_size} workspace bytes, "

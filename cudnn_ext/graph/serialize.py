@@ -25,7 +25,6 @@ from typing import Dict, List, Optional, Tuple, Union
 import torch
 from pydantic import BaseModel, ConfigDict
 
-from ..engines.base import Knobs
 from ..version import __version__
 from .spec import GraphSpec
 
@@ -103,7 +102,7 @@ def serialize_plan(graph) -> bytes:
     header = plan_header_type()(
         format=FORMAT_VERSION, library_versions=library_versions(), device=DeviceInfo.of(graph.device),
         graph=graph.spec(), plan=EngineRef(engine_id=plan.engine_id, engine_name=plan.engine_name,
-                                           knobs=[(k, v) for k, v in plan.knobs.values]),
+                                           knobs=list(plan.knobs.as_dict().items())),
         workspace_size=plan.workspace_size,
     )
     body = header.model_dump_json().encode("utf-8")
@@ -160,7 +159,9 @@ def check_compatible(header) -> torch.device:
     return device
 
 
-
-def recorded_knobs(header) -> Knobs:
-    """The engine knobs the header recorded."""
-    return Knobs(tuple((k, _tuplify(v)) for k, v in header.plan.knobs))
+def recorded_knobs(header, engine):
+    """The engine knobs the header recorded, loaded by the engine (its own config type)."""
+    try:
+        return engine.knobs_from_dict({k: _tuplify(v) for k, v in header.plan.knobs})
+    except (TypeError, ValueError) as exc:
+        raise PlanFormatError(f"deserialize_plan: the {engine.name} knobs do not load: {exc}") from None

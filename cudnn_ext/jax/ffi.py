@@ -2,7 +2,8 @@
 
 Owns when the jitted entry point may launch the Hopper kernel as an XLA custom call, and the
 call itself: the trace-time problem (built through ``cudnn_ext.contract`` from the arrays'
-*metadata*, on torch ``meta`` tensors), the SM90 engine's support check and knob choice, and
+*metadata*, on torch ``meta`` tensors), the SM90 engine's support check and its first-ranked
+configuration (its knob space and cost model, as everywhere else), and
 the ``cutlass.jax.cutlass_call`` with zero-initialized ``jnp.zeros`` inputs aliased to the
 ``d_row`` / ``dprob`` / fp32 dbias-workspace outputs. ``dbias`` is the workspace rounded once
 to bf16 (``ws.astype(bfloat16)``): the engine's semantics with a fresh zero dbias.
@@ -93,19 +94,15 @@ def sm90_problem(a_shape, c_shape, c_td, b_shape, num_experts: int, d_td, act, g
     return problem, list(Sm90DgluEngine().check_support(problem))
 
 
-def choose_knobs(problem):
-    """The SM90 engine's cheapest configuration for ``problem`` (its own cost model). With
-    dbias the kernel here leaves the fp32 sums to JAX (``fold_dbias=False``); that form of
-    both cooperative kernels the engine picks (the deep one at K >= 5120 and N <= 8192, the
-    2-stage one at K 4096-5119 and N <= 1024 or shallow K) passed their GPU tests
-    (``test_ffi_cooperative_dbias_on_gpu_matches_the_float64_oracle``: the deep form with
-    dense weights in session 17, both forms with dense and per-expert weights in session
-    25), so every choice is the engine's; the split last round is off here
-    (``kernel_config``)."""
+def choose_config(problem):
+    """The SM90 engine's first-ranked configuration for ``problem`` (its knob space and cost
+    model, ranked as heuristic mode A ranks them: ``heuristics.ranked_knobs``), an
+    ``Sm90Config``. The unfolded-dbias form (``ffi_config``) of every form the engine picks
+    has run on the GPU (tests/test_jax_ffi.py's GPU test)."""
+    from ..engines.heuristics import ranked_knobs
     from ..engines.sm90 import Sm90DgluEngine
 
-    eng = Sm90DgluEngine()
-    return min(eng.knob_space(problem), key=lambda kn: eng.cost(problem, kn))
+    return ranked_knobs(Sm90DgluEngine(), problem)[0][0]
 
 
 @functools.lru_cache(maxsize=None)
@@ -139,18 +136,14 @@ def _resident_ctas(cluster_size: int) -> int:
     return _RESIDENT[cluster_size]
 
 
-def kernel_config(problem, knobs):
-    """The compile-time config the FFI call builds for ``problem`` and ``knobs``: the
-    engine's (``Sm90CompileKey.kernel_config()``) with dbias left unfolded (XLA owns the
-    zeroed fp32 workspace, an aliased output; JAX rounds it) and no split last round (its
-    flags and partial sums would need a scratch of their own)."""
-    from ..engines.sm90 import Sm90CompileKey
-
-    return dataclasses.replace(Sm90CompileKey.of(problem, knobs).kernel_config(),
-                               fold_dbias=False, split_last=1)
+def ffi_config(config):
+    """The compile-time config the FFI call builds from the engine's ``config``: dbias left
+    unfolded (XLA owns the zeroed fp32 workspace, an aliased output; JAX rounds it) and no
+    split last round (its flags and partial sums would need a scratch of their own)."""
+    return dataclasses.replace(config, fold_dbias=False, split_last=1)
 
 
-def dglu_ffi(a2, b, c2, offs, alpha, beta, prob1, *, problem, knobs, sm_count: Optional[int] = None
+def dglu_ffi(a2, b, c2, offs, alpha, beta, prob1, *, problem, config, sm_count: Optional[int] = None
              ) -> Tuple:
     """``(d_row (M, 2N), dprob (M,), dbias (L, 2N) bf16 or None)`` by the SM90 kernel as an XLA
     FFI custom call. Operands in canonical 2-D/1-D form: ``a2`` (M, K), ``b`` (L, N, K) or,
@@ -159,7 +152,7 @@ def dglu_ffi(a2, b, c2, offs, alpha, beta, prob1, *, problem, knobs, sm_count: O
     import jax
     import jax.numpy as jnp
 
-    from ..engines.sm90 import DESC_BYTES
+    from ..kernels.sm90.config import DESC_BYTES
 
     m, two_n, num_experts = problem.m, 2 * problem.n, problem.num_experts
     d_np = _jnp_dtype(problem.d_dtype)
@@ -182,7 +175,7 @@ def dglu_ffi(a2, b, c2, offs, alpha, beta, prob1, *, problem, knobs, sm_count: O
 
         from ..kernels.sm90 import jax_entry
 
-        cfg = kernel_config(problem, knobs)
+        cfg = ffi_config(config)
         act = problem.act
         kw = jax_entry.static_kwargs(cfg, sm_count or _resident_ctas(cfg.cluster_size()),
                                      act.geglu_alpha, act.clamp_max, act.clamp_min,

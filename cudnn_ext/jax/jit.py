@@ -171,13 +171,13 @@ def grouped_gemm_dglu_jax(
     if problem is None:
         res = callback(*operands)
     else:
-        from .ffi import choose_knobs, dglu_ffi
+        from .ffi import choose_config, dglu_ffi
 
-        knobs = choose_knobs(problem)
+        config = choose_config(problem)
 
         def on_cuda(a, c, w, offs, alpha, beta, prob):
             d_row, dprob, dbias = dglu_ffi(a.reshape(m, k), w, c.reshape(m, two_n), offs, alpha, beta,
-                                           prob.reshape(m), problem=problem, knobs=knobs)
+                                           prob.reshape(m), problem=problem, config=config)
             outs = (d_row.reshape(m, two_n, 1), dprob.reshape(m, 1, 1))
             return outs + ((dbias.reshape(num_experts, two_n, 1),) if generate_dbias else ())
 

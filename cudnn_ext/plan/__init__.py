@@ -1,4 +1,4 @@
 """Execution plans (compiled candidates with their workspace) and the plan cache."""
-from .execution import ExecutionPlan, build_first
+from .execution import ExecutionPlan
 
-__all__ = ["ExecutionPlan", "build_first"]
+__all__ = ["ExecutionPlan"]

@@ -97,7 +97,7 @@ class ExecutionPlan:
         return self.compiled.zeroed_region_bytes
 
     def describe(self) -> str:
-        return f"{self.engine_name}{dict(self.knobs.values)}"
+        return f"{self.engine_name}{self.knobs.as_dict()}"
 
     def __repr__(self) -> str:
         return f"ExecutionPlan({self.describe()}, workspace {self.layout.describe()})"
@@ -106,19 +106,8 @@ class ExecutionPlan:
 _BUILD_ERRORS = (EngineDeclined, NotImplementedError, ImportError)
 
 
-def build_first(problem: DgluProblem, candidates: Sequence[Candidate]) -> ExecutionPlan:
-    """Build the first candidate that builds; collect every failure if none does."""
-    failures: Dict[str, List[str]] = {}
-    for cand in candidates:
-        try:
-            return ExecutionPlan(problem, cand, cand.engine.build(problem, cand.knobs))
-        except _BUILD_ERRORS as exc:
-            failures.setdefault(cand.engine.name, []).append(f"{dict(cand.knobs.values)}: {exc}")
-    raise NoEngineError(failures)
-
-
 def candidate_name(cand: Candidate) -> str:
-    knobs = ",".join(f"{k}={v}" for k, v in cand.knobs.values)
+    knobs = ",".join(f"{k}={v}" for k, v in cand.knobs.as_dict().items())
     return f"{cand.engine.name}[{knobs}]"
 
 
@@ -225,7 +214,7 @@ class PlanSet:
             lines: Dict[str, List[str]] = {}
             for i, c in enumerate(self.candidates):
                 why = self.failures.get(i) or ("deselected" if self.barred(i) else "not tried")
-                lines.setdefault(c.engine.name, []).append(f"{dict(c.knobs.values)}: {why}")
+                lines.setdefault(c.engine.name, []).append(f"{c.knobs.as_dict()}: {why}")
             raise NoEngineError(lines)
         self.index = chosen
         return self.built[chosen]

@@ -1,10 +1,10 @@
 """Does compute-sanitizer racecheck see mbarrier ordering of shared-memory accesses?
 
-Session 10 moved the ping-pong kernel's dbias sums through shared memory from the math warps
-to the C producer warp, ordered by mbarriers (each writer's arrive, the reader's wait), and
-racecheck reported hazards between those writes and reads although the GPU results match
-the float64 reference. This probe isolates the hand-off: warp 0 writes 32 floats to shared
-memory, warp 1 reads them after one of three synchronizations, and writes them out.
+The ping-pong kernel's dbias sums go through shared memory from the math warps to the C
+producer warp, ordered by mbarriers (each writer's arrive, the reader's wait); racecheck once
+reported hazards between those writes and reads although the GPU results matched the float64
+reference. This probe isolates the hand-off: warp 0 writes 32 floats to shared memory, warp 1
+reads them after one of several synchronizations, and writes them out.
 
     compute-sanitizer --tool racecheck python3 tests/gpu/racecheck_probe.py MODE
 
@@ -12,41 +12,30 @@ MODE ``bar``: a named barrier (bar.sync) over both warps, which racecheck models
 hazards); ``mbar``: every writer thread arrives on an mbarrier (count 32) and warp 1 waits
 on its phase (correct by the PTX memory model: each arrive releases its thread's writes, the
 wait acquires them); ``none``: no synchronization at all (a true race, which racecheck must
-report, so that a clean ``mbar`` run would mean something). Session 11 ran these three:
-1, 0 and 0 hazards, so racecheck does model an mbarrier every writer arrives on.
+report, so that a clean ``mbar`` run means something).
 
-The kernel's other direction is modelled by three more modes. ``mbar1``: the writer warp
-syncs (bar.warp.sync) and only its lane 0 arrives (count 1). ``war1``: warp 1 reads values
-set before the CTA barrier, syncs the warp, and its lane 0 arrives (count 1); warp 0 waits and
-then overwrites them (write after read: the C producer's slice reads, its one elected arrive
-on the full barrier, the math warps' next writes). ``war32``: the same with every reader lane
-arriving (count 32). All three are correct by the PTX memory model (the warp sync orders
-the lanes' accesses before lane 0's release); a hazard in ``war1`` and none in ``war32``
-would say racecheck does not carry ordering through a warp sync into an mbarrier.
-Session 11: ``mbar1`` 1 hazard (124: lanes 1-31's writes), ``war1`` 0, ``war32`` 0.
+The kernel's other direction: ``mbar1``: the writer warp syncs (bar.warp.sync) and only its
+lane 0 arrives (count 1). ``war1``: warp 1 reads values set before the CTA barrier, syncs the
+warp, and its lane 0 arrives (count 1); warp 0 waits and then overwrites them (write after
+read: the C producer's slice reads, its one elected arrive on the full barrier, the math
+warps' next writes). ``war32``: the same with every reader lane arriving (count 32). All
+three are correct by the PTX memory model (the warp sync orders the lanes' accesses before
+lane 0's release).
 
-Two more modes copy the kernel's full barrier exactly, whose phase a bulk copy completes
-(``complete_tx``) after the producer's arrive: ``wartx``, warp 1 reads, syncs, and its lane 0
-arrives with an expected transaction of 128 bytes and issues a 128-byte bulk copy from global
-memory into a second buffer on the same mbarrier (count 1); ``wartx32``, every lane of warp 1
-arrives (count 32; lane 0's with the expected bytes). Warp 0 waits and overwrites.
-
-Session 11: ``wartx`` 0, ``wartx32`` 0. None of the flagged patterns is the kernel's, so
-two more modes copy its whole hand-off over a ring (``RingHandOff``): 4 writer warps (the
-math warpgroup) wait on a stage's full barrier, write their column sums into the stage's
-slice and every thread arrives on its empty barrier (count 128); a reader warp (the C
-producer) waits on the empty barrier, reads and adds the 4 warps' sums, syncs the warp, and
-its lane 0 arrives on the full barrier with 128 expected bytes and issues the bulk copy that
-completes the phase (the C reload), for 8 rounds. ``ring``: 2 stages; ``ring1``: 1 stage.
-
-Session 12: ``ring`` 0, ``ring1`` 0. Session 14: with every lane of the kernel's C producer
-warp arriving on the full barrier (762e649) racecheck reports none on the kernel either, where
-one elected arrive gave 4 hazards (124 per tile and read: lanes 1-31). What the probe does not
-copy is not settled; the likeliest difference is that the kernel's phase is completed by a
-tensor TMA load (``cp.async.bulk.tensor``, SASS ``UTMALDG``), the probe's by a plain bulk
-copy (``UBLKCP``). Modes ``ringtma`` (lane 0 alone arrives, a tensor TMA load completes the
-phase) and ``ringtma32`` (every lane arrives) copy that; racecheck hazards in ``ringtma``
-and none in ``ringtma32`` would confirm it (session 14: compiled, not yet run).
+``wartx`` / ``wartx32`` copy the kernel's full barrier, whose phase a bulk copy completes
+(``complete_tx``) after the producer's arrive: warp 1 reads, syncs, and its lane 0 (every
+lane) arrives, lane 0 with an expected transaction of 128 bytes, and issues a 128-byte bulk
+copy from global memory into a second buffer on the same mbarrier. Warp 0 waits and
+overwrites. ``ring`` / ``ring1`` copy the whole hand-off over a 2- / 1-stage ring
+(``RingHandOff``): 4 writer warps (the math warpgroup) wait on a stage's full barrier, write
+their column sums into the stage's slice and every thread arrives on its empty barrier (count
+128); a reader warp (the C producer) waits on the empty barrier, reads and adds the 4 warps'
+sums, syncs the warp, and its lane 0 arrives on the full barrier with 128 expected bytes and
+issues the bulk copy that completes the phase (the C reload), for 8 rounds. ``ringtma`` /
+``ringtma32`` complete the phase with a tensor TMA load (``cp.async.bulk.tensor``, SASS
+``UTMALDG``, as the kernel does) instead of a plain bulk copy (``UBLKCP``), lane 0 alone or
+every lane arriving: the open question is whether racecheck's hazards on the kernel with one
+elected arrive (none with every lane arriving, the kernel's form) come from that difference.
 
 The script checks the values it read (``none`` may read stale values; it only reports) and
 prints one line.
@@ -154,8 +143,8 @@ class RingHandOff:
     ``tensor``: the load that completes each full-barrier phase is a tensor TMA load (the
     kernel's ``cp.async.bulk.tensor``, SASS ``UTMALDG``) instead of a plain bulk copy
     (``UBLKCP``); ``all_lanes``: every lane of the reader warp arrives on the full barrier
-    (count 32, lane 0 with the bytes), as the kernel has since session 14, instead of lane 0
-    alone after a warp sync (the kernel until then)."""
+    (count 32, lane 0 with the bytes), as the kernel does, instead of lane 0 alone after a
+    warp sync."""
 
     def __init__(self, stages: int, tensor: bool = False, all_lanes: bool = False):
         self.stages = stages

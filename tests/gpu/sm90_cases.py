@@ -183,9 +183,10 @@ def run_and_check(case: Case, engine=None, knobs=None, fresh: bool = False,
 
     ``fresh``: run the fresh-outputs variant (``execute_fresh``) on garbage-filled dprob/dbias
     and NaN D: D rows past the last offset must become 0 and dprob/dbias this call's sums.
-    ``inspect(plan, workspace)``: called after the run (the workspace was 0xA5 before it)."""
-    from cudnn_ext.engines.base import Knobs
-    from cudnn_ext.engines.sm90 import Sm90DgluEngine
+    ``inspect(plan, workspace)``: called after the run (the workspace was 0xA5 before it).
+    ``knobs``: the plan's ``Sm90Config``, or a dict of config fields (``config_for``), or None
+    (the case's)."""
+    from cudnn_ext.engines.sm90 import Sm90DgluEngine, config_for
 
     engine = engine or Sm90DgluEngine()
     problem, pack = make_pack(case)
@@ -197,14 +198,12 @@ def run_and_check(case: Case, engine=None, knobs=None, fresh: bool = False,
     dbias0 = (torch.zeros_like(pack["dbias"]) if fresh else pack["dbias"].clone()) if case.dbias else None
     ref = reference_outputs(problem, pack, compute_dtype=torch.float64, dprob_init=dprob0)
     if knobs is None:
-        from cudnn_ext.engines.sm90 import RASTER_GROUP_M
-
-        knobs = Knobs.of(tile_n=case.tile_n, cluster_m=case.cluster_m, cluster_n=case.cluster_n,
-                         raster_group_m=case.raster_group_m or RASTER_GROUP_M[case.cluster_m],
-                         cooperative=case.cooperative,
-                         **({"c_stages": case.c_stages} if case.c_stages else {}),
-                         **({"c_split": case.c_split} if case.c_split > 1 else {}),
-                         **({"split_last": case.split_last} if case.split_last > 1 else {}))
+        knobs = dict(tile_n=case.tile_n, cluster_m=case.cluster_m, cluster_n=case.cluster_n,
+                     cooperative=case.cooperative, c_stages=case.c_stages,
+                     c_split=case.c_split, split_last=case.split_last,
+                     **({"raster_group_m": case.raster_group_m} if case.raster_group_m else {}))
+    if isinstance(knobs, dict):
+        knobs = config_for(problem, **knobs)
     plan = engine.build(problem, knobs)
     # stale bytes everywhere: the descriptor slots must be fully rewritten, and the launch's
     # zeroing kernel must clear the dbias sums and counters before the kernel adds to them
@@ -344,7 +343,7 @@ def cooperative_cases() -> list:
              **co),
         # three N-tiles in 2x2 clusters on a many-tile walk: the pairs' phantom fourth
         # N-tile comes between real tiles of the same CTA (a dbias hand-over count that
-        # the phantom tile upsets shows in the tiles after it: review, session 18)
+        # the phantom tile upsets shows in the tiles after it)
         Case([2048, 256, 0, 4096, 1024, 512, 256, 2048], 736, 200, "dswiglu", tile_n=256,
              cluster_m=2, cluster_n=2, **co),
         Case([256, 0, 768, 256], 288, 200, "dgeglu", weight_mode="discrete", b_major="n",

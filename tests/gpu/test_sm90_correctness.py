@@ -143,20 +143,19 @@ _MIXED = dict(c_dtype=torch.bfloat16, d_dtype=torch.float16)
 _HEURISTICS = [("nodbias-K1416", dict(dbias=False, k=1416), 2),
                ("nodbias-K1416-mixedCD", dict(dbias=False, k=1416, **_MIXED), "coop"),
                # dense at K 4096-5119 and N <= 1024: the 2-stage cooperative form
-               # (session 24; the case's N is 512)
+               # (the case's N is 512)
                ("dbias-K4104", dict(k=4104), "coop"),
                ("dbias-K3080", dict(k=3080), 2),
                ("dbias-K1416", dict(k=1416), 2),
                ("dbias-K1416-discrete", dict(k=1416, weight_mode="discrete"), 2),
-               # ... per-expert weights too (session 25)
+               # ... per-expert weights too
                ("dbias-K4104-discreteN", dict(k=4104, weight_mode="discrete", b_major="n"),
                 "coop"),
                # deep K: cooperative with or without dbias, dense or per-expert weights
                ("dbias-K7176", dict(k=7176), "coop"),
-               ("dbias-K6152", dict(k=6152), "coop"),  # dense from K 6144 (session 22),
-               # from K 5120 (session 24)
+               ("dbias-K6152", dict(k=6152), "coop"),  # dense from K 5120
                ("dbias-K5128", dict(k=5128), "coop"),
-               # per-expert weights from K 5120 too (session 25)
+               # per-expert weights from K 5120 too
                ("dbias-K6152-discrete", dict(k=6152, weight_mode="discrete"), "coop"),
                ("dbias-K4088-discrete", dict(k=4088, weight_mode="discrete"), 1),
                ("nodbias-K7176", dict(dbias=False, k=7176), "coop"),
@@ -178,7 +177,7 @@ def test_sm90_heuristics_choice_is_correct(fresh, kw, expect):
     walks several (accumulator overwrite, the C FIFO and the dbias sums carried across
     tiles)."""
     skip_unless_sm90()
-    from cudnn_ext.engines.sm90 import Sm90DgluEngine, cooperative_knobs
+    from cudnn_ext.engines.sm90 import Sm90DgluEngine, cooperative_config
     from sm90_cases import make_pack
 
     kw = dict(kw)
@@ -191,12 +190,12 @@ def test_sm90_heuristics_choice_is_correct(fresh, kw, expect):
     if expect == "coop":
         # the deep-K form (4 C stages, 3 A/B stages, split last round) at K 5128-7176,
         # the 2-stage form at K 1416 and 4104
-        assert knobs == cooperative_knobs(problem) and knobs.get("c_stages") == (
+        assert knobs == cooperative_config(problem) and knobs.c_stages == (
             4 if problem.k >= 5120 else 2)
     else:
-        assert not knobs.get("cooperative", False)
-        assert (knobs.get("tile_n"), knobs.get("cluster_m"), knobs.get("cluster_n", 1)) == (128, 2, 1)
-        assert knobs.get("c_split", 1) == expect
+        assert not knobs.cooperative
+        assert (knobs.tile_n, knobs.cluster_m, knobs.cluster_n) == (128, 2, 1)
+        assert knobs.c_split == expect
     print(run_and_check(case, engine=eng, knobs=knobs, fresh=fresh))
 
 

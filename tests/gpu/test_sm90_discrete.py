@@ -35,16 +35,12 @@ def test_sm90_discrete_replays_in_a_cuda_graph(b_major, cluster_m):
     """Capture helper + main kernel once; replay on new inputs and on a permuted pointer
     table (written on the device between replays: the descriptors must follow it)."""
     skip_unless_sm90()
-    from cudnn_ext.engines.base import Knobs
-    from cudnn_ext.engines.sm90 import Sm90DgluEngine
+    from cudnn_ext.engines.sm90 import Sm90DgluEngine, config_for
     from cudnn_ext.reference import reference_outputs
 
     problem, pack = make_pack(Case([512, 256, 0, 768], 256, 320, "dgeglu", extra_rows=256,
                                    weight_mode="discrete", b_major=b_major))
-    from cudnn_ext.engines.sm90 import RASTER_GROUP_M
-
-    plan = Sm90DgluEngine().build(problem, Knobs.of(tile_n=128, cluster_m=cluster_m,
-                                                     raster_group_m=RASTER_GROUP_M[cluster_m]))
+    plan = Sm90DgluEngine().build(problem, config_for(problem, tile_n=128, cluster_m=cluster_m))
     ws = torch.full((plan.workspace_size,), 0xA5, dtype=torch.uint8, device="cuda")
     g = capture_execute(plan, pack, ws)
     perms = [None, torch.tensor([2, 0, 3, 1]), torch.tensor([3, 2, 1, 0])]

@@ -32,12 +32,11 @@ def test_plan_replays_in_a_cuda_graph():
     """execute() has no host sync or allocation visible to capture: capture once, then
     replay on new input values written into the same buffers."""
     skip_unless_sm90()
-    from cudnn_ext.engines.base import Knobs
-    from cudnn_ext.engines.sm90 import Sm90DgluEngine
+    from cudnn_ext.engines.sm90 import Sm90DgluEngine, config_for
     from cudnn_ext.reference import reference_outputs
 
     problem, pack = make_pack(Case([512, 256, 0, 768], 256, 320, "dgeglu", extra_rows=256))
-    plan = Sm90DgluEngine().build(problem, Knobs.of(tile_n=128))
+    plan = Sm90DgluEngine().build(problem, config_for(problem, tile_n=128))
     ws = torch.empty(plan.workspace_size, dtype=torch.uint8, device="cuda")
     g = capture_execute(plan, pack, ws)
     for _ in range(2):

@@ -4,12 +4,12 @@ or without ``compute-sanitizer`` on PATH).
 racecheck watches the shared-memory hand-offs between warps: the ping-pong dbias sums that
 the math warps write into a C stage's slice and the C producer warp reads, across many tiles
 (``walk``, ``chalf``), in 2-CTA clusters (``cluster``, ``discretecl``) and the cooperative
-schedule's per-block dbias slot, which the folder warp reads (``coop``). Sessions 10-13 saw
-3-4 hazards on the ping-pong walks; every lane of the C producer arriving on the full
-barrier (762e649) made them 0 on the H200 (session 14). memcheck checks the same walks for
+schedule's per-block dbias slot, which the folder warp reads (``coop``); every lane of the C
+producer arrives on the full barrier, without which racecheck reports hazards on the
+ping-pong walks (tests/gpu/racecheck_probe.py). memcheck checks the same walks for
 out-of-bounds and misaligned accesses. synccheck checks the barriers, among them the
-hand-overs to the dbias folder warp on the walks and the cooperative schedule (session 20:
-the ping-pong fold, then on a named barrier, stopped the kernel under synccheck). Each run
+hand-overs to the dbias folder warp on the walks and the cooperative schedule (a fold on a
+named barrier blocked at two instructions stopped the kernel under synccheck). Each run
 also checks the results against the float64 reference (``sanitize_sm90.py`` raises
 otherwise), so a clean report of a wrong kernel fails too.
 """
@@ -61,11 +61,10 @@ def test_racecheck_reports_no_hazard(mode):
 def test_synccheck_reports_no_error_on_the_folder_hand_overs(mode):
     """The hand-overs to the dbias folder warp (``HandOver``). ``coop``: per block the math
     warps wait on the slot's "empty" mbarrier, which the folder warp arrives on, and arrive
-    on its "full" one, which the folder waits on (since session 19; before, two named
-    barriers per tile, then per block). ``walk``/``chalf`` (ping-pong): per tile the C
-    producer warp hands its warpgroup's sums over the same way (since session 20; before,
-    it and the folder blocked on one named barrier from two instructions, which synccheck
-    reported as divergent threads and stopped the kernel on). ``cluster``/``discretecl``:
+    on its "full" one, which the folder waits on. ``walk``/``chalf`` (ping-pong): per tile
+    the C producer warp hands its warpgroup's sums over the same way (not one named barrier
+    both block on from two instructions, which synccheck reports as divergent threads and
+    stops the kernel on). ``cluster``/``discretecl``:
     the same fold in 2-CTA clusters, dense and per-expert weights."""
     out = _sanitize("synccheck", mode)
     summary = re.search(r"ERROR SUMMARY: (\d+) errors?", out)

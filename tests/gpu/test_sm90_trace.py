@@ -1,13 +1,12 @@
-"""The trace knob (Sm90KernelConfig.trace) on the GPU: the traced kernel's results still
-match the float64 reference, and its stamps describe the launch: every tile the schedule
+"""The diagnostic trace build (Sm90TraceConfig, kernels/sm90/trace.py) on the GPU: the traced
+kernel's results still match the float64 reference, and its stamps describe the launch: every tile the schedule
 has is recorded exactly once, each tile's four stamps are in order and follow the
 warpgroup's previous tile, and a second launch overwrites the first's stamps."""
 import pytest
 import torch
 from sm90_cases import Case, make_pack, run_and_check, skip_unless_sm90
 
-from cudnn_ext.engines.base import Knobs
-from cudnn_ext.engines.sm90 import RASTER_GROUP_M, Sm90DgluEngine
+from cudnn_ext.engines.sm90 import Sm90DgluEngine, config_for
 
 pytestmark = pytest.mark.gpu
 
@@ -21,9 +20,9 @@ CASES = [
 
 
 def _knobs(case, trace):
-    return Knobs.of(tile_n=case.tile_n, cluster_m=case.cluster_m, cooperative=case.cooperative,
-                    raster_group_m=RASTER_GROUP_M[case.cluster_m], trace=trace,
-                    **({"c_split": case.c_split} if case.c_split > 1 else {}))
+    """The config fields of the case's trace build (``config_for``)."""
+    return dict(tile_n=case.tile_n, cluster_m=case.cluster_m, cooperative=case.cooperative,
+                c_split=case.c_split, trace=trace)
 
 
 @pytest.mark.parametrize("case,coop", CASES, ids=lambda c: c.label() if isinstance(c, Case) else "")
@@ -36,7 +35,7 @@ def test_traced_kernel_matches_reference(case, coop):
 def test_trace_records_every_tile_in_order(case, coop):
     skip_unless_sm90()
     problem, pack = make_pack(case)
-    plan = Sm90DgluEngine().build(problem, _knobs(case, 64))
+    plan = Sm90DgluEngine().build(problem, config_for(problem, **_knobs(case, 64)))
     ws = torch.empty(plan.workspace_size, dtype=torch.uint8, device="cuda")
     stream = torch.cuda.current_stream()
     plan.execute(pack, ws, stream)

@@ -1,11 +1,20 @@
 """Hopper (sm_90a) CuTe DSL kernels for grouped GEMM + dGLU.
 
-Modules (each imports the CuTe DSL; only ``cudnn_ext.engines.sm90`` imports them, lazily):
+Modules (all but ``config`` import the CuTe DSL; ``cudnn_ext.engines.sm90`` and
+``cudnn_ext.jax.ffi`` import them lazily):
 
-* ``tile_walk``     block -> (m_tile, n_tile) rasterization, expert lookup from the offsets;
+* ``config``        :class:`~.config.Sm90Config`, the one compile-time configuration (no DSL);
+* ``kernel``        the kernel class: jit entry, shared-memory layouts, schedule, warp roles;
+* ``mainloop``      A/B TMA producer and the WGMMA mainloop;
+* ``epilogue``      the fused dGLU epilogue and its C ring (C loads, D stores);
+* ``dbias``         dbias column sums: hand-overs and the folder warp;
+* ``stream_k``      the cooperative schedule's split last round;
+* ``host_kernels``  helper kernels: workspace zeroing, fresh-outputs prologue, B descriptors;
+* ``tile_walk``     block -> (m_tile, n_tile) rasterization, expert lookup, the split's walk;
 * ``epilogue_math`` per-element dSwiGLU / dGeGLU in fp32 (mirrors ``cudnn_ext.reference``);
-* ``dglu_kernel``   the kernel: TMA/WGMMA mainloop, fused epilogue, dprob/dbias reductions;
-* ``launch``        compile (fake pointers, works without a GPU) and launch by raw address.
+* ``launch``        compile (fake pointers, works without a GPU) and launch by raw address;
+* ``jax_entry``     the kernel as a ``cutlass.jax.cutlass_call`` target (XLA FFI);
+* ``trace``         a diagnostic build with per-tile clock stamps (never an engine choice).
 
 This package's ``__init__`` imports nothing so that listing it stays cheap.
 """

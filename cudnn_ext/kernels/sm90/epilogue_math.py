@@ -11,13 +11,12 @@ activation value ``(dgate_local, dup_local, act)`` of the beta-scaled C values `
 unscaled C values and returns the reference ``dswiglu(beta*c_gate, beta*c_up)`` divided by
 (beta, beta, beta^2): the caller multiplies beta into its per-row factor alpha^2*p and
 beta^2 into each dprob row sum once, instead of beta into every C value, and keeps
-alpha^2 out of the per-element products the same way (three multiplies fewer per element;
-the cooperative schedule's epilogue is not hidden under MMAs, and ncu on qwen3 put 39% of
-its math warps' time there).
+alpha^2 out of the per-element products the same way (three multiplies fewer per element,
+where the cooperative epilogue, not hidden under MMAs, spends much of its time).
 
 Sigmoid is ``1 / (1 + 2^(-x*log2 e))`` with the fast ``ex2.approx`` / ``rcp.approx`` pair, as
-the vendor kernel does (vendor_facts 1.10: ~1e-6 relative to an exact sigmoid). Hopper has
-no packed f32x2 arithmetic, so everything is scalar fp32.
+the vendor kernel does (docs/vendor_contract.md §1.10: ~1e-6 relative to an exact sigmoid).
+Hopper has no packed f32x2 arithmetic, so everything is scalar fp32.
 """
 from __future__ import annotations
 
@@ -58,7 +57,7 @@ def dgeglu_local(gate: Float32, up: Float32, alpha: Float32, clamp_max: Float32,
     """Clamped GeGLU ``y1*sigmoid(alpha*y1)*(y2+lo)``, y1 = min(gate,cmax), y2 = clamp(up).
 
     Masks are taken on the unclamped (beta-scaled) values and are inclusive at the bounds
-    (vendor_facts 1.6, gotcha 7)."""
+    (docs/vendor_contract.md §1.6, gotcha 7)."""
     y1 = cute.math.min(gate, clamp_max)
     y2 = cute.math.min(cute.math.max(up, clamp_min), clamp_max)
     s = fast_sigmoid(alpha * y1)

@@ -5,8 +5,9 @@ Owns the adapter between the CuTe DSL's JAX calling convention and the kernel's 
 stream and one ``cute.Tensor`` per FFI buffer (inputs, then the outputs that are not aliased
 to an input); this adapter takes each tensor's data pointer (its iterator), reads the runtime
 M and expert count from the tensors' dynamic shapes, and inlines the kernel's host entry with
-the same compile-time configuration the engine builds (``Sm90CompileKey.kernel_config()``).
-The kernel code is unchanged; nothing here knows about JAX arrays or policy.
+the :class:`~.config.Sm90Config` the engine's knob space yields (``cudnn_ext.jax.ffi`` sets
+``fold_dbias=False`` and ``split_last=1``), through the launcher's ``make_kernel``, with the
+launcher's pointer order. Nothing here knows about JAX arrays or policy.
 
 Buffer convention (``cudnn_ext.jax.ffi`` builds it; every output is aliased to a zeroed input,
 so the kernel accumulates into XLA-owned zero buffers and the call has no un-aliased outputs):
@@ -21,7 +22,7 @@ so the kernel accumulates into XLA-owned zero buffers and the call has no un-ali
 (L,) int64 or (8L,) uint8 (the same little-endian bytes), read by the kernel on the device.
 
 Static keyword arguments (compile-time; part of cutlass_call's cache key): ``cfg`` (the
-:class:`Sm90KernelConfig`), ``sm_count`` (grid size of the persistent kernel: correctness does
+:class:`~.config.Sm90Config`), ``sm_count`` (grid size of the persistent kernel: correctness does
 not depend on it) and the four activation constants (runtime kernel arguments, fixed per
 traced call here).
 
@@ -29,7 +30,7 @@ Importing this module imports the CuTe DSL (``launch`` sets ``CUTE_DSL_ARCH=sm_9
 """
 from __future__ import annotations
 
-from . import launch as _launch  # noqa: F401  (sets CUTE_DSL_ARCH before cutlass is imported)
+from .launch import make_kernel  # (first: it sets CUTE_DSL_ARCH before cutlass is imported)
 
 import cuda.bindings.driver as cuda  # noqa: E402
 
@@ -37,14 +38,14 @@ import cutlass  # noqa: E402
 import cutlass.cute as cute  # noqa: E402
 from cutlass import Float32, Int32  # noqa: E402
 
-from .dglu_kernel import DESC_BYTES, GroupedDgluSm90, Sm90KernelConfig  # noqa: E402
+from .config import DESC_BYTES, Sm90Config  # noqa: E402
 
 #: Byte alignment the adapter assumes for every buffer's data pointer: XLA guarantees 16 for
 #: entry parameters (more for its own allocations); the kernel needs 16 for its TMA operands.
 BUFFER_ALIGN = 16
 
 #: Stable part of the cutlass_call compile key (bump when the adapter's code changes).
-COMPILE_KEY = "cudnn_ext.sm90.dglu_ffi.v2"
+COMPILE_KEY = "cudnn_ext.sm90.dglu_ffi.v3"
 
 
 @cute.jit
@@ -71,7 +72,7 @@ def dglu_ffi_entry(
     if cutlass.const_expr(len(scratch) != want):
         raise ValueError(f"dglu_ffi_entry: expected {want} scratch buffers (dbias workspace when "
                          f"generate_dbias, descriptor buffer when discrete), got {len(scratch)}")
-    kernel = GroupedDgluSm90(cfg)
+    kernel = make_kernel(cfg)
     m = Int32(c.shape[0])
     num_experts = Int32(offs.shape[0])
     dprob_ptr = dprob.iterator
@@ -99,7 +100,7 @@ def dglu_ffi_entry(
            Float32(clamp_min), Float32(linear_offset), stream)
 
 
-def static_kwargs(cfg: Sm90KernelConfig, sm_count: int, geglu_alpha: float, clamp_max: float,
+def static_kwargs(cfg: Sm90Config, sm_count: int, geglu_alpha: float, clamp_max: float,
                   clamp_min: float, linear_offset: float) -> dict:
     """The compile-time keyword arguments of :func:`dglu_ffi_entry` (plain, hashable values)."""
     return dict(cfg=cfg, sm_count=int(sm_count), geglu_alpha=float(geglu_alpha),

@@ -1,11 +1,16 @@
-"""Compile and launch helpers for the SM90 kernel, in terms of raw addresses.
+"""Compile and launch the SM90 kernel: the one host entry of :class:`~.kernel.GroupedDgluSm90`.
 
-Owns the jit argument convention of :class:`GroupedDgluSm90` (pointer placeholders for
-compilation, pointer/scalar packing for a launch). Importing this module imports the CuTe
-DSL; the engine imports it lazily. No torch, no policy.
+Owns the kernel's jit argument convention (13 pointers, then M, L, the resident CTAs, the four
+activation constants and the stream), the kernel class of a config (``make_kernel``: the debug
+build for a :class:`~.config.Sm90TraceConfig`), compiling with placeholder pointers (no GPU
+needed) and launching on raw addresses. The engine's plans launch through it; the JAX FFI
+adapter (``jax_entry``) inlines ``make_kernel(cfg)`` in its ``cutlass_call`` target with the
+same pointer order. Importing this module imports the CuTe DSL; the engine imports it lazily.
+No torch, no policy.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 
 # The DSL reads its target once at import; on a machine without a GPU it would otherwise
@@ -19,9 +24,24 @@ import cutlass.cute as cute  # noqa: E402
 from cutlass import Float32, Int32  # noqa: E402
 from cutlass.cute.runtime import make_fake_stream, make_ptr  # noqa: E402
 
-from .dglu_kernel import GroupedDgluSm90, Sm90KernelConfig  # noqa: E402
+from .config import Sm90Config, Sm90TraceConfig  # noqa: E402
+from .kernel import DSL_DTYPES, GroupedDgluSm90  # noqa: E402
 
 _GMEM = cute.AddressSpace.gmem
+
+#: The TVM-FFI calling convention converts arguments in C++ (a few microseconds per launch
+#: instead of ~100 us of Python argument packing); used when apache-tvm-ffi is installed.
+TVM_FFI = importlib.util.find_spec("tvm_ffi") is not None
+
+
+def make_kernel(cfg: Sm90Config) -> GroupedDgluSm90:
+    """The kernel object of ``cfg`` (its constructor checks the config)."""
+    if isinstance(cfg, Sm90TraceConfig):
+        from .trace import TracedGroupedDgluSm90
+
+        return TracedGroupedDgluSm90(cfg)
+    return GroupedDgluSm90(cfg)
+
 
 #: Pointer element types in argument order, with their assumed alignment in bytes. A, B, C, D
 #: rows are 16-byte aligned (K % 8 == 0, 2N % 32 == 0); the small vectors only 4-byte. The
@@ -30,32 +50,23 @@ _GMEM = cute.AddressSpace.gmem
 #: pointers). A dense launch passes A's address for both (never read). Last: the caller's
 #: bf16 dbias (L, 2N), into which the kernel folds the fp32 workspace (any address without
 #: dbias: never read).
-def _ptr_specs(cfg: Sm90KernelConfig):
+def _ptr_specs(cfg: Sm90Config):
+    ab, c, d = (DSL_DTYPES[cfg.ab_dtype], DSL_DTYPES[cfg.c_dtype], DSL_DTYPES[cfg.d_dtype])
     return (
-        (cfg.ab_dtype, 16), (cfg.ab_dtype, 16), (cfg.c_dtype, 16), (cfg.d_dtype, 16),
+        (ab, 16), (ab, 16), (c, 16), (d, 16),
         (Int32, 4), (Float32, 4), (Float32, 4), (Float32, 4), (Float32, 4), (Float32, 4),
         (cutlass.Int64, 8), (cutlass.Int64, 16), (cutlass.BFloat16, 2),
     )
 
 
-def tvm_ffi_available() -> bool:
-    """The TVM-FFI calling convention converts arguments in C++ (a few microseconds per
-    launch instead of ~100 us of Python argument packing); used when apache-tvm-ffi is
-    installed."""
-    import importlib.util
-
-    return importlib.util.find_spec("tvm_ffi") is not None
-
-
-def compile_kernel(cfg: Sm90KernelConfig, tvm_ffi: bool = False, remarks: bool = False,
+def compile_kernel(cfg: Sm90Config, tvm_ffi: bool = TVM_FFI, remarks: bool = False,
                    ptx_dir: str | None = None):
     """Compile for sm_90a without touching a GPU (fake addresses, fake stream).
 
     ``remarks``: print ptxas's report (registers, spills, and its WGMMA performance warnings
     such as C7519 "wgmma.mma_async instructions are serialized") to stderr; the CPU compile
-    tests read it. ``ptx_dir``: also write the PTX there (an existing folder; the compile
-    tests read it)."""
-    kernel = GroupedDgluSm90(cfg)
+    tests read it. ``ptx_dir``: also write the PTX there (an existing folder)."""
+    kernel = make_kernel(cfg)
     ptrs = [make_ptr(dt, 0, _GMEM, assumed_align=al) for dt, al in _ptr_specs(cfg)]
     scalars = [Int32(256), Int32(1), Int32(132), Float32(1.702), Float32(7.0), Float32(-7.0),
                Float32(0.0)]
@@ -66,7 +77,7 @@ def compile_kernel(cfg: Sm90KernelConfig, tvm_ffi: bool = False, remarks: bool =
     return cute.compile(kernel, *ptrs, *scalars, stream, options=opts)
 
 
-def launch(compiled, cfg: Sm90KernelConfig, addrs, m: int, num_experts: int, sm_count: int,
+def launch(compiled, cfg: Sm90Config, addrs, m: int, num_experts: int, sm_count: int,
            geglu_alpha: float, clamp_max: float, clamp_min: float, linear_offset: float,
            stream_handle: int) -> None:
     """Launch ``compiled`` (pointer convention) on the 13 device addresses ``addrs``."""

@@ -4,9 +4,9 @@ Owns the persistent static schedule (tile t -> (m_tile, n_tile)) and the expert 
 ``padded_offsets``. No memory traffic besides reading the offsets, no host policy.
 
 Why a tile never straddles two experts: every offset is a multiple of 256 and a tile is 128
-rows, so [row0, row0+128) lies inside one expert's range (vendor_facts 1.9). Only the
-``offs[L-1] / 128`` M-tiles that hold rows are scheduled, so rows past the last offset cost
-nothing and are never touched; empty experts own no rows and therefore no tiles.
+rows, so [row0, row0+128) lies inside one expert's range (docs/vendor_contract.md §1.9).
+Only the ``offs[L-1] / 128`` M-tiles that hold rows are scheduled, so rows past the last
+offset cost nothing and are never touched; empty experts own no rows and therefore no tiles.
 """
 from __future__ import annotations
 
@@ -90,8 +90,8 @@ def last_round_split(num_units, nclusters, k_tiles, max_split: int, max_slots: i
     ``max_slots`` partial-sum slots. Nor is the round spread where the busiest range,
     ceil(rem * k_tiles / p) k-tiles, would be more than 3/4 of a unit (a gain under a
     quarter of a unit): a final part's hand-over (its wait and the slots it reads)
-    lengthened dsv3's last epilogue by ~8 k cycles against ~120 k per unit (session 22's
-    trace), and the non-final parts' stores cost bandwidth too. Where it is not spread, or
+    lengthens its epilogue (measured: docs/kernels.md), and the non-final parts' stores
+    cost bandwidth too. Where it is not spread, or
     where rem == 0, p = rem: one whole unit per cluster, no part handed over (the unsplit
     schedule).
 

@@ -1,0 +1,568 @@
+"""The Hopper (sm_90a) grouped GEMM + dGLU backward kernel: :class:`GroupedDgluSm90`.
+
+Owns the jit entry (TMA descriptors, shared-memory layouts, the launch of the helper kernels
+and of the main one), the schedule of tiles onto clusters, CTAs and warpgroups, and the
+composition of the warp roles; the roles live in the mixins (``mainloop``, ``epilogue``,
+``dbias``, ``stream_k``, ``host_kernels``). It knows nothing about engines, knob policy or
+torch: ``cudnn_ext.engines.sm90`` picks the :class:`~.config.Sm90Config` and launches the
+compiled kernel on raw device pointers (``launch``).
+"""
+from __future__ import annotations
+
+import cuda.bindings.driver as cuda
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.pipeline as pipeline
+import cutlass.memory
+import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass import Float32, Int32
+from cutlass.tensor_utils import LayoutEnum
+
+from .config import (C_BLOCK_COLS, MATH_WARPGROUPS, NUM_THREADS, SPLIT_BARRIER, TILE_K, TILE_M,
+                     Sm90Config)
+from .dbias import DbiasHandBack, DbiasMixin, HandOver
+from .epilogue import DgluEpilogueMixin, EpilogueParams
+from .host_kernels import HostKernelsMixin
+from .mainloop import MainloopMixin
+from .stream_k import StreamKMixin
+from .tile_walk import expert_of_row, grouped_raster
+
+#: The CuTe DSL element type of each of the config's dtype names.
+DSL_DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16, "fp32": cutlass.Float32}
+
+
+class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin,
+                      HostKernelsMixin):
+    """Grouped GEMM + dGLU for one :class:`Sm90Config`. ``__call__`` is the jit entry.
+
+    A persistent, warp-specialized kernel: 3 warpgroups per CTA, one CTA per SM, optionally in
+    clusters of cluster_m x cluster_n CTAs (rank = m + cluster_m * n). The schedule walks units
+    u = cluster id, + #clusters, ... of the (offs[L-1] / (128 cluster_m)) x
+    ceil(N / (tile_n cluster_n)) grid (``tile_walk``); CTA rank r computes tile r of a unit,
+    128 rows x tile_n accumulator columns. Ping-pong: math warpgroup w takes the CTA's tiles
+    w, w + 2, ..., the two mainloops alternating so that one's epilogue runs under the other's
+    MMAs. ``cooperative``: both take every tile, 64 rows each (tile_n up to 256), and with
+    ``split_last`` the last round is spread along K (``stream_k``).
+
+    Warp roles (``kernel`` dispatches on the warp index):
+
+    ===========  ============================================  ===================  ===========
+    warps        role                                          method               module
+    ===========  ============================================  ===================  ===========
+    0            A/B TMA producer (multicast in a cluster)     ``producer``         mainloop
+    1, 2         C TMA producer of math warpgroup 0 / 1: C     ``c_producer``       epilogue
+                 loads, D stores, ping-pong dbias hand-back
+    3            dbias folder: cooperative dbias slots, the    ``dbias_folder``     dbias
+                 fold into the caller's bf16 dbias
+    4-7, 8-11    math warpgroups 0 / 1: WGMMA mainloop, then   ``mma_mainloop``     mainloop
+                 the dGLU epilogue (cooperative split last     ``epilogue``         epilogue
+                 round: partial sums handed over first)        ``_split_hand_over`` stream_k
+    ===========  ============================================  ===================  ===========
+
+    Pipelines and hand-overs:
+
+    ====================  ============================================  =======================
+    what                  producer -> consumer                          mechanism
+    ====================  ============================================  =======================
+    A/B ring              warp 0 -> the math warpgroup(s) of every CTA  PipelineTmaAsync,
+    (ab_stages)           of the cluster that shares the k-tile         ``ab_pipe``
+    C ring (c_ring x      warp 1 + w -> math warpgroup w, a private     PipelineTmaAsync,
+    c_split per wg)       in-order FIFO half each; D blocks go back     ``c_pipe``
+    ping-pong turn        one math warpgroup's mainloop -> the other's  named barriers 2, 3
+    dbias slot / fold     math warps (cooperative) or C producer warps  ``HandOver`` mbarrier
+                          (ping-pong) -> folder warp 3                  pairs, ``hand_mbar``
+    split hand-over       the 256 math threads around one part          named barrier 4
+    split partial sums    non-final parts -> the unit's final part      workspace slots, flag
+    ====================  ============================================  =======================
+
+    Before the main kernel, on the same stream (``host_kernels``): the zeroing of the
+    workspace's dbias region (or, ``init_outputs``, the fresh-outputs prologue) and, with
+    discrete weights, the per-expert B descriptors.
+
+    Runtime sizes (M, L, the offsets, the SM count) are kernel arguments. TMA zero-fills the K
+    and N tails, so K need not be a multiple of 64 nor N of tile_n; since N % 32 == 0 a
+    32-column block is entirely in or out, and the stores and dbias of blocks past N are
+    skipped.
+    """
+
+    def __init__(self, cfg: Sm90Config):
+        cfg.check()
+        self.cfg = cfg
+        self.ab_dtype = DSL_DTYPES[cfg.ab_dtype]
+        self.c_dtype = DSL_DTYPES[cfg.c_dtype]
+        self.d_dtype = DSL_DTYPES[cfg.d_dtype]
+        self.tile_n = cfg.tile_n
+        self.ab_stages = cfg.stages()
+        self.tile_shape_mnk = (TILE_M, cfg.tile_n, TILE_K)
+        self.num_n_tiles = cfg.num_n_tiles()
+        self.k_tile_cnt = (cfg.k + TILE_K - 1) // TILE_K
+        self.nblk = cfg.tile_n // 32  # C blocks per tile
+        self.c_split = cfg.c_split
+        self.c_rows = cfg.c_rows()
+        # C ring entries per warpgroup, and per tile (block j, row half h = entry j*c_split + h)
+        self.c_stages = cfg.c_ring() * self.c_split
+        self.nent = self.nblk * self.c_split
+        self.coop = cfg.cooperative
+        self.wg_rows = cfg.wg_rows()
+        self.halves = self.wg_rows // 64  # 64-row WGMMA halves per warpgroup tile
+        # 128*40 + 256*232 = 64512 <= 65536 registers per SM (one CTA per SM)
+        self.producer_regs = 40
+        self.math_regs = 232
+
+    # ------------------------------------------------------------------ host side (jit)
+    @cute.jit
+    def __call__(
+        self,
+        a_ptr: cute.Pointer,
+        b_ptr: cute.Pointer,
+        c_ptr: cute.Pointer,
+        d_ptr: cute.Pointer,
+        offs_ptr: cute.Pointer,
+        alpha_ptr: cute.Pointer,
+        beta_ptr: cute.Pointer,
+        prob_ptr: cute.Pointer,
+        dprob_ptr: cute.Pointer,
+        dbias_ws_ptr: cute.Pointer,
+        b_ptrs_ptr: cute.Pointer,
+        b_desc_ptr: cute.Pointer,
+        dbias_ptr: cute.Pointer,
+        m: Int32,
+        num_experts: Int32,
+        sm_count: Int32,
+        geglu_alpha: Float32,
+        clamp_max: Float32,
+        clamp_min: Float32,
+        linear_offset: Float32,
+        stream: cuda.CUstream,
+    ):
+        cfg = self.cfg
+        n, k = cfg.n, cfg.k
+        mA = cute.make_tensor(a_ptr, cute.make_layout((m, k), stride=(k, 1)))
+        if cutlass.const_expr(cfg.discrete()):
+            # Template of one expert's B: the host encodes a descriptor from it (at A's
+            # address: never used for a load), the kernel only takes its TMA atom type and
+            # partitioning; every B load goes through the expert's device-built descriptor.
+            mB = cute.make_tensor(
+                a_ptr,
+                cute.make_layout((n, k, 1), stride=self._b_stride()))
+        else:
+            # (N, K, L): K-major strides (K, 1, N*K) or N-major (1, N, N*K)
+            b_stride = (k, 1, n * k) if cfg.b_major == "k" else (1, n, n * k)
+            mB = cute.make_tensor(
+                b_ptr, cute.make_layout((n, k, num_experts), stride=b_stride))
+        mC = cute.make_tensor(c_ptr, cute.make_layout((m, 2 * n), stride=(2 * n, 1)))
+        mD = cute.make_tensor(d_ptr, cute.make_layout((m, 2 * n), stride=(2 * n, 1)))
+        mOffs = cute.make_tensor(offs_ptr, cute.make_layout((num_experts,)))
+        mAlpha = cute.make_tensor(alpha_ptr, cute.make_layout((num_experts,)))
+        mBeta = cute.make_tensor(beta_ptr, cute.make_layout((num_experts,)))
+        mProb = cute.make_tensor(prob_ptr, cute.make_layout((m,)))
+        mDprob = cute.make_tensor(dprob_ptr, cute.make_layout((m,)))
+        mDbias = cute.make_tensor(
+            dbias_ws_ptr, cute.make_layout((num_experts, 2 * n), stride=(2 * n, 1)))
+
+        a_layout = LayoutEnum.ROW_MAJOR  # (M, K) K-major
+        # (N, K) K-major, or N-major (discrete "n": WGMMA reads B MN-major from smem)
+        b_layout = (LayoutEnum.COL_MAJOR if cfg.b_major == "n"
+                    else LayoutEnum.ROW_MAJOR)
+        # cooperative: the two math warpgroups tile M (64 rows each) of one 128-row tile
+        # Two copies: the kernel sets scale-d = 0 on one ("overwrite", a tile's first k-block)
+        # and 1 on the other ("accumulate"), once, outside its loops (a field set inside the
+        # persistent loop does not dominate its later uses: invalid IR).
+        tiled_mma, tiled_mma_first = (sm90_utils.make_trivial_tiled_mma(
+            self.ab_dtype, self.ab_dtype,
+            a_layout.sm90_mma_major_mode(), b_layout.sm90_mma_major_mode(),
+            Float32, (MATH_WARPGROUPS if self.coop else 1, 1, 1), tiler_mn=(64, self.tile_n))
+            for _ in range(2))
+        a_smem_staged = sm90_utils.make_smem_layout_a(
+            a_layout, self.tile_shape_mnk, self.ab_dtype, self.ab_stages)
+        b_smem_staged = sm90_utils.make_smem_layout_b(
+            b_layout, self.tile_shape_mnk, self.ab_dtype, self.ab_stages)
+
+        # C blocks (wg_rows x 64: a warpgroup's rows of one gate/up block pair; row-major,
+        # 128B-swizzled: conflict-free reads of the WGMMA fragment's row pattern),
+        # MATH_WARPGROUPS x c_stages of them
+        c_layout = LayoutEnum.ROW_MAJOR
+        c_atom = cute.nvgpu.warpgroup.make_smem_layout_atom(
+            sm90_utils.get_smem_layout_atom(c_layout, self.c_dtype, C_BLOCK_COLS), self.c_dtype)
+        c_box = (self.c_rows, C_BLOCK_COLS)
+        c_smem_staged = cute.tile_to_shape(
+            c_atom, (*c_box, MATH_WARPGROUPS * self.c_stages), order=(0, 1, 2))
+        c_smem = cute.slice_(c_smem_staged, (None, None, 0))
+        tma_atom_c, tma_c = cute.nvgpu.cpasync.make_tiled_tma_atom(
+            cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp(), mC, c_smem, c_box)
+        # D blocks go out from the C block's shared memory (same box and layout)
+        tma_atom_d, tma_d = tma_atom_c, tma_c  # placeholders: unused without d_via_smem
+        if cutlass.const_expr(cfg.d_via_smem()):
+            tma_atom_d, tma_d = cute.nvgpu.cpasync.make_tiled_tma_atom(
+                cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(), mD, c_smem, c_box)
+
+        a_smem = cute.slice_(a_smem_staged, (None, None, 0))
+        b_smem = cute.slice_(b_smem_staged, (None, None, 0))
+        cm, cn = cfg.cluster_m, cfg.cluster_n
+        a_op = (cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp() if cn > 1
+                else cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp())
+        tma_atom_a, tma_a = cute.nvgpu.cpasync.make_tiled_tma_atom(
+            a_op, mA, a_smem, (TILE_M, TILE_K), num_multicast=cn)
+        b_op = (cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp() if cm > 1
+                else cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp())
+        tma_atom_b, tma_b = cute.nvgpu.cpasync.make_tiled_tma_atom(
+            b_op, mB, b_smem, (self.tile_n, TILE_K), num_multicast=cm)
+        cl = cfg.cluster_size()
+
+        # the 1024-B aligned buffers first: barriers in front of them would cost up to 1 KB
+        # of padding (Sm90Config.stages counts on it)
+        @cute.struct
+        class SharedStorage:
+            sA: cute.struct.Align[
+                cute.struct.MemRange[self.ab_dtype, cute.cosize(a_smem_staged)], 1024]
+            sB: cute.struct.Align[
+                cute.struct.MemRange[self.ab_dtype, cute.cosize(b_smem_staged)], 1024]
+            sC: cute.struct.Align[
+                cute.struct.MemRange[self.c_dtype, cute.cosize(c_smem_staged)], 1024]
+            ab_mbar: cute.struct.MemRange[cutlass.Int64, self.ab_stages * 2]
+            c_mbar: cute.struct.MemRange[cutlass.Int64, MATH_WARPGROUPS * self.c_stages * 2]
+            # HandOver pairs: the cooperative dbias slot's, or the ping-pong fold's (one per
+            # C producer warp)
+            hand_mbar: cute.struct.MemRange[cutlass.Int64, 2 * MATH_WARPGROUPS]
+            sDb: cute.struct.Align[
+                cute.struct.MemRange[Float32, cfg.dbias_smem_floats()], 16]
+
+        self.shared_storage = SharedStorage
+
+        # Upper bound of the tile count from M alone (the true count needs offs[L-1], which
+        # only the device reads); surplus CTAs find no tile and exit. ``sm_count`` is how
+        # many CTAs can be resident at once (for clusters: max active clusters x cl).
+        max_units = (m // (TILE_M * cm)) * cfg.num_n_units()
+        grid = (cutlass.min(max_units, sm_count // cl) * cl, 1, 1)
+        fold = cfg.fold_in_kernel()
+        total = num_experts * 2 * n
+        # the workspace region launches leave zero: (dbias) fp32 sums (L, 2N), then (fold)
+        # one int32 arrival counter per (expert, N-tile), then (split) the last round's int32
+        # flags; zero is the same bit pattern for all
+        ws_total = cfg.dbias_ws_elems(num_experts) + cfg.split_flags()
+        # (with neither, nothing to zero: a 1-element placeholder, never read)
+        mWs = cute.make_tensor(dbias_ws_ptr, cute.make_layout(
+            (ws_total if cfg.generate_dbias or cfg.split() else 1,)))
+        mCount = cute.make_tensor(cute.recast_ptr(dbias_ws_ptr + total, dtype=Int32),
+                                  cute.make_layout((num_experts * self.num_n_tiles,)))
+        mDb = cute.make_tensor(dbias_ptr, cute.make_layout((total,)))
+        if cutlass.const_expr(cfg.init_outputs):
+            # dprob (M), D's tail rows, dbias and its workspace: a grid-stride pass each
+            mDflat = cute.make_tensor(d_ptr, cute.make_layout((m * 2 * n,)))
+            init_grid = (cutlass.min((m + 255) // 256 + 1, 4 * sm_count), 1, 1)
+            self.init_outputs(mWs, mDprob, mDflat, mDb, mOffs, num_experts).launch(
+                grid=init_grid, block=[256, 1, 1], stream=stream)
+        elif cutlass.const_expr((fold or cfg.split()) and not cfg.ws_zeroed):
+            zero_grid = (cutlass.min((ws_total + 255) // 256, 4 * sm_count), 1, 1)
+            self.dbias_zero(mWs).launch(grid=zero_grid, block=[256, 1, 1], stream=stream)
+        if cutlass.const_expr(cfg.discrete()):
+            # Same stream, before the main kernel: stream order makes the descriptors
+            # complete before any CTA of the main kernel reads them.
+            # (with a 2-CTA cluster, the descriptors have the multicast half-box of the
+            # template, and both CTAs of a pair use their shared expert's descriptor)
+            self.build_b_descriptors(b_ptrs_ptr, b_desc_ptr, b_smem).launch(
+                grid=(num_experts, 1, 1), block=[32, 1, 1], stream=stream)
+        self.kernel(
+            tma_atom_a, tma_a, tma_atom_b, tma_b, tma_atom_c, tma_c, tma_atom_d, tma_d, mC, mD,
+            mOffs, mAlpha,
+            mBeta, mProb, mDprob, mDbias, mCount, mDb, b_desc_ptr, num_experts, geglu_alpha,
+            clamp_max, clamp_min, linear_offset, tiled_mma, tiled_mma_first, a_smem_staged,
+            b_smem_staged, c_smem_staged,
+        ).launch(grid=grid, block=[NUM_THREADS, 1, 1], cluster=(cl, 1, 1), min_blocks_per_mp=1,
+                 stream=stream)
+
+    # ------------------------------------------------------------------ device side
+    @cute.kernel
+    def kernel(
+        self,
+        tma_atom_a: cute.CopyAtom,
+        mA: cute.Tensor,
+        tma_atom_b: cute.CopyAtom,
+        mB: cute.Tensor,
+        tma_atom_c: cute.CopyAtom,
+        mC_tma: cute.Tensor,
+        tma_atom_d: cute.CopyAtom,
+        mD_tma: cute.Tensor,
+        mC: cute.Tensor,
+        mD: cute.Tensor,
+        mOffs: cute.Tensor,
+        mAlpha: cute.Tensor,
+        mBeta: cute.Tensor,
+        mProb: cute.Tensor,
+        mDprob: cute.Tensor,
+        mDbias: cute.Tensor,
+        mCount: cute.Tensor,
+        mDbOut: cute.Tensor,
+        b_desc_ptr: cute.Pointer,
+        num_experts: Int32,
+        geglu_alpha: Float32,
+        clamp_max: Float32,
+        clamp_min: Float32,
+        linear_offset: Float32,
+        tiled_mma: cute.TiledMma,
+        tiled_mma_first: cute.TiledMma,
+        a_smem_staged: cute.ComposedLayout,
+        b_smem_staged: cute.ComposedLayout,
+        c_smem_staged: cute.ComposedLayout,
+    ):
+        tidx, _, _ = cute.arch.thread_idx()
+        bid, _, _ = cute.arch.block_idx()
+        nblocks, _, _ = cute.arch.grid_dim()
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        warp_group = cute.arch.make_warp_uniform(tidx // 128)
+
+        if warp_idx == 0:
+            cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_a)
+            if cutlass.const_expr(not self.cfg.discrete()):
+                cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_b)
+            cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_c)
+
+        # Schedule units: cluster_m M-tiles x cluster_n N-tiles (one tile per CTA of a
+        # cluster; rank = m + cluster_m * n). Only M-tiles that hold rows are scheduled
+        # (offs[L-1] is a multiple of 256, so of 128 * cluster_m).
+        cm, cn = self.cfg.cluster_m, self.cfg.cluster_n
+        cl = cm * cn
+        rank = Int32(0)
+        if cutlass.const_expr(cl > 1):
+            rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
+        unit0 = bid // cl
+        nunits = nblocks // cl
+        valid_m_units = mOffs[num_experts - 1] // (TILE_M * cm)
+        num_units = valid_m_units * self.cfg.num_n_units()
+        walk = (nunits, num_units, valid_m_units, rank)
+        split = None
+        if cutlass.const_expr(self.cfg.split()):
+            split = self.split_walk(num_units, nunits, unit0, rank, mDbias, num_experts)
+
+        smem = cutlass.memory.SmemAllocator()
+        storage = smem.allocate(self.shared_storage)
+        sA = storage.sA.get_tensor(a_smem_staged.outer, swizzle=a_smem_staged.inner)
+        sB = storage.sB.get_tensor(b_smem_staged.outer, swizzle=b_smem_staged.inner)
+        sC = storage.sC.get_tensor(c_smem_staged.outer, swizzle=c_smem_staged.inner)
+        sDb = storage.sDb.get_tensor(cute.make_layout(self.cfg.dbias_smem_shape()))
+
+        a_smem = cute.slice_(a_smem_staged, (None, None, 0))
+        b_smem = cute.slice_(b_smem_staged, (None, None, 0))
+        tx_bytes = cute.size_in_bytes(self.ab_dtype, a_smem) + cute.size_in_bytes(
+            self.ab_dtype, b_smem)
+        ab_pipe = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.ab_mbar.data_ptr(),
+            num_stages=self.ab_stages,
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+            # each stage is consumed by one math warpgroup (ping-pong) or both (cooperative)
+            # of every CTA of the cluster: one release per warp and CTA (lane r of each warp
+            # arrives on CTA r's barrier) (cm + cn - 1 CTAs: itself, its M peer, its N peer;
+            # create() picks the lanes)
+            consumer_group=pipeline.CooperativeGroup(
+                pipeline.Agent.Thread,
+                4 * (MATH_WARPGROUPS if self.coop else 1) * (cm + cn - 1)),
+            tx_count=tx_bytes,
+            # (v, m, n, k) cluster layout; with cl > 1 create() also syncs the cluster so no
+            # remote arrive can reach a barrier before it is initialized
+            cta_layout_vmnk=cute.make_layout((1, cm, cn, 1)),
+        )
+        # the (full, empty) mbarrier pairs of the cooperative dbias slot or of the ping-pong
+        # fold (see HandOver); the C ring's create() below fences mbarrier inits and syncs
+        # the CTA
+        hand_mbar = storage.hand_mbar.data_ptr()
+        if cutlass.const_expr(self.cfg.coop_dbias_slots()):
+            if tidx == 0:
+                HandOver.init(hand_mbar, 128 * MATH_WARPGROUPS)
+        elif cutlass.const_expr(self.dbias_via_producer() and self.cfg.fold_in_kernel()):
+            if tidx == 0:
+                for w in cutlass.range_constexpr(MATH_WARPGROUPS):
+                    HandOver.init(self.fold_mbar(hand_mbar, w), 32)
+        # One ring of 2*c_stages C blocks; math warpgroup w owns stages
+        # [w*c_stages, (w+1)*c_stages) and its own producer warp (1 + w), so each half is a
+        # private in-order FIFO (see c_state).
+        c_pipe = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.c_mbar.data_ptr(),
+            num_stages=MATH_WARPGROUPS * self.c_stages,
+            # ping-pong dbias: every lane of the C producer warp arrives (one with the
+            # expected bytes), each after its own reads of the stage's dbias slice; else the
+            # elected lane alone (see c_producer)
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread,
+                                                     self.c_full_arrivals()),
+            # released by each of the warpgroup's 4 warps (lane 0) once it has read the block
+            # or, when D goes out through the block's shared memory, written its D values
+            # over it (the C producer warp then TMA-stores the block before reloading it);
+            # by every thread when the block's dbias sums go to the C producer warp through
+            # shared memory (each thread's arrive releases its own writes: see epilogue)
+            consumer_group=pipeline.CooperativeGroup(
+                pipeline.Agent.Thread, 128 if self.dbias_via_producer() else 4),
+            tx_count=cute.size_in_bytes(self.c_dtype,
+                                        cute.slice_(c_smem_staged, (None, None, 0))),
+            cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)),
+            # (the default, spelled out: this create() fences every mbarrier init above,
+            # the HandOver pairs' included, and syncs the CTA before any is used)
+            defer_sync=False,
+        )
+
+        # (bM, bK, RestM, RestK) and (bN, bK, RestN, RestK, L) tiled global views
+        gA = cute.local_tile(mA, (TILE_M, TILE_K), (None, None))
+        gB = cute.local_tile(mB, (self.tile_n, TILE_K), (None, None, None))
+        # with a cluster each CTA loads its 1/cn slice of the A tile (multicast to the CTAs
+        # of its row) and its 1/cm slice of the B tile (to the CTAs of its column)
+        rank_m, rank_n = rank % cm, rank // cm
+        tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(
+            tma_atom_a, rank_n, cute.make_layout(cn), cute.group_modes(sA, 0, 2),
+            cute.group_modes(gA, 0, 2))
+        tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
+            tma_atom_b, rank_m, cute.make_layout(cm), cute.group_modes(sB, 0, 2),
+            cute.group_modes(gB, 0, 2))
+        gC = cute.local_tile(mC_tma, (self.c_rows, C_BLOCK_COLS), (None, None))
+        tCsC_tma, tCgC_tma = cute.nvgpu.cpasync.tma_partition(
+            tma_atom_c, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2),
+            cute.group_modes(gC, 0, 2))
+
+        d_store = None
+        if cutlass.const_expr(self.cfg.d_via_smem()):
+            gD = cute.local_tile(mD_tma, (self.c_rows, C_BLOCK_COLS), (None, None))
+            tDsD, tDgD = cute.nvgpu.cpasync.tma_partition(
+                tma_atom_d, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2),
+                cute.group_modes(gD, 0, 2))
+            d_store = (tma_atom_d, tDsD, tDgD)
+
+        if warp_group == 0:
+            cute.arch.setmaxregister_decrease(self.producer_regs)
+            if warp_idx == 0:
+                self.producer(ab_pipe, tma_atom_a, tAgA, tAsA, tma_atom_b, tBgB, tBsB, mOffs,
+                              num_experts, unit0, walk, b_desc_ptr, split)
+            if (warp_idx == 1) | (warp_idx == 2):
+                dbias = None
+                if cutlass.const_expr(self.dbias_via_producer()):
+                    # ping-pong: this warp adds its warpgroup's dbias column sums and
+                    # tells the folder warp when a tile's are in the workspace
+                    dbias = DbiasHandBack(sDb, mOffs, num_experts, mDbias,
+                                          self.fold_mbar(hand_mbar, warp_idx - 1))
+                self.c_producer(c_pipe, tma_atom_c, tCgC_tma, tCsC_tma, warp_idx - 1, unit0,
+                                walk, d_store, dbias, split)
+            if cutlass.const_expr(self.cfg.has_folder()):
+                if warp_idx == 3:
+                    self.dbias_folder(mOffs, num_experts, mDbias, mCount, mDbOut, unit0, walk,
+                                      valid_m_units * cm, tidx, sDb, hand_mbar, split)
+        else:
+            cute.arch.setmaxregister_increase(self.math_regs)
+            wg = warp_group - 1
+            # cooperative: one tiled MMA over both warpgroups (256 threads), each its 64 rows
+            thr_mma = tiled_mma.get_slice(tidx - 128 if self.coop else tidx % 128)
+            tCsA = thr_mma.partition_A(sA)
+            tCsB = thr_mma.partition_B(sB)
+            tCrA = tiled_mma.make_fragment_A(tCsA)
+            tCrB = tiled_mma.make_fragment_B(tCsB)
+            tCcC = thr_mma.partition_C(cute.make_identity_tensor((TILE_M, self.tile_n)))
+            acc = cute.make_rmem_tensor(tCcC.shape, Float32)
+            tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
+            tiled_mma_first.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, False)
+            mmas = (tiled_mma_first, tiled_mma)
+
+            # Ping-pong order: warpgroup w may start the mainloop of its unit u only after
+            # the other warpgroup finished the mainloop of unit u - nunits. Besides keeping
+            # the tensor cores to one warpgroup at a time, this is what makes the mbarrier
+            # parity waits sound: when we first wait on ring position p, every position < p
+            # has been consumed, so p's stage is at most one phase ahead of its barrier.
+            # (Cooperative: both warpgroups wait on every position in order; the producer
+            # refills a stage only once both released it.)
+            mine_done = pipeline.NamedBarrier(barrier_id=2 + wg, num_threads=256)
+            other_done = pipeline.NamedBarrier(barrier_id=3 - wg, num_threads=256)
+            unit = unit0 + self.first_unit_offset(wg, nunits)
+            # the debug build's stamps (trace.py; None here) and the tiles run so far
+            tr = self._trace_begin(b_desc_ptr, tidx, bid, nblocks, wg)
+            tcount = Int32(0)
+
+            epi = EpilogueParams(mD, mAlpha, mBeta, mProb, mDprob, geglu_alpha, clamp_max,
+                                 clamp_min, linear_offset)
+            pos = Int32(0) if self.coop else wg * self.k_tile_cnt  # first k-tile's ring position
+            cpos = Int32(0)  # position in this warpgroup's private C FIFO
+            kslot = Int32(0)  # (cooperative dbias) blocks handed over so far
+            if cutlass.const_expr(split is None):
+                while unit < num_units:
+                    m_tile, n_tile = self.tile_of(unit, walk)
+                    expert = expert_of_row(mOffs, num_experts, m_tile * TILE_M)
+                    self._stamp(tr, 0, tcount, wg, bid)
+                    if cutlass.const_expr(self.coop):
+                        self._stamp(tr, 1, tcount, wg, bid)
+                        self.mma_mainloop(ab_pipe, mmas, tCrA, tCrB, acc, pos, mine_done,
+                                          False)
+                    else:
+                        if unit >= nunits:  # a previous unit (the other warpgroup's) exists
+                            other_done.arrive_and_wait()
+                        self._stamp(tr, 1, tcount, wg, bid)
+                        self.mma_mainloop(ab_pipe, mmas, tCrA, tCrB, acc, pos, mine_done,
+                                          unit + nunits < num_units)
+                    self._stamp(tr, 2, tcount, wg, bid)
+                    self.epilogue(acc, tCcC, c_pipe, sC, wg, cpos, epi, m_tile, n_tile, expert,
+                                  tidx, sDb, hand_mbar, kslot)
+                    self._stamp(tr, 3, tcount, wg, bid)
+                    if cutlass.const_expr(self.cfg.coop_dbias_slots()):
+                        kslot += self._valid_blocks(n_tile * self.tile_n)
+                    tcount += 1
+                    cpos += self.nent
+                    unit += self.unit_step(nunits)
+                    pos += self.unit_step(1) * self.k_tile_cnt
+            else:
+                split_bar = pipeline.NamedBarrier(barrier_id=SPLIT_BARRIER, num_threads=256)
+                # (cooperative) whole units, then the pieces of the split last round
+                i = Int32(0)
+                while i < split.items:
+                    unit, _, kcnt, final, handed, r, first, count = self.split_item(
+                        i, unit0, nunits, split)
+                    m_tile, n_tile = self.tile_of(unit, walk)
+                    expert = expert_of_row(mOffs, num_experts, m_tile * TILE_M)
+                    self._stamp(tr, 0, tcount, wg, bid)
+                    self._stamp(tr, 1, tcount, wg, bid)
+                    self.mma_mainloop(ab_pipe, mmas, tCrA, tCrB, acc, pos, mine_done, False,
+                                      kcnt)
+                    self._stamp(tr, 2, tcount, wg, bid)
+                    if handed:  # a part of a split unit
+                        self._split_hand_over(acc, split, unit0, r, first, count, final, tidx,
+                                              split_bar)
+                    if final:
+                        self.epilogue(acc, tCcC, c_pipe, sC, wg, cpos, epi, m_tile, n_tile,
+                                      expert, tidx, sDb, hand_mbar, kslot)
+                        if cutlass.const_expr(self.cfg.coop_dbias_slots()):
+                            kslot += self._valid_blocks(n_tile * self.tile_n)
+                        cpos += self.nent
+                    self._stamp(tr, 3, tcount, wg, bid)
+                    tcount += 1
+                    pos += kcnt
+                    i += 1
+            self._trace_end(tr, wg, bid)
+
+    # ------------------------------------------------------------------ schedule
+    def first_unit_offset(self, wg, nunits):
+        """Ping-pong: warpgroup w starts at the CTA's unit w; cooperative: both at unit 0."""
+        return 0 if self.coop else wg * nunits
+
+    def unit_step(self, nunits):
+        """Units between a warpgroup's consecutive tiles (every CTA tile when cooperative)."""
+        return nunits if self.coop else MATH_WARPGROUPS * nunits
+
+    def c_row_block(self, m_tile, w, h=0):
+        """Row-block coordinate (in c_rows units) of warpgroup w's C/D rows of M-tile m_tile
+        (ping-pong with c_split 2: of their row half h)."""
+        return m_tile * MATH_WARPGROUPS + w if self.coop else m_tile * self.c_split + h
+
+    @cute.jit
+    def tile_of(self, unit, walk):
+        """(m_tile, n_tile) of this CTA in schedule unit ``unit``: the unit's cluster_m x
+        cluster_n tiles (grouped raster over units), the CTA's rank picking one."""
+        _, _, valid_m_units, rank = walk
+        cm, cn = self.cfg.cluster_m, self.cfg.cluster_n
+        m_unit, n_unit = grouped_raster(unit, valid_m_units, self.cfg.num_n_units(),
+                                        self.cfg.raster_group())
+        return m_unit * cm + rank % cm, n_unit * cn + rank // cm
+
+
+    # ------------------------------------------------------------------ diagnostic hooks
+    # No-ops in the production kernel (no IR); the debug build (trace.TracedGroupedDgluSm90)
+    # records per-tile clock stamps through them.
+    def _trace_begin(self, b_desc_ptr, tidx, bid, nblocks, wg):
+        return None
+
+    def _stamp(self, tr, j, t, wg, bid):
+        pass
+
+    def _trace_end(self, tr, wg, bid):
+        pass
