@@ -32,7 +32,7 @@ def graph_executions(monkeypatch):
     execute path of the graph API, the wrapper and the class API) is spied on, and the
     call-graph memo and the wrapper's call memo start empty."""
     import cudnn_ext
-    from cudnn_ext.runtime import memo as hot_path
+    from cudnn_ext.runtime import memo
     from cudnn_ext.graph import from_call
 
     seen = []
@@ -44,5 +44,5 @@ def graph_executions(monkeypatch):
 
     monkeypatch.setattr(cudnn_ext.Graph, "execute_pack", spy)
     from_call.clear_memo()
-    hot_path.clear()
+    memo.clear()
     return seen

@@ -803,7 +803,7 @@ def test_cases_cover_the_knob_space_and_the_families():
 
 @needs_dsl
 def test_trace_build_compiles_for_sm90a():
-    """The diagnostic build (not selectable; benchmarks/trace_one.py runs it) still
+    """The diagnostic build (not selectable; ``Sm90TracePlan``) still
     compiles, on the ping-pong 64-row C entry form the benchmarks trace most."""
     p = _problem(n=768, k=2048)
     _check_report(config_for(p, tile_n=128, cluster_m=2, c_split=2, trace=64))

@@ -22,7 +22,7 @@ from ..plan import ExecutionPlan
 from ..runtime.workspace import POOL, check_workspace
 from ..problem import DgluProblem
 from .. import contract
-from ..runtime import memo as hot_path
+from ..runtime import memo
 from ..runtime.streams import capturing, launch_stream, on_stream, stream_key
 
 
@@ -197,12 +197,12 @@ class GroupedGemmDglu:
             from ..runtime.jax_arrays import torch_args
 
             ops = contract.Operands(**torch_args(vars(ops), weights="b", outputs=("d_row", "dprob", "dbias")))
-        key = hot_path.call_key(tuple(vars(ops).values()), ())
+        key = memo.call_key(tuple(vars(ops).values()), ())
         if key is not None:
             key = ("object", self._graph, key)  # this object's graph: its validation, not another's
-        views = hot_path.CALLS.get(key) if key is not None else None
+        views = memo.CALLS.get(key) if key is not None else None
         if views is not None:  # metadata validated before by this object: rebuild the views only
-            pack = hot_path.rebuild(ops, views)
+            pack = memo.rebuild(ops, views)
         else:
             n = b_dtype = None
             if problem.weight_mode == "discrete":
@@ -215,9 +215,9 @@ class GroupedGemmDglu:
                 raise ValueError("execute: tensors do not match the compiled problem (only M may change); differing: "
                                  + ", ".join(f"{d}: compiled {getattr(problem, d)!r}, got {getattr(got, d)!r}"
                                              for d in diffs))
-            remembered = hot_path.views_of(ops, problem, pack) if key is not None else None
+            remembered = memo.views_of(ops, problem, pack) if key is not None else None
             if remembered is not None:
-                hot_path.CALLS.put(key, remembered)
+                memo.CALLS.put(key, remembered)
         need = self._plan.workspace_size
         device = pack["c"].device
         stream = launch_stream(current_stream, device)

@@ -16,7 +16,7 @@ from ..graph.from_call import graph_for_call
 from ..problem import DgluProblem
 from .. import contract
 from ..contract import blockscaled as contract_blockscaled
-from ..runtime import memo as hot_path
+from ..runtime import memo
 from ..runtime.streams import launch_stream, on_stream
 from .tupledict import TupleDict
 
@@ -58,8 +58,8 @@ def grouped_gemm_dglu_wrapper(
                sf_vec_size, sf_fp8_dtype_override, vector_f32, m_aligned, discrete_col_sfd, act_func, linear_offset,
                geglu_alpha, glu_clamp_max, glu_clamp_min, situ_beta1, situ_beta2, epilogue_op, use_dynamic_sched,
                use_single_group_runtime_offsets, round_dgrad_to_input_dtype, deterministic, engine)
-    key = hot_path.call_key(tuple(vars(ops).values()), scalars)
-    hit = hot_path.lookup(key, ops)
+    key = memo.call_key(tuple(vars(ops).values()), scalars)
+    hit = memo.lookup(key, ops)
     if hit is not None:  # same metadata as a validated call: same problem, same built graph
         problem, graph, pack = hit
     else:
@@ -69,7 +69,7 @@ def grouped_gemm_dglu_wrapper(
         problem, pack = contract.normalize(ops, cfg, n=n, b_dtype=b_dtype, d_dtype=d_dtype,
                                            generate_dbias=generate_dbias)
         graph = graph_for_call(problem, pack, engine=engine)  # decline reasons surface before any allocation
-        hot_path.remember(key, ops, problem, graph, pack)
+        memo.remember(key, ops, problem, graph, pack)
     plan = graph.execution_plan
     device = pack["c"].device
     stream = launch_stream(current_stream, device)

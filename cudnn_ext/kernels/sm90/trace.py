@@ -5,7 +5,7 @@ Never an engine choice: :class:`TracedGroupedDgluSm90` fills the production kern
 region that the launch passes in the descriptor slot (unused with dense weights), laid out as
 ``Sm90TraceConfig`` says; a launch zeroes its CTAs' tile entries first and CTA 0 writes the
 grid. Results are the kernel's; the stamps cost a few stores per tile. The engine's
-``Sm90TracePlan`` builds and reads it; benchmarks/trace_one.py analyses the stamps.
+``Sm90TracePlan`` builds and reads it (``read_trace``; tests/gpu/test_sm90_trace.py).
 """
 from __future__ import annotations
 
