@@ -23,7 +23,7 @@ allocates itself).
 
 Not verified on hardware: no Blackwell GPU and no nvidia-cudnn-frontend installation were
 available when this engine was written. The argument mapping is pinned by CPU tests against a
-fake ``cudnn`` module (tests/test_vendor_engine.py); the vendor's behaviour is taken from its
+fake ``cudnn`` module (tests/unit/test_vendor_engine.py); the vendor's behaviour is taken from its
 documentation and docs/vendor_contract.md.
 """
 from __future__ import annotations

@@ -263,7 +263,7 @@ class Graph:
     def _validate(self, problem) -> "Graph":
         """``validate``; with ``problem`` (a graph declared from a call the contract has just
         normalized, ``from_call``) the structure is checked and the problem adopted, so a call
-        is validated once (tests/test_graph.py pins that the declaration round-trips)."""
+        is validated once (tests/unit/test_graph.py pins that the declaration round-trips)."""
         if self._problem is not None:
             return self
         if not self._nodes:

@@ -10,7 +10,7 @@ the arrays' device (the GPU kernel on a GPU); the jitted entry point lowers, on 
 the SM90 kernel (``ffi``, through ``cutlass.jax``; dense or per-expert weights the SM90
 engine supports) and otherwise to a ``jax.pure_callback`` that runs the reference engine on
 the host. The CUDA lowering is checked on a CPU (``jax.export``) and run against the float64
-oracle on an H200 (the ``gpu`` tests in tests/test_jax_ffi.py).
+oracle on an H200 (the ``gpu`` tests in tests/bindings/test_jax_ffi.py).
 """
 from ..runtime.jax_arrays import expert_pointers, to_torch, wrapper_from_jax
 from .jit import grouped_gemm_dglu_jax, grouped_gemm_dglu_jax_sm100

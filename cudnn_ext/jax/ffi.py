@@ -98,7 +98,7 @@ def choose_config(problem):
     """The SM90 engine's first-ranked configuration for ``problem`` (its knob space and cost
     model, ranked as heuristic mode A ranks them: ``heuristics.ranked_knobs``), an
     ``Sm90Config``. The unfolded-dbias form (``ffi_config``) of every form the engine picks
-    has run on the GPU (tests/test_jax_ffi.py's GPU test)."""
+    has run on the GPU (tests/bindings/test_jax_ffi.py's GPU test)."""
     from ..engines.heuristics import ranked_knobs
     from ..engines.sm90 import Sm90DgluEngine
 

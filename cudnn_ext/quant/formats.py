@@ -7,7 +7,7 @@ know about layouts (``sf_layout``) or blocks (``mx``).
 
 Every function is elementwise torch code that runs on any device and never syncs the host.
 
-Conventions (checked in tests/test_quant.py):
+Conventions (checked in tests/unit/test_quant.py):
 
 * e8m0 code ``c`` means ``2**(c - 127)``; ``c == 255`` is NaN; there is no zero. Code 0
   (``2**-127``) is an fp32 *subnormal*.

@@ -1,6 +1,6 @@
 """SM90 kernel with discrete weights (``b_ptrs``), K- and N-major, on the GPU (``pytest -m gpu``).
 
-Discrete B is compiled in CI (tests/test_sm90_compile.py); these tests are what made the
+Discrete B is compiled in CI (tests/compile/test_sm90_compile.py); these tests are what made the
 engine offer it (first passed on the H200 on 2026-11-30, benchmarks/device_verify.sh).
 
 What they check against the float64 reference: every expert's weight lives at its own

@@ -6,7 +6,7 @@ the math warps write into a C stage's slice and the C producer warp reads, acros
 (``walk``, ``chalf``), in 2-CTA clusters (``cluster``, ``discretecl``) and the cooperative
 schedule's per-block dbias slot, which the folder warp reads (``coop``); every lane of the C
 producer arrives on the full barrier, without which racecheck reports hazards on the
-ping-pong walks (tests/gpu/racecheck_probe.py). memcheck checks the same walks for
+ping-pong walks (tests/support/racecheck_probe.py). memcheck checks the same walks for
 out-of-bounds and misaligned accesses. synccheck checks the barriers, among them the
 hand-overs to the dbias folder warp on the walks and the cooperative schedule (a fold on a
 named barrier blocked at two instructions stopped the kernel under synccheck). Each run
@@ -25,7 +25,8 @@ from sm90_cases import skip_unless_sm90
 
 pytestmark = pytest.mark.gpu
 
-HERE = os.path.dirname(__file__)
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SUPPORT = os.path.join(ROOT, "tests", "support")
 
 
 def _sanitize(tool: str, mode: str) -> str:
@@ -33,13 +34,12 @@ def _sanitize(tool: str, mode: str) -> str:
     exe = shutil.which("compute-sanitizer")
     if exe is None:
         pytest.skip("compute-sanitizer is not on PATH")
-    # the child imports this checkout's cudnn_ext, as this process does
-    root = os.path.dirname(os.path.dirname(HERE))
+    # the child imports this checkout's cudnn_ext and the test helpers, as this process does
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (root, os.environ.get("PYTHONPATH", "")) if p))
+        p for p in (ROOT, SUPPORT, os.environ.get("PYTHONPATH", "")) if p))
     proc = subprocess.run(
         [exe, "--report-api-errors", "no", "--tool", tool, sys.executable,
-         os.path.join(HERE, "sanitize_sm90.py"), mode],
+         os.path.join(SUPPORT, "sanitize_sm90.py"), mode],
         capture_output=True, text=True, timeout=600, env=env)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, f"{tool} {mode}: exit {proc.returncode}\n{out[-4000:]}"

@@ -5,7 +5,7 @@ Owns what a compiled kernel is specialized on, what follows from it (shared-memo
 fit, C ring geometry, workspace sizes) and the rule of which configurations are valid
 (:meth:`Sm90Config.check`). The sm90 engine's knob space yields these values, its compile cache
 keys on them, its plans size their workspace from them, and the kernel reads them; a test pins
-the fields (tests/test_sm90_compile.py). Never runtime sizes: M, L (the expert count), the
+the fields (tests/compile/test_sm90_compile.py). Never runtime sizes: M, L (the expert count), the
 offsets, pointers and the activation constants are kernel arguments.
 
 Imports nothing but the standard library, so the engine, serialized plans and the JAX adapter

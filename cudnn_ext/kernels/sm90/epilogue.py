@@ -71,7 +71,7 @@ class DgluEpilogueMixin:
         arrive orders the other lanes' reads), but compute-sanitizer's racecheck does not
         carry that ordering into the tensor-TMA-completed phase: with one arrival it reports
         write-after-read hazards (lanes 1-31), with every lane arriving none
-        (tests/gpu/racecheck_probe.py)."""
+        (tests/support/racecheck_probe.py)."""
         return 32 if self.dbias_via_producer() else 1
 
     @cute.jit

@@ -14,7 +14,7 @@ import traceback
 import pytest
 import torch
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 FILES = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
 BLOCK = re.compile(r"^```python[ \t]*\n(.*?)^```", re.S | re.M)
 HAS_JAX = importlib.util.find_spec("jax") is not None

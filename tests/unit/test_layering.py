@@ -8,7 +8,7 @@ import pathlib
 
 import pytest
 
-PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "cudnn_ext"
+PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "cudnn_ext"
 
 #: Bottom to top. A unit of one layer may import units of lower layers only.
 LAYERS = (

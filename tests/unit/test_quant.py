@@ -2,7 +2,7 @@
 
 Expected values are hand-computed (comments show the arithmetic) or come from an independent
 route (bit patterns, enumeration of a format's grid), never from the code under test.
-Reproduce a failure with: .venv/bin/python -m pytest tests/test_quant.py -q -k <name>
+Reproduce a failure with: .venv/bin/python -m pytest tests/unit/test_quant.py -q -k <name>
 """
 import math
 import struct

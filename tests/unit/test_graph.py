@@ -2,7 +2,7 @@
 
 Shapes are small (M <= 768, K = 32, N = 64, L = 3) so every test runs in milliseconds. A
 failing comparison prints the seed from conftest's ``_fresh_seed`` fixture; rerun with
-``pytest tests/test_graph.py -k <name>`` and ``torch.manual_seed(<seed>)``.
+``pytest tests/unit/test_graph.py -k <name>`` and ``torch.manual_seed(<seed>)``.
 """
 from __future__ import annotations
 

@@ -684,11 +684,3 @@ def test_gpu_mlp_gradients_match_cpu():
         used = {e.plan.engine_name for e in CALLS.entries("op") if e.problem.device_type == "cuda"}
         assert "sm90_cutedsl" in used, used
 
-
-def test_docs_torch_examples_run():
-    import pathlib
-    import re
-
-    text = (pathlib.Path(__file__).parents[1] / "docs" / "torch.md").read_text()
-    for block in re.findall(r"```python\n(.*?)```", text, re.S):
-        exec(compile(block, "docs/torch.md", "exec"), {})

@@ -1,15 +1,12 @@
 """benchmarks/sustained.py's bookkeeping on the CPU: nvidia-smi lines parsed into samples,
 samples averaged per time window, energy and cycles per call. (What it measures runs on a
 GPU only; these check the bookkeeping: a window averages the samples stamped inside it.)"""
-import os
-import sys
 import time
 from types import SimpleNamespace
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
-import sustained  # noqa: E402
+import sustained
 
 
 def _sampler(lines):

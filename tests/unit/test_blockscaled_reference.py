@@ -4,7 +4,7 @@ dSiTU-GLU epilogue derivative, on CPU.
 Independent routes only: hand-computed scale codes and byte positions, the transposition
 identity between the row and column quantizers, the public helpers for dequantization, and
 torch autograd of the dSiTU-GLU forward.
-Reproduce a failure with: .venv/bin/python -m pytest tests/test_blockscaled_reference.py -q -k <name>
+Reproduce a failure with: .venv/bin/python -m pytest tests/unit/test_blockscaled_reference.py -q -k <name>
 """
 import math
 

@@ -1,6 +1,6 @@
 """The cooperative kernel's split last round (knob split_last): the schedule functions the
 kernel traces (``cudnn_ext.kernels.sm90.tile_walk``), evaluated on Python ints through
-``tests/gpu/split_model``: on many unit, cluster and k-tile counts, every (unit, k-tile) is
+``tests/support/split_model``: on many unit, cluster and k-tile counts, every (unit, k-tile) is
 computed exactly once; each unit has one final part, the one ending at the last k-tile;
 every cluster runs its non-final part first, and a final part waits only on clusters of
 lower index, at their first last-round item, which waits on nothing (what makes the waits
@@ -10,17 +10,14 @@ parts the kernel hands over (``handed``) are exactly those; the C producers' and
 walk is the math warps' final items; the round is balanced, and spread only where that
 shortens the busiest cluster's last round by a quarter of a unit at least. The GPU test
 checks the kernel writes the slots this model says."""
-import os
-import sys
 from collections import Counter
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "gpu"))
 
 pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl not installed (tile_walk imports it)")
 
-from split_model import SPLIT_SLOTS, epilogue_units, items, plan  # noqa: E402
+from split_model import SPLIT_SLOTS, epilogue_units, items, plan
 
 
 @pytest.mark.parametrize("nclusters", [1, 7, 66, 132, 133])

@@ -1,12 +1,9 @@
 """benchmarks/roofline.py's byte and FLOP counts on a case small enough to count by hand."""
 import json
-import os
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
-import roofline  # noqa: E402
+import roofline
 
 
 def test_counts_each_tensor_once_and_skips_weights_of_empty_experts():

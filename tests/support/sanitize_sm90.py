@@ -1,6 +1,6 @@
 """One small SM90 case, for compute-sanitizer (memcheck / racecheck) runs on the device:
 
-    compute-sanitizer --tool memcheck python3 tests/gpu/sanitize_sm90.py MODE
+    PYTHONPATH=.:tests/support compute-sanitizer --tool memcheck python3 tests/support/sanitize_sm90.py MODE
 
 MODE: dense, discrete, discretecl, cluster, cluster2x2, densen, fresh, coop, coop4, split,
 walk or chalf.
@@ -17,12 +17,9 @@ that each math warpgroup walks several, so every C stage and its dbias slice is 
 across tiles by the C producer warp; ``chalf`` the same walk with 64-row C ring entries
 (c_split 2).
 """
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(__file__))
-
-from sm90_cases import Case, run_and_check  # noqa: E402
+from sm90_cases import Case, run_and_check
 
 if __name__ == "__main__":
     # 2 experts + an empty one, N not a multiple of the tile, K not of 64, dbias on; small

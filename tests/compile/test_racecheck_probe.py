@@ -1,13 +1,10 @@
-"""The racecheck probe (tests/gpu/racecheck_probe.py) compiles for sm_90a on the CPU in every
+"""The racecheck probe (tests/support/racecheck_probe.py) compiles for sm_90a on the CPU in every
 mode, so the device run that asks racecheck about mbarrier hand-offs cannot fail on a DSL
 error; a mode it does not know is refused by name."""
 import importlib.util
-import os
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "gpu"))
 
 needs_dsl = pytest.mark.skipif(importlib.util.find_spec("cutlass") is None,
                                reason="nvidia-cutlass-dsl not installed")

@@ -139,15 +139,6 @@ def test_jit_validates_at_trace_time_and_alias():
         grouped_gemm_dglu_jax(p["a"], p["c"], p["offs"], p["alpha"], p["beta"], prob_tensor=p["prob"])
 
 
-def test_docs_jax_examples_run():
-    import pathlib
-    import re
-
-    text = (pathlib.Path(__file__).parents[1] / "docs" / "jax.md").read_text()
-    scope = {}
-    for block in re.findall(r"```python\n(.*?)```", text, re.S):
-        exec(compile(block, "docs/jax.md", "exec"), scope)  # later blocks use earlier names
-
 
 def test_class_api_accepts_jax_samples_and_arrays():
     """The vendor's class API takes JAX arrays (BF16): samples, then execute writes D, dprob and

@@ -6,7 +6,7 @@ reported hazards between those writes and reads although the GPU results matched
 reference. This probe isolates the hand-off: warp 0 writes 32 floats to shared memory, warp 1
 reads them after one of several synchronizations, and writes them out.
 
-    compute-sanitizer --tool racecheck python3 tests/gpu/racecheck_probe.py MODE
+    PYTHONPATH=.:tests/support compute-sanitizer --tool racecheck python3 tests/support/racecheck_probe.py MODE
 
 MODE ``bar``: a named barrier (bar.sync) over both warps, which racecheck models (expect 0
 hazards); ``mbar``: every writer thread arrives on an mbarrier (count 32) and warp 1 waits

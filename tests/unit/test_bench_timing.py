@@ -4,13 +4,10 @@ Performance itself is measured by the benchmarks, never here: these tests only c
 the benchmark schedules its timed calls, which decides whether side-by-side rows compare
 fairly (on the H200 a row timed after the others read up to 12% slower than the same
 kernel timed first)."""
-import os
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
-import bench_dglu  # noqa: E402
+import bench_dglu
 
 
 def test_round_robin_order_rotates_by_one_per_round():

@@ -3,7 +3,7 @@ scale-factor ports, validation through the block-scaled contract, binding scale 
 another M (6-D view or flat packed form), executing against the wrapper, serializing.
 
 Small shapes (M <= 1024, K <= 128, N <= 64, L = 3). Random data comes from conftest's
-``_fresh_seed`` (printed on failure); rerun with ``pytest tests/test_graph_blockscaled.py -k
+``_fresh_seed`` (printed on failure); rerun with ``pytest tests/unit/test_graph_blockscaled.py -k
 <name>`` after ``torch.manual_seed(<seed>)``.
 """
 from __future__ import annotations
@@ -300,7 +300,7 @@ def test_docs_block_scaled_example_runs():
     import pathlib
     import re
 
-    text = (pathlib.Path(__file__).parents[1] / "docs" / "graph.md").read_text()
+    text = (pathlib.Path(__file__).parents[2] / "docs" / "graph.md").read_text()
     blocks = [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "mxfp8_bwd" in b]
     assert len(blocks) == 1
     scope = {}

@@ -1,5 +1,5 @@
 """The reference engine (and, through it, the wrapper and the class API on CPU) against the
-independent float64 oracle of ``tests/oracle.py`` (autograd of the forward GLU).
+independent float64 oracle of ``tests/support/oracle.py`` (autograd of the forward GLU).
 
 Every comparison uses a named tolerance policy from ``TOL`` (max |got - ref| / max |ref| over
 the compared region) and prints how to reproduce a failure (seed, shapes, configuration).
