@@ -343,7 +343,7 @@ class Sm90Plan(CompiledPlan):
             self._launch_helpers.launch_tvm_ffi(fn, addrs, m, num_experts, ctas, *self._consts,
                                                 handle)
         else:
-            self._launch_helpers.launch(fn, self._cfg, addrs, m, num_experts, ctas,
+            self._launch_helpers.launch(fn, self.config, addrs, m, num_experts, ctas,
                                         *self._consts, handle)
 
 

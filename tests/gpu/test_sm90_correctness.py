@@ -64,7 +64,7 @@ def _split_slots_written(case, spread=True):
                                     f"this grid ({clusters} clusters, {units} units)")
         # the slots' place and size as the plan's kernel config lays them out; the slot
         # count is split_model's (the kernel's constant)
-        cfg = plan._cfg
+        cfg = plan.config
         start = plan.zeroed_region + 4 * cfg.split_part_offset(len(case.groups))
         per = 4 * 128 * case.tile_n  # one CTA's fp32 accumulators
         assert 4 * cfg.split_part_floats() == SPLIT_SLOTS * cl * per
