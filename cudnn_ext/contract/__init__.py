@@ -18,7 +18,7 @@ from .bf16 import normalize_bf16
 from .blockscaled import normalize_block_scaled
 from .rules import *  # noqa: F401,F403  the contract's public checks and types
 from .rules import ARG_NAMES, CallConfig, Operands, _weight_mode, check_common_config, check_strided, \
-    operand_family, require_tensor, check_bf16_config
+    operand_family, require_tensor, check_bf16_config, check_outputs_apart
 
 def normalize(ops: Operands, cfg: CallConfig, *, n: Optional[int] = None, b_dtype: Optional[torch.dtype] = None,
               d_dtype: Optional[torch.dtype] = None, generate_dbias: Optional[bool] = None,
@@ -42,10 +42,15 @@ def normalize(ops: Operands, cfg: CallConfig, *, n: Optional[int] = None, b_dtyp
     family = operand_family(a, bd, "b_tensor" if mode == "dense" else "b_dtype")
     check_common_config(cfg)
     if family == "block_scaled":
-        return normalize_block_scaled(ops, cfg, mode=mode, n=n, b_dtype=bd, d_dtype=d_dtype,
-                                      generate_dbias=generate_dbias, pointers=pointers)
-    check_bf16_config(cfg, {"sfa_tensor": ops.sfa, "sfb_tensor": ops.sfb, "sfb_ptrs": ops.sfb_ptrs,
-                            "d_col_tensor": ops.d_col, "sfd_row_tensor": ops.sfd_row, "sfd_col_tensor": ops.sfd_col,
-                            "amax_tensor": ops.amax, "norm_const_tensor": ops.norm_const})
-    return normalize_bf16(ops, cfg, mode=mode, n=n, b_dtype=b_dtype, d_dtype=d_dtype,
-                          generate_dbias=generate_dbias, pointers=pointers)
+        problem, pack = normalize_block_scaled(ops, cfg, mode=mode, n=n, b_dtype=bd, d_dtype=d_dtype,
+                                               generate_dbias=generate_dbias, pointers=pointers)
+    else:
+        check_bf16_config(cfg, {"sfa_tensor": ops.sfa, "sfb_tensor": ops.sfb, "sfb_ptrs": ops.sfb_ptrs,
+                                "d_col_tensor": ops.d_col, "sfd_row_tensor": ops.sfd_row,
+                                "sfd_col_tensor": ops.sfd_col, "amax_tensor": ops.amax,
+                                "norm_const_tensor": ops.norm_const})
+        problem, pack = normalize_bf16(ops, cfg, mode=mode, n=n, b_dtype=b_dtype, d_dtype=d_dtype,
+                                       generate_dbias=generate_dbias, pointers=pointers)
+    if pointers:
+        check_outputs_apart(pack)
+    return problem, pack

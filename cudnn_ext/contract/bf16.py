@@ -69,7 +69,8 @@ def normalize_bf16(ops: Operands, cfg: CallConfig, *, mode: str, n, b_dtype, d_d
 
     if ops.activation is not None:
         if act.act_func != "dgeglu" or c.dtype != BF16 or d_dtype != BF16:
-            raise ValueError("activation_tensor: supported only with act_func='dgeglu' and bfloat16 C and D, got "
+            raise ValueError("activation_tensor: activation output requires BF16 C/D and dgeglu (act_func='dgeglu', "
+                             "bfloat16 C and D), got "
                              f"act_func={act.act_func!r}, C {_fmt_dtype(c.dtype)}, D {_fmt_dtype(d_dtype)}")
         av = drop_unit_dims("activation_tensor", ops.activation, 2, "(M, N) or (M, N, 1)")
         check_dtype("activation_tensor", av, (BF16,))
@@ -81,6 +82,9 @@ def normalize_bf16(ops: Operands, cfg: CallConfig, *, mode: str, n, b_dtype, d_d
     if pointers:
         for slot, t in pack.items():
             check_aligned(ARG_NAMES[slot], t)
+        if "activation" in pack and pack["activation"].data_ptr() % 32:  # the kernel's 32-byte stores
+            raise ValueError(f"activation_tensor: activation output must be 32-byte aligned, got data pointer "
+                             f"0x{pack['activation'].data_ptr():x}")
         if mode == "dense":
             check_aligned("b_tensor", ops.b)
     if mode == "dense":

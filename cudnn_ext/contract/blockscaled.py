@@ -62,10 +62,11 @@ def normalize_block_scaled(ops, cfg, *, mode: str, n, b_dtype, d_dtype, generate
         raise NotImplementedError(f"epilogue_op: {cfg.epilogue_op!r} is not applied by any dGLU kernel (the vendor's "
                                   "accept it and silently ignore it); cudnn_ext refuses it rather than ignore it")
     if ops.activation is not None:
-        raise ValueError("activation_tensor: supported only by the BF16 contract, got it with block-scaled operands")
-    if cfg.round_dgrad_to_input_dtype:
-        raise ValueError("round_dgrad_to_input_dtype: supported only by the BF16 contract, got True with "
+        raise ValueError("activation_tensor: activation output is supported only by the BF16 kernel, got it with "
                          "block-scaled operands")
+    if cfg.round_dgrad_to_input_dtype:
+        raise ValueError("round_dgrad_to_input_dtype: round_dgrad_to_input_dtype is supported only by the BF16 "
+                         "kernel, got True with block-scaled operands")
     if cfg.sf_fp8_dtype_override is not None:
         raise NotImplementedError(f"sf_fp8_dtype_override: {cfg.sf_fp8_dtype_override!r} exists only on Rubin "
                                   "(sm_107), which no engine here targets")

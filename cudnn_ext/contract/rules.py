@@ -86,6 +86,42 @@ def check_aligned(name: str, t: torch.Tensor, nbytes: int = 16) -> None:
         raise ValueError(f"{name}: data pointer must be {nbytes}-byte aligned, got address 0x{t.data_ptr():x}")
 
 
+#: The slots a call writes; every other slot is read.
+OUTPUT_SLOTS = frozenset({"d_row", "d_col", "dprob", "dbias", "activation", "sfd_row", "sfd_col", "amax"})
+
+
+def byte_range(t: torch.Tensor) -> Optional[Tuple[int, int]]:
+    """[first byte, one past the last byte) that ``t``'s elements can touch; None if empty."""
+    if t.numel() == 0:
+        return None
+    span = 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride()))
+    return t.data_ptr(), t.data_ptr() + span * t.element_size()
+
+
+def check_outputs_apart(pack: Dict[str, Any]) -> None:
+    """No output shares a byte with another operand, input or output: the kernels read inputs
+    while they write outputs, in no order a caller can rely on (docs/vendor_contract.md §3.4,
+    where the vendor refuses it for the activation output). Metadata only."""
+    check_spans_apart([r + (slot,) for slot, t in pack.items()  # meta tensors (declarations) have no bytes
+                       if isinstance(t, torch.Tensor) and not t.is_meta and (r := byte_range(t)) is not None])
+
+
+def check_spans_apart(spans) -> None:
+    """``check_outputs_apart`` on (first byte, end, slot) spans (a remembered call's, whose
+    lengths its metadata fixed)."""
+    spans = sorted(spans)
+    for i, (b0, e0, s0) in enumerate(spans):
+        for b1, e1, s1 in spans[i + 1:]:
+            if b1 >= e0:  # sorted by first byte: no later span reaches back into this one
+                break
+            if s0 in OUTPUT_SLOTS or s1 in OUTPUT_SLOTS:
+                (ob, oe, out), (xb, xe, other) = ((b0, e0, s0), (b1, e1, s1)) if s0 in OUTPUT_SLOTS \
+                    else ((b1, e1, s1), (b0, e0, s0))
+                what = "activation output" if out == "activation" else "an output"
+                raise ValueError(f"{ARG_NAMES[out]}: {what} must not overlap {ARG_NAMES[other]} "
+                                 f"({ARG_NAMES[out]} [0x{ob:x}, 0x{oe:x}), {ARG_NAMES[other]} [0x{xb:x}, 0x{xe:x}))")
+
+
 def check_same_device(tensors: Dict[str, Optional[torch.Tensor]]) -> torch.device:
     ref_name, ref = None, None
     for name, t in tensors.items():
@@ -331,8 +367,8 @@ def check_bf16_config(cfg: CallConfig, scale_controls: Dict[str, Any]) -> None:
     if cfg.epilogue_op not in (None, "none", "identity"):
         raise ValueError(f"epilogue_op: BF16 operands forbid a non-identity epilogue_op, got {cfg.epilogue_op!r}")
     if cfg.use_single_group_runtime_offsets:
-        raise ValueError("use_single_group_runtime_offsets: supported by the block-scaled contract only, got True "
-                         "with BF16 operands")
+        raise ValueError("use_single_group_runtime_offsets: use_single_group_runtime_offsets is supported only by "
+                         "the block-scaled kernel, got True with BF16 operands")
     if cfg.deterministic:
         raise NotImplementedError("deterministic: deterministic dprob is a block-scaled option; the BF16 contract "
                                   "does not offer it (got deterministic=True)")
@@ -414,7 +450,8 @@ def _weight_mode(ops: Operands, n, b_dtype):
 __all__ = [
     'BF16', 'CD_DTYPES', 'MAX_EXPERTS', 'M_ALIGN', 'FP8_DTYPES', 'FP4_DTYPES',
     'BLOCK_SCALED_DTYPES', 'require_tensor', 'check_strided', 'check_dtype', 'drop_unit_dims',
-    'check_shape', 'check_row_major', 'check_contiguous_1d', 'check_aligned', 'check_same_device',
+    'check_shape', 'check_row_major', 'check_contiguous_1d', 'check_aligned', 'OUTPUT_SLOTS', 'byte_range',
+    'check_outputs_apart', 'check_spans_apart', 'check_same_device',
     'check_d_dtype', 'check_float_type', 'check_finite', 'check_expert_count', 'check_n',
     'per_expert_vectors', 'dense_b_major', 'pointer_table', 'prob_vectors', 'dbias_view',
     'check_choice', 'CallConfig', 'resolve_act', 'check_common_config', 'check_bf16_config',

@@ -94,8 +94,10 @@ def call_key(tensors: Tuple, scalars: Tuple) -> Optional[tuple]:
 
 
 def views_of(ops: contract.Operands, problem, pack: Dict[str, Any]) -> Optional[tuple]:
-    """How each slot of a validated ``pack`` is viewed out of ``ops``: ((slot, unit dims dropped),
-    ...), or None when some slot is not such a view (then the call is not memoized)."""
+    """How each slot of a validated ``pack`` is viewed out of ``ops``: ((slot, unit dims dropped,
+    bytes the view spans), ...), or None when some slot is not such a view (then the call is not
+    memoized). The spans are fixed by the metadata, so a remembered call re-checks that its
+    outputs overlap nothing from the data pointers alone."""
     if problem.is_block_scaled:
         return None
     views = []
@@ -109,21 +111,28 @@ def views_of(ops: contract.Operands, problem, pack: Dict[str, Any]) -> Optional[
             v = v[..., 0]
         if drop < 0 or v.shape != t.shape or v.stride() != t.stride() or v.data_ptr() != t.data_ptr():
             return None
-        views.append((slot, drop))
+        r = contract.byte_range(t)
+        views.append((slot, drop, r[1] - r[0] if r is not None else 0))
     return tuple(views)
 
 
 def rebuild(ops: contract.Operands, views: tuple) -> Dict[str, Any]:
-    """The canonical pack of a call whose metadata matched a validated one; re-checks the one
-    thing metadata cannot tell: 16-byte (b_ptrs: 8-byte) alignment of every data pointer."""
+    """The canonical pack of a call whose metadata matched a validated one; re-checks what
+    metadata cannot tell: 16-byte (b_ptrs: 8-byte) alignment of every data pointer, and that
+    no output overlaps another operand."""
     pack: Dict[str, Any] = {}
-    for slot, drop in views:
+    spans = []
+    for slot, drop, span in views:
         t = getattr(ops, slot)
-        if t.data_ptr() & (7 if slot == "b_ptrs" else 15) and t.numel():
+        p = t.data_ptr()
+        if p & (7 if slot == "b_ptrs" else 15) and t.numel():
             contract.check_aligned(contract.ARG_NAMES[slot], t, 8 if slot == "b_ptrs" else 16)
+        if span:
+            spans.append((p, p + span, slot))
         for _ in range(drop):
             t = t[..., 0]
         pack[slot] = t
+    contract.check_spans_apart(spans)
     return pack
 
 

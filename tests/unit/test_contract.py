@@ -641,3 +641,105 @@ def test_weights_stacked_experts_first_get_the_layout_in_the_error():
     kw["b_tensor"] = weights()  # (L, N, K)
     expect_rejected(cudnn.grouped_gemm_dglu_wrapper, kw, ValueError,
                     ["b_tensor", "(N, K, L)", "w.permute(1, 2, 0)", str((L, N, K))])
+
+
+# --------------------------------------------------------------------------- outputs apart
+def offset_view(base: torch.Tensor, nbytes: int, shape, dtype=BF16) -> torch.Tensor:
+    """A view of ``shape`` (row-major) starting ``nbytes`` into ``base``'s storage."""
+    flat = base.view(-1).view(torch.uint8)
+    count = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    return flat[nbytes:nbytes + count].view(dtype).view(shape)
+
+
+def aligned_zeros(shape, dtype=BF16, extra: int = 0) -> torch.Tensor:
+    """Zeros of ``shape`` whose storage starts 64-byte aligned with ``extra`` spare bytes."""
+    n = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    raw = torch.zeros(n + extra + 64, dtype=torch.uint8)
+    return raw[(-raw.data_ptr()) % 64:][:n + extra]
+
+
+def activation_16_off() -> torch.Tensor:
+    """A bf16 (M, N, 1) activation whose data pointer is 16-byte but not 32-byte aligned."""
+    buf = aligned_zeros((M, N, 1), extra=64)
+    v = offset_view(buf, 16 if buf.data_ptr() % 32 == 0 else 0, (M, N, 1))
+    assert v.data_ptr() % 16 == 0 and v.data_ptr() % 32
+    return v
+
+
+def over_c(kw, key="c_tensor"):
+    """A bf16 (M, N, 1) view over the storage of ``kw[key]`` (same first byte)."""
+    return kw[key].view(-1)[:M * N].view(M, N, 1)
+
+
+OUTPUT_OVERLAP_CASES = [
+    # (id, wrapper overrides(kw), names the message must carry)
+    ("activation-16-byte-aligned", lambda kw: dict(act_func="dgeglu", activation_tensor=activation_16_off()),
+     ["activation_tensor", "activation output must be 32-byte aligned"]),
+    ("activation-over-c", lambda kw: dict(act_func="dgeglu", activation_tensor=over_c(kw)),
+     ["activation_tensor", "activation output must not overlap c_tensor"]),
+    ("activation-over-a", lambda kw: dict(act_func="dgeglu", activation_tensor=kw["a_tensor"].view(-1)[:M * N]
+                                          .view(M, N, 1) if K >= N else None),
+     ["activation output must not overlap a_tensor"]),
+    ("dprob-over-prob", lambda kw: dict(dprob_tensor=kw["prob_tensor"]),
+     ["dprob_tensor", "must not overlap prob_tensor"]),
+    ("dprob-inside-alpha-buffer", lambda kw: _dprob_sharing_alpha(kw),
+     ["dprob_tensor", "must not overlap alpha_tensor"]),
+]
+
+
+def _dprob_sharing_alpha(kw):
+    buf = aligned_zeros((M + 64,), torch.float32)  # alpha's L floats sit on dprob's last bytes
+    buf = buf.view(torch.float32)
+    dprob = buf[:M].view(M, 1, 1)
+    alpha = buf[M - 4:M - 4 + L]
+    alpha.copy_(kw["alpha_tensor"])
+    return dict(dprob_tensor=dprob, alpha_tensor=alpha)
+
+
+@pytest.mark.parametrize("case_id,override,names", OUTPUT_OVERLAP_CASES, ids=[c[0] for c in OUTPUT_OVERLAP_CASES])
+def test_wrapper_refuses_outputs_that_overlap_or_misalign(case_id, override, names):
+    kw, keep = base_call()
+    kw.update(override(kw))
+    expect_rejected(cudnn.grouped_gemm_dglu_wrapper, kw, ValueError, names)
+
+
+def test_class_api_refuses_an_activation_over_its_operands_at_check_support_and_execute():
+    """The vendor's rules for the activation output, at check_support (named as the samples)
+    and at execute: 32-byte aligned, overlapping no operand (C, D, ...)."""
+    run, keep, _ = class_samples(activation=True, act_func="dgeglu")
+    for bad, names in ((activation_16_off(), ["sample_activation", "activation output must be 32-byte aligned"]),
+                       (over_c(run), ["sample_activation", "activation output must not overlap sample_c"]),
+                       (over_c(run, "d_row_tensor"), ["activation output must not overlap sample_d_row"])):
+        op = make_op(dict(run, activation_tensor=bad), act_func="dgeglu")
+        with pytest.raises(ValueError) as info:
+            op.check_support()
+        for name in names:
+            assert name in str(info.value), str(info.value)
+    op = compiled(run, act_func="dgeglu")
+    for bad, names in ((over_c(run), ["activation_tensor", "activation output must not overlap c_tensor"]),
+                       (activation_16_off(), ["activation output must be 32-byte aligned"])):
+        expect_rejected(op.execute, dict(run, activation_tensor=bad), ValueError, names)
+
+
+def test_class_api_refuses_d_over_c_at_execute_also_when_remembered():
+    """A call's metadata is remembered after its first validation; a later call with the same
+    metadata whose D lies over C is still refused (pointers are checked every call)."""
+    run, keep, _ = class_samples()
+    op = compiled(run)
+    op.execute(**run)
+    op.execute(**run)  # remembered now
+    c = run["c_tensor"]
+    expect_rejected(op.execute, dict(run, d_row_tensor=c), ValueError, ["d_row_tensor", "must not overlap c_tensor"])
+
+
+# --------------------------------------------------------------------------- the vendor's phrases
+def test_refusals_carry_the_vendors_phrase():
+    """Code that matches the vendor's message still matches ours (docs/vendor_contract.md §3)."""
+    kw, keep = base_call()
+    err = expect_rejected(cudnn.grouped_gemm_dglu_wrapper, dict(kw, use_single_group_runtime_offsets=True),
+                          ValueError, ["use_single_group_runtime_offsets"])
+    assert "use_single_group_runtime_offsets is supported only by the block-scaled kernel" in str(err)
+    err = expect_rejected(cudnn.grouped_gemm_dglu_wrapper,
+                          dict(kw, activation_tensor=torch.zeros(M, N, 1, dtype=BF16)), ValueError,
+                          ["activation_tensor"])
+    assert "activation output requires BF16 C/D and dgeglu" in str(err)
