@@ -102,11 +102,17 @@ class GroupedGemmDglu:
                 raise TypeError(f"num_experts: expected an int, got {type(ne).__name__}")
             contract.check_expert_count("num_experts", ne)
             n = shape[0]
-            a_k = contract.drop_unit_dims("sample_a", contract.require_tensor("sample_a", ops.a), 2, "(M, K)").shape[1]
+            a = contract.require_tensor("sample_a", ops.a)
+            a_k = contract.drop_unit_dims("sample_a", a, 2, "(M, K)").shape[1]
+            if a.dtype in contract.FP4_DTYPES:
+                a_k *= 2  # packed pairs; b_shape is in logical elements, as the vendor takes it
             if shape[1] != a_k:
                 raise ValueError(f"b_shape: K must equal sample_a's K = {a_k}, got {shape}")
-            # a stand-in pointer table so the contract sees a discrete call of the right length
-            ops.b_ptrs = torch.zeros(ne, dtype=torch.int64, device=ops.a.device)
+            # stand-in pointer tables so the contract sees a discrete call of the right length;
+            # the real ones come with each execute (the vendor takes sfb_ptrs there only)
+            ops.b_ptrs = torch.zeros(ne, dtype=torch.int64, device=a.device)
+            if a.dtype in contract.BLOCK_SCALED_DTYPES:
+                ops.sfb_ptrs = torch.zeros(ne, dtype=torch.int64, device=a.device)
         elif any(v is not None for v in self._discrete.values()):
             raise ValueError("num_experts/b_shape/b_dtype: dense mode (sample_b) forbids them, got "
                              f"{ {k: v for k, v in self._discrete.items() if v is not None} }")

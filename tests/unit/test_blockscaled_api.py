@@ -377,3 +377,53 @@ def test_fp8_d_without_scale_factors_saturates(d_dtype):
     assert torch.equal(d[over], torch.sign(ref[over]) * top)
     inside = ref.abs() < top / 2
     assert ((d[inside] - ref[inside]).abs() <= 0.13 * ref[inside].abs() + 1e-3).all()  # 2-3 mantissa bits
+
+
+@pytest.mark.parametrize("fmt", ["mxfp8", "nvfp4"])
+def test_discrete_class_api_takes_what_the_vendors_class_takes(fmt):
+    """Per-expert block-scaled weights through the class API as the vendor's class takes them:
+    b_shape in logical elements (K, not FP4's packed K / 2), no pointer tables at
+    check_support, b_ptrs and sfb_ptrs at execute. Every output equals the wrapper's, bit for
+    bit (MXFP8: quantized D_row/D_col and their scale factors; NVFP4: bf16 D and amax)."""
+    p = _problem(L=3, N=64, K=128, counts=(256, 0, 512))
+    quantize, vec, extra = ((quantize_mxfp8, 32, dict(norm_const_tensor=torch.tensor([1.0]))) if fmt == "mxfp8"
+                            else (quantize_nvfp4, 16, {}))
+    a_q, sfa = quantize(p["a"])
+    experts = [quantize(p["b"][g]) for g in range(p["L"])]  # (N, K) k-major each
+    keep = [(q.contiguous(), sf.contiguous()) for q, sf in experts]
+    b_ptrs = torch.tensor([q.data_ptr() for q, _ in keep], dtype=torch.int64)
+    sfb_ptrs = torch.tensor([sf.data_ptr() for _, sf in keep], dtype=torch.int64)
+    b_dtype = keep[0][0].dtype
+    common = dict(a_tensor=a_q, c_tensor=p["c"], sfa_tensor=sfa, padded_offsets=p["offs"], alpha_tensor=p["alpha"],
+                  beta_tensor=p["beta"], prob_tensor=p["prob"], b_ptrs=b_ptrs, sfb_ptrs=sfb_ptrs, **extra)
+    want = cudnn.grouped_gemm_dglu_wrapper(**common, dprob_tensor=torch.zeros(p["M"]), n=p["N"], b_dtype=b_dtype,
+                                           sf_vec_size=vec)
+    outs = {k: torch.full_like(v, float("nan")) if v.is_floating_point() and v.element_size() > 1
+            else torch.zeros_like(v)
+            for k, v in want.items() if v is not None and k != "dprob_tensor"}
+    if "amax_tensor" in outs:
+        outs["amax_tensor"].fill_(float("-inf"))
+    outs["dprob_tensor"] = torch.zeros(p["M"])
+    samples = dict(sample_a=a_q, sample_c=p["c"], sample_sfa=sfa, sample_padded_offsets=p["offs"],
+                   sample_alpha=p["alpha"], sample_beta=p["beta"], sample_prob=p["prob"], sample_d_col=None,
+                   sample_norm_const=extra.get("norm_const_tensor"))
+    samples.update({"sample_" + k[:-len("_tensor")]: v for k, v in outs.items()})
+    op = cudnn.GroupedGemmDglu(**samples, num_experts=p["L"], b_shape=(p["N"], p["K"]), b_dtype=b_dtype,
+                               sf_vec_size=vec)
+    assert op.check_support()
+    with pytest.raises(ValueError, match=f"b_shape: K must equal sample_a's K = {p['K']}"):
+        cudnn.GroupedGemmDglu(**samples, num_experts=p["L"], b_shape=(p["N"], p["K"] // 2), b_dtype=b_dtype,
+                              sf_vec_size=vec).check_support()
+    op.execute(**common, **dict(dict(d_col_tensor=None), **outs))
+    last, m, two_n = int(p["offs"][-1]), p["M"], 2 * p["N"]
+
+    def written(k, t):  # the rows the call defines (rows past the last offset are unspecified)
+        if k == "sfd_row_tensor":
+            return unswizzle_sf(t, m, two_n // 32)[..., 0][:last]
+        if k == "sfd_col_tensor":
+            return unswizzle_sf(t, two_n, m // 32)[..., 0][:, :last // 32]
+        return t[:last] if k in ("d_row_tensor", "d_col_tensor", "dprob_tensor") else t
+
+    for k, v in outs.items():
+        got, ref = written(k, v), written(k, want[k].view(v.shape))
+        assert torch.equal(got.contiguous().view(torch.uint8), ref.contiguous().view(torch.uint8)), k
