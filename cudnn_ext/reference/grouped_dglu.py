@@ -88,9 +88,28 @@ def expert_gemm(problem: DgluProblem, pack: Mapping, e: int, r0: int, r1: int, d
     return a @ b.t()
 
 
-def grouped_dglu_reference(problem: DgluProblem, pack: Mapping, *, compute_dtype=torch.float32) -> None:
-    """Run the operation on ``pack`` in ``compute_dtype``; writes/accumulates the output slots."""
+def _epilogue(problem: DgluProblem, g0, c, beta, p, gate_cols, up_cols):
+    """(dgate, dup, activation value) of rows whose GEMM result (alpha**2 included) is ``g0``:
+    ``c`` their C rows, ``beta`` and ``p`` their expert's beta and their prob (scalars or
+    columns that broadcast over the row)."""
     act = problem.act
+    if problem.round_dgrad_to_input_dtype:
+        g0 = g0.to(torch.bfloat16).to(g0.dtype)
+    c = c.to(g0.dtype)
+    gate, up = c[:, gate_cols], c[:, up_cols]
+    if act.act_func != "dgeglu" or act.dgeglu_applies_beta:
+        gate, up = beta * gate, beta * up
+    dgate_l, dup_l, act_val = local_derivatives(act, gate, up)
+    return g0 * p * dgate_l, g0 * p * dup_l, act_val
+
+
+def grouped_dglu_reference(problem: DgluProblem, pack: Mapping, *, compute_dtype=torch.float32) -> None:
+    """Run the operation on ``pack`` in ``compute_dtype``; writes/accumulates the output slots.
+
+    BF16 operands with dense weights on a GPU take :func:`grouped_dglu_blocks`, which never
+    reads device data on the host; everything else walks the experts' row ranges on the host."""
+    if pack["c"].device.type == "cuda" and problem.weight_mode == "dense" and not problem.is_block_scaled:
+        return grouped_dglu_blocks(problem, pack, compute_dtype=compute_dtype)
     m = pack["c"].shape[0]
     dev = pack["c"].device
     gate_cols, up_cols = gate_up_columns(problem.n, dev)
@@ -112,15 +131,8 @@ def grouped_dglu_reference(problem: DgluProblem, pack: Mapping, *, compute_dtype
         if r1 == r0:
             continue  # an empty group produces nothing
         g0 = alpha[e] ** 2 * expert_gemm(problem, pack, e, r0, r1, compute_dtype)
-        if problem.round_dgrad_to_input_dtype:
-            g0 = g0.to(torch.bfloat16).to(compute_dtype)
-        c = pack["c"][r0:r1].to(compute_dtype)
-        gate, up = c[:, gate_cols], c[:, up_cols]
-        if act.act_func != "dgeglu" or act.dgeglu_applies_beta:
-            gate, up = beta[e] * gate, beta[e] * up
-        dgate_l, dup_l, act_val = local_derivatives(act, gate, up)
         p = prob[r0:r1].to(compute_dtype)[:, None] if prob is not None else 1.0
-        dgate, dup = g0 * p * dgate_l, g0 * p * dup_l
+        dgate, dup, act_val = _epilogue(problem, g0, pack["c"][r0:r1], beta[e], p, gate_cols, up_cols)
         outs.append((e, r0, r1, dgate, dup))
         if dprob is not None:
             dprob[r0:r1] += (g0 * act_val).sum(1).to(dprob.dtype)
@@ -138,6 +150,64 @@ def grouped_dglu_reference(problem: DgluProblem, pack: Mapping, *, compute_dtype
         from .blockscaled_run import finish_outputs  # amax, quantized D_row/D_col with SFD
 
         finish_outputs(problem, pack, outs, gate_cols, up_cols)
+
+
+#: Bytes of gathered weights one step of ``grouped_dglu_blocks`` may hold.
+_BLOCK_GATHER_BYTES = 256 << 20
+
+
+def grouped_dglu_blocks(problem: DgluProblem, pack: Mapping, *, compute_dtype=torch.float32) -> None:
+    """:func:`grouped_dglu_reference` for BF16 operands and dense weights, without a host
+    read of device data (no sync, capturable in a CUDA graph). Offsets are 256-aligned, so
+    every 256-row block lies in one expert: each block's expert comes from a device-side
+    search of the offsets, its weights from a gather, and blocks past the last offset keep
+    their outputs' bytes (written back unchanged) and add nothing. The offsets' values are
+    not checked (device data; docs/vendor_contract.md §3.6)."""
+    a, c, b = pack["a"], pack["c"], pack["b"]
+    m, two_n = c.shape
+    dev, n, k, num_experts = c.device, problem.n, problem.k, problem.num_experts
+    gate_cols, up_cols = gate_up_columns(n, dev)
+    nblk = m // 256
+    starts = torch.arange(0, m, 256, dtype=pack["padded_offsets"].dtype, device=dev)
+    blk_e = torch.searchsorted(pack["padded_offsets"], starts, right=True)  # L past the last offset
+    valid = blk_e < num_experts
+    e_idx = blk_e.clamp(max=num_experts - 1)
+    alpha2 = pack["alpha"].to(compute_dtype)[e_idx] ** 2
+    beta = pack["beta"].to(compute_dtype)[e_idx]
+    prob, dprob, dbias = pack.get("prob"), pack.get("dprob"), pack.get("dbias")
+    activation, d_row = pack.get("activation"), pack["d_row"]
+    dbias_acc = None
+    if dbias is not None:  # row L takes the sums of blocks past the last offset, and is dropped
+        dbias_acc = torch.zeros(num_experts + 1, two_n, dtype=compute_dtype, device=dev)
+        dbias_acc[:num_experts] = dbias.to(compute_dtype)
+    sum_into = torch.where(valid, blk_e, num_experts)
+    weights = b.permute(2, 0, 1)  # (L, N, K)
+    step = max(1, _BLOCK_GATHER_BYTES // max(1, n * k * torch.empty((), dtype=compute_dtype).element_size()))
+    for b0 in range(0, nblk, step):
+        b1 = min(nblk, b0 + step)
+        rows = slice(256 * b0, 256 * b1)
+        ok = valid[b0:b1].repeat_interleave(256, output_size=256 * (b1 - b0))[:, None]
+        acc = torch.bmm(a[rows].to(compute_dtype).view(b1 - b0, 256, k),
+                        weights[e_idx[b0:b1]].to(compute_dtype).transpose(1, 2))
+        g0 = (alpha2[b0:b1, None, None] * acc).reshape(-1, n)
+        p = prob[rows].to(compute_dtype)[:, None] if prob is not None else 1.0
+        beta_rows = beta[b0:b1].repeat_interleave(256, output_size=256 * (b1 - b0))[:, None]
+        dgate, dup, act_val = _epilogue(problem, g0, c[rows], beta_rows, p, gate_cols, up_cols)
+        if dprob is not None:
+            dprob[rows] = torch.where(ok[:, 0], dprob[rows] + (g0 * act_val).sum(1).to(dprob.dtype), dprob[rows])
+        if dbias_acc is not None:
+            sums = torch.empty(b1 - b0, two_n, dtype=compute_dtype, device=dev)
+            sums[:, gate_cols] = dgate.view(b1 - b0, 256, n).sum(1)
+            sums[:, up_cols] = dup.view(b1 - b0, 256, n).sum(1)
+            dbias_acc.index_add_(0, sum_into[b0:b1], sums)
+        if activation is not None:
+            activation[rows] = torch.where(ok, (p * act_val).to(activation.dtype), activation[rows])
+        d = torch.empty(b1 - b0, 256, two_n, dtype=d_row.dtype, device=dev).view(-1, two_n)
+        d[:, gate_cols] = _store(dgate, d_row.dtype)
+        d[:, up_cols] = _store(dup, d_row.dtype)
+        d_row[rows] = torch.where(ok, d, d_row[rows])
+    if dbias_acc is not None:
+        dbias.copy_(dbias_acc[:num_experts].to(dbias.dtype))
 
 
 def reference_outputs(problem: DgluProblem, pack: Mapping, *, compute_dtype=torch.float64,

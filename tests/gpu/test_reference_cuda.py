@@ -50,3 +50,53 @@ def test_reference_on_cuda_matches_cpu(mode):
     assert ((d_gpu - d_cpu).abs().max() / scale) < 1e-4, mode
     assert torch.allclose(p_gpu, p_cpu, rtol=1e-4, atol=1e-4 * p_cpu.abs().max().item())
     assert ((b_gpu.float() - b_cpu.float()).abs().max() / b_cpu.float().abs().max()) < 1e-2
+
+
+def _activation_call(t, dprob, d_row, activation):
+    return dict(a_tensor=t["a"], c_tensor=t["c"], sfa_tensor=None, padded_offsets=t["offs"],
+                alpha_tensor=t["alpha"], beta_tensor=t["beta"], prob_tensor=t["prob"], dprob_tensor=dprob,
+                b_tensor=t["w"].permute(1, 2, 0), d_row_tensor=d_row, d_col_tensor=None,
+                activation_tensor=activation)
+
+
+def test_reference_bf16_dense_never_syncs_and_replays_in_a_cuda_graph():
+    """BF16 with dense weights on the reference engine (here: with the activation output, which
+    the Hopper kernel declines) reads no device data on the host: execute runs under
+    torch.cuda.set_sync_debug_mode("error"), is captured in a CUDA graph, and the replay with
+    new input values gives what a fresh eager call gives."""
+    t = _inputs("cuda")
+    t["c"] = t["c"].to(torch.bfloat16)
+    m = t["a"].shape[0]
+    bufs = dict(dprob=torch.zeros(m, device="cuda"), d_row=torch.empty(m, 2 * N, dtype=torch.bfloat16, device="cuda"),
+                activation=torch.empty(m, N, dtype=torch.bfloat16, device="cuda"))
+    op = cudnn_ext.GroupedGemmDglu(
+        t["a"], t["c"], bufs["d_row"], None, None, t["offs"], t["alpha"], t["beta"], t["prob"], bufs["dprob"],
+        sample_b=t["w"].permute(1, 2, 0), sample_activation=bufs["activation"], act_func="dgeglu",
+        engine="reference")
+    op.compile()
+    kw = _activation_call(t, **bufs)
+    op.execute(**kw)  # warm: memo, allocator
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        op.execute(**kw)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    graph = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        bufs["dprob"].zero_()
+        with torch.cuda.graph(graph):
+            op.execute(**kw)
+    torch.cuda.current_stream().wait_stream(s)
+    t["c"].copy_(torch.randn_like(t["c"]))  # new values, same buffers
+    bufs["dprob"].zero_()
+    graph.replay()
+    torch.cuda.synchronize()
+    want = {k: torch.zeros_like(v) if k == "dprob" else torch.empty_like(v) for k, v in bufs.items()}
+    op.execute(**_activation_call(t, **want))
+    last = int(t["offs"][-1])
+    assert torch.equal(bufs["d_row"][:last], want["d_row"][:last])
+    assert torch.equal(bufs["activation"][:last], want["activation"][:last])
+    assert torch.equal(bufs["dprob"], want["dprob"])

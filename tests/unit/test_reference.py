@@ -462,3 +462,56 @@ def test_linear_offset_is_ignored_by_dswiglu():
     plain = run_wrapper(inp, d_dtype=FP32)["d_row_tensor"].clone()
     shifted = run_wrapper(inp, d_dtype=FP32, linear_offset=3.0)["d_row_tensor"]
     assert same_bits(plain, shifted)
+
+
+# --------------------------------------------------------------------------- the block path
+BLOCK_CASES = [
+    # (sizes, extra rows, mode, act, c/d dtype, dbias, activation, round_dgrad)
+    ([256, 0, 512, 256], 256, "dense-k", "dswiglu", BF16, True, False, False),
+    ([0, 768, 0], 512, "dense-n", "dgeglu_custom", BF16, True, True, False),
+    ([512, 256], 0, "dense-k", "dgeglu", FP16, False, False, True),
+    ([256, 256, 0, 0, 512], 256, "dense-k", "dswiglu", FP32, True, False, True),
+    ([0, 0], 512, "dense-k", "dswiglu", BF16, True, False, False),  # no rows at all
+]
+
+
+@pytest.mark.parametrize("sizes,extra,mode,act,dt,dbias,activation,round_dgrad", BLOCK_CASES)
+def test_block_path_matches_the_expert_walk(monkeypatch, sizes, extra, mode, act, dt, dbias, activation,
+                                            round_dgrad):
+    """The GPU form of the reference (BF16, dense weights: experts found per 256-row block on the
+    device, no host read) against the host walk over the experts' row ranges, on the CPU:
+    the same values within fp32 summation order, the same untouched rows, poison and all.
+    One gather step per block, so the step loop runs several times."""
+    from cudnn_ext.reference import grouped_dglu
+
+    monkeypatch.setattr(grouped_dglu, "_BLOCK_GATHER_BYTES", 1)
+    inp = make_inputs(seed_of("block", sizes, mode, act), sizes, extra=extra, c_dtype=dt, mode=mode)
+    kw = dict(ACTS[act])
+    ops = contract.Operands(a=inp.a, c=inp.c, padded_offsets=inp.offsets, alpha=inp.alpha, beta=inp.beta,
+                            prob=inp.prob, dprob=torch.zeros(inp.m), b=inp.b,
+                            d_row=torch.empty(inp.m, 2 * inp.n, dtype=dt),
+                            dbias=torch.zeros(len(sizes), 2 * inp.n, dtype=BF16) if dbias else None,
+                            activation=torch.empty(inp.m, inp.n, dtype=BF16) if activation else None)
+    problem, pack = contract.normalize(ops, contract.CallConfig(round_dgrad_to_input_dtype=round_dgrad, **kw))
+    outs = {}
+    for name, fn in (("walk", grouped_dglu.grouped_dglu_reference), ("blocks", grouped_dglu.grouped_dglu_blocks)):
+        p = dict(pack)
+        for slot in ("d_row", "activation"):
+            if p.get(slot) is not None:
+                p[slot] = torch.full_like(p[slot], float("nan"))
+        p["dprob"] = torch.full_like(p["dprob"], -0.0)  # accumulated into; a -0.0 shows a stray + 0.0
+        if p.get("dbias") is not None:
+            p["dbias"] = torch.full_like(p["dbias"], 0.25)
+        fn(problem, p)
+        outs[name] = p
+    e, walk, blocks = inp.end, outs["walk"], outs["blocks"]
+    ctx = inp.ctx(act=act, round_dgrad=round_dgrad)
+    assert same_bits(blocks["d_row"][e:], walk["d_row"][e:]), f"rows past the last offset {ctx}"
+    check("d_row", blocks["d_row"][:e], walk["d_row"][:e].double(), TOL["d"][dt], ctx)
+    assert same_bits(blocks["dprob"][e:], walk["dprob"][e:]), f"dprob past the last offset {ctx}"
+    check("dprob", blocks["dprob"], walk["dprob"].double(), TOL["dprob"], ctx)
+    if dbias:
+        check("dbias", blocks["dbias"], walk["dbias"].double(), TOL["dbias"], ctx)
+    if activation:
+        assert same_bits(blocks["activation"][e:], walk["activation"][e:]), ctx
+        check("activation", blocks["activation"][:e], walk["activation"][:e].double(), TOL["activation"], ctx)
