@@ -158,7 +158,8 @@ _BLOCK_GATHER_BYTES = 256 << 20
 
 def grouped_dglu_blocks(problem: DgluProblem, pack: Mapping, *, compute_dtype=torch.float32) -> None:
     """:func:`grouped_dglu_reference` for BF16 operands and dense weights, without a host
-    read of device data (no sync, capturable in a CUDA graph). Offsets are 256-aligned, so
+    read of device data, so that a GPU call needs no sync and can be captured in a CUDA graph
+    (tests/gpu/test_reference_cuda.py checks both on the device). Offsets are 256-aligned, so
     every 256-row block lies in one expert: each block's expert comes from a device-side
     search of the offsets, its weights from a gather, and blocks past the last offset keep
     their outputs' bytes (written back unchanged) and add nothing. The offsets' values are
