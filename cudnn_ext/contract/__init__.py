@@ -17,8 +17,9 @@ import torch
 from .bf16 import normalize_bf16
 from .blockscaled import normalize_block_scaled
 from .rules import *  # noqa: F401,F403  the contract's public checks and types
-from .rules import ARG_NAMES, CallConfig, Operands, _weight_mode, check_common_config, check_strided, \
-    operand_family, require_tensor, check_bf16_config, check_outputs_apart
+from .rules import (ARG_NAMES, CallConfig, Operands, _weight_mode, check_bf16_config, check_common_config,
+                    check_outputs_apart, check_strided, operand_family, require_tensor)
+
 
 def normalize(ops: Operands, cfg: CallConfig, *, n: Optional[int] = None, b_dtype: Optional[torch.dtype] = None,
               d_dtype: Optional[torch.dtype] = None, generate_dbias: Optional[bool] = None,

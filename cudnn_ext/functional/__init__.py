@@ -12,8 +12,8 @@ that initialize them, else ``torch.zeros``; none with ``out=``) and ``plan.execu
 (``run_fast``): after a validated call whose plan offers an address launcher, later calls
 with the same signature and metadata (one C++ guard check, ``guards``) skip the key, the
 pack and ``execute``. Neither reads tensor *data*, so neither synchronizes with the host;
-whether the *engine* does is the engine's property (the reference engine reads
-``padded_offsets`` on the host; a GPU engine must not).
+whether the *engine* does is the engine's property (the reference engine reads the offsets
+on the host outside BF16 with dense weights; a GPU engine must not).
 """
 from __future__ import annotations
 
@@ -48,7 +48,6 @@ class _Entry:
     ws_size: int = 0  # plan.workspace_size, read once
     #: functional calls run ``execute_fresh`` on uninitialized outputs (no fill kernels)
     fresh: bool = False
-
 
 
 def validate(a, c, b, b_ptrs, n, b_major, offsets, alpha, beta, prob, act: ActArgs,

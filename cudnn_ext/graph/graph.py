@@ -495,13 +495,14 @@ def deserialize_plan(data: bytes):
     except ValueError as exc:
         raise serialize.PlanFormatError(f"deserialize_plan: {exc}") from None
     if engine.name != ref.engine_name:
-        raise serialize.PlanFormatError(f"deserialize_plan: engine id {ref.engine_id} is {engine.name!r} here, but the plan "
-                              f"recorded {ref.engine_name!r}")
+        raise serialize.PlanFormatError(f"deserialize_plan: engine id {ref.engine_id} is {engine.name!r} here, "
+                                        f"but the plan recorded {ref.engine_name!r}")
     g = Graph.from_spec(header.graph, device=device)
     g.build_operation_graph()
     g._install_plans(PlanSet.pinned_to(g.problem, engine, serialize.recorded_knobs(header, engine)))
     plan = g.execution_plan
     if plan.workspace_size != header.workspace_size:
-        raise serialize.PlanFormatError(f"deserialize_plan: the rebuilt plan needs {plan.workspace_size} workspace bytes, "
-                              f"the serialized one {header.workspace_size}; the engine changed: re-create the plan")
+        raise serialize.PlanFormatError(f"deserialize_plan: the rebuilt plan needs {plan.workspace_size} workspace "
+                                        f"bytes, the serialized one {header.workspace_size}; the engine changed: "
+                                        "re-create the plan")
     return g
