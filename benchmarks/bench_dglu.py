@@ -9,6 +9,10 @@ Peers, side by side in one process on the same inputs:
   cudnn_ext_discrete      (row impl "cudnn_ext", variant "discrete") the same with per-expert
                           weights (b_ptrs: one allocation per expert, K-major, device-built
                           TMA descriptors)
+  cudnn_ext_geglu         (row impl "cudnn_ext", variant "dgeglu") the engine with dGeGLU
+  cudnn_ext_activation    (variant "dgeglu+activation") dGeGLU storing the activation output
+                          (M, N) bf16 too, the vendor's activation_tensor
+  cudnn_ext_round_dgrad   (variant "round_dgrad") dSwiGLU with round_dgrad_to_input_dtype
   torch_grouped_mm        torch._grouped_mm alone (the GEMM only, bf16 out): the bar to beat
   torch_unfused_compiled  torch._grouped_mm + a torch.compile'd epilogue (what users write)
   quack                   quack.gemm_interface.gemm_dgated with cu_seqlens_m (tuned=False;
@@ -248,9 +252,11 @@ def run_cudnn_ext_discrete(pack, K, N, dbias=True, knobs=None):
     return fn, extra
 
 
-def build_plan(pack, K, N, knobs=None, dbias=True, weight_mode="dense"):
+def build_plan(pack, K, N, knobs=None, dbias=True, weight_mode="dense", act="dswiglu",
+               round_dgrad=False):
     """(plan, workspace, knobs, build seconds) of the SM90 engine for the pack's problem
-    (``knobs`` None: the engine's choice; a ``Knobs`` of config fields: that config)."""
+    (``knobs`` None: the engine's choice; a ``Knobs`` of config fields: that config). The
+    activation output is generated when the pack holds one."""
     from cudnn_ext.engines.base import Knobs
     from cudnn_ext.engines.sm90 import Sm90DgluEngine, config_for
     from cudnn_ext.problem import ActConfig, DgluProblem
@@ -260,8 +266,10 @@ def build_plan(pack, K, N, knobs=None, dbias=True, weight_mode="dense"):
     eng = Sm90DgluEngine()
     problem = DgluProblem(n=N, k=K, num_experts=L, m=M, weight_mode=weight_mode, b_major="k",
                           ab_dtype=torch.bfloat16, c_dtype=torch.bfloat16,
-                          d_dtype=torch.bfloat16, act=ActConfig("dswiglu"),
-                          generate_dbias=dbias, device_type="cuda", device_index=0)
+                          d_dtype=torch.bfloat16, act=ActConfig(act),
+                          generate_dbias=dbias, device_type="cuda", device_index=0,
+                          generate_activation=pack.get("activation") is not None,
+                          round_dgrad_to_input_dtype=round_dgrad)
     if knobs is None:
         knobs = min(eng.knob_space(problem), key=lambda k: eng.cost(problem, k))
     config = config_for(problem, **knobs.as_dict()) if isinstance(knobs, Knobs) else knobs
@@ -272,10 +280,12 @@ def build_plan(pack, K, N, knobs=None, dbias=True, weight_mode="dense"):
     return plan, ws, knobs, build_s
 
 
-def run_cudnn_ext(pack, K, N, knobs=None, dbias=True, weight_mode="dense"):
+def run_cudnn_ext(pack, K, N, knobs=None, dbias=True, weight_mode="dense", act="dswiglu",
+                  round_dgrad=False):
     from cudnn_ext.engines.sm90 import compile_seconds
 
-    plan, ws, knobs, build_s = build_plan(pack, K, N, knobs, dbias, weight_mode)
+    plan, ws, knobs, build_s = build_plan(pack, K, N, knobs, dbias, weight_mode, act,
+                                          round_dgrad)
     stream = torch.cuda.current_stream()
     return (lambda: plan.execute(pack, ws, stream)), dict(
         knobs=knobs.as_dict(), first_compile_s=compile_seconds(plan.config) or build_s)
@@ -427,6 +437,17 @@ def build_impl(impl, pack, K, N, dbias, args, row):
     elif impl == "cudnn_ext_op":
         fn, extra = run_cudnn_ext_op(pack, dbias=dbias)
         row.update(impl="cudnn_ext", variant="op")  # one impl name, told apart by variant
+    elif impl in ("cudnn_ext_geglu", "cudnn_ext_activation"):
+        feat = pack
+        if impl == "cudnn_ext_activation":
+            M = pack["a"].shape[0]
+            feat = dict(pack, activation=torch.empty(M, N, device="cuda", dtype=torch.bfloat16))
+        fn, extra = run_cudnn_ext(feat, K, N, dbias=dbias, act="dgeglu")
+        row.update(impl="cudnn_ext",
+                   variant="dgeglu+activation" if impl == "cudnn_ext_activation" else "dgeglu")
+    elif impl == "cudnn_ext_round_dgrad":
+        fn, extra = run_cudnn_ext(pack, K, N, dbias=dbias, round_dgrad=True)
+        row.update(impl="cudnn_ext", variant="round_dgrad")
     elif impl == "torch_grouped_mm":
         fn = run_grouped_mm(pack)
     elif impl == "torch_unfused_compiled":
@@ -453,7 +474,8 @@ def main(argv=None):
     ap.add_argument("--shapes", default=",".join(SHAPES),
                     help=f"comma-separated, of {sorted(SHAPES)} and the extra shapes "
                          f"{sorted(EXTRA_SHAPES)}")
-    ap.add_argument("--impls", default="cudnn_ext,cudnn_ext_op,cudnn_ext_discrete,torch_grouped_mm,"
+    ap.add_argument("--impls", default="cudnn_ext,cudnn_ext_op,cudnn_ext_discrete,cudnn_ext_geglu,"
+                    "cudnn_ext_activation,cudnn_ext_round_dgrad,torch_grouped_mm,"
                     "torch_unfused_compiled,quack", help="comma-separated peers (see above)")
     ap.add_argument("--reps", type=int, default=50, help="timed calls per row")
     ap.add_argument("--warmup", type=int, default=10, help="untimed calls per row first")

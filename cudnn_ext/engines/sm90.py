@@ -39,7 +39,7 @@ _CD_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _HALF_DTYPES = (torch.bfloat16, torch.float16)
 #: The config's fields a problem fixes (the rest are knobs and launch variants).
 FAMILY_FIELDS = ("n", "k", "ab_dtype", "c_dtype", "d_dtype", "act_func", "generate_dbias",
-                 "weight_mode", "b_major")
+                 "weight_mode", "b_major", "generate_activation", "round_dgrad")
 TILE_NS = (64, 128)
 #: CTAs per cluster along M offered for dense weights (2 = B k-tiles multicast to a CTA pair).
 CLUSTER_MS = (1, 2)
@@ -89,7 +89,9 @@ def config_for(problem: DgluProblem, **knobs) -> Sm90Config:
     return kind(n=problem.n, k=problem.k, ab_dtype=_DTYPE_NAMES[problem.ab_dtype],
                 c_dtype=_DTYPE_NAMES[problem.c_dtype], d_dtype=_DTYPE_NAMES[problem.d_dtype],
                 act_func=problem.act.act_func, generate_dbias=bool(problem.generate_dbias),
-                weight_mode=problem.weight_mode, b_major=problem.b_major, **knobs)
+                weight_mode=problem.weight_mode, b_major=problem.b_major,
+                generate_activation=bool(problem.generate_activation),
+                round_dgrad=bool(problem.round_dgrad_to_input_dtype), **knobs)
 
 
 def cooperative_config(problem: DgluProblem) -> Sm90Config:
@@ -276,7 +278,8 @@ class Sm90Plan(CompiledPlan):
             c.data_ptr(), pack["padded_offsets"].data_ptr(), pack["alpha"].data_ptr(),
             pack["beta"].data_ptr(), pack["prob"].data_ptr(), pack["d_row"].data_ptr(),
             pack["dprob"].data_ptr(), dbias.data_ptr() if dbias is not None else 0,
-            workspace.data_ptr() if workspace is not None else 0)
+            workspace.data_ptr() if workspace is not None else 0,
+            self._activation_addr(pack))
         fn = self._fn(init)
         dev = c.get_device()
         # None: the current stream of the tensors' device (its raw handle: no Stream object)
@@ -288,9 +291,16 @@ class Sm90Plan(CompiledPlan):
         else:
             self._call(fn, addrs, m, num_experts, ctas, handle)
 
-    def _kernel_addrs(self, a, b, c, offsets, alpha, beta, prob, d_row, dprob, dbias, workspace):
-        """The 13 kernel addresses in ``launch._ptr_specs`` order from the operands' addresses
-        (``b``: the pointer table in discrete mode; ``dbias``/``workspace`` 0 when absent)."""
+    def _activation_addr(self, pack) -> int:
+        """The activation output's address, or 0 (a plan of a problem without it)."""
+        act = pack.get("activation") if self.config.generate_activation else None
+        return 0 if act is None else act.data_ptr()
+
+    def _kernel_addrs(self, a, b, c, offsets, alpha, beta, prob, d_row, dprob, dbias, workspace,
+                      activation=0):
+        """The 14 kernel addresses in ``launch._ptr_specs`` order from the operands' addresses
+        (``b``: the pointer table in discrete mode; ``dbias``/``workspace``/``activation`` 0
+        when absent)."""
         if self._discrete:
             # the kernel's helper reads the table and writes the descriptors on the device
             b_addr, b_ptrs_addr, desc_addr = a, b, workspace + self._desc_off
@@ -311,17 +321,20 @@ class Sm90Plan(CompiledPlan):
             if self._split and scratch % 16:
                 raise ValueError(f"workspace: must be 16-byte aligned for the split last "
                                  f"round's partial sums, got address {scratch:#x}")
+        # (without the activation output its slot gets A's address: never read)
+        if self.config.generate_activation and not activation:
+            raise ValueError("activation: this plan writes the activation output, got none")
         return (a, b_addr, c, d_row, offsets, alpha, beta, prob, dprob, scratch, b_ptrs_addr,
-                desc_addr, dbias if dbias else a)
+                desc_addr, dbias if dbias else a, activation if activation else a)
 
     def address_launcher(self, init: bool, device_index: int, zeroed_workspace: bool = False):
         """The launch on raw addresses for the eager hot path (``cudnn_ext.functional``), bound once
         per (plan, variant, device): ``go(a, b, c, offsets, alpha, beta, prob, d_row, dprob,
-        dbias, workspace, m)``, each an address (``b`` is the pointer table in discrete mode;
-        ``dbias`` and ``workspace`` 0 when absent), launching on the current stream of
-        ``device_index``, which must be the current device. The caller guarantees what
-        ``execute`` checks per call (operand metadata, M > 0, L > 0, the workspace when this
-        plan needs one). It skips the pack and the per-call lookups of ``execute``.
+        dbias, workspace, m, activation=0)``, each an address (``b`` is the pointer table in
+        discrete mode; ``dbias``, ``workspace`` and ``activation`` 0 when absent), launching
+        on the current stream of ``device_index``, which must be the current device. The
+        caller guarantees what ``execute`` checks per call (operand metadata, M > 0, L > 0,
+        the workspace when this plan needs one). It skips the pack and the per-call lookups of ``execute``.
 
         ``zeroed_workspace`` (the contract variant with dbias): the workspace's bytes from
         ``zeroed_region`` on are zero, and the launch leaves them zero: one kernel instead
@@ -332,8 +345,10 @@ class Sm90Plan(CompiledPlan):
         ctas = self._resident_ctas(device_index)
         kernel_addrs, call, raw_stream = self._kernel_addrs, self._call, current_stream_handle
 
-        def go(a, b, c, offsets, alpha, beta, prob, d_row, dprob, dbias, workspace, m):
-            call(fn, kernel_addrs(a, b, c, offsets, alpha, beta, prob, d_row, dprob, dbias, workspace),
+        def go(a, b, c, offsets, alpha, beta, prob, d_row, dprob, dbias, workspace, m,
+               activation=0):
+            call(fn, kernel_addrs(a, b, c, offsets, alpha, beta, prob, d_row, dprob, dbias,
+                                  workspace, activation),
                  m, num_experts, ctas, raw_stream(device_index))
 
         return go
@@ -358,9 +373,10 @@ class Sm90TracePlan(Sm90Plan):
     def _leading_request(self) -> Optional[WorkspaceRequest]:
         return WorkspaceRequest("trace", self.config.trace_bytes(), 128)
 
-    def _kernel_addrs(self, a, b, c, offsets, alpha, beta, prob, d_row, dprob, dbias, workspace):
+    def _kernel_addrs(self, a, b, c, offsets, alpha, beta, prob, d_row, dprob, dbias, workspace,
+                      activation=0):
         addrs = super()._kernel_addrs(a, b, c, offsets, alpha, beta, prob, d_row, dprob, dbias,
-                                      workspace)
+                                      workspace, activation)
         desc_addr = workspace + self._desc_off
         if desc_addr % 16:
             raise ValueError(f"workspace: must be 16-byte aligned for the trace stamps, got "
@@ -419,10 +435,8 @@ class Sm90DgluEngine(Engine):
             why.append(f"b_major {problem.b_major!r} is not supported")
         if problem.n % 32 or problem.k % 8:
             why.append(f"needs N % 32 == 0 and K % 8 == 0, got N={problem.n}, K={problem.k}")
-        if problem.generate_activation:
-            why.append("the activation output is not implemented on sm90")
-        if problem.round_dgrad_to_input_dtype:
-            why.append("round_dgrad_to_input_dtype is not implemented on sm90")
+        if problem.generate_activation and problem.act.act_func != "dgeglu":
+            why.append("the activation output is defined for dgeglu only")
         if not (problem.has_prob and problem.has_dprob):
             why.append("the BF16 contract needs prob and dprob")
         if problem.device_type != "cuda":

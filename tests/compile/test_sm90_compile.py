@@ -43,10 +43,11 @@ _DT = {BF16: "bf16", FP16: "fp16", FP32: "fp32"}
 
 
 def _problem(act="dswiglu", c=BF16, d=BF16, dbias=True, n=96, k=200, m=1024, L=4,
-             weight_mode="dense", b_major="k"):
+             weight_mode="dense", b_major="k", activation=False, round_dgrad=False):
     return DgluProblem(n=n, k=k, num_experts=L, m=m, weight_mode=weight_mode, b_major=b_major,
                        ab_dtype=BF16, c_dtype=c, d_dtype=d, act=ActConfig(act_func=act),
-                       generate_dbias=dbias, device_type="cuda")
+                       generate_dbias=dbias, device_type="cuda", generate_activation=activation,
+                       round_dgrad_to_input_dtype=round_dgrad)
 
 
 # ---------------------------------------------------------------------- the config
@@ -54,7 +55,7 @@ def test_config_fields_are_pinned():
     """The compile key: everything the kernel is specialized on, nothing else."""
     names = [f.name for f in dataclasses.fields(Sm90Config)]
     assert names == ["n", "k", "ab_dtype", "c_dtype", "d_dtype", "act_func", "generate_dbias",
-                     "weight_mode", "b_major", "tile_n", "ab_stages", "c_stages", "c_split",
+                     "weight_mode", "b_major", "generate_activation", "round_dgrad", "tile_n", "ab_stages", "c_stages", "c_split",
                      "cluster_m", "cluster_n", "raster_group_m", "cooperative", "split_last",
                      "init_outputs", "ws_zeroed", "fold_dbias"]
     assert [f.name for f in dataclasses.fields(Sm90TraceConfig)] == names + ["trace"]
@@ -511,7 +512,7 @@ def _recording_plan(monkeypatch, problem, knobs, with_cfg=False):
 
 @pytest.mark.parametrize("fresh", [False, True])
 def test_launch_passes_addresses_in_the_kernels_argument_order(monkeypatch, fresh):
-    """The plan's launch: the 13 addresses in ``launch._ptr_specs`` order, then M, L,
+    """The plan's launch: the 14 addresses in ``launch._ptr_specs`` order, then M, L,
     resident CTAs, the activation constants and the stream handle; the fresh-outputs variant
     is a separate compiled function."""
     import types
@@ -527,10 +528,45 @@ def test_launch_passes_addresses_in_the_kernels_argument_order(monkeypatch, fres
     (cfg, args), = calls[-1:]
     ptr = {name: v.data_ptr() for name, v in pack.items()}
     assert cfg.init_outputs is fresh
-    assert args[:13] == (ptr["a"], ptr["b"], ptr["c"], ptr["d_row"], ptr["padded_offsets"],
+    assert args[:14] == (ptr["a"], ptr["b"], ptr["c"], ptr["d_row"], ptr["padded_offsets"],
                          ptr["alpha"], ptr["beta"], ptr["prob"], ptr["dprob"], ws.data_ptr(),
-                         ptr["a"], ptr["a"], ptr["dbias"])
-    assert args[13:] == (m, L, 132, 1.5, 6.0, -5.0, 0.25, 77)
+                         ptr["a"], ptr["a"], ptr["dbias"], ptr["a"])
+    assert args[14:] == (m, L, 132, 1.5, 6.0, -5.0, 0.25, 77)
+
+
+def test_activation_output_takes_the_last_address_slot(monkeypatch):
+    """With the activation output the plan passes its address in the 14th slot, from
+    ``execute`` and from the raw-address launcher alike; a call without one is refused
+    before any launch (the slot would otherwise be A's address, which the kernel writes)."""
+    import types
+
+    from cudnn_ext.engines import sm90
+
+    monkeypatch.setattr(sm90, "current_stream_handle", lambda idx: 77)
+    L, n, k, m = 4, 96, 200, 1024
+    p = dataclasses.replace(_problem(n=n, k=k, m=m, L=L, act="dgeglu", activation=True,
+                                     round_dgrad=True), device_type="cpu")
+    cfg = config_for(p, tile_n=128)
+    assert (cfg.generate_activation, cfg.round_dgrad) == (True, True)
+    plan, calls = _recording_plan(monkeypatch, p, cfg)
+    pack = _cpu_pack(m, n, k, L)
+    pack["activation"] = torch.zeros(m, n, dtype=BF16)
+    ws = torch.empty(plan.workspace_size, dtype=torch.uint8)
+    plan.execute(pack, ws, types.SimpleNamespace(cuda_stream=77))
+    assert calls[-1][13] == pack["activation"].data_ptr()
+    addr = lambda name: pack[name].data_ptr()  # noqa: E731
+    args = [addr(x) for x in ("a", "b", "c", "padded_offsets", "alpha", "beta", "prob", "d_row",
+                              "dprob", "dbias")] + [ws.data_ptr(), m]
+    plan.address_launcher(False, -1)(*args, activation=addr("activation"))
+    assert calls[-1] == calls[-2]
+    n_calls = len(calls)
+    with pytest.raises(ValueError, match="writes the activation output"):
+        plan.execute(dict(pack, activation=None), ws, types.SimpleNamespace(cuda_stream=77))
+    with pytest.raises(ValueError, match="writes the activation output"):
+        plan.address_launcher(False, -1)(*args)
+    assert len(calls) == n_calls
+    with pytest.raises(ValueError, match="needs act_func 'dgeglu'"):
+        config_for(dataclasses.replace(p, act=ActConfig("dswiglu"))).check()
 
 
 def test_discrete_launch_passes_the_table_and_workspace_regions(monkeypatch):
@@ -549,9 +585,10 @@ def test_discrete_launch_passes_the_table_and_workspace_regions(monkeypatch):
     plan.execute(pack, ws, types.SimpleNamespace(cuda_stream=77))
     (args,) = calls
     ptr = {name: v.data_ptr() for name, v in pack.items()}
-    assert args[:13] == (ptr["a"], ptr["a"], ptr["c"], ptr["d_row"], ptr["padded_offsets"],
+    assert args[:14] == (ptr["a"], ptr["a"], ptr["c"], ptr["d_row"], ptr["padded_offsets"],
                          ptr["alpha"], ptr["beta"], ptr["prob"], ptr["dprob"],
-                         ws.data_ptr() + 128 * L, ptr["b_ptrs"], ws.data_ptr(), ptr["dbias"])
+                         ws.data_ptr() + 128 * L, ptr["b_ptrs"], ws.data_ptr(), ptr["dbias"],
+                         ptr["a"])
     with pytest.raises(ValueError, match="128-byte aligned"):
         plan.execute(pack, ws[4:], types.SimpleNamespace(cuda_stream=77))
 
@@ -738,6 +775,17 @@ _CASES = [
     ("discrete-coop-mid-geglu-Cfp16-Dbf16",
      _problem(act="dgeglu", dbias=False, c=FP16, weight_mode="discrete", k=4096, **_COOP),
      "coop", None),
+    # the activation output and round_dgrad (bf16 C and D, as the contract has them)
+    ("t128-2x1-half-geglu-dbias-act-round",
+     _problem(act="dgeglu", activation=True, round_dgrad=True, **_P), (128, 2, 1, 2), None),
+    ("discrete-t64-1x1-swiglu-round-Cfp32-Dfp32",
+     _problem(c=FP32, d=FP32, round_dgrad=True, weight_mode="discrete", **_P), (64, 1, 1, 1),
+     None),
+    ("coop-deep-geglu-dbias-act", _problem(act="dgeglu", activation=True, k=7168, **_COOP),
+     "coop", None),
+    ("fresh-t64-2x2-geglu-act-round",
+     _problem(act="dgeglu", dbias=False, activation=True, round_dgrad=True, **_P),
+     (64, 2, 2, 1), "init_outputs"),
     # the functional op's fresh outputs, and the replay's scratch kept zero
     ("fresh-t128-2x1-half-swiglu-dbias", _problem(**_P), (128, 2, 1, 2), "init_outputs"),
     ("fresh-discrete-t128-1x1-geglu-dbias-nmajor-K2056-Cfp16-Dfp32",
@@ -795,7 +843,9 @@ def test_cases_cover_the_knob_space_and_the_families():
         assert {e[3] for m, e in entries if m == wm and e[0] != "coop"} == {1, 2}
     probs = [c[1] for c in _CASES]
     assert {(p.c_dtype, p.d_dtype) for p in probs} == {(c, d) for c in _DT for d in _DT}
-    for attr, values in (("generate_dbias", {True, False}), ("b_major", {"k", "n"})):
+    for attr, values in (("generate_dbias", {True, False}), ("b_major", {"k", "n"}),
+                         ("generate_activation", {True, False}),
+                         ("round_dgrad_to_input_dtype", {True, False})):
         assert {getattr(p, attr) for p in probs} == values
     assert {p.act.act_func for p in probs} == {"dswiglu", "dgeglu"}
     assert {c[3] for c in _CASES} == {None, "init_outputs", "ws_zeroed"}

@@ -9,7 +9,7 @@ tolerances of ``sm90_cases.TOL``. Reproduce one case with
 import pytest
 import torch
 
-from sm90_cases import (Case, c_half_cases, c_stage_cases, cluster_2x2_cases, cluster_cases,
+from sm90_cases import (Case, activation_cases, c_half_cases, c_stage_cases, cluster_2x2_cases, cluster_cases,
                         cooperative_cases, dense_n_major_cases, run_and_check, skip_unless_sm90,
                         split_cases, split_unspread_case, standard_cases)
 
@@ -210,3 +210,52 @@ def test_sm90_c_half_matches_reference(case):
     """Ping-pong C ring entries of 64 rows (knob c_split 2)."""
     skip_unless_sm90()
     print(case.label(), run_and_check(case))
+
+
+@pytest.mark.parametrize("case", activation_cases(), ids=lambda c: c.label())
+def test_sm90_activation_output_and_round_dgrad_match_reference(case):
+    """The activation output (written at every row of the experts' ranges, rows past the
+    last offset untouched) and round_dgrad_to_input_dtype, in the kernel, against the
+    float64 reference."""
+    skip_unless_sm90()
+    print(case.label(), run_and_check(case))
+
+
+def test_sm90_activation_output_fresh_outputs_variant():
+    """Fresh outputs: the activation output's rows past the last offset become 0."""
+    skip_unless_sm90()
+    print(run_and_check(activation_cases()[1], fresh=True))
+
+
+def _frobenius(x, ref):
+    x, ref = x.double(), ref.double()
+    return ((x - ref).norm() / ref.norm()).item()
+
+
+@pytest.mark.parametrize("act", ["dswiglu", "dgeglu"])
+def test_sm90_round_dgrad_rounds(act):
+    """round_dgrad_to_input_dtype changes the result by the rounding and by nothing else: fp32
+    D from the kernel is close to the rounded float64 reference and measurably apart from
+    the unrounded one. Rounding to bf16 moves g0 by up to 2^-9 relative (about 1.1e-3 RMS);
+    against the rounded reference only the elements whose fp32 and float64 g0 straddle a
+    rounding boundary differ (one bf16 ulp, a few in 10^4 of them: about 6e-5)."""
+    import dataclasses
+
+    from cudnn_ext.reference import reference_outputs
+
+    skip_unless_sm90()
+    case = Case([512, 0, 768], 160, 200, act, torch.float32, torch.float32, round_dgrad=True)
+    seen = {}
+
+    def inspect(problem, pack, ref):
+        rows = int(pack["padded_offsets"][-1])
+        plain = dataclasses.replace(problem, round_dgrad_to_input_dtype=False)
+        unrounded = reference_outputs(plain, pack, compute_dtype=torch.float64)
+        d = pack["d_row"][:rows]
+        seen["rounded"] = _frobenius(d, ref["d_row"][:rows])
+        seen["unrounded"] = _frobenius(d, unrounded["d_row"][:rows])
+
+    run_and_check(case, inspect_outputs=inspect)
+    print(seen)
+    assert seen["rounded"] < 2.5e-4, seen
+    assert seen["unrounded"] > 6e-4, seen

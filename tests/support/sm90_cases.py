@@ -39,6 +39,8 @@ class Case:
     c_stages: int = 0  # C blocks in flight per math warpgroup (0: the engine's default)
     c_split: int = 1  # ping-pong C ring entries of 128 / c_split rows
     split_last: int = 1  # (cooperative) the last round spread over up to rem x this many clusters
+    activation: bool = False  # (dgeglu) the activation output, (M, N) bf16
+    round_dgrad: bool = False  # round_dgrad_to_input_dtype: alpha^2 * acc rounded to bf16
 
     def label(self) -> str:
         dt = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
@@ -52,7 +54,8 @@ class Case:
                 f"{'-coop' if self.cooperative else ''}{'-sbeta' if self.signed_beta else ''}"
                 f"{'-c%d' % self.c_stages if self.c_stages else ''}"
                 f"{'-h%d' % self.c_split if self.c_split > 1 else ''}"
-                f"{'-x%d' % self.split_last if self.split_last > 1 else ''}")
+                f"{'-x%d' % self.split_last if self.split_last > 1 else ''}"
+                f"{'-act' if self.activation else ''}{'-rnd' if self.round_dgrad else ''}")
 
 
 def make_pack(case: Case, device="cuda"):
@@ -80,6 +83,8 @@ def make_pack(case: Case, device="cuda"):
         "dprob": torch.randn(m, device=device).float(),  # accumulated into, not overwritten
         "dbias": (torch.randn(L, 2 * n, device=device).to(torch.bfloat16) if case.dbias else None),
     }
+    if case.activation:
+        pack["activation"] = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device=device)
     if case.signed_beta:
         pack["beta"][0] = 0.0
         pack["beta"][-1] = -1.3
@@ -93,7 +98,9 @@ def make_pack(case: Case, device="cuda"):
                           b_major=case.b_major,
                           ab_dtype=torch.bfloat16, c_dtype=case.c_dtype, d_dtype=case.d_dtype,
                           act=act, generate_dbias=case.dbias, device_type="cuda",
-                          device_index=torch.device(device).index)
+                          device_index=torch.device(device).index,
+                          generate_activation=case.activation,
+                          round_dgrad_to_input_dtype=case.round_dgrad)
     return problem, pack
 
 
@@ -174,16 +181,18 @@ def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 #: Named tolerance policy per output (see rel_err: Frobenius, and 4x this per element vs max|ref|).
-TOL = {"d_bf16": 1.5e-2, "d_fp16": 4e-3, "d_fp32": 2e-3, "dprob": 2e-3, "dbias": 1.5e-2}
+TOL = {"d_bf16": 1.5e-2, "d_fp16": 4e-3, "d_fp32": 2e-3, "dprob": 2e-3, "dbias": 1.5e-2,
+       "activation": 1.5e-2}
 
 
 def run_and_check(case: Case, engine=None, knobs=None, fresh: bool = False,
-                  inspect=None) -> dict:
+                  inspect=None, inspect_outputs=None) -> dict:
     """Run one case on the SM90 engine; returns the errors; raises AssertionError on failure.
 
     ``fresh``: run the fresh-outputs variant (``execute_fresh``) on garbage-filled dprob/dbias
     and NaN D: D rows past the last offset must become 0 and dprob/dbias this call's sums.
     ``inspect(plan, workspace)``: called after the run (the workspace was 0xA5 before it).
+    ``inspect_outputs(problem, pack, ref)``: called last, with the float64 reference.
     ``knobs``: the plan's ``Sm90Config``, or a dict of config fields (``config_for``), or None
     (the case's)."""
     from cudnn_ext.engines.sm90 import Sm90DgluEngine, config_for
@@ -236,6 +245,18 @@ def run_and_check(case: Case, engine=None, knobs=None, fresh: bool = False,
         want = (dbias0.double() + ref["dbias"])
         out["dbias"] = rel_err(pack["dbias"], want)
         assert out["dbias"] < TOL["dbias"], f"{case.label()}: dbias rel err {out['dbias']:.3e}"
+    if case.activation:
+        act = pack["activation"]
+        assert not torch.isnan(act[:rows]).any(), f"{case.label()}: unwritten activation elements"
+        if fresh:
+            assert (act[rows:] == 0).all(), f"{case.label()}: activation rows past offs[-1] not zeroed"
+        else:
+            assert torch.isnan(act[rows:]).all(), f"{case.label()}: activation rows past offs[-1] written"
+        out["activation"] = rel_err(act[:rows], ref["activation"][:rows])
+        assert out["activation"] < TOL["activation"], \
+            f"{case.label()}: activation rel err {out['activation']:.3e}"
+    if inspect_outputs is not None:
+        inspect_outputs(problem, pack, ref)
     return out
 
 
@@ -488,3 +509,29 @@ def split_unspread_case() -> Case:
     unit (``tile_walk.last_round_split`` wants 3/4 at most), so they run whole."""
     return Case([4096, 4096, 0, 4096, 3840], 512, 520, "dswiglu", tile_n=256, cluster_m=2,
                 split_last=3, cooperative=True)
+
+
+def activation_cases() -> list:
+    """The activation output (dGeGLU) and round_dgrad_to_input_dtype on every schedule:
+    ping-pong with register D stores and with 64-row C entries (D through shared memory),
+    2x2 clusters, cooperative 128 x 256 with an N tail, the split last round, discrete
+    weights; empty experts, N and K tails, rows past the last offset; dSwiGLU and fp32 C/D
+    with round_dgrad alone."""
+    co = dict(cooperative=True)
+    return [
+        Case([256, 0, 768, 256], 96, 200, "dgeglu", activation=True),
+        Case([256, 0, 768, 256], 96, 200, "dgeglu", activation=True, round_dgrad=True,
+             c_split=2, cluster_m=2),
+        Case([0, 512, 256], 320, 264, "dgeglu", dbias=False, activation=True, cluster_m=2,
+             cluster_n=2, signed_beta=True),
+        Case([0, 512, 256], 320, 264, "dgeglu", activation=True, round_dgrad=True,
+             tile_n=256, cluster_m=2, **co),
+        Case([512, 0, 768, 256], 512, 520, "dgeglu", activation=True, tile_n=256, cluster_m=2,
+             split_last=3, extra_rows=16384, **co),
+        Case([256, 0, 768, 256], 96, 200, "dgeglu", activation=True, round_dgrad=True,
+             weight_mode="discrete", b_major="n"),
+        Case([512, 256], 160, 200, "dswiglu", torch.float32, torch.float32, round_dgrad=True,
+             tile_n=64),
+        Case([2048, 256, 0, 4096, 1024, 512, 256, 2048], 512, 1416, "dswiglu", round_dgrad=True,
+             cluster_m=2),
+    ]

@@ -47,7 +47,10 @@ class Sm90Config:
     element types (``"bf16"``, ``"fp16"``, ``"fp32"``), ``act_func``, ``generate_dbias``,
     ``weight_mode`` (``"dense"``: one (N, K, L) tensor; ``"discrete"``: a device table of L
     per-expert (N, K) base addresses, loaded through per-expert TMA descriptors a helper kernel
-    builds on the device) and ``b_major`` (``"k"``: K-major; ``"n"``: N-major).
+    builds on the device) and ``b_major`` (``"k"``: K-major; ``"n"``: N-major);
+    ``generate_activation`` (dGeGLU: the epilogue also stores prob x the activation value,
+    (M, N) bf16, de-interleaved) and ``round_dgrad`` (the vendor's
+    ``round_dgrad_to_input_dtype``: alpha^2 x acc rounded to bf16 before the epilogue math).
 
     Knobs (what the engine's knob space and autotune choose between):
 
@@ -88,6 +91,8 @@ class Sm90Config:
     generate_dbias: bool
     weight_mode: str = "dense"
     b_major: str = "k"
+    generate_activation: bool = False
+    round_dgrad: bool = False
     tile_n: int = 128
     ab_stages: int = 0
     c_stages: int = 0
@@ -134,6 +139,9 @@ class Sm90Config:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         if self.weight_mode not in ("dense", "discrete") or self.b_major not in ("k", "n"):
             raise ValueError(f"weight_mode/b_major {self.weight_mode!r}/{self.b_major!r} unsupported")
+        if self.generate_activation and self.act_func != "dgeglu":
+            raise ValueError(f"generate_activation needs act_func 'dgeglu' (the contract's "
+                             f"activation output), got {self.act_func!r}")
         if self.cluster_m not in (1, 2):
             raise ValueError(f"cluster_m must be 1 or 2, got {self.cluster_m}")
         if self.discrete() and self.cluster_n != 1:

@@ -10,7 +10,8 @@ tidx, sDb, hand_mbar, kslot)`` runs on one math warpgroup after its mainloop.
   (``c_pipe`` over ``sC``, from position ``cpos``: ``c_producer`` loads them ahead); the tile
   (``m_tile``, ``n_tile``, ``expert``); the launch's :class:`EpilogueParams`.
 * Out: the D block, written over its C entry in shared memory (``d_via_smem``: the C producer
-  warp TMA-stores it) or straight to ``params.mD``; dprob row partials (one fp32 atomic per
+  warp TMA-stores it) or straight to ``params.mD``; (``generate_activation``) prob x the
+  activation value, straight to ``params.mAct`` at the accumulator's columns; dprob row partials (one fp32 atomic per
   row and tile); dbias column partials into ``sDb`` (ping-pong: the entry's stage slice, for
   the C producer; cooperative: the ``HandOver`` slot numbered ``kslot``, for the folder).
 
@@ -34,10 +35,12 @@ from .tile_walk import expert_of_row
 
 
 class EpilogueParams(NamedTuple):
-    """The epilogue's launch-wide operands: D (M, 2N) and dprob (M,) out, alpha and beta (L,)
-    and prob (M,) in, and the runtime activation constants."""
+    """The epilogue's launch-wide operands: D (M, 2N), the activation output (M*N, flat;
+    written with ``generate_activation`` only) and dprob (M,) out, alpha and beta (L,) and
+    prob (M,) in, and the runtime activation constants."""
 
     mD: object
+    mAct: object
     mAlpha: object
     mBeta: object
     mProb: object
@@ -239,11 +242,23 @@ class DgluEpilogueMixin:
 
     @cute.jit
     def _store_pair(self, mT: cute.Tensor, offset: Int32, x0: Float32, x1: Float32):
+        """x0, x1 to elements offset, offset + 1 (even) of ``mT``, in ``mT``'s dtype: one
+        32-bit store for 16-bit types."""
         frag = cute.make_rmem_tensor((2,), Float32)
         frag[0] = x0
         frag[1] = x1
         view = cute.make_tensor(mT.iterator + cute.assume(offset, divby=2), cute.make_layout(2))
-        view.store(frag.load().to(self.d_dtype))
+        view.store(frag.load().to(mT.element_type))
+
+    @cute.jit
+    def _round_bf16_pair(self, x0: Float32, x1: Float32):
+        """x0, x1 rounded to bf16 (nearest even) and back to fp32: ``round_dgrad`` (one
+        cvt.rn.bf16x2.f32 for the pair)."""
+        frag = cute.make_rmem_tensor((2,), Float32)
+        frag[0] = x0
+        frag[1] = x1
+        r = frag.load().to(cutlass.BFloat16).to(Float32)
+        return [r[0], r[1]]
 
     def _smem_pair(self, sCj, r, col):
         """Elements (r, col), (r, col + 1) of a C block in shared memory as one 2-element
@@ -315,7 +330,7 @@ class DgluEpilogueMixin:
         The interface (in: accumulator, C blocks, tile; out: D block, dprob and dbias
         partials) is the module's docstring.
         """
-        (mD, mAlpha, mBeta, mProb, mDprob, geglu_alpha, clamp_max, clamp_min,
+        (mD, mAct, mAlpha, mBeta, mProb, mDprob, geglu_alpha, clamp_max, clamp_min,
          linear_offset) = params
         cfg = self.cfg
         two_n = 2 * cfg.n
@@ -335,10 +350,17 @@ class DgluEpilogueMixin:
         if cutlass.const_expr(swiglu):
             c_scale = beta
             neg_log2e_beta = beta * Float32(-LOG2_E)
-        dprob_scale = g_scale * c_scale * c_scale
+        # round_dgrad: g0 = alpha^2 * acc is rounded to bf16 per element first, so alpha^2
+        # leaves the hoisted factors (g0_scale multiplies acc instead)
+        g0_scale = g_scale
+        if cutlass.const_expr(not cfg.round_dgrad):
+            g0_scale = None
+        hoisted = g_scale if g0_scale is None else Float32(1.0)
+        dprob_scale = hoisted * c_scale * c_scale
 
         rows = self._thread_rows(tCcC, row0)
-        row_scale = [g_scale * c_scale * p for p in self._gather(mProb, rows)]
+        probs = self._gather(mProb, rows)
+        row_scale = [hoisted * c_scale * p for p in probs]
         dprob = self._zeros(2 * self.halves)
         # the warpgroup's first row inside the tile: C/D blocks hold only its rows
         blk_row0 = 64 * wg if self.coop else 0
@@ -378,10 +400,14 @@ class DgluEpilogueMixin:
                     r_loc, r_blk, c_loc = where[pi]
                     slot = 2 * h + (v // 2) % 2
                     outs = []
+                    acts = []
                     if cutlass.const_expr(loaded is None):
                         gates, ups = self._load_gate_up(sCj, r_blk, c_loc)
                     else:
                         gates, ups = loaded[pi]
+                    g0 = [acc[v], acc[v + 1]]
+                    if cutlass.const_expr(g0_scale is not None):
+                        g0 = self._round_bf16_pair(g0[0] * g0_scale, g0[1] * g0_scale)
                     for c in cutlass.range_constexpr(2):
                         if cutlass.const_expr(swiglu):
                             dg_l, du_l, act = dswiglu_unscaled(gates[c], ups[c], beta,
@@ -390,9 +416,10 @@ class DgluEpilogueMixin:
                             dg_l, du_l, act = dgeglu_local(gates[c] * beta, ups[c] * beta,
                                                            geglu_alpha, clamp_max, clamp_min,
                                                            linear_offset)
-                        r = acc[v + c] * row_scale[slot]
+                        r = g0[c] * row_scale[slot]
                         outs.append((r * dg_l, r * du_l))
-                        dprob[slot] = dprob[slot] + acc[v + c] * act
+                        dprob[slot] = dprob[slot] + g0[c] * act
+                        acts.append(act)
                         if cutlass.const_expr(cfg.generate_dbias):
                             col = ((pi // 2) * 2) + c  # group-in-block * 2 + column bit
                             col_gate[col] = self._add_term(col_gate[col], outs[c][0])
@@ -405,6 +432,11 @@ class DgluEpilogueMixin:
                         off = (row0 + r_loc) * two_n + 2 * n0 + 64 * j + c_loc
                         self._store_pair(mD, off, outs[0][0], outs[1][0])
                         self._store_pair(mD, off + 32, outs[0][1], outs[1][1])
+                    if cutlass.const_expr(cfg.generate_activation):
+                        if valid:  # accumulator column n0 + 32 j + c_loc, de-interleaved
+                            off = (row0 + r_loc) * cfg.n + n0 + 32 * j + c_loc
+                            self._store_pair(mAct, off, acts[0] * probs[slot],
+                                             acts[1] * probs[slot])
                 if cutlass.const_expr(h % per_entry == per_entry - 1):  # the entry is done
                     self._release_entry(c_pipe, st, sDb, col_gate, col_up, tidx,
                                         h == self.halves - 1)

@@ -45,17 +45,19 @@ class HostKernelsMixin:
 
     @cute.kernel
     def init_outputs(self, mWs: cute.Tensor, mDprob: cute.Tensor, mDflat: cute.Tensor,
-                     mDb: cute.Tensor, mOffs: cute.Tensor, num_experts: Int32):
-        """Grid-stride, before the main kernel (fresh outputs): dprob := 0, D rows at/past
-        offs[L-1] := 0 (the main kernel writes every row before it), and with dbias the bf16
-        dbias and the workspace's dbias region := 0 (the kernel's fold then adds to zero;
-        empty experts stay zero)."""
+                     mDb: cute.Tensor, mAct: cute.Tensor, mOffs: cute.Tensor, num_experts: Int32):
+        """Grid-stride, before the main kernel (fresh outputs): dprob := 0, D rows (and the
+        activation output's) at/past offs[L-1] := 0 (the main kernel writes every row before
+        it), and with dbias the bf16 dbias and the workspace's dbias region := 0 (the
+        kernel's fold then adds to zero; empty experts stay zero)."""
         tidx, _, _ = cute.arch.thread_idx()
         bid, _, _ = cute.arch.block_idx()
         nblocks, _, _ = cute.arch.grid_dim()
         step = nblocks * 256
         _zero_from(mDprob, bid * 256 + tidx, step)
         _zero_from(mDflat, mOffs[num_experts - 1] * (2 * self.cfg.n) + bid * 256 + tidx, step)
+        if cutlass.const_expr(self.cfg.generate_activation):
+            _zero_from(mAct, mOffs[num_experts - 1] * self.cfg.n + bid * 256 + tidx, step)
         if cutlass.const_expr(self.cfg.generate_dbias or self.cfg.split()):
             _zero_from(mWs, bid * 256 + tidx, step)
         if cutlass.const_expr(self.cfg.generate_dbias):

@@ -90,13 +90,16 @@ def dglu_ffi_entry(
         # the discrete-only pointer table / descriptor workspace: never read by the dense kernel
         b_ptrs = b_desc = cute.recast_ptr(a.iterator, dtype=cutlass.Int64)
         b_data = b.iterator
+    if cutlass.const_expr(cfg.generate_activation):
+        raise ValueError("dglu_ffi_entry: the activation output is not offered through JAX")
     if cutlass.const_expr(cfg.generate_dbias and cfg.fold_dbias):
         raise ValueError("dglu_ffi_entry: needs fold_dbias=False (XLA zeroes the workspace, JAX rounds it)")
-    # the bf16 dbias the kernel would fold into: never read with fold_dbias=False
+    # the bf16 dbias the kernel would fold into: never read with fold_dbias=False; the same
+    # placeholder for the activation output (not offered through JAX: never written)
     no_dbias = cute.recast_ptr(a.iterator, dtype=cutlass.BFloat16)
     kernel(a.iterator, b_data, c.iterator, d_row.iterator, offs.iterator, alpha.iterator,
            beta.iterator, prob.iterator, dprob_ptr, ws_ptr, b_ptrs, b_desc, no_dbias,
-           m, num_experts, Int32(sm_count), Float32(geglu_alpha), Float32(clamp_max),
+           no_dbias, m, num_experts, Int32(sm_count), Float32(geglu_alpha), Float32(clamp_max),
            Float32(clamp_min), Float32(linear_offset), stream)
 
 

@@ -127,6 +127,7 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
         b_ptrs_ptr: cute.Pointer,
         b_desc_ptr: cute.Pointer,
         dbias_ptr: cute.Pointer,
+        act_ptr: cute.Pointer,
         m: Int32,
         num_experts: Int32,
         sm_count: Int32,
@@ -158,6 +159,8 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
         mBeta = cute.make_tensor(beta_ptr, cute.make_layout((num_experts,)))
         mProb = cute.make_tensor(prob_ptr, cute.make_layout((m,)))
         mDprob = cute.make_tensor(dprob_ptr, cute.make_layout((m,)))
+        # the activation output (M, N), flat (without it: A's address, never written)
+        mAct = cute.make_tensor(act_ptr, cute.make_layout((m * n,)))
         mDbias = cute.make_tensor(
             dbias_ws_ptr, cute.make_layout((num_experts, 2 * n), stride=(2 * n, 1)))
 
@@ -251,7 +254,7 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
             # dprob (M), D's tail rows, dbias and its workspace: a grid-stride pass each
             mDflat = cute.make_tensor(d_ptr, cute.make_layout((m * 2 * n,)))
             init_grid = (cutlass.min((m + 255) // 256 + 1, 4 * sm_count), 1, 1)
-            self.init_outputs(mWs, mDprob, mDflat, mDb, mOffs, num_experts).launch(
+            self.init_outputs(mWs, mDprob, mDflat, mDb, mAct, mOffs, num_experts).launch(
                 grid=init_grid, block=[256, 1, 1], stream=stream)
         elif cutlass.const_expr((fold or cfg.split()) and not cfg.ws_zeroed):
             zero_grid = (cutlass.min((ws_total + 255) // 256, 4 * sm_count), 1, 1)
@@ -265,7 +268,7 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
                 grid=(num_experts, 1, 1), block=[32, 1, 1], stream=stream)
         self.kernel(
             tma_atom_a, tma_a, tma_atom_b, tma_b, tma_atom_c, tma_c, tma_atom_d, tma_d, mC, mD,
-            mOffs, mAlpha,
+            mAct, mOffs, mAlpha,
             mBeta, mProb, mDprob, mDbias, mCount, mDb, b_desc_ptr, num_experts, geglu_alpha,
             clamp_max, clamp_min, linear_offset, tiled_mma, tiled_mma_first, a_smem_staged,
             b_smem_staged, c_smem_staged,
@@ -286,6 +289,7 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
         mD_tma: cute.Tensor,
         mC: cute.Tensor,
         mD: cute.Tensor,
+        mAct: cute.Tensor,
         mOffs: cute.Tensor,
         mAlpha: cute.Tensor,
         mBeta: cute.Tensor,
@@ -471,8 +475,8 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
             tr = self._trace_begin(b_desc_ptr, tidx, bid, nblocks, wg)
             tcount = Int32(0)
 
-            epi = EpilogueParams(mD, mAlpha, mBeta, mProb, mDprob, geglu_alpha, clamp_max,
-                                 clamp_min, linear_offset)
+            epi = EpilogueParams(mD, mAct, mAlpha, mBeta, mProb, mDprob, geglu_alpha,
+                                 clamp_max, clamp_min, linear_offset)
             pos = Int32(0) if self.coop else wg * self.k_tile_cnt  # first k-tile's ring position
             cpos = Int32(0)  # position in this warpgroup's private C FIFO
             kslot = Int32(0)  # (cooperative dbias) blocks handed over so far
