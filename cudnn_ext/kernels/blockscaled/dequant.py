@@ -1,0 +1,187 @@
+"""Block-scaled operand -> BF16 on the device: one pass over an MXFP8 / NVFP4 / MXFP4 operand.
+
+Owns the device form of ``cudnn_ext.quant.dequantize`` for the operands the Hopper kernel's
+BF16 mainloop can take (docs/blockscaled.md): ``(G, rows, K)`` K-major elements (FP8
+``e4m3``/``e5m2``, or e2m1 packed two per byte, element ``2j`` in the low nibble of byte
+``j``) and their scales in the 6-D swizzled layout (512-byte atoms of 128 rows x 4 k-blocks,
+``e8m0`` or ``e4m3``), to a contiguous ``(G, rows, K)`` BF16 tensor. Every product
+``element x scale`` is exact in BF16 except where it leaves BF16's range: above its largest
+finite value (e4m3 448 x 2^127, e2m1 6 x 2^127: inf) and below its smallest subnormal
+(e5m2 2^-16 x 2^-127: rounded, to 0 at the extreme). No torch; the caller (the block-scaled
+engine) owns buffers and streams.
+
+One thread per (group, row, k-block quad): the quad's four scales are one 32-bit load (a
+swizzle atom keeps the four k-blocks of a row together), each block's elements one to two
+16-byte loads, its BF16 results 32 or 64 bytes of stores; neighbouring threads take
+neighbouring quads of a row, so loads and stores are coalesced.
+
+Decoding, all exact in fp32: FP8 elements with the hardware conversion; e2m1 from integer
+fields (``2 x |v|`` is ``m`` for exponent 0, else ``(2 + m) << (e - 1)``); an e8m0 scale
+``2^(c - 127)`` from its bit pattern (code 0 the subnormal 2^-127, 255 NaN); an e4m3 scale
+with the hardware conversion. The multiply does not flush subnormals (``mul.rn.f32``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32
+
+from ...quant.sf_layout import ATOM_ELEMS, ATOM_KBLOCKS, ATOM_ROWS
+
+ELEM_FORMATS = ("e4m3", "e5m2", "e2m1")
+SF_FORMATS = ("e8m0", "e4m3")
+THREADS = 256
+
+
+@dataclass(frozen=True)
+class DequantConfig:
+    """What one compiled dequantizer is specialized on: the element and scale formats and the
+    block size (``sf_vec``: 32 for MXFP8/MXFP4, 16 or 32 for NVFP4). Rows, K and the group
+    count are runtime arguments."""
+
+    elem: str
+    sf: str
+    sf_vec: int
+
+    def check(self) -> None:
+        if self.elem not in ELEM_FORMATS:
+            raise ValueError(f"elem must be one of {ELEM_FORMATS}, got {self.elem!r}")
+        if self.sf not in SF_FORMATS:
+            raise ValueError(f"sf must be one of {SF_FORMATS}, got {self.sf!r}")
+        if self.sf_vec not in (16, 32):
+            raise ValueError(f"sf_vec must be 16 or 32, got {self.sf_vec}")
+        if self.elem != "e2m1" and (self.sf, self.sf_vec) != ("e8m0", 32):
+            raise ValueError(f"FP8 elements take e8m0 scales over 32 elements, got "
+                             f"{self.sf} over {self.sf_vec}")
+
+    @property
+    def fp4(self) -> bool:
+        return self.elem == "e2m1"
+
+    def stored_bytes(self, k: int) -> int:
+        """Bytes of one row of K logical elements."""
+        return k // 2 if self.fp4 else k
+
+
+_ELEM_TYPES = {"e4m3": cutlass.Float8E4M3FN, "e5m2": cutlass.Float8E5M2}
+
+
+class Dequantizer:
+    """The kernel of one :class:`DequantConfig`: ``__call__(q, sf, out, rows, k, groups,
+    stream)`` on raw pointers (``q`` bytes, ``sf`` bytes, ``out`` bf16); K must be a
+    multiple of ``4 x sf_vec`` (whole quads: the engine declines other K)."""
+
+    def __init__(self, cfg: DequantConfig):
+        cfg.check()
+        self.cfg = cfg
+
+    @cute.jit
+    def __call__(self, q_ptr: cute.Pointer, sf_ptr: cute.Pointer, out_ptr: cute.Pointer,
+                 rows: Int32, k: Int32, groups: Int32, stream):
+        quads = k // (ATOM_KBLOCKS * self.cfg.sf_vec)
+        total = groups * rows * quads
+        grid = ((total + THREADS - 1) // THREADS, 1, 1)
+        self.kernel(q_ptr, sf_ptr, out_ptr, rows, k, quads, total).launch(
+            grid=grid, block=[THREADS, 1, 1], stream=stream)
+
+    @cute.kernel
+    def kernel(self, q_ptr: cute.Pointer, sf_ptr: cute.Pointer, out_ptr: cute.Pointer,
+               rows: Int32, k: Int32, quads: Int32, total: Int32):
+        tidx, _, _ = cute.arch.thread_idx()
+        bid, _, _ = cute.arch.block_idx()
+        t = bid * THREADS + tidx
+        if t < total:
+            cfg = self.cfg
+            v = cfg.sf_vec
+            kq = t % quads
+            r = (t // quads) % rows
+            g = t // (quads * rows)
+            rmn = (rows + ATOM_ROWS - 1) // ATOM_ROWS
+            # the row's 4 scales of quad kq: contiguous in the 512-byte atom
+            sf_off = (g * rmn * quads + (r // ATOM_ROWS) * quads + kq) * ATOM_ELEMS \
+                + (r % 32) * 16 + ((r // 32) % 4) * 4
+            sf_src = cute.make_tensor(
+                cute.make_ptr(cutlass.Uint8, sf_ptr.toint() + cutlass.Int64(sf_off),
+                              cute.AddressSpace.gmem, assumed_align=4),
+                cute.make_layout(4))
+            sf_frag = cute.make_rmem_tensor((4,), cutlass.Uint8)
+            cute.autovec_copy(sf_src, sf_frag)
+            row = cutlass.Int64(g * rows + r) * cutlass.Int64(k)
+            for j in cutlass.range_constexpr(ATOM_KBLOCKS):
+                scale = self._scale(sf_frag, j)
+                k0 = (kq * ATOM_KBLOCKS + j) * v
+                vals = self._block(q_ptr, row + cutlass.Int64(k0))
+                res = cute.make_rmem_tensor((v,), Float32)
+                for i in cutlass.range_constexpr(v):
+                    res[i] = vals[i] * scale
+                dst = cute.make_tensor(
+                    cute.make_ptr(cutlass.BFloat16,
+                                  out_ptr.toint() + (row + cutlass.Int64(k0)) * 2,
+                                  cute.AddressSpace.gmem, assumed_align=32),
+                    cute.make_layout(v))
+                dst.store(res.load().to(cutlass.BFloat16))
+
+    @cute.jit
+    def _scale(self, sf_frag, j: cutlass.Constexpr):
+        """Scale j of the quad as fp32, or a pair of factors (e8m0) folded into one value
+        only when that value is normal."""
+        if cutlass.const_expr(self.cfg.sf == "e4m3"):
+            pair = cute.make_rmem_tensor((2,), cutlass.Uint8)
+            pair[0] = sf_frag[j]
+            pair[1] = sf_frag[j]
+            f = pair.load().bitcast(cutlass.Float8E4M3FN).to(Float32)
+            return f[0]
+        else:
+            c = Int32(sf_frag[j])
+            return self._e8m0(c)
+
+    @cute.jit
+    def _e8m0(self, c: Int32):
+        """2^(c - 127) for code c, from its fp32 bit pattern: code 0 is the subnormal 2^-127
+        (0x00400000), code 255 NaN."""
+        bits = c << 23
+        if c == 0:
+            bits = Int32(0x00400000)
+        if c == 255:
+            bits = Int32(0x7FC00000)
+        return bits.bitcast(Float32)
+
+    @cute.jit
+    def _block(self, q_ptr: cute.Pointer, elem0):
+        """The ``sf_vec`` elements from logical element ``elem0`` (a 64-bit offset) as fp32."""
+        v = self.cfg.sf_vec
+        out = cute.make_rmem_tensor((v,), Float32)
+        if cutlass.const_expr(self.cfg.fp4):
+            words = v // 8  # 8 nibbles per 32-bit word
+            src = cute.make_tensor(
+                cute.make_ptr(Int32, q_ptr.toint() + elem0 // 2, cute.AddressSpace.gmem,
+                              assumed_align=8),
+                cute.make_layout(words))
+            w = cute.make_rmem_tensor((words,), Int32)
+            cute.autovec_copy(src, w)
+            for i in cutlass.range_constexpr(v):
+                nib = (w[i // 8] >> (4 * (i % 8))) & 15
+                out[i] = self._e2m1(nib)
+        else:
+            et = _ELEM_TYPES[self.cfg.elem]
+            src = cute.make_tensor(
+                cute.make_ptr(et, q_ptr.toint() + elem0, cute.AddressSpace.gmem,
+                              assumed_align=16),
+                cute.make_layout(v))
+            frag = cute.make_rmem_tensor((v,), et)
+            cute.autovec_copy(src, frag)
+            out.store(frag.load().to(Float32))
+        return out
+
+    @cute.jit
+    def _e2m1(self, nib: Int32):
+        """An e2m1 code (s e1 e0 m) as fp32: 2|v| = m (e = 0) or (2 + m) << (e - 1)."""
+        e = (nib >> 1) & 3
+        m = nib & 1
+        twice = m
+        if e > 0:
+            twice = (m + 2) << (e - 1)
+        mag = Float32(twice) * Float32(0.5)
+        return -mag if (nib & 8) != 0 else mag

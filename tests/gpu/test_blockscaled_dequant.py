@@ -1,0 +1,62 @@
+"""The device dequantizer of block-scaled operands (``kernels/blockscaled``) against
+``cudnn_ext.quant.dequantize`` (float64 products rounded once): random element and scale
+bytes, every code included (NaN, infinities, e8m0 0 and 254, e4m3 subnormal and negative
+scales), several groups, rows that leave a partial 128-row scale atom. The BF16 results
+must be bit-identical (NaN where the reference has NaN); BF16 memory past the operand must
+stay untouched."""
+import zlib
+
+import pytest
+import torch
+
+from cudnn_ext.quant import dequantize
+from cudnn_ext.quant.sf_layout import sf_numel
+
+pytestmark = pytest.mark.gpu
+
+E4M3, E5M2, E8M0 = torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e8m0fnu
+# (elem, sf, sf_vec): every configuration the dequantizer takes
+CONFIGS = [("e4m3", "e8m0", 32), ("e5m2", "e8m0", 32), ("e2m1", "e4m3", 16),
+           ("e2m1", "e4m3", 32), ("e2m1", "e8m0", 16), ("e2m1", "e8m0", 32)]
+_ELEM = {"e4m3": E4M3, "e5m2": E5M2}
+_SF = {"e8m0": E8M0, "e4m3": E4M3}
+
+
+def _needs_gpu():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    try:
+        import cutlass  # noqa: F401
+    except ImportError:
+        pytest.skip("nvidia-cutlass-dsl is not installed")
+
+
+@pytest.mark.parametrize("elem,sf,sf_vec", CONFIGS, ids=["-".join(map(str, c)) for c in CONFIGS])
+@pytest.mark.parametrize("groups,rows,k", [(1, 256, 512), (3, 200, 384)])
+def test_device_dequant_matches_quant_dequantize(elem, sf, sf_vec, groups, rows, k):
+    _needs_gpu()
+    from cudnn_ext.kernels.blockscaled.dequant import DequantConfig
+    from cudnn_ext.kernels.blockscaled.launch import launch_dequant
+
+    cfg = DequantConfig(elem, sf, sf_vec)
+    g = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"{elem}{sf}{sf_vec}{groups}".encode()))
+    nbytes = cfg.stored_bytes(k)
+    q = torch.randint(0, 256, (groups, rows, nbytes), dtype=torch.uint8, device="cuda", generator=g)
+    kb = k // sf_vec
+    sf_bytes = torch.randint(0, 256, (sf_numel(rows, kb, groups),), dtype=torch.uint8, device="cuda",
+                             generator=g)
+    if sf == "e8m0":  # the extreme codes, many times over
+        sf_bytes[:64] = torch.tensor([0, 1, 254, 255] * 16, dtype=torch.uint8)
+    out = torch.full((groups * rows * k + 64,), float("nan"), dtype=torch.bfloat16, device="cuda")
+    tail = out[groups * rows * k:].clone()
+    launch_dequant(cfg, q.data_ptr(), sf_bytes.data_ptr(), out.data_ptr(), rows, k, groups,
+                   torch.cuda.current_stream().cuda_stream)
+    torch.cuda.synchronize()
+    got = out[:groups * rows * k].view(groups, rows, k)
+    q_ref = q if elem == "e2m1" else q.view(_ELEM[elem])
+    want = dequantize(q_ref.permute(1, 2, 0), sf_bytes.view(_SF[sf]), sf_vec,
+                      out_dtype=torch.float64).permute(2, 0, 1).to(torch.bfloat16)
+    nan = torch.isnan(want)
+    assert torch.equal(torch.isnan(got), nan)
+    assert torch.equal(got[~nan].view(torch.int16), want[~nan].view(torch.int16))
+    assert torch.equal(out[groups * rows * k:].view(torch.int16), tail.view(torch.int16))
