@@ -20,6 +20,9 @@ def _all_engines() -> List[Engine]:
         from .sm90 import Sm90DgluEngine
 
         engines.append(Sm90DgluEngine())
+        from .sm90_blockscaled import Sm90BlockScaledEngine
+
+        engines.append(Sm90BlockScaledEngine())
     except ImportError:
         pass
     from .vendor import VendorSm100Engine  # imports nvidia-cudnn-frontend lazily

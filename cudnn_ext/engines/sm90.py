@@ -39,7 +39,8 @@ _CD_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _HALF_DTYPES = (torch.bfloat16, torch.float16)
 #: The config's fields a problem fixes (the rest are knobs and launch variants).
 FAMILY_FIELDS = ("n", "k", "ab_dtype", "c_dtype", "d_dtype", "act_func", "generate_dbias",
-                 "weight_mode", "b_major", "generate_activation", "round_dgrad")
+                 "weight_mode", "b_major", "generate_activation", "round_dgrad", "geglu_beta",
+                 "has_prob", "has_dprob", "generate_amax")
 TILE_NS = (64, 128)
 #: CTAs per cluster along M offered for dense weights (2 = B k-tiles multicast to a CTA pair).
 CLUSTER_MS = (1, 2)
@@ -83,15 +84,24 @@ _INT32_MAX = 2**31 - 1
 def config_for(problem: DgluProblem, **knobs) -> Sm90Config:
     """The :class:`Sm90Config` of ``problem``'s family with ``knobs`` (the config's other
     fields; ``raster_group_m`` defaults to the cluster's RASTER_GROUP_M). With ``trace`` the
-    diagnostic :class:`Sm90TraceConfig`."""
+    diagnostic :class:`Sm90TraceConfig`. A block-scaled problem's config is the kernel's
+    that runs it after its operands are dequantized: bf16 A, dense K-major B
+    (``engines.sm90_blockscaled``)."""
     knobs.setdefault("raster_group_m", RASTER_GROUP_M.get(knobs.get("cluster_m", 1), 8))
     kind = Sm90TraceConfig if "trace" in knobs else Sm90Config
-    return kind(n=problem.n, k=problem.k, ab_dtype=_DTYPE_NAMES[problem.ab_dtype],
+    bs = problem.is_block_scaled
+    return kind(n=problem.n, k=problem.k,
+                ab_dtype="bf16" if bs else _DTYPE_NAMES[problem.ab_dtype],
                 c_dtype=_DTYPE_NAMES[problem.c_dtype], d_dtype=_DTYPE_NAMES[problem.d_dtype],
                 act_func=problem.act.act_func, generate_dbias=bool(problem.generate_dbias),
-                weight_mode=problem.weight_mode, b_major=problem.b_major,
+                weight_mode="dense" if bs else problem.weight_mode,
+                b_major="k" if bs else problem.b_major,
                 generate_activation=bool(problem.generate_activation),
-                round_dgrad=bool(problem.round_dgrad_to_input_dtype), **knobs)
+                round_dgrad=bool(problem.round_dgrad_to_input_dtype),
+                geglu_beta=problem.act.act_func != "dgeglu" or problem.act.dgeglu_applies_beta,
+                has_prob=bool(problem.has_prob), has_dprob=bool(problem.has_dprob),
+                generate_amax=bool(bs and problem.block_scale.generate_amax),
+                **knobs)
 
 
 def cooperative_config(problem: DgluProblem) -> Sm90Config:
@@ -142,6 +152,16 @@ def resident_ctas(sms: int, cluster_size: int) -> int:
     return min(sms, HardwareInfo().get_max_active_clusters(cluster_size) * cluster_size)
 
 
+#: The kernel operands a plan may or may not have, in ``Sm90Plan._required`` order.
+_OPTIONAL_SLOTS = ("prob", "dprob", "activation", "amax")
+
+
+def _addr(pack, slot: str) -> int:
+    """The address of ``pack[slot]``, or 0 when the slot is empty."""
+    t = pack.get(slot)
+    return 0 if t is None else t.data_ptr()
+
+
 class Sm90Plan(CompiledPlan):
     #: the workspace is needed even without dbias (discrete descriptors, split partials; the
     #: trace build's stamps), set per plan
@@ -171,6 +191,10 @@ class Sm90Plan(CompiledPlan):
         self._zero_ws_elems = config.zeroed_ws_elems(num_experts)
         self._ws_elems = config.scratch_ws_elems(num_experts)
         self._discrete = problem.weight_mode == "discrete"
+        # which of _OPTIONAL_SLOTS the kernel touches (each launch checks their addresses)
+        self._required = tuple(i for i, on in enumerate((
+            config.has_prob, config.has_dprob, config.generate_activation, config.generate_amax))
+            if on)
         self._always_needs_ws = self._discrete or self._split or self._always_needs_ws
         # Discrete: [b_descriptors: L x 128 B][kernel scratch], each 128-B aligned
         # (WorkspaceLayout rule); the trace build: [trace][kernel scratch]. Otherwise the
@@ -276,10 +300,11 @@ class Sm90Plan(CompiledPlan):
         addrs = self._kernel_addrs(
             a.data_ptr(), (pack["b_ptrs"] if self._discrete else pack["b"]).data_ptr(),
             c.data_ptr(), pack["padded_offsets"].data_ptr(), pack["alpha"].data_ptr(),
-            pack["beta"].data_ptr(), pack["prob"].data_ptr(), pack["d_row"].data_ptr(),
-            pack["dprob"].data_ptr(), dbias.data_ptr() if dbias is not None else 0,
+            pack["beta"].data_ptr(), _addr(pack, "prob"), pack["d_row"].data_ptr(),
+            _addr(pack, "dprob"), dbias.data_ptr() if dbias is not None else 0,
             workspace.data_ptr() if workspace is not None else 0,
-            self._activation_addr(pack))
+            _addr(pack, "activation") if self.config.generate_activation else 0,
+            _addr(pack, "amax") if self.config.generate_amax else 0)
         fn = self._fn(init)
         dev = c.get_device()
         # None: the current stream of the tensors' device (its raw handle: no Stream object)
@@ -291,16 +316,11 @@ class Sm90Plan(CompiledPlan):
         else:
             self._call(fn, addrs, m, num_experts, ctas, handle)
 
-    def _activation_addr(self, pack) -> int:
-        """The activation output's address, or 0 (a plan of a problem without it)."""
-        act = pack.get("activation") if self.config.generate_activation else None
-        return 0 if act is None else act.data_ptr()
-
     def _kernel_addrs(self, a, b, c, offsets, alpha, beta, prob, d_row, dprob, dbias, workspace,
-                      activation=0):
-        """The 14 kernel addresses in ``launch._ptr_specs`` order from the operands' addresses
-        (``b``: the pointer table in discrete mode; ``dbias``/``workspace``/``activation`` 0
-        when absent)."""
+                      activation=0, amax=0):
+        """The 15 kernel addresses in ``launch._ptr_specs`` order from the operands' addresses
+        (``b``: the pointer table in discrete mode; ``prob``, ``dprob``, ``dbias``,
+        ``workspace``, ``activation``, ``amax`` 0 when absent)."""
         if self._discrete:
             # the kernel's helper reads the table and writes the descriptors on the device
             b_addr, b_ptrs_addr, desc_addr = a, b, workspace + self._desc_off
@@ -321,17 +341,20 @@ class Sm90Plan(CompiledPlan):
             if self._split and scratch % 16:
                 raise ValueError(f"workspace: must be 16-byte aligned for the split last "
                                  f"round's partial sums, got address {scratch:#x}")
-        # (without the activation output its slot gets A's address: never read)
-        if self.config.generate_activation and not activation:
-            raise ValueError("activation: this plan writes the activation output, got none")
-        return (a, b_addr, c, d_row, offsets, alpha, beta, prob, dprob, scratch, b_ptrs_addr,
-                desc_addr, dbias if dbias else a, activation if activation else a)
+        got = (prob, dprob, activation, amax)
+        for i in self._required:
+            if not got[i]:
+                name = _OPTIONAL_SLOTS[i]
+                raise ValueError(f"{name}: this plan reads or writes {name}, got none")
+        # (an output or input the plan does not have gets A's address: never touched)
+        return (a, b_addr, c, d_row, offsets, alpha, beta, prob or a, dprob or a, scratch,
+                b_ptrs_addr, desc_addr, dbias or a, activation or a, amax or a)
 
     def address_launcher(self, init: bool, device_index: int, zeroed_workspace: bool = False):
         """The launch on raw addresses for the eager hot path (``cudnn_ext.functional``), bound once
         per (plan, variant, device): ``go(a, b, c, offsets, alpha, beta, prob, d_row, dprob,
-        dbias, workspace, m, activation=0)``, each an address (``b`` is the pointer table in
-        discrete mode; ``dbias``, ``workspace`` and ``activation`` 0 when absent), launching
+        dbias, workspace, m, activation=0, amax=0)``, each an address (``b`` is the pointer
+        table in discrete mode; those of absent operands 0), launching
         on the current stream of ``device_index``, which must be the current device. The
         caller guarantees what ``execute`` checks per call (operand metadata, M > 0, L > 0,
         the workspace when this plan needs one). It skips the pack and the per-call lookups of ``execute``.
@@ -346,9 +369,9 @@ class Sm90Plan(CompiledPlan):
         kernel_addrs, call, raw_stream = self._kernel_addrs, self._call, current_stream_handle
 
         def go(a, b, c, offsets, alpha, beta, prob, d_row, dprob, dbias, workspace, m,
-               activation=0):
+               activation=0, amax=0):
             call(fn, kernel_addrs(a, b, c, offsets, alpha, beta, prob, d_row, dprob, dbias,
-                                  workspace, activation),
+                                  workspace, activation, amax),
                  m, num_experts, ctas, raw_stream(device_index))
 
         return go
@@ -374,9 +397,9 @@ class Sm90TracePlan(Sm90Plan):
         return WorkspaceRequest("trace", self.config.trace_bytes(), 128)
 
     def _kernel_addrs(self, a, b, c, offsets, alpha, beta, prob, d_row, dprob, dbias, workspace,
-                      activation=0):
+                      activation=0, amax=0):
         addrs = super()._kernel_addrs(a, b, c, offsets, alpha, beta, prob, d_row, dprob, dbias,
-                                      workspace, activation)
+                                      workspace, activation, amax)
         desc_addr = workspace + self._desc_off
         if desc_addr % 16:
             raise ValueError(f"workspace: must be 16-byte aligned for the trace stamps, got "

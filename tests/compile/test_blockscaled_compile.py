@@ -28,11 +28,12 @@ def test_stored_bytes():
 
 
 @needs_dsl
+@pytest.mark.parametrize("tables", [False, True], ids=["dense", "tables"])
 @pytest.mark.parametrize("elem,sf,sf_vec", VALID, ids=["-".join(map(str, c)) for c in VALID])
-def test_dequantizer_compiles_for_sm90a(elem, sf, sf_vec, tmp_path):
+def test_dequantizer_compiles_for_sm90a(elem, sf, sf_vec, tables, tmp_path):
     from cudnn_ext.kernels.blockscaled.launch import compile_dequant
 
-    compile_dequant(DequantConfig(elem, sf, sf_vec), ptx_dir=str(tmp_path))
+    compile_dequant(DequantConfig(elem, sf, sf_vec, tables), ptx_dir=str(tmp_path))
     (ptx,) = list(tmp_path.glob("*.ptx"))
     text = ptx.read_text()
     # 16-byte stores of the BF16 results; no flushing multiply (e8m0 code 0 is a subnormal)

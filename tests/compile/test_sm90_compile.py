@@ -55,7 +55,8 @@ def test_config_fields_are_pinned():
     """The compile key: everything the kernel is specialized on, nothing else."""
     names = [f.name for f in dataclasses.fields(Sm90Config)]
     assert names == ["n", "k", "ab_dtype", "c_dtype", "d_dtype", "act_func", "generate_dbias",
-                     "weight_mode", "b_major", "generate_activation", "round_dgrad", "tile_n", "ab_stages", "c_stages", "c_split",
+                     "weight_mode", "b_major", "generate_activation", "round_dgrad", "geglu_beta",
+                     "has_prob", "has_dprob", "generate_amax", "tile_n", "ab_stages", "c_stages", "c_split",
                      "cluster_m", "cluster_n", "raster_group_m", "cooperative", "split_last",
                      "init_outputs", "ws_zeroed", "fold_dbias"]
     assert [f.name for f in dataclasses.fields(Sm90TraceConfig)] == names + ["trace"]
@@ -512,7 +513,7 @@ def _recording_plan(monkeypatch, problem, knobs, with_cfg=False):
 
 @pytest.mark.parametrize("fresh", [False, True])
 def test_launch_passes_addresses_in_the_kernels_argument_order(monkeypatch, fresh):
-    """The plan's launch: the 14 addresses in ``launch._ptr_specs`` order, then M, L,
+    """The plan's launch: the 15 addresses in ``launch._ptr_specs`` order, then M, L,
     resident CTAs, the activation constants and the stream handle; the fresh-outputs variant
     is a separate compiled function."""
     import types
@@ -528,10 +529,10 @@ def test_launch_passes_addresses_in_the_kernels_argument_order(monkeypatch, fres
     (cfg, args), = calls[-1:]
     ptr = {name: v.data_ptr() for name, v in pack.items()}
     assert cfg.init_outputs is fresh
-    assert args[:14] == (ptr["a"], ptr["b"], ptr["c"], ptr["d_row"], ptr["padded_offsets"],
+    assert args[:15] == (ptr["a"], ptr["b"], ptr["c"], ptr["d_row"], ptr["padded_offsets"],
                          ptr["alpha"], ptr["beta"], ptr["prob"], ptr["dprob"], ws.data_ptr(),
-                         ptr["a"], ptr["a"], ptr["dbias"], ptr["a"])
-    assert args[14:] == (m, L, 132, 1.5, 6.0, -5.0, 0.25, 77)
+                         ptr["a"], ptr["a"], ptr["dbias"], ptr["a"], ptr["a"])
+    assert args[15:] == (m, L, 132, 1.5, 6.0, -5.0, 0.25, 77)
 
 
 def test_activation_output_takes_the_last_address_slot(monkeypatch):
@@ -560,9 +561,9 @@ def test_activation_output_takes_the_last_address_slot(monkeypatch):
     plan.address_launcher(False, -1)(*args, activation=addr("activation"))
     assert calls[-1] == calls[-2]
     n_calls = len(calls)
-    with pytest.raises(ValueError, match="writes the activation output"):
+    with pytest.raises(ValueError, match="reads or writes activation, got none"):
         plan.execute(dict(pack, activation=None), ws, types.SimpleNamespace(cuda_stream=77))
-    with pytest.raises(ValueError, match="writes the activation output"):
+    with pytest.raises(ValueError, match="reads or writes activation, got none"):
         plan.address_launcher(False, -1)(*args)
     assert len(calls) == n_calls
     with pytest.raises(ValueError, match="needs act_func 'dgeglu'"):
@@ -585,10 +586,10 @@ def test_discrete_launch_passes_the_table_and_workspace_regions(monkeypatch):
     plan.execute(pack, ws, types.SimpleNamespace(cuda_stream=77))
     (args,) = calls
     ptr = {name: v.data_ptr() for name, v in pack.items()}
-    assert args[:14] == (ptr["a"], ptr["a"], ptr["c"], ptr["d_row"], ptr["padded_offsets"],
+    assert args[:15] == (ptr["a"], ptr["a"], ptr["c"], ptr["d_row"], ptr["padded_offsets"],
                          ptr["alpha"], ptr["beta"], ptr["prob"], ptr["dprob"],
                          ws.data_ptr() + 128 * L, ptr["b_ptrs"], ws.data_ptr(), ptr["dbias"],
-                         ptr["a"])
+                         ptr["a"], ptr["a"])
     with pytest.raises(ValueError, match="128-byte aligned"):
         plan.execute(pack, ws[4:], types.SimpleNamespace(cuda_stream=77))
 

@@ -51,6 +51,9 @@ def test_device_dequant_matches_quant_dequantize(elem, sf, sf_vec, groups, rows,
     tail = out[groups * rows * k:].clone()
     launch_dequant(cfg, q.data_ptr(), sf_bytes.data_ptr(), out.data_ptr(), rows, k, groups,
                    torch.cuda.current_stream().cuda_stream)
+    with pytest.raises(ValueError, match="needs the padded offsets"):
+        launch_dequant(DequantConfig(elem, sf, sf_vec, tables=True), q.data_ptr(), 0, 0, rows, k,
+                       groups, 0)
     torch.cuda.synchronize()
     got = out[:groups * rows * k].view(groups, rows, k)
     q_ref = q if elem == "e2m1" else q.view(_ELEM[elem])
@@ -60,3 +63,37 @@ def test_device_dequant_matches_quant_dequantize(elem, sf, sf_vec, groups, rows,
     assert torch.equal(torch.isnan(got), nan)
     assert torch.equal(got[~nan].view(torch.int16), want[~nan].view(torch.int16))
     assert torch.equal(out[groups * rows * k:].view(torch.int16), tail.view(torch.int16))
+
+
+@pytest.mark.parametrize("elem,sf,sf_vec", [CONFIGS[0], CONFIGS[2]], ids=["mxfp8", "nvfp4"])
+def test_device_dequant_from_pointer_tables(elem, sf, sf_vec):
+    """Per-expert operands (discrete weights): each expert's elements and scales at its own
+    address; an expert without rows has null pointers, which are not read, and its output
+    rows keep their bytes."""
+    _needs_gpu()
+    from cudnn_ext.kernels.blockscaled.dequant import DequantConfig
+    from cudnn_ext.kernels.blockscaled.launch import launch_dequant
+
+    cfg = DequantConfig(elem, sf, sf_vec, tables=True)
+    rows, k, groups = 200, 256, 3
+    offs = torch.tensor([256, 256, 768], dtype=torch.int32, device="cuda")  # expert 1: no rows
+    kb = k // sf_vec
+    qs = [torch.randint(0, 256, (rows, cfg.stored_bytes(k)), dtype=torch.uint8, device="cuda")
+          for _ in range(groups)]
+    sfs = [torch.randint(100, 150, (sf_numel(rows, kb),), dtype=torch.uint8, device="cuda")
+           for _ in range(groups)]
+    q_tab = torch.tensor([0 if e == 1 else qs[e].data_ptr() for e in range(groups)],
+                         dtype=torch.int64, device="cuda")
+    sf_tab = torch.tensor([0 if e == 1 else sfs[e].data_ptr() for e in range(groups)],
+                          dtype=torch.int64, device="cuda")
+    out = torch.full((groups, rows, k), float("nan"), dtype=torch.bfloat16, device="cuda")
+    launch_dequant(cfg, q_tab.data_ptr(), sf_tab.data_ptr(), out.data_ptr(), rows, k, groups,
+                   torch.cuda.current_stream().cuda_stream, offsets=offs.data_ptr())
+    torch.cuda.synchronize()
+    assert torch.isnan(out[1]).all()
+    for e in (0, 2):
+        q_ref = qs[e] if elem == "e2m1" else qs[e].view(_ELEM[elem])
+        want = dequantize(q_ref, sfs[e].view(_SF[sf]), sf_vec, out_dtype=torch.float64).to(torch.bfloat16)
+        nan = torch.isnan(want)
+        assert torch.equal(torch.isnan(out[e]), nan)
+        assert torch.equal(out[e][~nan].view(torch.int16), want[~nan].view(torch.int16))

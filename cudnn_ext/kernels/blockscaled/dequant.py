@@ -44,6 +44,10 @@ class DequantConfig:
     elem: str
     sf: str
     sf_vec: int
+    #: per-expert buffers (discrete weights): ``q`` and ``sf`` are device tables of L
+    #: addresses, one (rows, K) operand and its one-group scales each; experts without rows
+    #: (from the offsets, on the device) are skipped, their pointers never read
+    tables: bool = False
 
     def check(self) -> None:
         if self.elem not in ELEM_FORMATS:
@@ -69,9 +73,10 @@ _ELEM_TYPES = {"e4m3": cutlass.Float8E4M3FN, "e5m2": cutlass.Float8E5M2}
 
 
 class Dequantizer:
-    """The kernel of one :class:`DequantConfig`: ``__call__(q, sf, out, rows, k, groups,
-    stream)`` on raw pointers (``q`` bytes, ``sf`` bytes, ``out`` bf16); K must be a
-    multiple of ``4 x sf_vec`` (whole quads: the engine declines other K)."""
+    """The kernel of one :class:`DequantConfig`: ``__call__(q, sf, out, offs, rows, k,
+    groups, stream)`` on raw pointers (``q`` bytes, ``sf`` bytes, ``out`` bf16, ``offs`` the
+    int32 padded offsets, read with ``tables`` only); K must be a multiple of
+    ``4 x sf_vec`` (whole quads: the engine declines other K)."""
 
     def __init__(self, cfg: DequantConfig):
         cfg.check()
@@ -79,49 +84,71 @@ class Dequantizer:
 
     @cute.jit
     def __call__(self, q_ptr: cute.Pointer, sf_ptr: cute.Pointer, out_ptr: cute.Pointer,
-                 rows: Int32, k: Int32, groups: Int32, stream):
+                 offs_ptr: cute.Pointer, rows: Int32, k: Int32, groups: Int32, stream):
         quads = k // (ATOM_KBLOCKS * self.cfg.sf_vec)
         total = groups * rows * quads
         grid = ((total + THREADS - 1) // THREADS, 1, 1)
-        self.kernel(q_ptr, sf_ptr, out_ptr, rows, k, quads, total).launch(
+        self.kernel(q_ptr, sf_ptr, out_ptr, offs_ptr, rows, k, quads, total).launch(
             grid=grid, block=[THREADS, 1, 1], stream=stream)
 
     @cute.kernel
     def kernel(self, q_ptr: cute.Pointer, sf_ptr: cute.Pointer, out_ptr: cute.Pointer,
-               rows: Int32, k: Int32, quads: Int32, total: Int32):
+               offs_ptr: cute.Pointer, rows: Int32, k: Int32, quads: Int32, total: Int32):
         tidx, _, _ = cute.arch.thread_idx()
         bid, _, _ = cute.arch.block_idx()
         t = bid * THREADS + tidx
         if t < total:
-            cfg = self.cfg
-            v = cfg.sf_vec
             kq = t % quads
             r = (t // quads) % rows
             g = t // (quads * rows)
             rmn = (rows + ATOM_ROWS - 1) // ATOM_ROWS
-            # the row's 4 scales of quad kq: contiguous in the 512-byte atom
-            sf_off = (g * rmn * quads + (r // ATOM_ROWS) * quads + kq) * ATOM_ELEMS \
-                + (r % 32) * 16 + ((r // 32) % 4) * 4
-            sf_src = cute.make_tensor(
-                cute.make_ptr(cutlass.Uint8, sf_ptr.toint() + cutlass.Int64(sf_off),
-                              cute.AddressSpace.gmem, assumed_align=4),
-                cute.make_layout(4))
-            sf_frag = cute.make_rmem_tensor((4,), cutlass.Uint8)
-            cute.autovec_copy(sf_src, sf_frag)
-            row = cutlass.Int64(g * rows + r) * cutlass.Int64(k)
-            for j in cutlass.range_constexpr(ATOM_KBLOCKS):
-                scale = self._scale(sf_frag, j)
-                k0 = (kq * ATOM_KBLOCKS + j) * v
-                vals = self._block(q_ptr, row + cutlass.Int64(k0))
-                res = cute.make_rmem_tensor((v,), Float32)
-                for i in cutlass.range_constexpr(v):
-                    res[i] = vals[i] * scale
-                dst = cute.make_tensor(
-                    cute.make_ptr(cutlass.BFloat16,
-                                  out_ptr.toint() + (row + cutlass.Int64(k0)) * 2,
-                                  cute.AddressSpace.gmem, assumed_align=32),
-                    cute.make_layout(v))
-                dst.store(res.load().to(cutlass.BFloat16))
+            row = cutlass.Int64(g * rows + r) * cutlass.Int64(k)  # out's (and dense q's) row
+            if cutlass.const_expr(self.cfg.tables):
+                offs = cute.make_tensor(offs_ptr, cute.make_layout(g + 1))
+                start = Int32(0)
+                if g > 0:
+                    start = offs[g - 1]
+                if offs[g] > start:  # an expert with rows: its pointers are valid
+                    q_tab = cute.make_tensor(cute.recast_ptr(q_ptr, dtype=cutlass.Int64),
+                                             cute.make_layout(g + 1))
+                    sf_tab = cute.make_tensor(cute.recast_ptr(sf_ptr, dtype=cutlass.Int64),
+                                              cute.make_layout(g + 1))
+                    self._quad(q_tab[g], cutlass.Int64(r) * cutlass.Int64(k),
+                               sf_tab[g] + cutlass.Int64(self._sf_offset(0, r, kq, rmn, quads)),
+                               out_ptr, row, kq)
+            else:
+                self._quad(q_ptr.toint(), row,
+                           sf_ptr.toint() + cutlass.Int64(self._sf_offset(g, r, kq, rmn, quads)),
+                           out_ptr, row, kq)
+
+    @staticmethod
+    def _sf_offset(g, r, kq, rmn, quads):
+        """Byte offset of row r's 4 scales of quad kq in group g: contiguous in its atom."""
+        return ((g * rmn * quads + (r // ATOM_ROWS) * quads + kq) * ATOM_ELEMS
+                + (r % 32) * 16 + ((r // 32) % 4) * 4)
+
+    @cute.jit
+    def _quad(self, q_base, q_row, sf_addr, out_ptr: cute.Pointer, row, kq):
+        """One row's k-block quad: 4 scales at ``sf_addr``, elements from logical element
+        ``q_row`` of the operand at ``q_base``, BF16 out from element ``row`` of ``out``."""
+        v = self.cfg.sf_vec
+        sf_src = cute.make_tensor(
+            cute.make_ptr(cutlass.Uint8, sf_addr, cute.AddressSpace.gmem, assumed_align=4),
+            cute.make_layout(4))
+        sf_frag = cute.make_rmem_tensor((4,), cutlass.Uint8)
+        cute.autovec_copy(sf_src, sf_frag)
+        for j in cutlass.range_constexpr(ATOM_KBLOCKS):
+            scale = self._scale(sf_frag, j)
+            k0 = cutlass.Int64((kq * ATOM_KBLOCKS + j) * v)
+            vals = self._block(q_base, q_row + k0)
+            res = cute.make_rmem_tensor((v,), Float32)
+            for i in cutlass.range_constexpr(v):
+                res[i] = vals[i] * scale
+            dst = cute.make_tensor(
+                cute.make_ptr(cutlass.BFloat16, out_ptr.toint() + (row + k0) * 2,
+                              cute.AddressSpace.gmem, assumed_align=32),
+                cute.make_layout(v))
+            dst.store(res.load().to(cutlass.BFloat16))
 
     @cute.jit
     def _scale(self, sf_frag, j: cutlass.Constexpr):
@@ -149,14 +176,15 @@ class Dequantizer:
         return bits.bitcast(Float32)
 
     @cute.jit
-    def _block(self, q_ptr: cute.Pointer, elem0):
-        """The ``sf_vec`` elements from logical element ``elem0`` (a 64-bit offset) as fp32."""
+    def _block(self, q_base, elem0):
+        """The ``sf_vec`` elements from logical element ``elem0`` (a 64-bit offset) of the
+        operand at address ``q_base``, as fp32."""
         v = self.cfg.sf_vec
         out = cute.make_rmem_tensor((v,), Float32)
         if cutlass.const_expr(self.cfg.fp4):
             words = v // 8  # 8 nibbles per 32-bit word
             src = cute.make_tensor(
-                cute.make_ptr(Int32, q_ptr.toint() + elem0 // 2, cute.AddressSpace.gmem,
+                cute.make_ptr(Int32, q_base + elem0 // 2, cute.AddressSpace.gmem,
                               assumed_align=8),
                 cute.make_layout(words))
             w = cute.make_rmem_tensor((words,), Int32)
@@ -167,7 +195,7 @@ class Dequantizer:
         else:
             et = _ELEM_TYPES[self.cfg.elem]
             src = cute.make_tensor(
-                cute.make_ptr(et, q_ptr.toint() + elem0, cute.AddressSpace.gmem,
+                cute.make_ptr(et, q_base + elem0, cute.AddressSpace.gmem,
                               assumed_align=16),
                 cute.make_layout(v))
             frag = cute.make_rmem_tensor((v,), et)

@@ -1,7 +1,7 @@
 """Compile and launch the block-scaled dequantizer (``dequant.Dequantizer``).
 
-Owns its jit argument convention (element bytes, scale bytes, BF16 out, then rows, K, the
-group count and the stream), compiling with placeholder pointers (no GPU needed) and a
+Owns its jit argument convention (element bytes or their pointer table, scale bytes or
+theirs, BF16 out, the int32 offsets, then rows, K, the group count and the stream), compiling with placeholder pointers (no GPU needed) and a
 per-process cache keyed by the :class:`~.dequant.DequantConfig`. Importing this module
 imports the CuTe DSL; callers import it lazily. No torch.
 """
@@ -26,7 +26,7 @@ _GMEM = cute.AddressSpace.gmem
 TVM_FFI = importlib.util.find_spec("tvm_ffi") is not None
 #: (element bytes, scale bytes, bf16 out) and their assumed alignments: a row of K elements
 #: starts 16-byte aligned (K % 128 == 0 for FP8, % 64 for FP4 at least: whole quads)
-_PTRS = ((cutlass.Uint8, 16), (cutlass.Uint8, 16), (cutlass.BFloat16, 32))
+_PTRS = ((cutlass.Uint8, 16), (cutlass.Uint8, 16), (cutlass.BFloat16, 32), (cutlass.Int32, 4))
 
 _compiled = {}
 _lock = threading.Lock()
@@ -54,12 +54,17 @@ def dequant_cached(cfg: DequantConfig):
 
 
 def launch_dequant(cfg: DequantConfig, q: int, sf: int, out: int, rows: int, k: int,
-                   groups: int, stream_handle: int) -> None:
-    """Dequantize ``groups`` x ``rows`` x ``k`` elements at address ``q`` (scales at ``sf``)
-    into BF16 at ``out``, on the stream ``stream_handle``."""
+                   groups: int, stream_handle: int, offsets: int = 0) -> None:
+    """Dequantize ``groups`` x ``rows`` x ``k`` elements at address ``q`` (scales at ``sf``;
+    with ``cfg.tables`` both are device pointer tables and ``offsets`` the int32 padded
+    offsets) into BF16 at ``out``, on the stream ``stream_handle``."""
+    if cfg.tables and not offsets:
+        raise ValueError("offsets: the per-expert dequantizer needs the padded offsets, got none")
+    offsets = offsets or out  # never read without tables
     fn = dequant_cached(cfg)
     if TVM_FFI:
-        fn(q, sf, out, rows, k, groups, stream_handle)
+        fn(q, sf, out, offsets, rows, k, groups, stream_handle)
         return
-    ptrs = [make_ptr(dt, a, _GMEM, assumed_align=al) for (dt, al), a in zip(_PTRS, (q, sf, out))]
+    ptrs = [make_ptr(dt, a, _GMEM, assumed_align=al)
+            for (dt, al), a in zip(_PTRS, (q, sf, out, offsets))]
     fn(*ptrs, Int32(rows), Int32(k), Int32(groups), cuda.CUstream(stream_handle))

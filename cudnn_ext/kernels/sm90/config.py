@@ -50,7 +50,11 @@ class Sm90Config:
     builds on the device) and ``b_major`` (``"k"``: K-major; ``"n"``: N-major);
     ``generate_activation`` (dGeGLU: the epilogue also stores prob x the activation value,
     (M, N) bf16, de-interleaved) and ``round_dgrad`` (the vendor's
-    ``round_dgrad_to_input_dtype``: alpha^2 x acc rounded to bf16 before the epilogue math).
+    ``round_dgrad_to_input_dtype``: alpha^2 x acc rounded to bf16 before the epilogue math);
+    the block-scaled contract's epilogue (its operands dequantized to bf16 first):
+    ``geglu_beta`` (False: dGeGLU takes C without beta), ``has_prob`` / ``has_dprob``
+    (False: p = 1 / no dprob sums) and ``generate_amax`` (per expert max |dgate|, max |dup|,
+    NaN-quiet, into an fp32 (L, 2) output with one atomic max per warp and tile).
 
     Knobs (what the engine's knob space and autotune choose between):
 
@@ -93,6 +97,10 @@ class Sm90Config:
     b_major: str = "k"
     generate_activation: bool = False
     round_dgrad: bool = False
+    geglu_beta: bool = True
+    has_prob: bool = True
+    has_dprob: bool = True
+    generate_amax: bool = False
     tile_n: int = 128
     ab_stages: int = 0
     c_stages: int = 0

@@ -36,11 +36,13 @@ from .tile_walk import expert_of_row
 
 class EpilogueParams(NamedTuple):
     """The epilogue's launch-wide operands: D (M, 2N), the activation output (M*N, flat;
-    written with ``generate_activation`` only) and dprob (M,) out, alpha and beta (L,) and
-    prob (M,) in, and the runtime activation constants."""
+    written with ``generate_activation`` only), amax (L*2, flat; ``generate_amax``) and
+    dprob (M,) out, alpha and beta (L,) and prob (M,) in, and the runtime activation
+    constants."""
 
     mD: object
     mAct: object
+    mAmax: object
     mAlpha: object
     mBeta: object
     mProb: object
@@ -330,7 +332,7 @@ class DgluEpilogueMixin:
         The interface (in: accumulator, C blocks, tile; out: D block, dprob and dbias
         partials) is the module's docstring.
         """
-        (mD, mAct, mAlpha, mBeta, mProb, mDprob, geglu_alpha, clamp_max, clamp_min,
+        (mD, mAct, mAmax, mAlpha, mBeta, mProb, mDprob, geglu_alpha, clamp_max, clamp_min,
          linear_offset) = params
         cfg = self.cfg
         two_n = 2 * cfg.n
@@ -359,7 +361,13 @@ class DgluEpilogueMixin:
         dprob_scale = hoisted * c_scale * c_scale
 
         rows = self._thread_rows(tCcC, row0)
-        probs = self._gather(mProb, rows)
+        probs = [Float32(1.0)] * len(rows)  # without prob: p = 1
+        if cutlass.const_expr(cfg.has_prob):
+            probs = self._gather(mProb, rows)
+        # (generate_amax) this thread's max |dgate|, max |dup| over the tile, from 0 with
+        # the NaN-quiet fmax: a NaN value never reaches amax (docs/vendor_contract.md §2.5)
+        amax_g = Float32(0.0)
+        amax_u = Float32(0.0)
         row_scale = [hoisted * c_scale * p for p in probs]
         dprob = self._zeros(2 * self.halves)
         # the warpgroup's first row inside the tile: C/D blocks hold only its rows
@@ -412,13 +420,21 @@ class DgluEpilogueMixin:
                         if cutlass.const_expr(swiglu):
                             dg_l, du_l, act = dswiglu_unscaled(gates[c], ups[c], beta,
                                                                neg_log2e_beta)
-                        else:
+                        elif cutlass.const_expr(cfg.geglu_beta):
                             dg_l, du_l, act = dgeglu_local(gates[c] * beta, ups[c] * beta,
                                                            geglu_alpha, clamp_max, clamp_min,
                                                            linear_offset)
+                        else:
+                            dg_l, du_l, act = dgeglu_local(gates[c], ups[c], geglu_alpha,
+                                                           clamp_max, clamp_min, linear_offset)
                         r = g0[c] * row_scale[slot]
                         outs.append((r * dg_l, r * du_l))
-                        dprob[slot] = dprob[slot] + g0[c] * act
+                        if cutlass.const_expr(cfg.has_dprob):
+                            dprob[slot] = dprob[slot] + g0[c] * act
+                        if cutlass.const_expr(cfg.generate_amax):
+                            dg, du = outs[c]
+                            amax_g = cute.arch.fmax(amax_g, cute.arch.fmax(dg, -dg))
+                            amax_u = cute.arch.fmax(amax_u, cute.arch.fmax(du, -du))
                         acts.append(act)
                         if cutlass.const_expr(cfg.generate_dbias):
                             col = ((pi // 2) * 2) + c  # group-in-block * 2 + column bit
@@ -447,15 +463,34 @@ class DgluEpilogueMixin:
                 if valid:  # (the valid blocks are a prefix: block kslot + j of the CTA)
                     self._dbias_block(col_gate, col_up, sDb, j, tidx, hand_mbar, kslot + j)
 
-        # dprob: the 4 lanes of a quad hold the same rows -> butterfly over lane bits 0-1
-        for s in cutlass.range_constexpr(len(dprob)):
-            x = dprob[s]
-            x = x + cute.arch.shuffle_sync_bfly(x, offset=1)
-            x = x + cute.arch.shuffle_sync_bfly(x, offset=2)
-            dprob[s] = x * dprob_scale
-        if lane % 4 == 0:
+        if cutlass.const_expr(cfg.has_dprob):
+            # dprob: the 4 lanes of a quad hold the same rows -> butterfly over lane bits 0-1
             for s in cutlass.range_constexpr(len(dprob)):
-                cute.arch.atomic_add((mDprob.iterator + rows[s]).llvm_ptr, dprob[s])
+                x = dprob[s]
+                x = x + cute.arch.shuffle_sync_bfly(x, offset=1)
+                x = x + cute.arch.shuffle_sync_bfly(x, offset=2)
+                dprob[s] = x * dprob_scale
+            if lane % 4 == 0:
+                for s in cutlass.range_constexpr(len(dprob)):
+                    cute.arch.atomic_add((mDprob.iterator + rows[s]).llvm_ptr, dprob[s])
+        if cutlass.const_expr(cfg.generate_amax):
+            self._amax_out(mAmax, expert, lane, amax_g, amax_u)
+
+    @cute.jit
+    def _amax_out(self, mAmax, expert, lane, amax_g: Float32, amax_u: Float32):
+        """The warp's max of its lanes' values, into amax[expert] with one integer atomic
+        max per column kind: the values are non-negative fp32, and a non-negative fp32
+        compares with any fp32 (the caller's start included) as their bit patterns do as
+        int32."""
+        for i in cutlass.range_constexpr(5):
+            amax_g = cute.arch.fmax(amax_g, cute.arch.shuffle_sync_bfly(amax_g, offset=1 << i))
+            amax_u = cute.arch.fmax(amax_u, cute.arch.shuffle_sync_bfly(amax_u, offset=1 << i))
+        if lane == 0:
+            base = mAmax.iterator + expert * 2
+            cute.arch.atomic_max(cute.recast_ptr(base, dtype=Int32).llvm_ptr,
+                                 amax_g.bitcast(Int32))
+            cute.arch.atomic_max(cute.recast_ptr(base + 1, dtype=Int32).llvm_ptr,
+                                 amax_u.bitcast(Int32))
 
     def _release_entry(self, c_pipe, st, sDb, col_gate, col_up, tidx, last_of_block: bool):
         """Hand C ring entry ``st`` back to the C producer warp once this thread is done

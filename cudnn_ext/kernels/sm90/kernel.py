@@ -128,6 +128,7 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
         b_desc_ptr: cute.Pointer,
         dbias_ptr: cute.Pointer,
         act_ptr: cute.Pointer,
+        amax_ptr: cute.Pointer,
         m: Int32,
         num_experts: Int32,
         sm_count: Int32,
@@ -161,6 +162,8 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
         mDprob = cute.make_tensor(dprob_ptr, cute.make_layout((m,)))
         # the activation output (M, N), flat (without it: A's address, never written)
         mAct = cute.make_tensor(act_ptr, cute.make_layout((m * n,)))
+        # per expert (max |dgate|, max |dup|) (without it: A's address, never written)
+        mAmax = cute.make_tensor(amax_ptr, cute.make_layout((num_experts * 2,)))
         mDbias = cute.make_tensor(
             dbias_ws_ptr, cute.make_layout((num_experts, 2 * n), stride=(2 * n, 1)))
 
@@ -268,7 +271,7 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
                 grid=(num_experts, 1, 1), block=[32, 1, 1], stream=stream)
         self.kernel(
             tma_atom_a, tma_a, tma_atom_b, tma_b, tma_atom_c, tma_c, tma_atom_d, tma_d, mC, mD,
-            mAct, mOffs, mAlpha,
+            mAct, mAmax, mOffs, mAlpha,
             mBeta, mProb, mDprob, mDbias, mCount, mDb, b_desc_ptr, num_experts, geglu_alpha,
             clamp_max, clamp_min, linear_offset, tiled_mma, tiled_mma_first, a_smem_staged,
             b_smem_staged, c_smem_staged,
@@ -290,6 +293,7 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
         mC: cute.Tensor,
         mD: cute.Tensor,
         mAct: cute.Tensor,
+        mAmax: cute.Tensor,
         mOffs: cute.Tensor,
         mAlpha: cute.Tensor,
         mBeta: cute.Tensor,
@@ -475,7 +479,7 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
             tr = self._trace_begin(b_desc_ptr, tidx, bid, nblocks, wg)
             tcount = Int32(0)
 
-            epi = EpilogueParams(mD, mAct, mAlpha, mBeta, mProb, mDprob, geglu_alpha,
+            epi = EpilogueParams(mD, mAct, mAmax, mAlpha, mBeta, mProb, mDprob, geglu_alpha,
                                  clamp_max, clamp_min, linear_offset)
             pos = Int32(0) if self.coop else wg * self.k_tile_cnt  # first k-tile's ring position
             cpos = Int32(0)  # position in this warpgroup's private C FIFO

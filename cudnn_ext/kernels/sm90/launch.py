@@ -1,6 +1,6 @@
 """Compile and launch the SM90 kernel: the one host entry of :class:`~.kernel.GroupedDgluSm90`.
 
-Owns the kernel's jit argument convention (14 pointers, then M, L, the resident CTAs, the four
+Owns the kernel's jit argument convention (15 pointers, then M, L, the resident CTAs, the four
 activation constants and the stream), the kernel class of a config (``make_kernel``: the debug
 build for a :class:`~.config.Sm90TraceConfig`), compiling with placeholder pointers (no GPU
 needed) and launching on raw addresses. The engine's plans launch through it; the JAX FFI
@@ -49,13 +49,15 @@ def make_kernel(cfg: Sm90Config) -> GroupedDgluSm90:
 #: (L x 128 B, 128-B aligned; the kernel assumes that alignment where it forms descriptor
 #: pointers). A dense launch passes A's address for both (never read). Then the caller's
 #: bf16 dbias (L, 2N), into which the kernel folds the fp32 workspace (any address without
-#: dbias: never read), and the bf16 activation output (M, N) (any address without it).
+#: dbias: never read), the bf16 activation output (M, N) and the fp32 amax (L, 2) (any
+#: address without them).
 def _ptr_specs(cfg: Sm90Config):
     ab, c, d = (DSL_DTYPES[cfg.ab_dtype], DSL_DTYPES[cfg.c_dtype], DSL_DTYPES[cfg.d_dtype])
     return (
         (ab, 16), (ab, 16), (c, 16), (d, 16),
         (Int32, 4), (Float32, 4), (Float32, 4), (Float32, 4), (Float32, 4), (Float32, 4),
         (cutlass.Int64, 8), (cutlass.Int64, 16), (cutlass.BFloat16, 2), (cutlass.BFloat16, 4),
+        (Float32, 4),
     )
 
 
@@ -80,7 +82,7 @@ def compile_kernel(cfg: Sm90Config, tvm_ffi: bool = TVM_FFI, remarks: bool = Fal
 def launch(compiled, cfg: Sm90Config, addrs, m: int, num_experts: int, sm_count: int,
            geglu_alpha: float, clamp_max: float, clamp_min: float, linear_offset: float,
            stream_handle: int) -> None:
-    """Launch ``compiled`` (pointer convention) on the 14 device addresses ``addrs``."""
+    """Launch ``compiled`` (pointer convention) on the 15 device addresses ``addrs``."""
     ptrs = [make_ptr(dt, a, _GMEM, assumed_align=al)
             for (dt, al), a in zip(_ptr_specs(cfg), addrs)]
     compiled(*ptrs, Int32(m), Int32(num_experts), Int32(sm_count), Float32(geglu_alpha), Float32(clamp_max),

@@ -1,0 +1,206 @@
+"""The Hopper engine for block-scaled operands: dequantize on the device, then the BF16 kernel.
+
+Hopper has no block-scaled tensor-core instruction. This engine runs a block-scaled problem
+as two device steps on the plan's stream, with no host sync:
+
+1. ``kernels.blockscaled`` dequantizes A (with SFA) and every expert's B (with SFB, dense or
+   through the ``b_ptrs``/``sfb_ptrs`` tables) into BF16 workspace regions. The products are
+   exact in BF16 within its range (docs/blockscaled.md, "On Hopper");
+2. the sm90 kernel (``engines.sm90``) runs the dGLU backward on them with the block-scaled
+   epilogue: dGeGLU without beta, optional prob/dprob, the per-expert amax.
+
+It owns which block-scaled problems that covers (FP4 operands, NVFP4 and MXFP4, whose D is
+bf16/fp16/fp32; its decline reasons name the rest, which the reference engine runs), the
+workspace layout ([the kernel's scratch][B bf16]: sizes of the problem family) and the plan.
+A's BF16 copy follows the call's M, which a workspace may not: it is a temporary of the
+caching allocator, tied to the launch's stream. The knob space and
+cost model are the sm90 engine's for the dequantized problem, plus the dequantization's
+bytes.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import torch
+
+from ..kernels.sm90.config import Sm90Config
+from ..problem import DgluProblem
+from ..quant.formats import FP8_DTYPES, is_fp4
+from ..runtime.streams import current_stream_handle
+from ..runtime.workspace import WorkspaceLayout, WorkspaceRequest
+from .base import CompiledPlan, Engine, compile_deferred
+from .sm90 import FAMILY_FIELDS, Sm90DgluEngine, Sm90Plan, config_for
+
+_C_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+#: Bytes per microsecond of the dequantization pass (a guess at ~3 TB/s, not a measurement)
+_DEQUANT_BYTES_PER_US = 3.0e6
+_INT32_MAX = 2**31 - 1
+
+
+def dense_problem(problem: DgluProblem) -> DgluProblem:
+    """The BF16 problem the kernel runs after dequantization: bf16 A, dense K-major B."""
+    return dataclasses.replace(problem, ab_dtype=torch.bfloat16, weight_mode="dense", b_major="k",
+                               block_scale=None)
+
+
+def _formats(problem: DgluProblem):
+    """(element format, scale format) names of the dequantizer for ``problem``."""
+    elem = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}.get(problem.ab_dtype, "e2m1")
+    sf = "e8m0" if problem.block_scale.sf_dtype == torch.float8_e8m0fnu else "e4m3"
+    return elem, sf
+
+
+class Sm90BlockScaledPlan(CompiledPlan):
+    """Dequantize A and B into the workspace, then the sm90 kernel's plan on them."""
+
+    def __init__(self, problem: DgluProblem, config: Sm90Config):
+        from ..kernels.blockscaled.dequant import DequantConfig
+
+        self.engine_name = Sm90BlockScaledEngine.name
+        self.problem = problem
+        self.config = self.knobs = config
+        self._inner = Sm90Plan(dense_problem(problem), config)
+        elem, sf = _formats(problem)
+        vec = problem.block_scale.sf_vec_size
+        self._deq_a = DequantConfig(elem, sf, vec)
+        self._deq_b = DequantConfig(elem, sf, vec, tables=problem.weight_mode == "discrete")
+        self._deq_a.check()
+        self._layout = WorkspaceLayout.of(self.workspace_requests())
+        self._b_off = self._layout.region("b_bf16").offset
+
+    def workspace_requests(self):
+        p = self.problem
+        reqs = list(self._inner.workspace_requests())
+        if len(reqs) == 1 and reqs[0].name == "scratch":  # the kernel's scratch, 128-B aligned
+            reqs = [WorkspaceRequest("kernel_scratch", reqs[0].nbytes, 128)]
+        reqs.append(WorkspaceRequest("b_bf16", 2 * p.num_experts * p.n * p.k, 128))
+        return reqs
+
+    @property
+    def workspace_size(self) -> int:
+        return self._layout.size
+
+    def warmup(self) -> None:
+        from ..kernels.blockscaled.launch import dequant_cached
+
+        self._inner.warmup()
+        dequant_cached(self._deq_a)
+        dequant_cached(self._deq_b)
+
+    def execute(self, pack, workspace=None, stream=None) -> None:
+        from ..kernels.blockscaled.launch import launch_dequant
+
+        p = self.problem
+        m, num_experts = pack["c"].shape[0], pack["padded_offsets"].shape[0]
+        if workspace is None or workspace.numel() < self.workspace_size:
+            got = None if workspace is None else workspace.numel()
+            raise ValueError(f"workspace: this plan needs {self.workspace_size} bytes, got {got}")
+        if num_experts != p.num_experts:
+            raise ValueError(f"padded_offsets: this plan was built for L = {p.num_experts} "
+                             f"experts, got L = {num_experts}")
+        if m == 0 or num_experts == 0:
+            return
+        c = pack["c"]
+        dev = c.get_device()
+        handle = current_stream_handle(dev) if stream is None else stream.cuda_stream
+        a16 = torch.empty((m, p.k), dtype=torch.bfloat16, device=c.device)
+        if stream is not None and stream != torch.cuda.current_stream(dev):
+            a16.record_stream(stream)  # freed for reuse only after the launch's stream
+        base = workspace.data_ptr()
+        b16 = (workspace[self._b_off:self._b_off + 2 * num_experts * p.n * p.k]
+               .view(torch.bfloat16).view(num_experts, p.n, p.k).permute(1, 2, 0))
+        launch_dequant(self._deq_a, pack["a"].data_ptr(), pack["sfa"].data_ptr(),
+                       a16.data_ptr(), m, p.k, 1, handle)
+        if p.weight_mode == "discrete":
+            launch_dequant(self._deq_b, pack["b_ptrs"].data_ptr(), pack["sfb_ptrs"].data_ptr(),
+                           base + self._b_off, p.n, p.k, num_experts, handle,
+                           offsets=pack["padded_offsets"].data_ptr())
+        else:
+            launch_dequant(self._deq_b, pack["b"].data_ptr(), pack["sfb"].data_ptr(),
+                           base + self._b_off, p.n, p.k, num_experts, handle)
+        inner = dict(pack, a=a16, b=b16, b_ptrs=None, sfa=None, sfb=None, sfb_ptrs=None)
+        region = self._layout.region("kernel_scratch") if self._inner.workspace_size else None
+        scratch = (workspace[region.offset:region.offset + region.nbytes]
+                   if region is not None else None)
+        self._inner.execute(inner, scratch, stream)
+
+
+class Sm90BlockScaledEngine(Engine):
+    name = "sm90_blockscaled"
+    engine_id = 20110
+    numerical_notes = (
+        "operands dequantized to bf16 on the device (exact within bf16's range), then the "
+        "sm90_cutedsl kernel: fp32 WGMMA accumulation, fast sigmoid, dprob/dbias/amax via "
+        "atomics (order-nondeterministic sums; amax is exact).")
+
+    def __init__(self):
+        self._sm90 = Sm90DgluEngine()
+
+    def available(self) -> Optional[str]:
+        return self._sm90.available()
+
+    def check_support(self, problem: DgluProblem) -> list:
+        if not problem.is_block_scaled:
+            return ["not block-scaled (BF16 operands run on sm90_cutedsl)"]
+        bs = problem.block_scale
+        why = []
+        if problem.ab_dtype in FP8_DTYPES:
+            why.append("FP8 (MXFP8) operands: their quantized D_row/D_col with SFD are not "
+                       "implemented on sm90")
+        elif not is_fp4(problem.ab_dtype):
+            why.append(f"A/B dtype {problem.ab_dtype} is not block-scaled FP4")
+        if problem.c_dtype not in _C_DTYPES:
+            why.append(f"C dtype {problem.c_dtype} is not supported on sm90 (bf16, fp16, fp32)")
+        if problem.d_dtype not in _C_DTYPES:
+            why.append(f"D dtype {problem.d_dtype} is not supported on sm90 (bf16, fp16, fp32)")
+        if problem.act.act_func not in ("dswiglu", "dgeglu"):
+            why.append(f"act_func {problem.act.act_func!r} is not implemented on sm90")
+        if bs.single_group_runtime_offsets:
+            why.append("use_single_group_runtime_offsets is not implemented on sm90")
+        if bs.deterministic and problem.has_dprob:
+            why.append("deterministic dprob: the kernel sums dprob with atomics")
+        if problem.k % (4 * bs.sf_vec_size):
+            why.append(f"needs K % {4 * bs.sf_vec_size} == 0 (whole scale-factor quads), "
+                       f"got K={problem.k}")
+        if problem.n % 32:
+            why.append(f"needs N % 32 == 0, got N={problem.n}")
+        if problem.device_type != "cuda":
+            why.append(f"tensors are on {problem.device_type!r}, not cuda")
+        if max(problem.m, 1) * max(2 * problem.n, problem.k) > _INT32_MAX:
+            why.append("M x max(2N, K) must stay below 2^31 (32-bit epilogue indexing)")
+        return why
+
+    def knob_space(self, problem: DgluProblem):
+        """The sm90 engine's configurations for the dequantized problem, with the
+        block-scaled epilogue's fields (amax) set."""
+        if not problem.is_block_scaled:
+            return []
+        amax = problem.block_scale.generate_amax
+        return [dataclasses.replace(cfg, generate_amax=amax)
+                for cfg in self._sm90.knob_space(dense_problem(problem))]
+
+    def cost(self, problem: DgluProblem, knobs: Sm90Config) -> float:
+        """The sm90 kernel's cost plus the dequantization pass (read the packed operands,
+        write bf16) at ~3 TB/s."""
+        per = 0.5 if is_fp4(problem.ab_dtype) else 1.0
+        elems = max(problem.m, 256) * problem.k + problem.num_experts * problem.n * problem.k
+        return (self._sm90.cost(dense_problem(problem), knobs)
+                + elems * (per + 2.0) / _DEQUANT_BYTES_PER_US)
+
+    def knobs_from_dict(self, values: dict) -> Sm90Config:
+        return Sm90Config.from_dict(values)
+
+    def build(self, problem: DgluProblem, knobs: Sm90Config) -> CompiledPlan:
+        if not isinstance(knobs, Sm90Config):
+            raise TypeError(f"knobs: the {self.name} engine builds an Sm90Config (see "
+                            f"knob_space), got {type(knobs).__name__}")
+        family = config_for(problem)
+        wrong = [f"{f}={getattr(knobs, f)!r} (the problem's: {getattr(family, f)!r})"
+                 for f in FAMILY_FIELDS if getattr(knobs, f) != getattr(family, f)]
+        if wrong:
+            raise ValueError(f"knobs: the config is for another problem: {', '.join(wrong)}")
+        plan = Sm90BlockScaledPlan(problem, knobs)
+        if not compile_deferred():
+            plan.warmup()
+        return plan
