@@ -61,7 +61,9 @@ def _oracle(t, act, prob):
     ws = [dequantize(q, sf, vec, out_dtype=torch.float64) for q, sf in t["experts"]]
     beta = t["beta"] if act == "dswiglu" else torch.ones_like(t["beta"])  # dGeGLU: no beta
     p = t["prob"] if prob else torch.ones_like(t["prob"])
-    return oracle(a_r, ws, t["c"], t["offs"].cpu(), t["alpha"], beta, p, act_func=act)
+    cpu = lambda x: x.cpu()  # noqa: E731  (the oracle runs on the CPU)
+    return oracle(cpu(a_r), [cpu(w) for w in ws], cpu(t["c"]), cpu(t["offs"]), cpu(t["alpha"]),
+                  cpu(beta), cpu(p), act_func=act)
 
 
 CASES = [("nvfp4", "dense", "dswiglu", True, torch.bfloat16, False),
@@ -117,7 +119,7 @@ def test_sm90_blockscaled_is_chosen_and_never_syncs_and_replays():
     kw = dict(a_tensor=t["a_q"], c_tensor=t["c"], sfa_tensor=t["sfa"], padded_offsets=t["offs"],
               alpha_tensor=t["alpha"], beta_tensor=t["beta"], prob_tensor=t["prob"],
               dprob_tensor=outs["dprob"], b_tensor=t["b_q"], sfb_tensor=t["sfb"],
-              d_row_tensor=outs["d"], amax_tensor=outs["amax"])
+              d_row_tensor=outs["d"], d_col_tensor=None, amax_tensor=outs["amax"])
     op.execute(**kw)
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
