@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
 TORCH  ?= $(if $(HAS_GPU),torch,torch==2.13.0)
 
-.PHONY: demo test info venv clean bench test-gpu
+.PHONY: demo test info venv clean bench test-gpu vendor-suite
 
 $(VENV)/.installed: pyproject.toml Makefile
 	python3 -m venv $(VENV)
@@ -34,6 +34,11 @@ bench: $(VENV)/.installed
 
 test-gpu: $(VENV)/.installed
 	$(PY) -m pytest -m gpu tests
+
+# NVIDIA's own dGLU tests against cudnn_ext, from the folder tools/vendor_suite.py extract wrote
+# (docs/api.md, "Running the vendor's test suite"); the summary goes to vendor-suite.json.
+vendor-suite: $(VENV)/.installed
+	$(PY) tools/vendor_suite.py run --tests .vendor-tests --out vendor-suite.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache

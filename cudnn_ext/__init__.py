@@ -21,6 +21,7 @@ _EXPORTS = {
     "grouped_gemm_dglu_wrapper": (".api.wrapper", "grouped_gemm_dglu_wrapper"),
     "grouped_gemm_dglu_wrapper_sm100": (".api.wrapper", "grouped_gemm_dglu_wrapper"),
     "TupleDict": (".api.tupledict", "TupleDict"),
+    "DtypeError": (".errors", "DtypeError"),
     "EngineDeclined": (".errors", "EngineDeclined"),
     "NoEngineError": (".errors", "NoEngineError"),
     "ActConfig": (".problem", "ActConfig"),
@@ -58,7 +59,7 @@ if TYPE_CHECKING:  # static analysers see the eager imports
     from .api.klass import GroupedGemmDglu, GroupedGemmDglu as GroupedGemmDgluSm100
     from .api.tupledict import TupleDict
     from .api.wrapper import grouped_gemm_dglu_wrapper, grouped_gemm_dglu_wrapper as grouped_gemm_dglu_wrapper_sm100
-    from .errors import EngineDeclined, NoEngineError
+    from .errors import DtypeError, EngineDeclined, NoEngineError
     from .graph import (BuildPlanPolicy, DataType, Graph, HeurMode, TensorDesc, build_plan_policy, data_type,
                         heur_mode)
     from .graph.graph import deserialize_plan

@@ -17,7 +17,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from ..errors import NoEngineError
+from ..errors import DtypeError, NoEngineError
 from ..plan import ExecutionPlan
 from ..runtime.workspace import POOL, check_workspace
 from ..problem import DgluProblem
@@ -121,7 +121,7 @@ class GroupedGemmDglu:
             self._problem, self._sample_pack = contract.normalize(ops, self._cfg, n=n, b_dtype=b_dtype,
                                                                   generate_dbias=gen_dbias)
         except (ValueError, TypeError) as err:
-            if type(err) not in (ValueError, TypeError):
+            if type(err) not in (ValueError, TypeError, DtypeError):
                 raise
             # the contract names the wrapper's arguments; the caller passed sample_*
             raise type(err)(_SAMPLE_NAMES.sub(lambda mt: _SAMPLE_OF[mt.group(0)], str(err))) from None

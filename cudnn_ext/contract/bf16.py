@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
+from ..errors import DtypeError
 from ..problem import DgluProblem
 from .rules import (ARG_NAMES, BF16, CD_DTYPES, CallConfig, M_ALIGN, Operands, _fmt_dtype, check_aligned, check_d_dtype,
                     check_dtype, check_expert_count, check_n, check_row_major, check_same_device,
@@ -35,7 +36,7 @@ def normalize_bf16(ops: Operands, cfg: CallConfig, *, mode: str, n, b_dtype, d_d
     else:
         bp = pointer_table("b_ptrs", ops.b_ptrs, pointers)
         if b_dtype != BF16:
-            raise TypeError(f"b_dtype: must be bfloat16 with bfloat16 a_tensor, got {_fmt_dtype(b_dtype)}")
+            raise DtypeError(f"b_dtype: must be bfloat16 with bfloat16 a_tensor, got {_fmt_dtype(b_dtype)}")
         num_experts = bp.shape[0]
         check_expert_count("b_ptrs", num_experts)
         b_major = cfg.b_major

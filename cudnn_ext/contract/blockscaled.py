@@ -10,6 +10,7 @@ from typing import Any, Dict
 
 import torch
 
+from ..errors import DtypeError
 from ..problem import BlockScaleConfig, DgluProblem
 from ..quant.sf_layout import SfGeometry
 from . import rules as C
@@ -48,8 +49,8 @@ def _check_sf(slot: str, t, geometry: SfGeometry, m: int, sf_dtype) -> torch.Ten
     name = C.ARG_NAMES[slot]
     t = C.require_tensor(name, t)
     if t.dtype != sf_dtype:
-        raise TypeError(f"{name}: scale factors must all share one dtype ({C._fmt_dtype(sf_dtype)}, the dtype of "
-                        f"sfa_tensor), got {C._fmt_dtype(t.dtype)}")
+        raise DtypeError(f"{name}: scale factors must all share one dtype ({C._fmt_dtype(sf_dtype)}, the dtype of "
+                         f"sfa_tensor), got {C._fmt_dtype(t.dtype)}")
     return geometry.view(t, m, name)
 
 
@@ -75,8 +76,8 @@ def normalize_block_scaled(ops, cfg, *, mode: str, n, b_dtype, d_dtype, generate
     sfa = C.require_tensor("sfa_tensor", ops.sfa)
     sf_dtype = sfa.dtype
     if sf_dtype not in SF_DTYPES:
-        raise TypeError(f"sfa_tensor: scale-factor dtype must be one of {C._dtypes(SF_DTYPES)}, got "
-                        f"{C._fmt_dtype(sf_dtype)}")
+        raise DtypeError(f"sfa_tensor: scale-factor dtype must be one of {C._dtypes(SF_DTYPES)}, got "
+                         f"{C._fmt_dtype(sf_dtype)}")
     if sf_dtype == E4M3 and cfg.sf_vec_size != 16:
         raise ValueError(f"sf_vec_size: float8_e4m3fn scale factors require sf_vec_size=16, got {cfg.sf_vec_size}")
     if not fp4 and cfg.sf_vec_size != 32:
@@ -109,7 +110,8 @@ def normalize_block_scaled(ops, cfg, *, mode: str, n, b_dtype, d_dtype, generate
         bp = C.pointer_table("b_ptrs", ops.b_ptrs, pointers)
         num_experts = bp.shape[0]
         if b_dtype != a.dtype and not (fp4 and b_dtype in C.FP4_DTYPES):
-            raise TypeError(f"b_dtype: must match a_tensor's dtype {C._fmt_dtype(a.dtype)}, got {C._fmt_dtype(b_dtype)}")
+            raise DtypeError(f"b_dtype: must match a_tensor's dtype {C._fmt_dtype(a.dtype)}, "
+                             f"got {C._fmt_dtype(b_dtype)}")
         if fp4 and cfg.b_major != "k":
             raise ValueError(f"b_major: FP4 weights must be K-major ('k'), got {cfg.b_major!r}")
         b_major = cfg.b_major
@@ -144,8 +146,8 @@ def normalize_block_scaled(ops, cfg, *, mode: str, n, b_dtype, d_dtype, generate
     elif d_dtype is None:
         d_dtype = torch.bfloat16 if fp4 else E4M3
     if d_dtype not in d_allowed:
-        raise TypeError(f"d_dtype: {'FP4' if fp4 else 'FP8'} operands require D in {C._dtypes(d_allowed)}, got "
-                        f"{C._fmt_dtype(d_dtype)}")
+        raise DtypeError(f"d_dtype: {'FP4' if fp4 else 'FP8'} operands require D in {C._dtypes(d_allowed)}, got "
+                         f"{C._fmt_dtype(d_dtype)}")
 
     # quantized outputs: generated iff FP8 operands, e8m0 scales and FP8 D (docs/vendor_contract.md §2.6)
     sfd_given = [ops.sfd_row is not None, ops.sfd_col is not None, ops.norm_const is not None]
@@ -178,7 +180,8 @@ def normalize_block_scaled(ops, cfg, *, mode: str, n, b_dtype, d_dtype, generate
     if not wrapper_call and generate_sfd:
         dcol = C.drop_unit_dims("d_col_tensor", C.require_tensor("d_col_tensor", ops.d_col), 2, "(M, 2N)")
         if dcol.dtype != d_dtype:
-            raise TypeError(f"d_col_tensor: must have D_row's dtype {C._fmt_dtype(d_dtype)}, got {C._fmt_dtype(dcol.dtype)}")
+            raise DtypeError(f"d_col_tensor: must have D_row's dtype {C._fmt_dtype(d_dtype)}, "
+                             f"got {C._fmt_dtype(dcol.dtype)}")
         C.check_shape("d_col_tensor", dcol, (m, two_n), "(M, 2N)")
         C.check_row_major("d_col_tensor", dcol)
         pack["d_col"] = dcol

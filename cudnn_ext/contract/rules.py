@@ -11,6 +11,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import torch
 
+from ..errors import DtypeError
 from ..problem import ACT_FUNCS, DEFAULT_LINEAR_OFFSET, ActConfig
 
 BF16 = torch.bfloat16
@@ -49,7 +50,7 @@ def check_strided(name: str, t: torch.Tensor) -> None:
 
 def check_dtype(name: str, t: torch.Tensor, allowed) -> None:
     if t.dtype not in allowed:
-        raise TypeError(f"{name}: dtype must be one of {_dtypes(allowed)}, got {_fmt_dtype(t.dtype)}")
+        raise DtypeError(f"{name}: dtype must be one of {_dtypes(allowed)}, got {_fmt_dtype(t.dtype)}")
 
 
 def drop_unit_dims(name: str, t: torch.Tensor, rank: int, shape_rule: str) -> torch.Tensor:
@@ -137,8 +138,8 @@ def check_same_device(tensors: Dict[str, Optional[torch.Tensor]]) -> torch.devic
 def check_d_dtype(d_dtype) -> None:
     """D's dtype when the caller gives a dtype instead of a D tensor (BF16 contract)."""
     if d_dtype not in CD_DTYPES:
-        raise TypeError(f"d_dtype: must be one of {_dtypes(CD_DTYPES)}, got "
-                        f"{_fmt_dtype(d_dtype) if isinstance(d_dtype, torch.dtype) else d_dtype!r}")
+        raise DtypeError(f"d_dtype: must be one of {_dtypes(CD_DTYPES)}, got "
+                         f"{_fmt_dtype(d_dtype) if isinstance(d_dtype, torch.dtype) else d_dtype!r}")
 
 
 def check_float_type(name: str, v) -> None:
@@ -329,7 +330,7 @@ def check_common_config(cfg: CallConfig) -> None:
     check_choice("b_major", cfg.b_major, ("k", "n"))
     check_choice("cd_major", cfg.cd_major, ("n",))
     if cfg.acc_dtype not in (None, torch.float32):
-        raise TypeError(f"acc_dtype: must be float32 (or None), got {cfg.acc_dtype}")
+        raise DtypeError(f"acc_dtype: must be float32 (or None), got {cfg.acc_dtype}")
     if cfg.m_aligned != M_ALIGN:
         raise ValueError(f"m_aligned: must be {M_ALIGN}, got {cfg.m_aligned!r}")
     tile = tuple(cfg.mma_tiler_mn) if isinstance(cfg.mma_tiler_mn, (tuple, list)) else None
@@ -381,15 +382,15 @@ def operand_family(a: torch.Tensor, b_dtype: torch.dtype, b_name: str = "b_tenso
     (discrete)."""
     ad = a.dtype
     if (ad == BF16) != (b_dtype == BF16):
-        raise TypeError(f"a_tensor/{b_name}: mixed dtype families: a dtype {_fmt_dtype(ad)}, b dtype "
-                        f"{_fmt_dtype(b_dtype)}; both must be bfloat16 or both the same FP8/FP4 dtype")
+        raise DtypeError(f"a_tensor/{b_name}: mixed dtype families: a dtype {_fmt_dtype(ad)}, b dtype "
+                         f"{_fmt_dtype(b_dtype)}; both must be bfloat16 or both the same FP8/FP4 dtype")
     if ad == BF16:
         return "bf16"
     fp4 = set(FP4_DTYPES)
     if ad in BLOCK_SCALED_DTYPES and (ad == b_dtype or (ad in fp4 and b_dtype in fp4)):
         return "block_scaled"
-    raise TypeError(f"a_tensor/{b_name}: unsupported dtype pair ({_fmt_dtype(ad)}, {_fmt_dtype(b_dtype)}); "
-                    f"supported: (bfloat16, bfloat16) or matching {_dtypes(BLOCK_SCALED_DTYPES)}")
+    raise DtypeError(f"a_tensor/{b_name}: unsupported dtype pair ({_fmt_dtype(ad)}, {_fmt_dtype(b_dtype)}); "
+                     f"supported: (bfloat16, bfloat16) or matching {_dtypes(BLOCK_SCALED_DTYPES)}")
 
 
 # --------------------------------------------------------------------------- tensors (BF16)

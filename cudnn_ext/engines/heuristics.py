@@ -2,7 +2,9 @@
 
 Owns the heuristic modes and their meaning: ``A`` orders every candidate of every engine that
 supports the problem (each engine's ``knob_space``) by the engine's cost model, cheapest
-first; ``FALLBACK`` is the reference engine (it supports every valid problem). Modes are
+first; ``B`` ranks as ``A`` does (the vendor's Python engines treat the two alike,
+docs/vendor_contract.md §5.3); ``FALLBACK`` is the reference engine (it supports every valid
+problem). Modes are
 concatenated in the order asked, keeping the first position of a repeated (engine, knobs).
 When nothing can run, :class:`NoEngineError` lists every engine's reasons.
 
@@ -25,10 +27,12 @@ from .registry import ENGINES, Candidate
 
 
 class HeurMode(str, enum.Enum):
-    """Heuristic modes: ``A`` ranks every supporting engine by its cost model; ``FALLBACK`` is
-    the reference engine. Members compare equal to their names (``HeurMode.A == "A"``)."""
+    """Heuristic modes: ``A`` ranks every supporting engine by its cost model, ``B`` the same
+    way; ``FALLBACK`` is the reference engine. Members compare equal to their names
+    (``HeurMode.A == "A"``)."""
 
     A = "A"
+    B = "B"
     FALLBACK = "FALLBACK"
 
 
@@ -40,7 +44,7 @@ def as_mode(mode) -> HeurMode:
     try:
         return HeurMode(mode.value if isinstance(mode, enum.Enum) else mode)
     except ValueError:
-        raise ValueError(f"heuristics mode: expected 'A' or 'FALLBACK', got {mode!r}") from None
+        raise ValueError(f"heuristics mode: expected 'A', 'B' or 'FALLBACK', got {mode!r}") from None
 
 
 def decline_reasons(problem: DgluProblem, engines: Iterable[Engine] = None) -> dict:
@@ -72,7 +76,7 @@ def rank(problem: DgluProblem, modes: Sequence = DEFAULT_MODES, engines: Iterabl
     out: List[Candidate] = []
     seen = set()
     for mode in modes:
-        if mode is HeurMode.A:
+        if mode in (HeurMode.A, HeurMode.B):
             block = [Candidate(e, k, cost, mode.value) for e in ok for k, cost in ranked_knobs(e, problem)]
             block.sort(key=lambda c: c.cost_us)  # stable: ties keep registry then knob order
         else:

@@ -72,6 +72,11 @@ def load_vendor() -> Tuple[Optional[Any], Optional[str]]:
     if not hasattr(mod, VENDOR_CLASS):
         version = getattr(mod, "__version__", "unknown version")
         return None, f"the installed {VENDOR_DIST} ({version}) has no cudnn.{VENDOR_CLASS}"
+    # The drop-in use, ``sys.modules["cudnn"] = cudnn_ext`` (or a module re-exporting its
+    # names), puts our own class under the vendor's name: delegating to it would recurse.
+    if getattr(getattr(mod, VENDOR_CLASS), "__module__", "").split(".")[0] == __name__.split(".")[0]:
+        return None, (f"the module named '{VENDOR_MODULE}' is cudnn_ext under the vendor's name, "
+                      f"not {VENDOR_DIST}")
     return mod, None
 
 

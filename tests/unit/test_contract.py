@@ -743,3 +743,15 @@ def test_refusals_carry_the_vendors_phrase():
                           dict(kw, activation_tensor=torch.zeros(M, N, 1, dtype=BF16)), ValueError,
                           ["activation_tensor"])
     assert "activation output requires BF16 C/D and dgeglu" in str(err)
+
+
+@pytest.mark.parametrize("case_id", ["a-fp16-mixed-family", "ab-fp32-unsupported-pair", "c-fp64", "d-dtype-fp64", "alpha-fp64",
+                                     "prob-bf16", "acc-dtype-fp16"])
+def test_dtype_refusals_are_value_errors_as_the_vendors_are(case_id):
+    """The vendor raises ValueError for every dtype rule (docs/vendor_contract.md §3.7) and its
+    tests skip on ``except (ValueError, NotImplementedError)``; ours is a DtypeError, both a
+    TypeError and a ValueError, so callers written for either catch it."""
+    _, mode, override, _, names = next(c for c in WRAPPER_CASES if c[0] == case_id)
+    kw, keep = base_call(mode)
+    err = expect_rejected(cudnn.grouped_gemm_dglu_wrapper, dict(kw, **override(kw)), ValueError, names)
+    assert isinstance(err, TypeError) and type(err) is cudnn.DtypeError

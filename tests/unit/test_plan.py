@@ -97,8 +97,19 @@ def test_fallback_alone_and_strings_still_work(fake):
     assert [g.get_plan_name_at_index(i) for i in range(g.get_execution_plan_count())] == ["reference[compute=float32]"]
     problem = g.problem
     assert [c.engine.name for c in heuristics.rank(problem, ("A",))][:1] == ["fake_fast"]
-    with pytest.raises(ValueError, match="heuristics mode: expected 'A' or 'FALLBACK', got 'B'"):
-        heuristics.rank(problem, ("B",))
+    with pytest.raises(ValueError, match="heuristics mode: expected 'A', 'B' or 'FALLBACK', got 'C'"):
+        heuristics.rank(problem, ("C",))
+
+
+def test_mode_b_ranks_as_mode_a(fake):
+    """The vendor's Python engines rank mode B as A (docs/vendor_contract.md §5.3); its tests'
+    helpers name ``cudnn.heur_mode.B`` at import time."""
+    fake()
+    _, g, _ = planned()
+    names = lambda modes: [(c.engine.name, c.knobs) for c in heuristics.rank(g.problem, modes)]
+    assert cudnn.heur_mode.B == "B"
+    assert names([cudnn.heur_mode.B]) == names([cudnn.heur_mode.A])
+    assert names([cudnn.heur_mode.A, cudnn.heur_mode.B, cudnn.heur_mode.FALLBACK]) == names(["A", "FALLBACK"])
 
 
 def test_no_engine_error_lists_every_engines_reason(fake):

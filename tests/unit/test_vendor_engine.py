@@ -138,6 +138,18 @@ def test_load_vendor_reasons(monkeypatch, fake_cudnn):
     assert "nvidia-cudnn-frontend is not installed" in vendor.load_vendor()[1]
 
 
+def test_cudnn_ext_under_the_vendors_name_is_not_the_vendor(monkeypatch):
+    """``sys.modules["cudnn"] = cudnn_ext`` (the drop-in alias, as tools/vendor_suite.py sets it):
+    the engine must not take our own class for the vendor's and delegate to itself."""
+    alias = types.ModuleType("cudnn")
+    alias.GroupedGemmDgluSm100 = cudnn.GroupedGemmDgluSm100
+    monkeypatch.setitem(sys.modules, "cudnn", alias)
+    mod, why = vendor.load_vendor()
+    assert mod is None and "cudnn_ext under the vendor's name" in why
+    problem, _ = bf16_call()
+    assert any("cudnn_ext under the vendor's name" in r for r in decline_reasons(problem)["vendor_sm100"])
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only decline")
 def test_cli_info_lists_the_vendor_reason():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
