@@ -13,6 +13,13 @@ Peers, side by side in one process on the same inputs:
   cudnn_ext_activation    (variant "dgeglu+activation") dGeGLU storing the activation output
                           (M, N) bf16 too, the vendor's activation_tensor
   cudnn_ext_round_dgrad   (variant "round_dgrad") dSwiGLU with round_dgrad_to_input_dtype
+  <fmt>:<impl>            block-scaled rows (format nvfp4, mxfp4 or mxfp8: A and B quantized
+                          from the same values, dSwiGLU, prob, dprob, dbias; FP4 D bf16 with
+                          amax, FP8 D e4m3 with SFD_row/SFD_col): impl cudnn_ext (the engine
+                          the heuristics pick, through the wrapper), composed (what a user
+                          writes today: cudnn_ext.quant.dequantize of A and B to bf16, then
+                          our BF16 kernel; FP8: then the public D quantizer) and reference
+                          (the reference engine on the GPU), e.g. nvfp4:cudnn_ext
   torch_grouped_mm        torch._grouped_mm alone (the GEMM only, bf16 out): the bar to beat
   torch_unfused_compiled  torch._grouped_mm + a torch.compile'd epilogue (what users write)
   quack                   quack.gemm_interface.gemm_dgated with cu_seqlens_m (tuned=False;
@@ -448,6 +455,10 @@ def build_impl(impl, pack, K, N, dbias, args, row):
     elif impl == "cudnn_ext_round_dgrad":
         fn, extra = run_cudnn_ext(pack, K, N, dbias=dbias, round_dgrad=True)
         row.update(impl="cudnn_ext", variant="round_dgrad")
+    elif ":" in impl and impl.split(":", 1)[0] in BLOCK_FORMATS:
+        fmt, peer = impl.split(":", 1)
+        fn, extra = make_blockscaled(pack, K, N, fmt, peer, dbias)
+        row.update(impl=peer, format=fmt)
     elif impl == "torch_grouped_mm":
         fn = run_grouped_mm(pack)
     elif impl == "torch_unfused_compiled":
@@ -457,6 +468,104 @@ def build_impl(impl, pack, K, N, dbias, args, row):
     else:
         raise ValueError(impl)
     return fn, extra
+
+
+#: block-scaled formats of the <fmt>:<impl> rows: (quantizer, its keyword arguments, sf_vec)
+BLOCK_FORMATS = {
+    "nvfp4": ("nvfp4", dict(sf_vec_size=16, sf_dtype=torch.float8_e4m3fn), 16),
+    "mxfp4": ("nvfp4", dict(sf_vec_size=32, sf_dtype=torch.float8_e8m0fnu), 32),
+    "mxfp8": ("mxfp8", dict(fp8_dtype=torch.float8_e4m3fn), 32),
+}
+
+
+def make_blockscaled(pack, K, N, fmt, peer, dbias):
+    """(fn, extra) of one block-scaled row: the pack's A and B quantized to ``fmt``."""
+    import cudnn_ext
+    from cudnn_ext import quant
+
+    kind, qkw, vec = BLOCK_FORMATS[fmt]
+    quantize = quant.quantize_nvfp4 if kind == "nvfp4" else quant.quantize_mxfp8
+    a_q, sfa = quantize(pack["a"].float(), **qkw)
+    b_q, sfb = quantize(pack["b"].float(), **qkw)  # (N, K, L)
+    fp8 = kind == "mxfp8"
+    M = pack["a"].shape[0]
+    nc = torch.ones(1, device="cuda")
+    common = dict(a_tensor=a_q, c_tensor=pack["c"], sfa_tensor=sfa,
+                  padded_offsets=pack["padded_offsets"], alpha_tensor=pack["alpha"],
+                  beta_tensor=pack["beta"], prob_tensor=pack["prob"], dprob_tensor=pack["dprob"],
+                  b_tensor=b_q, sfb_tensor=sfb, sf_vec_size=vec, generate_dbias=dbias,
+                  norm_const_tensor=nc if fp8 else None)
+    if peer in ("cudnn_ext", "reference"):
+        call = dict(common, engine=None if peer == "cudnn_ext" else "reference")
+        fn = lambda: cudnn_ext.grouped_gemm_dglu_wrapper(**call)  # noqa: E731
+        from cudnn_ext.engines.sm90 import _compiled  # first compile of the new variants
+        before = set(_compiled)
+        t0 = time.perf_counter()
+        out = fn()
+        torch.cuda.synchronize()
+        extra = dict(first_call_s=round(time.perf_counter() - t0, 3),
+                     new_kernel_configs=len(set(_compiled) - before))
+        if peer == "cudnn_ext":  # the engine the wrapper's (newest) built graph runs
+            from cudnn_ext.runtime.memo import CALLS
+            extra["engine"] = CALLS.entries("graph")[-1].execution_plan.engine_name
+        del out
+        return fn, extra
+    if peer != "composed":
+        raise ValueError(f"{fmt}:{peer}: the block-scaled peers are cudnn_ext, composed, reference")
+    plan, ws, _, _ = build_plan(pack, K, N, dbias=dbias)
+    stream = torch.cuda.current_stream()
+    d32 = torch.empty(M, 2 * N, device="cuda", dtype=torch.float32)
+
+    def fn():
+        a16 = quant.dequantize(a_q, sfa, vec).to(torch.bfloat16)
+        b16 = quant.dequantize(b_q, sfb, vec).to(torch.bfloat16)
+        if fp8:  # fp32 D, then the public block quantizer along rows (D_row + SFD_row)
+            plan32.execute(dict(pack, a=a16, b=b16, d_row=d32), ws32, stream)
+            quant.quantize_mxfp8(d32)
+        else:
+            plan.execute(dict(pack, a=a16, b=b16), ws, stream)
+
+    plan32 = ws32 = None
+    if fp8:
+        plan32, ws32 = _fp32_d_plan(pack, K, N, dbias)
+    return fn, {}
+
+
+def _fp32_d_plan(pack, K, N, dbias):
+    """The BF16 kernel's plan with fp32 D (the composed FP8 path quantizes it afterwards)."""
+    from cudnn_ext.engines.sm90 import Sm90DgluEngine
+    from cudnn_ext.problem import ActConfig, DgluProblem
+
+    eng = Sm90DgluEngine()
+    L, M = pack["alpha"].shape[0], pack["a"].shape[0]
+    problem = DgluProblem(n=N, k=K, num_experts=L, m=M, weight_mode="dense", b_major="k",
+                          ab_dtype=torch.bfloat16, c_dtype=torch.bfloat16, d_dtype=torch.float32,
+                          act=ActConfig("dswiglu"), generate_dbias=dbias, device_type="cuda",
+                          device_index=0)
+    knobs = min(eng.knob_space(problem), key=lambda k: eng.cost(problem, k))
+    plan = eng.build(problem, knobs)
+    return plan, torch.empty(max(plan.workspace_size, 1), dtype=torch.uint8, device="cuda")
+
+
+def _print_block_scaled_ratios(rows):
+    """Per shape and block-scaled format: our time over our BF16 kernel's (the plan row),
+    and the composed path's and the reference engine's times over ours."""
+    def ms(shape, impl, fmt):
+        r = next((x for x in rows if x["shape"] == shape and x["impl"] == impl
+                  and x.get("format") == fmt and not x.get("variant") and x.get("ms")), None)
+        return r["ms"] if r else None
+
+    fmts = sorted({r["format"] for r in rows if r.get("format", "bf16") != "bf16"})
+    if not fmts:
+        return
+    print(f"\n{'shape':9s} {'format':7s} {'x bf16':>7s} {'composed/us':>12s} {'reference/us':>13s}")
+    for shape in dict.fromkeys(r["shape"] for r in rows):
+        for fmt in fmts:
+            ours, bf16 = ms(shape, "cudnn_ext", fmt), ms(shape, "cudnn_ext", "bf16")
+            comp, ref = ms(shape, "composed", fmt), ms(shape, "reference", fmt)
+            cell = lambda x, y: f"{x / y:.2f}" if x and y else "-"  # noqa: E731
+            print(f"{shape:9s} {fmt:7s} {cell(ours, bf16):>7s} {cell(comp, ours):>12s} "
+                  f"{cell(ref, ours):>13s}")
 
 
 def imported_cudnn_ext():
@@ -515,7 +624,7 @@ def main(argv=None):
         pack = make_inputs(sizes, K, N)
         shape_rows, fns = [], {}
         for pos, impl in enumerate(impls):  # rows keyed by position: an impl may repeat
-            row = dict(shape=name, impl=impl, L=L, M=total, K=K, N=N)
+            row = dict(shape=name, impl=impl, format="bf16", L=L, M=total, K=K, N=N)
             if impl.startswith("cudnn_ext"):
                 row["dbias"] = dbias
             try:
@@ -563,6 +672,7 @@ def main(argv=None):
         tf = f"{r['tflops']:.0f}" if r.get("tflops") else "-"
         name = r["impl"] + (f"[{r['variant']}]" if r.get("variant") else "")
         print(f"{r['shape']:9s} {name:24s} {ms:>9s} {tf:>8s} {ratio:6.2f}")
+    _print_block_scaled_ratios(rows)
     print(f"timer: {args.timer}")
     if overhead is not None:
         print(f"host overhead per execute (tiny problem, back-to-back): {overhead:.1f} us")

@@ -160,9 +160,8 @@ class Sm90BlockScaledEngine(Engine):
             why.append("use_single_group_runtime_offsets is not implemented on sm90")
         if bs.deterministic and problem.has_dprob:
             why.append("deterministic dprob: the kernel sums dprob with atomics")
-        if problem.k % (4 * bs.sf_vec_size):
-            why.append(f"needs K % {4 * bs.sf_vec_size} == 0 (whole scale-factor quads), "
-                       f"got K={problem.k}")
+        if problem.k % 32:
+            why.append(f"needs K % 32 == 0 (whole dequantization chunks), got K={problem.k}")
         if problem.n % 32:
             why.append(f"needs N % 32 == 0, got N={problem.n}")
         if problem.device_type != "cuda":

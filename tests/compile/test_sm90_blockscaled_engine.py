@@ -36,7 +36,7 @@ def test_declines_with_reasons():
              (dict(c=E4M3), "C dtype"),
              (dict(single_group_runtime_offsets=True), "use_single_group_runtime_offsets"),
              (dict(deterministic=True), "deterministic dprob"),
-             (dict(k=96), "K % 64 == 0"),
+             (dict(k=80), "K % 32 == 0"),
              (dict(n=80), "N % 32 == 0")]
     for kw, needle in cases:
         why = eng.check_support(_problem(**kw))

@@ -32,7 +32,7 @@ def _needs_gpu():
 
 
 @pytest.mark.parametrize("elem,sf,sf_vec", CONFIGS, ids=["-".join(map(str, c)) for c in CONFIGS])
-@pytest.mark.parametrize("groups,rows,k", [(1, 256, 512), (3, 200, 384)])
+@pytest.mark.parametrize("groups,rows,k", [(1, 256, 512), (3, 200, 384), (2, 130, 160)])
 def test_device_dequant_matches_quant_dequantize(elem, sf, sf_vec, groups, rows, k):
     _needs_gpu()
     from cudnn_ext.kernels.blockscaled.dequant import DequantConfig

@@ -10,10 +10,10 @@ finite value (e4m3 448 x 2^127, e2m1 6 x 2^127: inf) and below its smallest subn
 (e5m2 2^-16 x 2^-127: rounded, to 0 at the extreme). No torch; the caller (the block-scaled
 engine) owns buffers and streams.
 
-One thread per (group, row, k-block quad): the quad's four scales are one 32-bit load (a
-swizzle atom keeps the four k-blocks of a row together), each block's elements one to two
-16-byte loads, its BF16 results 32 or 64 bytes of stores; neighbouring threads take
-neighbouring quads of a row, so loads and stores are coalesced.
+One thread per 16 bytes of input (16 FP8 or 32 FP4 elements of one row: half a 32-element
+block, or one or two FP4 blocks), with its block scales (one byte each) and 32 or 64 bytes of
+BF16 out; neighbouring threads take neighbouring chunks of a row, so a warp's loads are 512
+contiguous bytes and its stores 1 or 2 KB.
 
 Decoding, all exact in fp32: FP8 elements with the hardware conversion; e2m1 from integer
 fields (``2 x |v|`` is ``m`` for exponent 0, else ``(2 + m) << (e - 1)``); an e8m0 scale
@@ -75,8 +75,8 @@ _ELEM_TYPES = {"e4m3": cutlass.Float8E4M3FN, "e5m2": cutlass.Float8E5M2}
 class Dequantizer:
     """The kernel of one :class:`DequantConfig`: ``__call__(q, sf, out, offs, rows, k,
     groups, stream)`` on raw pointers (``q`` bytes, ``sf`` bytes, ``out`` bf16, ``offs`` the
-    int32 padded offsets, read with ``tables`` only); K must be a multiple of
-    ``4 x sf_vec`` (whole quads: the engine declines other K)."""
+    int32 padded offsets, read with ``tables`` only); K must be a multiple of 32 (whole
+    chunks and blocks: the engine declines other K)."""
 
     def __init__(self, cfg: DequantConfig):
         cfg.check()
@@ -85,23 +85,27 @@ class Dequantizer:
     @cute.jit
     def __call__(self, q_ptr: cute.Pointer, sf_ptr: cute.Pointer, out_ptr: cute.Pointer,
                  offs_ptr: cute.Pointer, rows: Int32, k: Int32, groups: Int32, stream):
-        quads = k // (ATOM_KBLOCKS * self.cfg.sf_vec)
-        total = groups * rows * quads
+        chunks = k // self.chunk_elems()
+        total = groups * rows * chunks
         grid = ((total + THREADS - 1) // THREADS, 1, 1)
-        self.kernel(q_ptr, sf_ptr, out_ptr, offs_ptr, rows, k, quads, total).launch(
+        self.kernel(q_ptr, sf_ptr, out_ptr, offs_ptr, rows, k, chunks, total).launch(
             grid=grid, block=[THREADS, 1, 1], stream=stream)
+
+    def chunk_elems(self) -> int:
+        """Logical elements of one thread's chunk: 16 bytes of input."""
+        return 32 if self.cfg.fp4 else 16
 
     @cute.kernel
     def kernel(self, q_ptr: cute.Pointer, sf_ptr: cute.Pointer, out_ptr: cute.Pointer,
-               offs_ptr: cute.Pointer, rows: Int32, k: Int32, quads: Int32, total: Int32):
+               offs_ptr: cute.Pointer, rows: Int32, k: Int32, chunks: Int32, total: Int32):
         tidx, _, _ = cute.arch.thread_idx()
         bid, _, _ = cute.arch.block_idx()
         t = bid * THREADS + tidx
         if t < total:
-            kq = t % quads
-            r = (t // quads) % rows
-            g = t // (quads * rows)
-            rmn = (rows + ATOM_ROWS - 1) // ATOM_ROWS
+            c = t % chunks
+            r = (t // chunks) % rows
+            g = t // (chunks * rows)
+            e0 = cutlass.Int64(c * self.chunk_elems())  # the chunk's first element in its row
             row = cutlass.Int64(g * rows + r) * cutlass.Int64(k)  # out's (and dense q's) row
             if cutlass.const_expr(self.cfg.tables):
                 offs = cute.make_tensor(offs_ptr, cute.make_layout(g + 1))
@@ -113,56 +117,50 @@ class Dequantizer:
                                              cute.make_layout(g + 1))
                     sf_tab = cute.make_tensor(cute.recast_ptr(sf_ptr, dtype=cutlass.Int64),
                                               cute.make_layout(g + 1))
-                    self._quad(q_tab[g], cutlass.Int64(r) * cutlass.Int64(k),
-                               sf_tab[g] + cutlass.Int64(self._sf_offset(0, r, kq, rmn, quads)),
-                               out_ptr, row, kq)
+                    self._chunk(q_tab[g], cutlass.Int64(r) * cutlass.Int64(k) + e0, sf_tab[g],
+                                0, r, rows, k, c, out_ptr, row + e0)
             else:
-                self._quad(q_ptr.toint(), row,
-                           sf_ptr.toint() + cutlass.Int64(self._sf_offset(g, r, kq, rmn, quads)),
-                           out_ptr, row, kq)
-
-    @staticmethod
-    def _sf_offset(g, r, kq, rmn, quads):
-        """Byte offset of row r's 4 scales of quad kq in group g: contiguous in its atom."""
-        return ((g * rmn * quads + (r // ATOM_ROWS) * quads + kq) * ATOM_ELEMS
-                + (r % 32) * 16 + ((r // 32) % 4) * 4)
+                self._chunk(q_ptr.toint(), row + e0, sf_ptr.toint(), g, r, rows, k, c, out_ptr,
+                            row + e0)
 
     @cute.jit
-    def _quad(self, q_base, q_row, sf_addr, out_ptr: cute.Pointer, row, kq):
-        """One row's k-block quad: 4 scales at ``sf_addr``, elements from logical element
-        ``q_row`` of the operand at ``q_base``, BF16 out from element ``row`` of ``out``."""
+    def _chunk(self, q_base, q_elem, sf_base, g, r, rows, k, c, out_ptr: cute.Pointer, out_elem):
+        """One thread's chunk: elements from logical element ``q_elem`` of the operand at
+        ``q_base``, the scales of its block(s) (row r of group g of the layout at
+        ``sf_base``), BF16 out at element ``out_elem`` of ``out``."""
         v = self.cfg.sf_vec
-        sf_src = cute.make_tensor(
-            cute.make_ptr(cutlass.Uint8, sf_addr, cute.AddressSpace.gmem, assumed_align=4),
-            cute.make_layout(4))
-        sf_frag = cute.make_rmem_tensor((4,), cutlass.Uint8)
-        cute.autovec_copy(sf_src, sf_frag)
-        for j in cutlass.range_constexpr(ATOM_KBLOCKS):
-            scale = self._scale(sf_frag, j)
-            k0 = cutlass.Int64((kq * ATOM_KBLOCKS + j) * v)
-            vals = self._block(q_base, q_row + k0)
-            res = cute.make_rmem_tensor((v,), Float32)
-            for i in cutlass.range_constexpr(v):
-                res[i] = vals[i] * scale
-            dst = cute.make_tensor(
-                cute.make_ptr(cutlass.BFloat16, out_ptr.toint() + (row + k0) * 2,
-                              cute.AddressSpace.gmem, assumed_align=32),
-                cute.make_layout(v))
-            dst.store(res.load().to(cutlass.BFloat16))
+        ch = self.chunk_elems()
+        rmn = (rows + ATOM_ROWS - 1) // ATOM_ROWS
+        quads = (k // v + ATOM_KBLOCKS - 1) // ATOM_KBLOCKS  # k-block atoms per row (RK)
+        vals = self._load(q_base, q_elem)
+        res = cute.make_rmem_tensor((ch,), Float32)
+        for j in cutlass.range_constexpr(max(1, ch // v)):  # the blocks the chunk covers
+            kb = (c * ch) // v + j
+            off = ((g * rmn * quads + (r // ATOM_ROWS) * quads + kb // ATOM_KBLOCKS) * ATOM_ELEMS
+                   + (r % 32) * 16 + ((r // 32) % 4) * 4 + kb % ATOM_KBLOCKS)
+            scale = self._scale(cute.make_tensor(
+                cute.make_ptr(cutlass.Uint8, sf_base + cutlass.Int64(off), cute.AddressSpace.gmem,
+                              assumed_align=1), cute.make_layout(1)))
+            for i in cutlass.range_constexpr(min(ch, v)):
+                res[j * v + i] = vals[j * v + i] * scale
+        dst = cute.make_tensor(
+            cute.make_ptr(cutlass.BFloat16, out_ptr.toint() + out_elem * 2,
+                          cute.AddressSpace.gmem, assumed_align=32),
+            cute.make_layout(ch))
+        dst.store(res.load().to(cutlass.BFloat16))
 
     @cute.jit
-    def _scale(self, sf_frag, j: cutlass.Constexpr):
-        """Scale j of the quad as fp32, or a pair of factors (e8m0) folded into one value
-        only when that value is normal."""
+    def _scale(self, sf1):
+        """The scale byte ``sf1[0]`` as fp32."""
         if cutlass.const_expr(self.cfg.sf == "e4m3"):
             pair = cute.make_rmem_tensor((2,), cutlass.Uint8)
-            pair[0] = sf_frag[j]
-            pair[1] = sf_frag[j]
+            pair[0] = sf1[0]
+            pair[1] = sf1[0]
             f = pair.load().bitcast(cutlass.Float8E4M3FN).to(Float32)
             return f[0]
         else:
-            c = Int32(sf_frag[j])
-            return self._e8m0(c)
+            # (the byte widens sign-extended: keep its 8 bits)
+            return self._e8m0(Int32(sf1[0]) & 255)
 
     @cute.jit
     def _e8m0(self, c: Int32):
@@ -176,29 +174,26 @@ class Dequantizer:
         return bits.bitcast(Float32)
 
     @cute.jit
-    def _block(self, q_base, elem0):
-        """The ``sf_vec`` elements from logical element ``elem0`` (a 64-bit offset) of the
-        operand at address ``q_base``, as fp32."""
-        v = self.cfg.sf_vec
-        out = cute.make_rmem_tensor((v,), Float32)
+    def _load(self, q_base, elem0):
+        """The chunk's 16 bytes from logical element ``elem0`` (a 64-bit offset) of the
+        operand at address ``q_base``, decoded to fp32."""
+        ch = self.chunk_elems()
+        out = cute.make_rmem_tensor((ch,), Float32)
         if cutlass.const_expr(self.cfg.fp4):
-            words = v // 8  # 8 nibbles per 32-bit word
             src = cute.make_tensor(
                 cute.make_ptr(Int32, q_base + elem0 // 2, cute.AddressSpace.gmem,
-                              assumed_align=8),
-                cute.make_layout(words))
-            w = cute.make_rmem_tensor((words,), Int32)
+                              assumed_align=16),
+                cute.make_layout(4))
+            w = cute.make_rmem_tensor((4,), Int32)
             cute.autovec_copy(src, w)
-            for i in cutlass.range_constexpr(v):
-                nib = (w[i // 8] >> (4 * (i % 8))) & 15
-                out[i] = self._e2m1(nib)
+            for i in cutlass.range_constexpr(ch):
+                out[i] = self._e2m1((w[i // 8] >> (4 * (i % 8))) & 15)
         else:
             et = _ELEM_TYPES[self.cfg.elem]
             src = cute.make_tensor(
-                cute.make_ptr(et, q_base + elem0, cute.AddressSpace.gmem,
-                              assumed_align=16),
-                cute.make_layout(v))
-            frag = cute.make_rmem_tensor((v,), et)
+                cute.make_ptr(et, q_base + elem0, cute.AddressSpace.gmem, assumed_align=16),
+                cute.make_layout(ch))
+            frag = cute.make_rmem_tensor((ch,), et)
             cute.autovec_copy(src, frag)
             out.store(frag.load().to(Float32))
         return out
