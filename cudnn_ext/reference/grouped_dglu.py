@@ -249,7 +249,8 @@ def grouped_dglu_blocks(problem: DgluProblem, pack: Mapping, *, compute_dtype=to
             sums = torch.empty(b1 - b0, two_n, dtype=compute_dtype, device=dev)
             sums[:, gate_cols] = dgate.view(b1 - b0, 256, n).sum(1)
             sums[:, up_cols] = dup.view(b1 - b0, 256, n).sum(1)
-            dbias_acc.index_add_(0, sum_into[b0:b1], sums)
+            for i in range(b0, b1):  # one block per add: no two adds race, so the sums are deterministic
+                dbias_acc.index_add_(0, sum_into[i:i + 1], sums[i - b0:i - b0 + 1])
         if activation is not None:
             keep_where(activation[r0:r1], ok, p * act_val)
         d = torch.empty(r1 - r0, two_n, dtype=compute_dtype, device=dev)

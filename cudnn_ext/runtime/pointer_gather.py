@@ -124,14 +124,14 @@ def _check(table, nbytes, ends) -> None:
     if not isinstance(table, torch.Tensor) or table.dtype != torch.int64 or table.dim() != 1:
         raise TypeError(f"table: expected a 1-D int64 tensor of addresses, got "
                         f"{getattr(table, 'dtype', type(table).__name__)} of shape {tuple(getattr(table, 'shape', ()))}")
-    if table.device.type != "cuda":
-        raise ValueError(f"table: the device gather needs a CUDA tensor, got one on {table.device}")
     if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes <= 0:
         raise ValueError(f"nbytes: expected a positive int, got {nbytes!r}")
     if not isinstance(ends, torch.Tensor) or ends.dtype.is_floating_point or tuple(ends.shape) != tuple(table.shape):
         raise ValueError(f"ends: expected an integer tensor of shape {tuple(table.shape)} (one cumulative end "
                          f"row per expert), got {getattr(ends, 'dtype', type(ends).__name__)} of shape "
                          f"{tuple(getattr(ends, 'shape', ()))}")
+    if table.device.type != "cuda":
+        raise ValueError(f"table: the device gather needs a CUDA tensor, got one on {table.device}")
     if ends.device != table.device:
         raise ValueError(f"ends: must be on the table's device {table.device}, got {ends.device}")
 
