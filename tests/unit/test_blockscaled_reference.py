@@ -3,7 +3,9 @@ dSiTU-GLU epilogue derivative, on CPU.
 
 Independent routes only: hand-computed scale codes and byte positions, the transposition
 identity between the row and column quantizers, the public helpers for dequantization, and
-torch autograd of the dSiTU-GLU forward.
+torch autograd of the dSiTU-GLU forward. The engine's block path (the form every CUDA call
+takes) is held to the host walk over the experts, bit for bit, and run on meta tensors to show
+that it reads no device data on the host.
 Reproduce a failure with: .venv/bin/python -m pytest tests/unit/test_blockscaled_reference.py -q -k <name>
 """
 import math
@@ -19,6 +21,8 @@ from cudnn_ext.quant import (dequantize, quantize_mxfp8, quantize_nvfp4, sf_offs
 from cudnn_ext.quant import formats as F
 from cudnn_ext.reference.blockscaled import (amax_per_expert, dequantize_a, dequantize_b_expert,
                                              quantize_d_col, quantize_d_row, sfd_col_expert_view)
+
+from exact_operands import FORMATS, exact_values
 
 E8M0 = torch.float8_e8m0fnu
 E4M3 = torch.float8_e4m3fn
@@ -310,29 +314,6 @@ def test_dsituglu_with_prob_and_g0_against_autograd():
 # the block path (no host read) against the host walk over the experts
 # ------------------------------------------------------------------------------------------
 
-#: name: (quantize, sf_vec_size, FP4)
-FORMATS = {
-    "mxfp8_e4m3": (lambda x: quantize_mxfp8(x, E4M3), 32, False),
-    "mxfp8_e5m2": (lambda x: quantize_mxfp8(x, torch.float8_e5m2), 32, False),
-    "nvfp4": (lambda x: quantize_nvfp4(x), 16, True),
-    "fp4_e8m0_16": (lambda x: quantize_nvfp4(x, sf_vec_size=16, sf_dtype=E8M0), 16, True),
-    "mxfp4": (lambda x: quantize_nvfp4(x, sf_vec_size=32, sf_dtype=E8M0), 32, True),
-}
-_E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
-
-
-def _exact(shape, fp4, vec, g):
-    """Values that quantize exactly and whose dot products are exact in fp32, so that every
-    summation order gives the same bits and the quantized outputs can be compared bit for bit:
-    FP8, multiples of 1/8 in [-1, 1]; FP4, the e2m1 grid with a 6 leading every scale block
-    (scale 1)."""
-    if not fp4:
-        return torch.randint(-8, 9, shape, generator=g).float() / 8
-    x = torch.tensor(_E2M1)[torch.randint(0, 16, shape, generator=g)]
-    x[..., ::vec] = 6.0
-    return x
-
-
 def _fill_random_bytes(t, g):
     bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32}[t.element_size()]
     raw = torch.randint(0, 256, (t.numel() * t.element_size(),), generator=g, dtype=torch.uint8)
@@ -345,13 +326,13 @@ def _block_case(fmt, weights, counts, extra, *, sfd=False, discrete_col_sfd=Fals
     experts' storage (an empty expert's pointers are null)."""
     from cudnn_ext import contract
 
-    quantize, vec, fp4 = FORMATS[fmt]
+    quantize, vec, fp4 = FORMATS[fmt]  # operands whose GEMM is exact: the outputs compare bit for bit
     g = torch.Generator().manual_seed(seed)
     num_experts, n, k = len(counts), 96, 128  # 2N = 192: SFD_col has two column atoms, one half padding
     offs = torch.tensor(counts, dtype=torch.int64).cumsum(0).to(torch.int32)
     m = int(offs[-1]) + extra
-    a_q, sfa = quantize(_exact((m, k), fp4, vec, g))
-    w = _exact((num_experts, n, k), fp4, vec, g)
+    a_q, sfa = quantize(exact_values((m, k), fp4, vec, g))
+    w = exact_values((num_experts, n, k), fp4, vec, g)
     ops = dict(a=a_q, sfa=sfa, c=(torch.randn(m, 2 * n, generator=g) * 2).to(torch.bfloat16), padded_offsets=offs,
                alpha=torch.rand(num_experts, generator=g) + 0.5, beta=torch.rand(num_experts, generator=g) + 0.5)
     if prob:
