@@ -26,7 +26,7 @@ from typing import Mapping, Optional
 
 import torch
 
-from ..problem import DgluProblem
+from ..problem import OUTPUT_SLOTS, DgluProblem
 from ..quant.formats import FP8_DTYPES, encode_fp8
 from .blockscaled_run import BlockScaledOutputs, block_scaled_operands, expert_operands, finish_outputs
 from .epilogue import gate_up_columns, local_derivatives
@@ -266,6 +266,10 @@ def grouped_dglu_blocks(problem: DgluProblem, pack: Mapping, *, compute_dtype=to
         scaled.finish()
 
 
+#: The outputs ``reference_outputs`` returns.
+_ORACLE_SLOTS = ("d_row", "dprob", "dbias", "activation")
+
+
 def reference_outputs(problem: DgluProblem, pack: Mapping, *, compute_dtype=torch.float64,
                       dprob_init: Optional[torch.Tensor] = None) -> dict:
     """Fresh outputs of the operation (float64 by default), without touching ``pack``'s outputs.
@@ -284,5 +288,8 @@ def reference_outputs(problem: DgluProblem, pack: Mapping, *, compute_dtype=torc
                       if problem.generate_dbias else None)
     fresh["activation"] = (torch.zeros(m, problem.n, dtype=compute_dtype, device=dev)
                            if problem.generate_activation else None)
+    for slot in set(OUTPUT_SLOTS) - set(_ORACLE_SLOTS):  # written too (block-scaled): on copies
+        if pack.get(slot) is not None:
+            fresh[slot] = pack[slot].clone()
     grouped_dglu_reference(problem, fresh, compute_dtype=compute_dtype)
-    return {k: fresh[k] for k in ("d_row", "dprob", "dbias", "activation")}
+    return {k: fresh[k] for k in _ORACLE_SLOTS}

@@ -557,3 +557,16 @@ def test_block_path_reads_no_device_data_on_the_host(monkeypatch, case):
     if "single" not in case:  # the check can fail: the host walk reads the offsets
         with pytest.raises(NotImplementedError, match="Cannot copy out of meta tensor"):
             grouped_dglu.grouped_dglu_reference(problem, meta)
+
+
+def test_reference_outputs_leaves_every_output_of_the_pack_untouched():
+    """reference_outputs (the tests' oracle) writes block-scaled outputs (amax, D_col, SFD) into
+    copies, never into the pack's tensors."""
+    from cudnn_ext.reference import reference_outputs
+
+    problem, pack, _ = _block_case("mxfp8_e4m3", "dense", (256, 0, 512), 256, sfd=True, amax=True)
+    p = _poisoned(pack, 9)
+    before = {k: p[k].clone() for k in _OUTS if p.get(k) is not None}
+    ref = reference_outputs(problem, p)
+    assert all(_same_bits(p[k], v) for k, v in before.items())
+    assert ref["d_row"].dtype == torch.float64 and torch.isnan(ref["d_row"][768:]).all()
