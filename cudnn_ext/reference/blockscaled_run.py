@@ -10,7 +10,7 @@ leaves them.
 """
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, Tuple
 
 import torch
 
@@ -140,7 +140,7 @@ def block_scaled_operands(problem: DgluProblem, pack: Mapping, ends: torch.Tenso
     return fetch
 
 
-def _discrete_col_sources(ends: torch.Tensor, rmn: int, rk: int) -> tuple:
+def _discrete_col_sources(ends: torch.Tensor, rmn: int, rk: int) -> Tuple[torch.Tensor, torch.Tensor]:
     """For each 512-element chunk j of a ``discrete_col_sfd`` SFD_col (``rmn * rk`` chunks),
     the chunk of the global layout that holds its bytes, and whether an expert owns j.
 

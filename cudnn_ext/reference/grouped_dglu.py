@@ -194,7 +194,8 @@ def _operands(problem: DgluProblem, pack: Mapping, ends: torch.Tensor, dtype):
 def grouped_dglu_blocks(problem: DgluProblem, pack: Mapping, *, compute_dtype=torch.float32) -> None:
     """:func:`grouped_dglu_reference` without a host read of device data, for every operand
     family and weight mode, so that a GPU call needs no sync and can be captured in a CUDA
-    graph (tests/gpu/test_reference_cuda.py checks both on the device).
+    graph (tests/gpu/test_reference_cuda.py and test_reference_no_sync.py check both on the
+    device; on the CPU, tests/unit/test_blockscaled_reference.py runs it on meta tensors).
 
     Offsets are 256-aligned, so every 256-row block lies in one expert: each block's expert
     comes from a device-side search of the offsets, its (dequantized) weights from a gather
