@@ -27,7 +27,7 @@ from .streams import current_stream_handle
 
 #: Threads per CTA of the copy.
 _THREADS = 256
-#: 8-byte words each thread copies per CTA before the grid gets another CTA per expert.
+#: 8-byte words per thread that one CTA of an expert covers before the expert gets another CTA.
 _WORDS_PER_THREAD = 4
 #: Most CTAs per expert (a gather is bandwidth-bound long before this many).
 _MAX_CTAS = 128
