@@ -13,7 +13,7 @@ that initialize them, else ``torch.zeros``; none with ``out=``) and ``plan.execu
 with the same signature and metadata (one C++ guard check, ``guards``) skip the key, the
 pack and ``execute``. Neither reads tensor *data*, so neither synchronizes with the host;
 whether the *engine* does is the engine's property (the reference engine reads the offsets
-on the host outside BF16 with dense weights; a GPU engine must not).
+on the host for CPU tensors only; a GPU engine must not).
 """
 from __future__ import annotations
 

@@ -37,8 +37,6 @@ SF_DTYPES = (torch.float8_e8m0fnu, torch.float8_e4m3fn)
 #: Storage dtypes of packed FP4 (two e2m1 values per byte).
 FP4_DTYPES = (torch.uint8, torch.float4_e2m1fn_x2)
 
-_E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
-
 
 def max_finite(dtype: torch.dtype) -> float:
     """Largest finite magnitude of an element dtype (fp8, or any FP4 storage dtype)."""
@@ -138,9 +136,17 @@ def encode_e2m1(x: torch.Tensor) -> torch.Tensor:
 
 
 def decode_e2m1(codes: torch.Tensor) -> torch.Tensor:
-    """e2m1 codes (uint8, low 4 bits) -> exact fp32."""
-    table = torch.tensor(_E2M1_VALUES, dtype=torch.float32, device=codes.device)
-    return table[(codes.to(torch.int64) & 0xF)]
+    """e2m1 codes (uint8, low 4 bits) -> exact fp32.
+
+    Computed from the code's fields (exponent ``e`` = bits 2..1, mantissa ``m`` = bit 0):
+    ``m / 2`` when ``e == 0`` (0 or the subnormal 0.5), else ``(1 + m / 2) * 2**(e - 1)``; bit 3
+    is the sign (code 8 is -0.0). Arithmetic rather than a lookup table, whose values a CUDA
+    device would have to receive from the host (a sync, and no CUDA-graph capture)."""
+    c = codes.to(torch.int32) & 0xF
+    e = (c >> 1) & 0x3
+    m = (c & 0x1).to(torch.float32)
+    mag = torch.where(e == 0, 0.5 * m, (1.0 + 0.5 * m) * torch.exp2((e - 1).to(torch.float32)))
+    return torch.where((c & 0x8) != 0, -mag, mag)
 
 
 def pack_fp4(codes: torch.Tensor, dim: int = -1) -> torch.Tensor:

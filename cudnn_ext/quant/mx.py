@@ -72,8 +72,12 @@ def quantize_blocks(x: torch.Tensor, elem_dtype: torch.dtype, sf_dtype: torch.dt
         x32 = torch.nn.functional.pad(x32, (0, pad))
     blocks = x32.reshape(*x32.shape[:-1], kb, sf_vec_size)
     amax = blocks.abs().amax(dim=-1)   # torch.amax propagates NaN, as the kernel's reduction
-    nc = torch.as_tensor(norm_const, dtype=torch.float32, device=x32.device).reshape(())
-    rcp_qmax = torch.tensor(1.0 / qmax, dtype=torch.float32, device=x32.device)
+    # scalars made on the device (a fill), never copied from the host: no sync on a GPU
+    if isinstance(norm_const, torch.Tensor):
+        nc = norm_const.to(device=x32.device, dtype=torch.float32).reshape(())
+    else:
+        nc = torch.full((), float(norm_const), dtype=torch.float32, device=x32.device)
+    rcp_qmax = torch.full((), 1.0 / qmax, dtype=torch.float32, device=x32.device)
     if premultiply_norm:
         s = amax * (rcp_qmax * nc)
     else:

@@ -94,7 +94,7 @@ def _norm_const(norm_const, device):
     if isinstance(norm_const, bool) or not isinstance(norm_const, (int, float)):
         raise TypeError(f"norm_const: expected a float or a (1,) float32 tensor, got "
                         f"{type(norm_const).__name__}")
-    return torch.tensor(float(norm_const), dtype=torch.float32, device=device)
+    return torch.full((), float(norm_const), dtype=torch.float32, device=device)
 
 
 def _d_fp8(fp8_dtype):

@@ -10,8 +10,15 @@ canonical variant pack (``cudnn_ext.problem.SLOTS``) and writes only output slot
   ``dprob += row sums`` in fp32, ``dbias = round_bf16(fp32(dbias) + column sums)`` once per call;
 * ``activation`` (optional, dGeGLU) receives ``prob * act``.
 
-It does not validate the call (``cudnn_ext.contract`` does) except the *values* of
-``padded_offsets``, which it has to read anyway.
+Two forms compute the same outputs. On CUDA tensors every call takes the block path
+(:func:`grouped_dglu_blocks`), which reads no device data on the host, so a call neither syncs
+nor breaks a CUDA-graph capture. On CPU tensors the experts' row ranges are walked on the host
+(:func:`grouped_dglu_reference`'s own loop), the form the block path is tested against.
+
+It does not validate the call (``cudnn_ext.contract`` does) except, on CPU tensors, the
+*values* of ``padded_offsets`` and of the pointer tables, which the host walk reads anyway; on
+CUDA tensors they are device data and not checked, as the kernels do not check them
+(docs/vendor_contract.md §3.6).
 """
 from __future__ import annotations
 
@@ -19,10 +26,12 @@ from typing import Mapping, Optional
 
 import torch
 
-from ..problem import DgluProblem
+from ..problem import OUTPUT_SLOTS, DgluProblem
 from ..quant.formats import FP8_DTYPES, encode_fp8
+from .blockscaled_run import BlockScaledOutputs, block_scaled_operands, expert_operands, finish_outputs
 from .epilogue import gate_up_columns, local_derivatives
-from .memory import tensor_at
+from .memory import stacked_at, tensor_at
+from .writes import keep_where
 
 
 def _store(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -49,9 +58,11 @@ def expert_ranges(offsets: torch.Tensor, m: int):
 
 
 def check_pointer_tables(problem: DgluProblem, pack: Mapping, ranges) -> None:
-    """Discrete weights: every expert that has rows needs a non-null, 16-byte aligned pointer
-    (and scale-factor pointer). Like the offsets, these are device data the reference reads
-    anyway; checking them all first keeps a bad table from leaving half-written outputs."""
+    """Discrete weights on CPU tensors: every expert that has rows needs a non-null, 16-byte
+    aligned pointer (and scale-factor pointer). The host reads these tables anyway; checking
+    them all first keeps a bad table from leaving half-written outputs. On CUDA tensors pointer
+    values are device data and are not checked (reading them would sync), as the kernels do
+    not check them (docs/vendor_contract.md §3.6)."""
     if problem.weight_mode != "discrete":
         return
     for slot in ("b_ptrs", "sfb_ptrs"):
@@ -79,8 +90,6 @@ def expert_weight(problem: DgluProblem, pack: Mapping, e: int) -> torch.Tensor:
 def expert_gemm(problem: DgluProblem, pack: Mapping, e: int, r0: int, r1: int, dtype) -> torch.Tensor:
     """acc = A[r0:r1] @ B_e^T in ``dtype`` (the GEMM before alpha**2)."""
     if problem.is_block_scaled:
-        from .blockscaled_run import expert_operands  # block-scaled dequantization lives there
-
         a, b = expert_operands(problem, pack, e, r0, r1, dtype)
     else:
         a = pack["a"][r0:r1].to(dtype)
@@ -106,9 +115,9 @@ def _epilogue(problem: DgluProblem, g0, c, beta, p, gate_cols, up_cols):
 def grouped_dglu_reference(problem: DgluProblem, pack: Mapping, *, compute_dtype=torch.float32) -> None:
     """Run the operation on ``pack`` in ``compute_dtype``; writes/accumulates the output slots.
 
-    BF16 operands with dense weights on a GPU take :func:`grouped_dglu_blocks`, which never
-    reads device data on the host; everything else walks the experts' row ranges on the host."""
-    if pack["c"].device.type == "cuda" and problem.weight_mode == "dense" and not problem.is_block_scaled:
+    CUDA tensors take :func:`grouped_dglu_blocks`, which never reads device data on the host;
+    CPU tensors walk the experts' row ranges on the host."""
+    if pack["c"].device.type == "cuda":
         return grouped_dglu_blocks(problem, pack, compute_dtype=compute_dtype)
     m = pack["c"].shape[0]
     dev = pack["c"].device
@@ -147,68 +156,119 @@ def grouped_dglu_reference(problem: DgluProblem, pack: Mapping, *, compute_dtype
     if dbias_acc is not None:
         dbias.copy_(dbias_acc.to(dbias.dtype))
     if problem.is_block_scaled:
-        from .blockscaled_run import finish_outputs  # amax, quantized D_row/D_col with SFD
-
-        finish_outputs(problem, pack, outs, gate_cols, up_cols)
+        finish_outputs(problem, pack, outs, gate_cols, up_cols)  # amax, quantized D_row/D_col with SFD
 
 
 #: Bytes of gathered weights one step of ``grouped_dglu_blocks`` may hold.
 _BLOCK_GATHER_BYTES = 256 << 20
 
 
+def group_ends(problem: DgluProblem, pack: Mapping, m: int) -> torch.Tensor:
+    """Each group's cumulative end row, a device tensor: ``padded_offsets``, or in single-group
+    mode one group of all M rows (the offsets' value is never read, docs/vendor_contract.md §2.8)."""
+    if problem.is_block_scaled and problem.block_scale.single_group_runtime_offsets:
+        return torch.full((1,), m, dtype=torch.int32, device=pack["c"].device)
+    return pack["padded_offsets"]
+
+
+def _bf16_weights(problem: DgluProblem, pack: Mapping, ends: torch.Tensor) -> torch.Tensor:
+    """Every expert's (N, K) weight as one (L, N, K) tensor: the dense B, or the discrete
+    experts' buffers gathered from ``b_ptrs`` (``memory.stacked_at``: no host read on a GPU)."""
+    if problem.weight_mode == "dense":
+        return pack["b"].permute(2, 0, 1)
+    n, k, num_experts = problem.n, problem.k, problem.num_experts
+    itemsize = torch.empty((), dtype=problem.ab_dtype).element_size()
+    flat = stacked_at(pack["b_ptrs"], n * k * itemsize, ends).view(problem.ab_dtype)
+    return flat.view(num_experts, n, k) if problem.b_major == "k" else flat.view(num_experts, k, n).transpose(1, 2)
+
+
+def _operands(problem: DgluProblem, pack: Mapping, ends: torch.Tensor, dtype):
+    """``fetch(r0, r1, experts) -> (A rows [r0, r1) as (R, K), B of each expert as (nb, N, K))``
+    in ``dtype``: block-scaled operands dequantized, BF16 ones converted."""
+    if problem.is_block_scaled:
+        return block_scaled_operands(problem, pack, ends, dtype)
+    weights = _bf16_weights(problem, pack, ends)
+    return lambda r0, r1, experts: (pack["a"][r0:r1].to(dtype), weights[experts].to(dtype))
+
+
 def grouped_dglu_blocks(problem: DgluProblem, pack: Mapping, *, compute_dtype=torch.float32) -> None:
-    """:func:`grouped_dglu_reference` for BF16 operands and dense weights, without a host
-    read of device data, so that a GPU call needs no sync and can be captured in a CUDA graph
-    (tests/gpu/test_reference_cuda.py checks both on the device). Offsets are 256-aligned, so
-    every 256-row block lies in one expert: each block's expert comes from a device-side
-    search of the offsets, its weights from a gather, and blocks past the last offset keep
-    their outputs' bytes (written back unchanged) and add nothing. The offsets' values are
-    not checked (device data; docs/vendor_contract.md §3.6)."""
-    a, c, b = pack["a"], pack["c"], pack["b"]
+    """:func:`grouped_dglu_reference` without a host read of device data, for every operand
+    family and weight mode, so that a GPU call needs no sync and can be captured in a CUDA
+    graph (tests/gpu/test_reference_cuda.py and test_reference_no_sync.py check both on the
+    device; on the CPU, tests/unit/test_blockscaled_reference.py runs it on meta tensors).
+
+    Offsets are 256-aligned, so every 256-row block lies in one expert: each block's expert
+    comes from a device-side search of the offsets, its (dequantized) weights from a gather
+    (discrete weights first stacked from their pointer tables on the device), and blocks past
+    the last offset keep their outputs' bytes (written back unchanged) and add nothing: their
+    per-expert sums (dbias, amax) go to an extra row that is dropped. Block-scaled outputs are
+    :class:`~.blockscaled_run.BlockScaledOutputs`. On CUDA tensors the offsets' and pointers'
+    values are not checked (device data; docs/vendor_contract.md §3.6); on CPU tensors, where
+    host reads are free, they are, before anything is written."""
+    c, d_row = pack["c"], pack["d_row"]
     m, two_n = c.shape
+    if m == 0:
+        return
     dev, n, k, num_experts = c.device, problem.n, problem.k, problem.num_experts
     gate_cols, up_cols = gate_up_columns(n, dev)
     nblk = m // 256
-    starts = torch.arange(0, m, 256, dtype=pack["padded_offsets"].dtype, device=dev)
-    blk_e = torch.searchsorted(pack["padded_offsets"], starts, right=True)  # L past the last offset
+    ends = group_ends(problem, pack, m)
+    if dev.type == "cpu":
+        check_pointer_tables(problem, pack, expert_ranges(ends, m))
+    starts = torch.arange(0, m, 256, dtype=ends.dtype, device=dev)
+    blk_e = torch.searchsorted(ends, starts, right=True)  # L past the last offset
     valid = blk_e < num_experts
     e_idx = blk_e.clamp(max=num_experts - 1)
+    sum_into = torch.where(valid, blk_e, num_experts)  # per-expert sums: row L is dropped
+    fetch = _operands(problem, pack, ends, compute_dtype)
     alpha2 = pack["alpha"].to(compute_dtype)[e_idx] ** 2
     beta = pack["beta"].to(compute_dtype)[e_idx]
     prob, dprob, dbias = pack.get("prob"), pack.get("dprob"), pack.get("dbias")
-    activation, d_row = pack.get("activation"), pack["d_row"]
+    activation = pack.get("activation")
     dbias_acc = None
-    if dbias is not None:  # row L takes the sums of blocks past the last offset, and is dropped
+    if dbias is not None:
         dbias_acc = torch.zeros(num_experts + 1, two_n, dtype=compute_dtype, device=dev)
         dbias_acc[:num_experts] = dbias.to(compute_dtype)
-    sum_into = torch.where(valid, blk_e, num_experts)
-    weights = b.permute(2, 0, 1)  # (L, N, K)
-    step = max(1, _BLOCK_GATHER_BYTES // max(1, n * k * torch.empty((), dtype=compute_dtype).element_size()))
+    scaled = BlockScaledOutputs(problem, pack, ends, valid, sum_into) if problem.is_block_scaled else None
+    quantized_d = scaled is not None and problem.block_scale.generate_sfd
+    # block-scaled dequantization forms its products in float64
+    itemsize = 8 if problem.is_block_scaled else torch.empty((), dtype=compute_dtype).element_size()
+    step = max(1, _BLOCK_GATHER_BYTES // max(1, n * k * itemsize))
     for b0 in range(0, nblk, step):
         b1 = min(nblk, b0 + step)
-        rows = slice(256 * b0, 256 * b1)
-        ok = valid[b0:b1].repeat_interleave(256, output_size=256 * (b1 - b0))[:, None]
-        acc = torch.bmm(a[rows].to(compute_dtype).view(b1 - b0, 256, k),
-                        weights[e_idx[b0:b1]].to(compute_dtype).transpose(1, 2))
+        r0, r1 = 256 * b0, 256 * b1
+        ok = valid[b0:b1].repeat_interleave(256, output_size=r1 - r0)[:, None]
+        a_rows, w = fetch(r0, r1, e_idx[b0:b1])
+        acc = torch.bmm(a_rows.view(b1 - b0, 256, k), w.transpose(1, 2))
         g0 = (alpha2[b0:b1, None, None] * acc).reshape(-1, n)
-        p = prob[rows].to(compute_dtype)[:, None] if prob is not None else 1.0
-        beta_rows = beta[b0:b1].repeat_interleave(256, output_size=256 * (b1 - b0))[:, None]
-        dgate, dup, act_val = _epilogue(problem, g0, c[rows], beta_rows, p, gate_cols, up_cols)
+        p = prob[r0:r1].to(compute_dtype)[:, None] if prob is not None else 1.0
+        beta_rows = beta[b0:b1].repeat_interleave(256, output_size=r1 - r0)[:, None]
+        dgate, dup, act_val = _epilogue(problem, g0, c[r0:r1], beta_rows, p, gate_cols, up_cols)
         if dprob is not None:
-            dprob[rows] = torch.where(ok[:, 0], dprob[rows] + (g0 * act_val).sum(1).to(dprob.dtype), dprob[rows])
+            keep_where(dprob[r0:r1], ok[:, 0], dprob[r0:r1] + (g0 * act_val).sum(1).to(dprob.dtype))
         if dbias_acc is not None:
             sums = torch.empty(b1 - b0, two_n, dtype=compute_dtype, device=dev)
             sums[:, gate_cols] = dgate.view(b1 - b0, 256, n).sum(1)
             sums[:, up_cols] = dup.view(b1 - b0, 256, n).sum(1)
-            dbias_acc.index_add_(0, sum_into[b0:b1], sums)
+            for i in range(b0, b1):  # one block per add: no two adds race, so the sums are deterministic
+                dbias_acc.index_add_(0, sum_into[i:i + 1], sums[i - b0:i - b0 + 1])
         if activation is not None:
-            activation[rows] = torch.where(ok, (p * act_val).to(activation.dtype), activation[rows])
-        d = torch.empty(b1 - b0, 256, two_n, dtype=d_row.dtype, device=dev).view(-1, two_n)
-        d[:, gate_cols] = _store(dgate, d_row.dtype)
-        d[:, up_cols] = _store(dup, d_row.dtype)
-        d_row[rows] = torch.where(ok, d, d_row[rows])
+            keep_where(activation[r0:r1], ok, p * act_val)
+        d = torch.empty(r1 - r0, two_n, dtype=compute_dtype, device=dev)
+        d[:, gate_cols] = dgate
+        d[:, up_cols] = dup
+        if scaled is not None:
+            scaled.add(b0, b1, d, dgate, dup)
+        if not quantized_d:
+            keep_where(d_row[r0:r1], ok, _store(d, d_row.dtype))
     if dbias_acc is not None:
         dbias.copy_(dbias_acc[:num_experts].to(dbias.dtype))
+    if scaled is not None:
+        scaled.finish()
+
+
+#: The outputs ``reference_outputs`` returns.
+_ORACLE_SLOTS = ("d_row", "dprob", "dbias", "activation")
 
 
 def reference_outputs(problem: DgluProblem, pack: Mapping, *, compute_dtype=torch.float64,
@@ -229,5 +289,8 @@ def reference_outputs(problem: DgluProblem, pack: Mapping, *, compute_dtype=torc
                       if problem.generate_dbias else None)
     fresh["activation"] = (torch.zeros(m, problem.n, dtype=compute_dtype, device=dev)
                            if problem.generate_activation else None)
+    for slot in set(OUTPUT_SLOTS) - set(_ORACLE_SLOTS):  # written too (block-scaled): on copies
+        if pack.get(slot) is not None:
+            fresh[slot] = pack[slot].clone()
     grouped_dglu_reference(problem, fresh, compute_dtype=compute_dtype)
-    return {k: fresh[k] for k in ("d_row", "dprob", "dbias", "activation")}
+    return {k: fresh[k] for k in _ORACLE_SLOTS}

@@ -3,19 +3,26 @@ dSiTU-GLU epilogue derivative, on CPU.
 
 Independent routes only: hand-computed scale codes and byte positions, the transposition
 identity between the row and column quantizers, the public helpers for dequantization, and
-torch autograd of the dSiTU-GLU forward.
+torch autograd of the dSiTU-GLU forward. The engine's block path (the form every CUDA call
+takes) is held to the host walk over the experts, bit for bit, and run on meta tensors to show
+that it reads no device data on the host.
 Reproduce a failure with: .venv/bin/python -m pytest tests/unit/test_blockscaled_reference.py -q -k <name>
 """
 import math
 
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from cudnn_ext.quant import (dequantize, quantize_mxfp8, quantize_nvfp4, sf_offset, storage_of,
                              swizzle_sf, unswizzle_sf)
 from cudnn_ext.quant import formats as F
 from cudnn_ext.reference.blockscaled import (amax_per_expert, dequantize_a, dequantize_b_expert,
                                              quantize_d_col, quantize_d_row, sfd_col_expert_view)
+
+from exact_operands import FORMATS, exact_values
 
 E8M0 = torch.float8_e8m0fnu
 E4M3 = torch.float8_e4m3fn
@@ -301,3 +308,265 @@ def test_dsituglu_with_prob_and_g0_against_autograd():
     torch.testing.assert_close(g0 * p.detach() * dgl, dg_ref, rtol=1e-12, atol=1e-14)
     torch.testing.assert_close(g0 * p.detach() * dul, du_ref, rtol=1e-12, atol=1e-14)
     torch.testing.assert_close((g0 * act).sum(1, keepdim=True), dp_ref, rtol=1e-12, atol=1e-14)
+
+
+# ------------------------------------------------------------------------------------------
+# the block path (no host read) against the host walk over the experts
+# ------------------------------------------------------------------------------------------
+
+def _fill_random_bytes(t, g):
+    bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32}[t.element_size()]
+    raw = torch.randint(0, 256, (t.numel() * t.element_size(),), generator=g, dtype=torch.uint8)
+    t.view(bits).copy_(raw.view(bits).view(t.shape))
+
+
+def _block_case(fmt, weights, counts, extra, *, sfd=False, discrete_col_sfd=False, amax=False, dbias=False,
+                prob=True, single_group=False, act="dswiglu", seed=0):
+    """(problem, pack, keep): a canonical pack of exact operands; ``keep`` holds the discrete
+    experts' storage (an empty expert's pointers are null)."""
+    from cudnn_ext import contract
+
+    quantize, vec, fp4 = FORMATS[fmt]  # operands whose GEMM is exact: the outputs compare bit for bit
+    g = torch.Generator().manual_seed(seed)
+    num_experts, n, k = len(counts), 96, 128  # 2N = 192: SFD_col has two column atoms, one half padding
+    offs = torch.tensor(counts, dtype=torch.int64).cumsum(0).to(torch.int32)
+    m = int(offs[-1]) + extra
+    a_q, sfa = quantize(exact_values((m, k), fp4, vec, g))
+    w = exact_values((num_experts, n, k), fp4, vec, g)
+    ops = dict(a=a_q, sfa=sfa, c=(torch.randn(m, 2 * n, generator=g) * 2).to(torch.bfloat16), padded_offsets=offs,
+               alpha=torch.rand(num_experts, generator=g) + 0.5, beta=torch.rand(num_experts, generator=g) + 0.5)
+    if prob:
+        ops.update(prob=torch.rand(m, generator=g), dprob=torch.zeros(m))
+    keep, extra_kw = [], {}
+    if weights == "dense":
+        ops["b"], ops["sfb"] = quantize(w.permute(1, 2, 0))
+    else:
+        for e in range(num_experts):
+            q, sf = quantize(w[e])
+            keep.append((q.contiguous() if weights == "discrete-k" else q.t().contiguous(), storage_of(sf).contiguous()))
+        live = [size > 0 for size in counts]
+        ops["b_ptrs"] = torch.tensor([q.data_ptr() if ok else 0 for (q, _), ok in zip(keep, live)])
+        ops["sfb_ptrs"] = torch.tensor([sf.data_ptr() if ok else 0 for (_, sf), ok in zip(keep, live)])
+        extra_kw = dict(n=n, b_dtype=keep[0][0].dtype)
+    d_dtype = torch.bfloat16 if fp4 else E4M3
+    ops["d_row"] = torch.empty(m, 2 * n, dtype=d_dtype)
+    if sfd:
+        from cudnn_ext.quant import empty_sf
+
+        ops.update(d_col=torch.empty(m, 2 * n, dtype=E4M3), sfd_row=empty_sf(m, 2 * n // 32, dtype=E8M0),
+                   sfd_col=empty_sf(2 * n, m // 32, dtype=E8M0), norm_const=torch.tensor([0.75]))
+    if amax:
+        ops["amax"] = torch.empty(num_experts, 2)
+    if dbias:
+        ops["dbias"] = torch.zeros(num_experts, 2 * n, dtype=torch.bfloat16)
+    cfg = contract.CallConfig(sf_vec_size=vec, act_func=act, b_major="n" if weights == "discrete-n" else "k",
+                              discrete_col_sfd=discrete_col_sfd, use_single_group_runtime_offsets=single_group)
+    problem, pack = contract.normalize(contract.Operands(**ops), cfg, **extra_kw)
+    return problem, pack, keep
+
+
+_OUTS = ("d_row", "d_col", "sfd_row", "sfd_col", "amax", "dprob", "dbias")
+
+
+def _poisoned(pack, seed):
+    """The pack with fresh output buffers of random bytes (the same bytes for the same seed)."""
+    g = torch.Generator().manual_seed(seed)
+    p = dict(pack)
+    for slot in _OUTS:
+        if p.get(slot) is not None:
+            p[slot] = torch.empty_like(p[slot])
+            if slot in ("amax", "dprob", "dbias"):  # accumulated into: finite values
+                p[slot].copy_(torch.rand(p[slot].shape, generator=g))
+            else:
+                _fill_random_bytes(p[slot], g)
+    return p
+
+
+def _same_bits(x, y):
+    bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32}[x.element_size()]
+    return x.dtype == y.dtype and torch.equal(x.contiguous().view(bits), y.contiguous().view(bits))
+
+
+def _run_both(problem, pack, monkeypatch, step_blocks=None):
+    from cudnn_ext.reference import grouped_dglu
+
+    if step_blocks is not None:  # several steps of the block loop
+        monkeypatch.setattr(grouped_dglu, "_BLOCK_GATHER_BYTES", 1)
+    walk, blocks, before = _poisoned(pack, 5), _poisoned(pack, 5), _poisoned(pack, 5)
+    grouped_dglu.grouped_dglu_reference(problem, walk)
+    grouped_dglu.grouped_dglu_blocks(problem, blocks)
+    return walk, blocks, before
+
+
+def _check_block_path(problem, walk, blocks, before, last, ctx):
+    """Bit-identical quantized outputs, scale factors, D and amax; dprob/dbias to fp32 summation
+    order; rows past ``last`` and the scale-factor atoms that cover only them untouched."""
+    for slot in ("d_row", "d_col", "sfd_row", "sfd_col", "amax"):
+        if walk.get(slot) is not None:
+            assert _same_bits(blocks[slot], walk[slot]), f"{slot} {ctx}"
+            assert not _same_bits(blocks[slot], before[slot]), f"{slot} was not written {ctx}"
+    if walk.get("dprob") is not None:
+        torch.testing.assert_close(blocks["dprob"], walk["dprob"], rtol=1e-6, atol=1e-6, msg=ctx)
+        assert _same_bits(blocks["dprob"][last:], before["dprob"][last:]), ctx
+    if walk.get("dbias") is not None:
+        torch.testing.assert_close(blocks["dbias"], walk["dbias"], rtol=2 ** -8, atol=0, msg=ctx)
+    for slot in ("d_row", "d_col"):
+        if walk.get(slot) is not None:
+            assert _same_bits(blocks[slot][last:], before[slot][last:]), f"{slot} past the last offset {ctx}"
+    if walk.get("sfd_row") is not None:
+        assert _same_bits(blocks["sfd_row"][:, :, last // 128:], before["sfd_row"][:, :, last // 128:]), ctx
+        if problem.block_scale.discrete_col_sfd:  # the regions end at chunk (last // 128) * ceil(2N / 128)
+            rmn = blocks["sfd_col"].shape[2]
+            tail = slice((last // 128) * rmn * 512, None)
+            assert _same_bits(storage_of(blocks["sfd_col"]).reshape(-1)[tail],
+                              storage_of(before["sfd_col"]).reshape(-1)[tail]), ctx
+        else:
+            assert _same_bits(blocks["sfd_col"][..., last // 128:, :], before["sfd_col"][..., last // 128:, :]), ctx
+
+
+BLOCK_SCALED_CASES = [
+    # fmt, weights, counts, extra rows, outputs
+    ("mxfp8_e4m3", "dense", (256, 0, 512), 256, dict(sfd=True, dbias=True)),
+    ("mxfp8_e4m3", "discrete-k", (512, 0, 256), 512, dict(sfd=True, discrete_col_sfd=True, amax=True)),
+    ("mxfp8_e4m3", "discrete-n", (256, 0, 256, 512), 256, dict(sfd=True, discrete_col_sfd=True, dbias=True)),
+    ("mxfp8_e5m2", "dense", (0, 512, 0, 256), 256, dict(sfd=True, discrete_col_sfd=True, act="dgeglu")),
+    ("mxfp8_e5m2", "discrete-n", (256, 0, 512), 0, dict(sfd=True, act="dsituglu")),
+    ("mxfp8_e4m3", "discrete-k", (256, 0, 512), 256, dict(amax=True)),  # fp8 D without SFD
+    ("nvfp4", "dense", (256, 0, 512), 256, dict(amax=True, dbias=True)),
+    ("nvfp4", "discrete-k", (512, 0, 256), 512, dict(amax=True, prob=False)),
+    ("fp4_e8m0_16", "discrete-k", (256, 0, 256, 256), 256, dict(amax=True, dbias=True, act="dgeglu")),
+    ("mxfp4", "dense", (256, 0, 512), 256, dict(amax=True, act="dsituglu")),
+    ("mxfp4", "discrete-k", (0, 256, 0), 256, dict(amax=True, dbias=True)),
+]
+
+
+@pytest.mark.parametrize("fmt,weights,counts,extra,outs", BLOCK_SCALED_CASES,
+                         ids=[f"{c[0]}-{c[1]}-{i}" for i, c in enumerate(BLOCK_SCALED_CASES)])
+@pytest.mark.parametrize("steps", ["one", "per-block"])
+def test_block_path_matches_the_expert_walk(monkeypatch, fmt, weights, counts, extra, outs, steps):
+    """The GPU form of the block-scaled reference (each 256-row block's expert found on the
+    device, all experts' operands dequantized per block, discrete weights stacked from their
+    pointer tables, amax scattered per expert, D and its scale factors quantized per block)
+    against the host walk over the experts, on the CPU, from random bytes in every output:
+    the same bits, and the same untouched rows and scale-factor atoms past the last offset. An
+    empty expert sits in the middle (its pointers null) and rows follow the last offset."""
+    problem, pack, keep = _block_case(fmt, weights, counts, extra, **outs)
+    walk, blocks, before = _run_both(problem, pack, monkeypatch, step_blocks=steps == "per-block" or None)
+    _check_block_path(problem, walk, blocks, before, sum(counts),
+                      f"[reproduce: {fmt} {weights} counts={counts} extra={extra} {outs} steps={steps}]")
+
+
+@pytest.mark.parametrize("discrete_col_sfd", [False, True])
+def test_block_path_single_group(monkeypatch, discrete_col_sfd):
+    """use_single_group_runtime_offsets: one group of all M rows whatever the offsets hold,
+    in the block path as in the host walk (every row written, every atom)."""
+    problem, pack, _ = _block_case("mxfp8_e4m3", "dense", (256,), 512, sfd=True, amax=True,
+                                   discrete_col_sfd=discrete_col_sfd, single_group=True)
+    pack["padded_offsets"] = torch.tensor([100], dtype=torch.int32)  # never read
+    walk, blocks, before = _run_both(problem, pack, monkeypatch, step_blocks=True)
+    m = pack["c"].shape[0]
+    _check_block_path(problem, walk, blocks, before, m, f"[single group, discrete_col_sfd={discrete_col_sfd}]")
+
+
+def test_block_path_refuses_a_null_pointer_on_the_cpu(monkeypatch):
+    """On CPU tensors the block path reads the tables on the host, so it checks them first (an
+    expert with rows needs a pointer), before any output is written."""
+    problem, pack, _ = _block_case("nvfp4", "discrete-k", (256, 0, 256), 256, amax=True)
+    pack["sfb_ptrs"] = pack["sfb_ptrs"].clone()
+    pack["sfb_ptrs"][2] = 0
+    p = _poisoned(pack, 3)
+    before = {k: p[k].clone() for k in ("d_row", "amax", "dprob")}
+    from cudnn_ext.reference import grouped_dglu
+
+    with pytest.raises(ValueError, match=r"sfb_ptrs\[2\]: expert 2 has rows \[256, 512\) but its pointer is null"):
+        grouped_dglu.grouped_dglu_blocks(problem, p)
+    assert all(_same_bits(p[k], v) for k, v in before.items())
+
+
+class _NoHostToDevice(TorchDispatchMode):
+    """Refuses any op that mixes host tensors into device work (a host-to-device copy, which
+    syncs a GPU and cannot be captured); 0-dim host tensors are scalars and pass."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        tensors = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        if any(t.device.type == "meta" for t in tensors) and any(t.device.type == "cpu" and t.dim() for t in tensors):
+            raise AssertionError(f"{func} copies host data to the device")
+        return func(*args, **kwargs)
+
+
+class _NoHostValues(TorchFunctionMode):
+    """Refuses tensors made on a device from Python values (torch.tensor([...], device=...))."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in (torch.tensor, torch.as_tensor) and args and not isinstance(args[0], torch.Tensor):
+            if torch.device(kwargs.get("device") or "cpu").type != "cpu":
+                raise AssertionError(f"{func.__name__}({args[0]!r}) copies host values to the device")
+        return func(*args, **kwargs)
+
+
+def _bf16_discrete_case():
+    from cudnn_ext import contract
+
+    g = torch.Generator().manual_seed(1)
+    m, n, k, num_experts = 1024, 64, 128, 3
+    keep = [torch.randn(k, n, generator=g).to(torch.bfloat16) for _ in range(num_experts)]  # N-major
+    ops = contract.Operands(
+        a=torch.randn(m, k, generator=g).to(torch.bfloat16), c=torch.randn(m, 2 * n, generator=g).to(torch.bfloat16),
+        padded_offsets=torch.tensor([256, 256, 768], dtype=torch.int32), alpha=torch.rand(num_experts),
+        beta=torch.rand(num_experts), prob=torch.rand(m), dprob=torch.zeros(m),
+        b_ptrs=torch.tensor([t.data_ptr() for t in keep]), d_row=torch.empty(m, 2 * n, dtype=torch.bfloat16),
+        dbias=torch.zeros(num_experts, 2 * n, dtype=torch.bfloat16), activation=torch.empty(m, n, dtype=torch.bfloat16))
+    problem, pack = contract.normalize(ops, contract.CallConfig(act_func="dgeglu", b_major="n"), n=n,
+                                       b_dtype=torch.bfloat16)
+    return problem, pack, keep
+
+
+@pytest.mark.parametrize("case", ["bf16-discrete", "mxfp8-dense-sfd", "mxfp8-discrete-col-sfd", "nvfp4-discrete-amax",
+                                  "mxfp8-single-group"])
+def test_block_path_reads_no_device_data_on_the_host(monkeypatch, case):
+    """The block path on meta tensors (shapes without data: any host read of a value, a
+    data-dependent shape such as nonzero or a boolean mask, or a repeat_interleave without
+    output_size raises) and with host-to-device copies refused: what holds here holds for CUDA
+    tensors, where each of those is a sync. The device gather of discrete weights is replaced by
+    its shape (tests/gpu checks it on the device)."""
+    from cudnn_ext.reference import grouped_dglu, memory
+
+    if case == "bf16-discrete":
+        problem, pack, keep = _bf16_discrete_case()
+    else:
+        fmt = "nvfp4" if case.startswith("nvfp4") else "mxfp8_e4m3"
+        weights = "discrete-k" if "discrete" in case else "dense"
+        outs = dict(amax=True, dbias=True) if fmt == "nvfp4" else \
+            dict(sfd=True, amax=True, discrete_col_sfd="col-sfd" in case or "single" in case)
+        counts = (256,) if "single" in case else (256, 0, 512)
+        problem, pack, keep = _block_case(fmt, weights, counts, 256, single_group="single" in case, **outs)
+    gathered = []
+
+    def gather_shape(table, nbytes, ends):
+        assert table.device.type == ends.device.type == "meta"
+        gathered.append(nbytes)
+        return torch.zeros(table.shape[0], nbytes, dtype=torch.uint8, device=table.device)
+
+    monkeypatch.setattr(memory, "gather_pointer_table", gather_shape)
+    meta = {k: v.to("meta") if isinstance(v, torch.Tensor) else v for k, v in pack.items()}
+    with _NoHostValues(), _NoHostToDevice():
+        grouped_dglu.grouped_dglu_blocks(problem, meta)
+    assert len(gathered) == {"bf16-discrete": 1}.get(case, 2 if "discrete" in case else 0)
+    if "single" not in case:  # the check can fail: the host walk reads the offsets
+        with pytest.raises(NotImplementedError, match="Cannot copy out of meta tensor"):
+            grouped_dglu.grouped_dglu_reference(problem, meta)
+
+
+def test_reference_outputs_leaves_every_output_of_the_pack_untouched():
+    """reference_outputs (the tests' oracle) writes block-scaled outputs (amax, D_col, SFD) into
+    copies, never into the pack's tensors."""
+    from cudnn_ext.reference import reference_outputs
+
+    problem, pack, _ = _block_case("mxfp8_e4m3", "dense", (256, 0, 512), 256, sfd=True, amax=True)
+    p = _poisoned(pack, 9)
+    before = {k: p[k].clone() for k in _OUTS if p.get(k) is not None}
+    ref = reference_outputs(problem, p)
+    assert all(_same_bits(p[k], v) for k, v in before.items())
+    assert ref["d_row"].dtype == torch.float64 and torch.isnan(ref["d_row"][768:]).all()

@@ -472,27 +472,36 @@ BLOCK_CASES = [
     ([512, 256], 0, "dense-k", "dgeglu", FP16, False, False, True),
     ([256, 256, 0, 0, 512], 256, "dense-k", "dswiglu", FP32, True, False, True),
     ([0, 0], 512, "dense-k", "dswiglu", BF16, True, False, False),  # no rows at all
+    ([256, 0, 512], 256, "discrete-k", "dswiglu", BF16, True, False, False),
+    ([0, 512, 0, 256], 512, "discrete-n", "dgeglu_custom", BF16, True, True, False),
+    ([512, 0], 0, "discrete-k", "dgeglu", FP32, False, False, True),
 ]
 
 
 @pytest.mark.parametrize("sizes,extra,mode,act,dt,dbias,activation,round_dgrad", BLOCK_CASES)
 def test_block_path_matches_the_expert_walk(monkeypatch, sizes, extra, mode, act, dt, dbias, activation,
                                             round_dgrad):
-    """The GPU form of the reference (BF16, dense weights: experts found per 256-row block on the
-    device, no host read) against the host walk over the experts' row ranges, on the CPU:
-    the same values within fp32 summation order, the same untouched rows, poison and all.
-    One gather step per block, so the step loop runs several times."""
+    """The GPU form of the reference (BF16, dense or discrete weights: experts found per 256-row
+    block on the device, discrete weights stacked from their pointer table, no host read)
+    against the host walk over the experts' row ranges, on the CPU: the same values within fp32
+    summation order, the same untouched rows, poison and all. An empty expert's pointer is null
+    (never read). One gather step per block, so the step loop runs several times."""
     from cudnn_ext.reference import grouped_dglu
 
     monkeypatch.setattr(grouped_dglu, "_BLOCK_GATHER_BYTES", 1)
     inp = make_inputs(seed_of("block", sizes, mode, act), sizes, extra=extra, c_dtype=dt, mode=mode)
+    discrete = {}
+    if inp.b_ptrs is not None:
+        inp.b_ptrs[torch.tensor(sizes) == 0] = 0  # the contract lets an empty expert's pointer be null
+        discrete = dict(n=inp.n, b_dtype=BF16)
     kw = dict(ACTS[act])
     ops = contract.Operands(a=inp.a, c=inp.c, padded_offsets=inp.offsets, alpha=inp.alpha, beta=inp.beta,
-                            prob=inp.prob, dprob=torch.zeros(inp.m), b=inp.b,
+                            prob=inp.prob, dprob=torch.zeros(inp.m), b=inp.b, b_ptrs=inp.b_ptrs,
                             d_row=torch.empty(inp.m, 2 * inp.n, dtype=dt),
                             dbias=torch.zeros(len(sizes), 2 * inp.n, dtype=BF16) if dbias else None,
                             activation=torch.empty(inp.m, inp.n, dtype=BF16) if activation else None)
-    problem, pack = contract.normalize(ops, contract.CallConfig(round_dgrad_to_input_dtype=round_dgrad, **kw))
+    problem, pack = contract.normalize(ops, contract.CallConfig(round_dgrad_to_input_dtype=round_dgrad,
+                                                                b_major=inp.b_major, **kw), **discrete)
     outs = {}
     for name, fn in (("walk", grouped_dglu.grouped_dglu_reference), ("blocks", grouped_dglu.grouped_dglu_blocks)):
         p = dict(pack)

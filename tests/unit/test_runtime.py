@@ -53,3 +53,21 @@ def test_pool_is_bounded():
     pool.scratch(32, cpu, 0)
     pool.scratch(48, cpu, 0)  # over the bound: the pool starts again
     assert pool.scratch(16, cpu, 0) is not first
+
+
+def test_pointer_gather_refuses_bad_arguments_before_any_compile():
+    """The device gather of a pointer table names the argument, the value and the rule; the
+    checks run before the CuTe DSL is imported (CPU tensors never reach it in the engine)."""
+    import pytest
+
+    from cudnn_ext.runtime.pointer_gather import gather_pointer_table
+
+    table, ends = torch.zeros(3, dtype=torch.int64), torch.tensor([256, 256, 512], dtype=torch.int32)
+    with pytest.raises(TypeError, match=r"table: expected a 1-D int64 tensor of addresses, got torch.int32"):
+        gather_pointer_table(table.to(torch.int32), 16, ends)
+    with pytest.raises(ValueError, match="nbytes: expected a positive int, got 0"):
+        gather_pointer_table(table, 0, ends)
+    with pytest.raises(ValueError, match=r"ends: expected an integer tensor of shape \(3,\)"):
+        gather_pointer_table(table, 16, ends[:2])
+    with pytest.raises(ValueError, match="table: the device gather needs a CUDA tensor, got one on cpu"):
+        gather_pointer_table(table, 16, ends)
