@@ -503,7 +503,7 @@ def make_blockscaled(pack, K, N, fmt, peer, dbias):
         t0 = time.perf_counter()
         out = fn()
         torch.cuda.synchronize()
-        extra = dict(first_call_s=round(time.perf_counter() - t0, 3),
+        extra = dict(first_compile_s=round(time.perf_counter() - t0, 3),
                      new_kernel_configs=len(set(_compiled) - before))
         if peer == "cudnn_ext":  # the engine the wrapper's (newest) built graph runs
             from cudnn_ext.runtime.memo import CALLS
@@ -584,8 +584,9 @@ def main(argv=None):
                     help=f"comma-separated, of {sorted(SHAPES)} and the extra shapes "
                          f"{sorted(EXTRA_SHAPES)}")
     ap.add_argument("--impls", default="cudnn_ext,cudnn_ext_op,cudnn_ext_discrete,cudnn_ext_geglu,"
-                    "cudnn_ext_activation,cudnn_ext_round_dgrad,torch_grouped_mm,"
-                    "torch_unfused_compiled,quack", help="comma-separated peers (see above)")
+                    "cudnn_ext_activation,cudnn_ext_round_dgrad,nvfp4:cudnn_ext,nvfp4:composed,"
+                    "mxfp4:cudnn_ext,torch_grouped_mm,torch_unfused_compiled,quack",
+                    help="comma-separated peers (see above)")
     ap.add_argument("--reps", type=int, default=50, help="timed calls per row")
     ap.add_argument("--warmup", type=int, default=10, help="untimed calls per row first")
     ap.add_argument("--tile-n", type=int, default=0, help="pin the cudnn_ext tile_n knob")

@@ -27,10 +27,12 @@ LABELS = {"dsv3": "dsv3\nL 8, K 7168, N 2048", "qwen3": "qwen3\nL 32, K 2048, N 
 
 
 def table(result):
-    """{shape: {(impl, variant): ms}} of the rows that have a time, shapes in file order."""
+    """{shape: {(impl, variant): ms}} of the BF16 rows of the main run that have a time,
+    shapes in file order (block-scaled rows and rows of other runs, which carry
+    ``bf16_ms_same_run``, are not drawn)."""
     out = {}
     for r in result["rows"]:
-        if r.get("ms"):
+        if r.get("ms") and r.get("format", "bf16") == "bf16" and "bf16_ms_same_run" not in r:
             out.setdefault(r["shape"], {})[(r["impl"], r.get("variant"))] = r["ms"]
     return out
 
