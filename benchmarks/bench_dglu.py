@@ -15,8 +15,9 @@ Peers, side by side in one process on the same inputs:
   cudnn_ext_round_dgrad   (variant "round_dgrad") dSwiGLU with round_dgrad_to_input_dtype
   <fmt>:<impl>            block-scaled rows (format nvfp4, mxfp4 or mxfp8: A and B quantized
                           from the same values, dSwiGLU, prob, dprob, dbias; FP4 D bf16 with
-                          amax, FP8 D e4m3 with SFD_row/SFD_col): impl cudnn_ext (the engine
-                          the heuristics pick, through the wrapper), composed (what a user
+                          amax, FP8 D e4m3 with SFD_row/SFD_col): impl cudnn_ext (through
+                          the wrapper: FP4 on sm90_blockscaled, pinned; MXFP8 on the engine
+                          the heuristics pick), composed (what a user
                           writes today: cudnn_ext.quant.dequantize of A and B to bf16, then
                           our BF16 kernel; FP8: then the public D quantizer) and reference
                           (the reference engine on the GPU), e.g. nvfp4:cudnn_ext
@@ -496,7 +497,9 @@ def make_blockscaled(pack, K, N, fmt, peer, dbias):
                   b_tensor=b_q, sfb_tensor=sfb, sf_vec_size=vec, generate_dbias=dbias,
                   norm_const_tensor=nc if fp8 else None)
     if peer in ("cudnn_ext", "reference"):
-        call = dict(common, engine=None if peer == "cudnn_ext" else "reference")
+        # ours: the Hopper engine for FP4 (opt-in: pinned), the heuristics' choice for MXFP8
+        ours = None if fp8 else "sm90_blockscaled"
+        call = dict(common, engine=ours if peer == "cudnn_ext" else "reference")
         fn = lambda: cudnn_ext.grouped_gemm_dglu_wrapper(**call)  # noqa: E731
         from cudnn_ext.engines.sm90 import _compiled  # first compile of the new variants
         before = set(_compiled)

@@ -113,6 +113,8 @@ class Engine(abc.ABC):
     engine_id: int = -1
     #: Human-readable notes surfaced by ``python -m cudnn_ext info`` and plan descriptions.
     numerical_notes: str = ""
+    #: The heuristics rank this engine only when the caller pins it by name.
+    opt_in: bool = False
 
     @abc.abstractmethod
     def check_support(self, problem: DgluProblem) -> list:

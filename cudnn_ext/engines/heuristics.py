@@ -68,8 +68,9 @@ def ranked_knobs(engine: Engine, problem: DgluProblem) -> List[tuple]:
 
 
 def rank(problem: DgluProblem, modes: Sequence = DEFAULT_MODES, engines: Iterable[Engine] = None):
-    """Candidates in preference order; raises :class:`NoEngineError` if there are none."""
-    engines = list(engines if engines is not None else ENGINES)
+    """Candidates in preference order; raises :class:`NoEngineError` if there are none. An
+    engine marked ``opt_in`` takes part only when ``engines`` names it (a pinned engine)."""
+    engines = list(engines if engines is not None else [e for e in ENGINES if not e.opt_in])
     modes = [as_mode(m) for m in modes]
     declined = decline_reasons(problem, engines)
     ok = [e for e in engines if e.name not in declined]

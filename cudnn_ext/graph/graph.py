@@ -324,7 +324,9 @@ class Graph:
                                "build a new graph to re-plan, or use select_plan() to switch plans")
         self.build_operation_graph()
 
-        pool = [engine_by_name(e) for e in engines] if engines is not None else list(ENGINES)
+        # (opt-in engines only when named)
+        pool = ([engine_by_name(e) for e in engines] if engines is not None
+                else [e for e in ENGINES if not e.opt_in])
         self._frozen = True
         try:
             self._plans = PlanSet.ranked(self._problem, heuristics if heuristics is not None else heur.DEFAULT_MODES, pool)

@@ -91,3 +91,16 @@ def test_selectable_kernels_compile_for_sm90a(kw):
     p = _problem(**kw)
     cfg, _ = ranked_knobs(Sm90BlockScaledEngine(), p)[0]
     compile_kernel(cfg)
+
+
+def test_opt_in_engine_is_ranked_only_when_named():
+    """The heuristics leave the block-scaled Hopper engine out unless a caller names it."""
+    from cudnn_ext.engines.heuristics import rank
+    from cudnn_ext.errors import NoEngineError
+
+    eng = Sm90BlockScaledEngine()
+    assert eng.opt_in
+    p = dataclasses.replace(_problem(), device_type="cpu")  # runs nowhere but the reference here
+    assert [c.engine.name for c in rank(p)] == ["reference", "reference"]
+    with pytest.raises(NoEngineError, match="sm90_blockscaled"):
+        rank(p, engines=[eng])

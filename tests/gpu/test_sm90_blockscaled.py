@@ -101,8 +101,8 @@ def test_sm90_blockscaled_matches_oracle_and_reference(fmt, mode, act, prob, d_d
         assert torch.allclose(amax[live], amax_ref[live], rtol=1e-3), (amax, amax_ref)
 
 
-def test_sm90_blockscaled_is_chosen_and_never_syncs_and_replays():
-    """The heuristics pick the Hopper engine for NVFP4; its execute runs under sync-debug
+def test_sm90_blockscaled_never_syncs_and_replays():
+    """The Hopper engine (pinned: it is opt-in) for NVFP4: its execute runs under sync-debug
     'error' and in a CUDA graph, whose replay with new values equals an eager call."""
     skip_unless_sm90()
     t = _inputs("nvfp4")
@@ -113,7 +113,7 @@ def test_sm90_blockscaled_is_chosen_and_never_syncs_and_replays():
     op = cudnn.GroupedGemmDglu(
         t["a_q"], t["c"], outs["d"], None, t["sfa"], t["offs"], t["alpha"], t["beta"], t["prob"],
         outs["dprob"], sample_b=t["b_q"], sample_sfb=t["sfb"], sample_amax=outs["amax"],
-        sf_vec_size=16)
+        sf_vec_size=16, engine="sm90_blockscaled")
     op.compile()
     assert op.engine_name == "sm90_blockscaled", op.engine_name
     kw = dict(a_tensor=t["a_q"], c_tensor=t["c"], sfa_tensor=t["sfa"], padded_offsets=t["offs"],
