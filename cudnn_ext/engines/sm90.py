@@ -113,6 +113,19 @@ def cooperative_config(problem: DgluProblem) -> Sm90Config:
                                   else COOPERATIVE_KNOBS))
 
 
+def check_family(engine_name: str, problem: DgluProblem, knobs) -> None:
+    """Refuse ``knobs`` that are not an :class:`Sm90Config` of ``problem``'s family (the
+    fields ``config_for(problem)`` fixes), naming each field that differs."""
+    if not isinstance(knobs, Sm90Config):
+        raise TypeError(f"knobs: the {engine_name} engine builds an Sm90Config (see "
+                        f"knob_space, config_for), got {type(knobs).__name__}")
+    family = config_for(problem)
+    wrong = [f"{f}={getattr(knobs, f)!r} (the problem's: {getattr(family, f)!r})"
+             for f in FAMILY_FIELDS if getattr(knobs, f) != getattr(family, f)]
+    if wrong:
+        raise ValueError(f"knobs: the config is for another problem: {', '.join(wrong)}")
+
+
 _compiled: Dict[Sm90Config, object] = {}
 _compile_seconds: Dict[Sm90Config, float] = {}
 _compile_lock = threading.Lock()
@@ -533,14 +546,7 @@ class Sm90DgluEngine(Engine):
     def build(self, problem: DgluProblem, knobs: Sm90Config) -> CompiledPlan:
         """The plan of ``knobs``, an :class:`Sm90Config` of ``problem``'s family (a value of
         ``knob_space(problem)``, ``config_for(problem, ...)``, or a serialized plan's)."""
-        if not isinstance(knobs, Sm90Config):
-            raise TypeError(f"knobs: the {self.name} engine builds an Sm90Config (see "
-                            f"knob_space, config_for), got {type(knobs).__name__}")
-        family = config_for(problem)
-        wrong = [f"{f}={getattr(knobs, f)!r} (the problem's: {getattr(family, f)!r})"
-                 for f in FAMILY_FIELDS if getattr(knobs, f) != getattr(family, f)]
-        if wrong:
-            raise ValueError(f"knobs: the config is for another problem: {', '.join(wrong)}")
+        check_family(self.name, problem, knobs)
         plan = (Sm90TracePlan if isinstance(knobs, Sm90TraceConfig) else Sm90Plan)(problem, knobs)
         if not compile_deferred():
             plan.warmup()  # build = compile, as the class API and graph users expect

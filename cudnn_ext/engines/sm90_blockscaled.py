@@ -30,7 +30,7 @@ from ..quant.formats import FP8_DTYPES, is_fp4
 from ..runtime.streams import current_stream_handle
 from ..runtime.workspace import WorkspaceLayout, WorkspaceRequest
 from .base import CompiledPlan, Engine, compile_deferred
-from .sm90 import FAMILY_FIELDS, Sm90DgluEngine, Sm90Plan, config_for
+from .sm90 import Sm90DgluEngine, Sm90Plan, check_family
 
 _C_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 #: Bytes per microsecond of the dequantization pass (a guess at ~3 TB/s, not a measurement)
@@ -194,14 +194,7 @@ class Sm90BlockScaledEngine(Engine):
         return Sm90Config.from_dict(values)
 
     def build(self, problem: DgluProblem, knobs: Sm90Config) -> CompiledPlan:
-        if not isinstance(knobs, Sm90Config):
-            raise TypeError(f"knobs: the {self.name} engine builds an Sm90Config (see "
-                            f"knob_space), got {type(knobs).__name__}")
-        family = config_for(problem)
-        wrong = [f"{f}={getattr(knobs, f)!r} (the problem's: {getattr(family, f)!r})"
-                 for f in FAMILY_FIELDS if getattr(knobs, f) != getattr(family, f)]
-        if wrong:
-            raise ValueError(f"knobs: the config is for another problem: {', '.join(wrong)}")
+        check_family(self.name, problem, knobs)
         plan = Sm90BlockScaledPlan(problem, knobs)
         if not compile_deferred():
             plan.warmup()
