@@ -1,6 +1,6 @@
 """The reference engine on CUDA tensors: dense and discrete (b_ptrs, K- and N-major) weights read
-through device addresses give the same results as the same call on the CPU (issue 2: "on CPU and
-CUDA tensors alike"). The reference engine is pinned, whatever else this GPU could run."""
+through device addresses give the same results as the same call on the CPU (the engine serves
+CPU and CUDA tensors alike). The reference engine is pinned, whatever else this GPU could run."""
 import pytest
 import torch
 
