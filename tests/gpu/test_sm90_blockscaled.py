@@ -151,3 +151,29 @@ def test_sm90_blockscaled_never_syncs_and_replays():
     assert rel_err(got["d"][:last], outs["d"][:last]) < 1e-6
     assert rel_err(got["dprob"], outs["dprob"]) < 1e-5
     assert torch.equal(got["amax"], outs["amax"])
+
+
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+def test_sm90_blockscaled_wrapper_twice_on_the_same_outputs(fmt):
+    """The vendor's wrapper tests' pattern: the same dprob zeroed and passed again, the stream
+    given as a raw ``CUstream`` of the current stream, several N-tiles (N 512, K 512), every
+    expert full: each call's dprob and D equal the reference engine's."""
+    from cuda.bindings import driver as cuda
+
+    skip_unless_sm90()
+    t = _inputs(fmt, N=512, K=512, counts=(256, 256, 256, 256))
+    dprob = torch.zeros(t["M"], 1, 1, device="cuda")
+    stream = cuda.CUstream(torch.cuda.current_stream().cuda_stream)
+    kw = dict(a_tensor=t["a_q"], c_tensor=t["c"], sfa_tensor=t["sfa"], padded_offsets=t["offs"],
+              alpha_tensor=t["alpha"], beta_tensor=t["beta"], prob_tensor=t["prob"].view(-1, 1, 1),
+              dprob_tensor=dprob, b_tensor=t["b_q"], sfb_tensor=t["sfb"], sf_vec_size=t["vec"],
+              current_stream=stream)
+    ref_dprob = torch.zeros_like(dprob)
+    ref = cudnn.grouped_gemm_dglu_wrapper(**dict(kw, dprob_tensor=ref_dprob, engine="reference"))
+    last = int(t["offs"][-1])
+    for _ in range(3):
+        dprob.zero_()
+        out = cudnn.grouped_gemm_dglu_wrapper(**kw, engine="sm90_blockscaled")
+        torch.cuda.synchronize()
+        assert rel_err(dprob.view(-1)[:last], ref_dprob.view(-1)[:last]) < 2e-3
+        assert rel_err(out["d_row_tensor"][:last], ref["d_row_tensor"][:last]) < 1.5e-2
