@@ -113,6 +113,17 @@ def cooperative_config(problem: DgluProblem) -> Sm90Config:
                                   else COOPERATIVE_KNOBS))
 
 
+def placement_reasons(problem: DgluProblem) -> list:
+    """Why the kernel cannot take ``problem``'s tensors, whatever its operand family: not on
+    a GPU, or too many elements for the epilogue's 32-bit indexing."""
+    why = []
+    if problem.device_type != "cuda":
+        why.append(f"tensors are on {problem.device_type!r}, not cuda")
+    if max(problem.m, 1) * max(2 * problem.n, problem.k) > _INT32_MAX:
+        why.append("M x max(2N, K) must stay below 2^31 (32-bit epilogue indexing)")
+    return why
+
+
 def check_family(engine_name: str, problem: DgluProblem, knobs) -> None:
     """Refuse ``knobs`` that are not an :class:`Sm90Config` of ``problem``'s family (the
     fields ``config_for(problem)`` fixes), naming each field that differs."""
@@ -475,11 +486,7 @@ class Sm90DgluEngine(Engine):
             why.append("the activation output is defined for dgeglu only")
         if not (problem.has_prob and problem.has_dprob):
             why.append("the BF16 contract needs prob and dprob")
-        if problem.device_type != "cuda":
-            why.append(f"tensors are on {problem.device_type!r}, not cuda")
-        if max(problem.m, 1) * max(2 * problem.n, problem.k) > _INT32_MAX:
-            why.append("M x max(2N, K) must stay below 2^31 (32-bit epilogue indexing)")
-        return why
+        return why + placement_reasons(problem)
 
     def knob_space(self, problem: DgluProblem):
         """Ping-pong tile_n x cluster shape (1x1; 2x1: B multicast; 2x2: A and B multicast,

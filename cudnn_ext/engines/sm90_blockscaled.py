@@ -30,12 +30,11 @@ from ..quant.formats import FP8_DTYPES, is_fp4
 from ..runtime.streams import current_stream_handle
 from ..runtime.workspace import WorkspaceLayout, WorkspaceRequest
 from .base import CompiledPlan, Engine, compile_deferred
-from .sm90 import Sm90DgluEngine, Sm90Plan, check_family
+from .sm90 import Sm90DgluEngine, Sm90Plan, check_family, placement_reasons
 
 _C_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 #: Bytes per microsecond of the dequantization pass (a guess at ~3 TB/s, not a measurement)
 _DEQUANT_BYTES_PER_US = 3.0e6
-_INT32_MAX = 2**31 - 1
 
 
 def dense_problem(problem: DgluProblem) -> DgluProblem:
@@ -167,11 +166,7 @@ class Sm90BlockScaledEngine(Engine):
             why.append(f"needs K % 32 == 0 (whole dequantization chunks), got K={problem.k}")
         if problem.n % 32:
             why.append(f"needs N % 32 == 0, got N={problem.n}")
-        if problem.device_type != "cuda":
-            why.append(f"tensors are on {problem.device_type!r}, not cuda")
-        if max(problem.m, 1) * max(2 * problem.n, problem.k) > _INT32_MAX:
-            why.append("M x max(2N, K) must stay below 2^31 (32-bit epilogue indexing)")
-        return why
+        return why + placement_reasons(problem)
 
     def knob_space(self, problem: DgluProblem):
         """The sm90 engine's configurations for the dequantized problem, with the
