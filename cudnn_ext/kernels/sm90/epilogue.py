@@ -353,11 +353,10 @@ class DgluEpilogueMixin:
             c_scale = beta
             neg_log2e_beta = beta * Float32(-LOG2_E)
         # round_dgrad: g0 = alpha^2 * acc is rounded to bf16 per element first, so alpha^2
-        # leaves the hoisted factors (g0_scale multiplies acc instead)
-        g0_scale = g_scale
-        if cutlass.const_expr(not cfg.round_dgrad):
-            g0_scale = None
-        hoisted = g_scale if g0_scale is None else Float32(1.0)
+        # leaves the hoisted factors (it multiplies acc before the rounding instead)
+        hoisted = g_scale
+        if cutlass.const_expr(cfg.round_dgrad):
+            hoisted = Float32(1.0)
         dprob_scale = hoisted * c_scale * c_scale
 
         rows = self._thread_rows(tCcC, row0)
@@ -414,8 +413,8 @@ class DgluEpilogueMixin:
                     else:
                         gates, ups = loaded[pi]
                     g0 = [acc[v], acc[v + 1]]
-                    if cutlass.const_expr(g0_scale is not None):
-                        g0 = self._round_bf16_pair(g0[0] * g0_scale, g0[1] * g0_scale)
+                    if cutlass.const_expr(cfg.round_dgrad):
+                        g0 = self._round_bf16_pair(g0[0] * g_scale, g0[1] * g_scale)
                     for c in cutlass.range_constexpr(2):
                         if cutlass.const_expr(swiglu):
                             dg_l, du_l, act = dswiglu_unscaled(gates[c], ups[c], beta,
