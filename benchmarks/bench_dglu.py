@@ -261,7 +261,7 @@ def run_cudnn_ext_discrete(pack, K, N, dbias=True, knobs=None):
 
 
 def build_plan(pack, K, N, knobs=None, dbias=True, weight_mode="dense", act="dswiglu",
-               round_dgrad=False):
+               round_dgrad=False, d_dtype=torch.bfloat16):
     """(plan, workspace, knobs, build seconds) of the SM90 engine for the pack's problem
     (``knobs`` None: the engine's choice; a ``Knobs`` of config fields: that config). The
     activation output is generated when the pack holds one."""
@@ -274,7 +274,7 @@ def build_plan(pack, K, N, knobs=None, dbias=True, weight_mode="dense", act="dsw
     eng = Sm90DgluEngine()
     problem = DgluProblem(n=N, k=K, num_experts=L, m=M, weight_mode=weight_mode, b_major="k",
                           ab_dtype=torch.bfloat16, c_dtype=torch.bfloat16,
-                          d_dtype=torch.bfloat16, act=ActConfig(act),
+                          d_dtype=d_dtype, act=ActConfig(act),
                           generate_dbias=dbias, device_type="cuda", device_index=0,
                           generate_activation=pack.get("activation") is not None,
                           round_dgrad_to_input_dtype=round_dgrad)
@@ -515,39 +515,20 @@ def make_blockscaled(pack, K, N, fmt, peer, dbias):
         return fn, extra
     if peer != "composed":
         raise ValueError(f"{fmt}:{peer}: the block-scaled peers are cudnn_ext, composed, reference")
-    plan, ws, _, _ = build_plan(pack, K, N, dbias=dbias)
+    # FP8: fp32 D, then the public block quantizer along rows (D_row + SFD_row)
+    d_dtype = torch.float32 if fp8 else torch.bfloat16
+    plan, ws, _, _ = build_plan(pack, K, N, dbias=dbias, d_dtype=d_dtype)
     stream = torch.cuda.current_stream()
-    d32 = torch.empty(M, 2 * N, device="cuda", dtype=torch.float32)
+    d = torch.empty(M, 2 * N, device="cuda", dtype=d_dtype)
 
     def fn():
         a16 = quant.dequantize(a_q, sfa, vec).to(torch.bfloat16)
         b16 = quant.dequantize(b_q, sfb, vec).to(torch.bfloat16)
-        if fp8:  # fp32 D, then the public block quantizer along rows (D_row + SFD_row)
-            plan32.execute(dict(pack, a=a16, b=b16, d_row=d32), ws32, stream)
-            quant.quantize_mxfp8(d32)
-        else:
-            plan.execute(dict(pack, a=a16, b=b16), ws, stream)
+        plan.execute(dict(pack, a=a16, b=b16, d_row=d), ws, stream)
+        if fp8:
+            quant.quantize_mxfp8(d)
 
-    plan32 = ws32 = None
-    if fp8:
-        plan32, ws32 = _fp32_d_plan(pack, K, N, dbias)
     return fn, {}
-
-
-def _fp32_d_plan(pack, K, N, dbias):
-    """The BF16 kernel's plan with fp32 D (the composed FP8 path quantizes it afterwards)."""
-    from cudnn_ext.engines.sm90 import Sm90DgluEngine
-    from cudnn_ext.problem import ActConfig, DgluProblem
-
-    eng = Sm90DgluEngine()
-    L, M = pack["alpha"].shape[0], pack["a"].shape[0]
-    problem = DgluProblem(n=N, k=K, num_experts=L, m=M, weight_mode="dense", b_major="k",
-                          ab_dtype=torch.bfloat16, c_dtype=torch.bfloat16, d_dtype=torch.float32,
-                          act=ActConfig("dswiglu"), generate_dbias=dbias, device_type="cuda",
-                          device_index=0)
-    knobs = min(eng.knob_space(problem), key=lambda k: eng.cost(problem, k))
-    plan = eng.build(problem, knobs)
-    return plan, torch.empty(max(plan.workspace_size, 1), dtype=torch.uint8, device="cuda")
 
 
 def _print_block_scaled_ratios(rows):
