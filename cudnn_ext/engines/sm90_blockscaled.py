@@ -67,6 +67,7 @@ class Sm90BlockScaledPlan(CompiledPlan):
         self._deq_a.check()
         self._layout = WorkspaceLayout.of(self.workspace_requests())
         self._b_off = self._layout.region("b_bf16").offset
+        self._scratch = self._layout.region("kernel_scratch")  # None: the kernel needs none
 
     def workspace_requests(self):
         p = self.problem
@@ -106,20 +107,19 @@ class Sm90BlockScaledPlan(CompiledPlan):
         a16 = torch.empty((m, p.k), dtype=torch.bfloat16, device=c.device)
         if stream is not None and stream != torch.cuda.current_stream(dev):
             a16.record_stream(stream)  # freed for reuse only after the launch's stream
-        base = workspace.data_ptr()
         b16 = (workspace[self._b_off:self._b_off + 2 * num_experts * p.n * p.k]
                .view(torch.bfloat16).view(num_experts, p.n, p.k).permute(1, 2, 0))
         launch_dequant(self._deq_a, pack["a"].data_ptr(), pack["sfa"].data_ptr(),
                        a16.data_ptr(), m, p.k, 1, handle)
         if p.weight_mode == "discrete":
             launch_dequant(self._deq_b, pack["b_ptrs"].data_ptr(), pack["sfb_ptrs"].data_ptr(),
-                           base + self._b_off, p.n, p.k, num_experts, handle,
+                           b16.data_ptr(), p.n, p.k, num_experts, handle,
                            offsets=pack["padded_offsets"].data_ptr())
         else:
             launch_dequant(self._deq_b, pack["b"].data_ptr(), pack["sfb"].data_ptr(),
-                           base + self._b_off, p.n, p.k, num_experts, handle)
+                           b16.data_ptr(), p.n, p.k, num_experts, handle)
         inner = dict(pack, a=a16, b=b16, b_ptrs=None, sfa=None, sfb=None, sfb_ptrs=None)
-        region = self._layout.region("kernel_scratch") if self._inner.workspace_size else None
+        region = self._scratch
         scratch = (workspace[region.offset:region.offset + region.nbytes]
                    if region is not None else None)
         self._inner.execute(inner, scratch, stream)
