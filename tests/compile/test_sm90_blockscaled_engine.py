@@ -93,13 +93,15 @@ def test_selectable_kernels_compile_for_sm90a(kw):
     compile_kernel(cfg)
 
 
-def test_opt_in_engine_is_ranked_only_when_named():
-    """The heuristics leave the block-scaled Hopper engine out unless a caller names it."""
+def test_opt_in_engine_is_ranked_only_when_named(monkeypatch):
+    """An engine marked ``opt_in`` is left out of the heuristics unless a caller names it
+    (shown on the block-scaled Hopper engine, marked for the test)."""
     from cudnn_ext.engines.heuristics import rank
     from cudnn_ext.errors import NoEngineError
 
     eng = Sm90BlockScaledEngine()
-    assert eng.opt_in
+    assert not eng.opt_in  # ranked by default
+    monkeypatch.setattr(Sm90BlockScaledEngine, "opt_in", True)
     p = dataclasses.replace(_problem(), device_type="cpu")  # runs nowhere but the reference here
     assert [c.engine.name for c in rank(p)] == ["reference", "reference"]
     with pytest.raises(NoEngineError, match="sm90_blockscaled"):
