@@ -1,11 +1,13 @@
 """PyTorch bindings: custom ops (``torch.ops.cudnn_ext.*``) and the autograd MoE expert MLP.
 
-Owns nothing but re-exports; see ``ops`` (functional custom ops) and ``mlp``
-(``GroupedGluMLP``). Importing it registers the ops with ``torch.library``. It never imports
-jax, cutlass or cuda-python.
+Owns nothing but re-exports; see ``ops`` (functional custom ops), ``mlp``
+(``GroupedGluMLP``) and ``expert_parallel`` (its experts sharded over ``torch.distributed``
+ranks). Importing it registers the ops with ``torch.library``. It never imports jax, cutlass
+or cuda-python.
 """
 from ..functional import clear_memo
+from .expert_parallel import ExpertParallelGluMLP
 from .mlp import GroupedGluMLP
 from .ops import expert_pointers, grouped_gemm_dglu
 
-__all__ = ["GroupedGluMLP", "grouped_gemm_dglu", "expert_pointers", "clear_memo"]
+__all__ = ["GroupedGluMLP", "ExpertParallelGluMLP", "grouped_gemm_dglu", "expert_pointers", "clear_memo"]
