@@ -79,6 +79,33 @@ def _all_to_all(tensors, send_splits: List[int], recv_splits: List[int], group) 
     return tuple(outs)
 
 
+class _PairRows(torch.autograd.Function):
+    """``x[order // k]``: each token's row once per routed pair, in sent order.
+
+    Its backward sums each token's ``k`` row gradients in a fixed order in at least fp32 (the
+    forward combine's rule), where ``index_select``'s own backward would add them with atomics
+    on CUDA, in x's dtype (bf16) and in no fixed order.
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor, order: Tensor, k: int):
+        ctx.save_for_backward(order)
+        ctx.k = k
+        return x.index_select(0, order // k)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        (order,) = ctx.saved_tensors
+        return _sum_pairs(grad, order, ctx.k, grad.dtype), None, None
+
+
+def _sum_pairs(rows: Tensor, order: Tensor, k: int, dtype: torch.dtype) -> Tensor:
+    """(T, H) ``dtype`` per-token sums of ``rows`` (T * k rows in sent order), added in at least fp32."""
+    pairs = rows.new_empty(rows.shape).index_copy(0, order, rows)  # back to (token, slot) order
+    acc = torch.promote_types(rows.dtype, torch.float32)
+    return pairs.view(-1, k, rows.shape[1]).sum(1, dtype=acc).to(dtype)
+
+
 # --------------------------------------------------------------------------- routing
 @dataclass(frozen=True)
 class Routing:
@@ -217,8 +244,7 @@ class ExpertParallelGluMLP(nn.Module):
         _check_inputs(x, expert_ids, probs, self.experts.hidden)
         t, k = expert_ids.shape
         r = route(expert_ids, self.num_experts, self.group)
-        token = r.order // k  # the token of each sent pair
-        x_send = x.index_select(0, token)
+        x_send = _PairRows.apply(x, r.order, k)
         p_send = probs.reshape(-1).index_select(0, r.order)
         x_recv, p_recv = _Exchange.apply(r.send_splits, r.recv_splits, self.group, x_send, p_send)
         # padding rows: x = 0 and probability 0, so they add nothing to y or any gradient
@@ -226,9 +252,8 @@ class ExpertParallelGluMLP(nn.Module):
         p_pad = p_recv.new_zeros((r.rows,)).index_copy(0, r.dest, p_recv)
         y_pad = self.experts(x_pad, p_pad, r.padded_offsets)
         (y_back,) = _Exchange.apply(r.recv_splits, r.send_splits, self.group, y_pad.index_select(0, r.dest))
-        # back into (token, slot) order, then each token's k outputs summed in fp32
-        y_pairs = y_back.new_empty((t * k, y_back.shape[1])).index_copy(0, r.order, y_back)
-        return y_pairs.view(t, k, y_pairs.shape[1]).float().sum(1).to(x.dtype)
+        # each token's k outputs (bf16) summed in fp32
+        return _sum_pairs(y_back, r.order, k, x.dtype)
 
     def extra_repr(self) -> str:
         lo, hi = self.expert_range
