@@ -212,6 +212,8 @@ class ExpertParallelGluMLP(nn.Module):
                                "(dist.init_process_group, e.g. under torchrun)")
         if isinstance(num_experts, bool) or not isinstance(num_experts, int) or num_experts <= 0:
             raise ValueError(f"num_experts: must be a positive int, got {num_experts!r}")
+        if dist.get_rank(group) < 0:
+            raise ValueError("group: this rank is not a member of it (every rank that calls the layer must be)")
         ep = dist.get_world_size(group)
         if num_experts % ep:
             raise ValueError(f"num_experts: must be a multiple of the group's size {ep} (each rank owns "
@@ -282,4 +284,4 @@ def _check_inputs(x: Tensor, expert_ids: Tensor, probs: Tensor, hidden: int) -> 
             raise ValueError(f"{name}: must be on x's device {x.device}, got {t.device}")
 
 
-__all__ = ["ExpertParallelGluMLP", "Routing", "route"]
+__all__ = ["ExpertParallelGluMLP"]

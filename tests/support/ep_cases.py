@@ -170,6 +170,19 @@ def run_bad_id(group=None, device="cpu"):
     return [f"rank {rank}: an out-of-range id on rank 0 raised nothing here"]
 
 
+def run_not_member(device="cpu"):
+    """A rank outside the layer's group is refused by name (a group of rank 0 alone)."""
+    solo = dist.new_group([0])  # collective: every rank creates it
+    if dist.get_rank() == 0:
+        ExpertParallelGluMLP(2, 64, 64, group=solo, device=device)  # a member: fine
+        return []
+    try:
+        ExpertParallelGluMLP(2, 64, 64, group=solo, device=device)
+    except ValueError as e:
+        return [] if "group: this rank is not a member" in str(e) else [f"wrong message: {e}"]
+    return [f"rank {dist.get_rank()}: built a layer over a group it is not in"]
+
+
 CASES = ("uneven_top2", "rank_receives_none", "rank_sends_none", "top3")
 
 
@@ -180,6 +193,8 @@ def run_all(device="cpu"):
     for name in CASES:
         results.append(run_case(name, device=device))
     results.append(run_bad_id(device=device))
+    if dist.get_world_size() > 1:
+        results.append(run_not_member(device=device))
     mine = [m for r in results for m in r]
     everyone = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, mine)
@@ -211,7 +226,7 @@ def main():
     try:
         run_all(device)
         if dist.get_rank() == 0:
-            print(f"expert parallel: {len(CASES)} cases + bad id OK on {dist.get_world_size()} ranks ({device})")
+            print(f"expert parallel: {len(CASES)} cases + bad id + non-member OK on {dist.get_world_size()} ranks ({device})")
     finally:
         dist.destroy_process_group()
 
