@@ -27,7 +27,8 @@ from typing import Dict, Optional
 
 import torch
 
-from ..kernels.sm90.config import (DESC_BYTES, TRACE_MAX_CTAS, Sm90Config, Sm90TraceConfig)
+from ..kernels.sm90.config import (DESC_BYTES, SITU_DEFAULTS, TRACE_MAX_CTAS, Sm90Config,
+                                   Sm90TraceConfig)
 from ..problem import DgluProblem
 from ..runtime.streams import current_device_index, current_stream_handle
 from ..runtime.workspace import WorkspaceLayout, WorkspaceRequest
@@ -40,7 +41,7 @@ _HALF_DTYPES = (torch.bfloat16, torch.float16)
 #: The config's fields a problem fixes (the rest are knobs and launch variants).
 FAMILY_FIELDS = ("n", "k", "ab_dtype", "c_dtype", "d_dtype", "act_func", "generate_dbias",
                  "weight_mode", "b_major", "generate_activation", "round_dgrad", "geglu_beta",
-                 "has_prob", "has_dprob", "generate_amax")
+                 "has_prob", "has_dprob", "generate_amax", "situ_beta1", "situ_beta2")
 TILE_NS = (64, 128)
 #: CTAs per cluster along M offered for dense weights (2 = B k-tiles multicast to a CTA pair).
 CLUSTER_MS = (1, 2)
@@ -90,6 +91,10 @@ def config_for(problem: DgluProblem, **knobs) -> Sm90Config:
     knobs.setdefault("raster_group_m", RASTER_GROUP_M.get(knobs.get("cluster_m", 1), 8))
     kind = Sm90TraceConfig if "trace" in knobs else Sm90Config
     bs = problem.is_block_scaled
+    act = problem.act
+    # dSiTU-GLU's betas are compile-time constants; every other activation keeps the defaults
+    betas = ((float(act.situ_beta1), float(act.situ_beta2)) if act.act_func == "dsituglu"
+             else SITU_DEFAULTS)
     return kind(n=problem.n, k=problem.k,
                 ab_dtype="bf16" if bs else _DTYPE_NAMES[problem.ab_dtype],
                 c_dtype=_DTYPE_NAMES[problem.c_dtype], d_dtype=_DTYPE_NAMES[problem.d_dtype],
@@ -101,7 +106,7 @@ def config_for(problem: DgluProblem, **knobs) -> Sm90Config:
                 geglu_beta=problem.act.act_func != "dgeglu" or problem.act.dgeglu_applies_beta,
                 has_prob=bool(problem.has_prob), has_dprob=bool(problem.has_dprob),
                 generate_amax=bool(bs and problem.block_scale.generate_amax),
-                **knobs)
+                situ_beta1=betas[0], situ_beta2=betas[1], **knobs)
 
 
 def cooperative_config(problem: DgluProblem) -> Sm90Config:
@@ -467,7 +472,8 @@ class Sm90DgluEngine(Engine):
         if problem.is_block_scaled:
             why.append("block-scaled (FP8/FP4) inputs are not implemented on sm90")
         if problem.act.act_func not in ("dswiglu", "dgeglu"):
-            why.append(f"act_func {problem.act.act_func!r} is not implemented on sm90")
+            why.append(f"act_func {problem.act.act_func!r} belongs to the block-scaled "
+                       f"contract (sm90_blockscaled runs it)")
         if problem.act.act_func == "dgeglu" and not problem.act.dgeglu_applies_beta:
             why.append("dgeglu without beta (block-scaled semantics) is not implemented")
         if problem.ab_dtype not in _AB_DTYPES:

@@ -156,7 +156,7 @@ class Sm90BlockScaledEngine(Engine):
             why.append(f"C dtype {problem.c_dtype} is not supported on sm90 (bf16, fp16, fp32)")
         if problem.d_dtype not in _C_DTYPES:
             why.append(f"D dtype {problem.d_dtype} is not supported on sm90 (bf16, fp16, fp32)")
-        if problem.act.act_func not in ("dswiglu", "dgeglu"):
+        if problem.act.act_func not in ("dswiglu", "dgeglu", "dsituglu"):
             why.append(f"act_func {problem.act.act_func!r} is not implemented on sm90")
         if bs.single_group_runtime_offsets:
             why.append("use_single_group_runtime_offsets is not implemented on sm90")
