@@ -887,6 +887,17 @@ def test_cases_cover_the_knob_space_and_the_families():
 
 
 @needs_dsl
+@pytest.mark.parametrize("knobs", [dict(tile_n=128, cluster_m=2, c_split=2),
+                                   dict(tile_n=256, cluster_m=2, cooperative=True)],
+                         ids=["t128-2x1-half", "coop"])
+def test_dsituglu_activation_output_compiles_for_sm90a(knobs):
+    """dSiTU-GLU with the activation output, on bf16 operands (what the GPU tier runs through
+    the plan: tests/gpu/test_sm90_correctness.py), without spills."""
+    p = _problem(act="dsituglu", activation=True, n=320, k=264)
+    _check_report(config_for(p, **knobs))
+
+
+@needs_dsl
 def test_trace_build_compiles_for_sm90a():
     """The diagnostic build (not selectable; ``Sm90TracePlan``) still
     compiles, on the ping-pong 64-row C entry form the benchmarks trace most."""
