@@ -107,12 +107,9 @@ def test_config_keys_on_the_situ_betas_for_dsituglu_only():
             dataclasses.replace(base, situ_beta1=b1, situ_beta2=b2).check()
     with pytest.raises(ValueError, match="must stay .* with act_func 'dswiglu'"):
         dataclasses.replace(base, act_func="dswiglu", situ_beta1=3.0).check()
-    # the activation output: dGeGLU's and dSiTU-GLU's activation values are the true ones
-    dataclasses.replace(base, generate_activation=True).check()
-    with pytest.raises(ValueError, match="generate_activation needs act_func 'dgeglu' or "
-                                         "'dsituglu'"):
-        dataclasses.replace(base, act_func="dswiglu", situ_beta1=4.0,
-                            generate_activation=True).check()
+    # the activation output is the BF16 contract's, dGeGLU only
+    with pytest.raises(ValueError, match="generate_activation needs act_func 'dgeglu'"):
+        dataclasses.replace(base, generate_activation=True).check()
 
 
 def test_config_round_trips_through_its_dict():
@@ -600,7 +597,7 @@ def test_activation_output_takes_the_last_address_slot(monkeypatch):
     with pytest.raises(ValueError, match="reads or writes activation, got none"):
         plan.address_launcher(False, -1)(*args)
     assert len(calls) == n_calls
-    with pytest.raises(ValueError, match="needs act_func 'dgeglu' or 'dsituglu'"):
+    with pytest.raises(ValueError, match="needs act_func 'dgeglu'"):
         config_for(dataclasses.replace(p, act=ActConfig("dswiglu"))).check()
 
 
@@ -890,11 +887,10 @@ def test_cases_cover_the_knob_space_and_the_families():
 @pytest.mark.parametrize("knobs", [dict(tile_n=128, cluster_m=2, c_split=2),
                                    dict(tile_n=256, cluster_m=2, cooperative=True)],
                          ids=["t128-2x1-half", "coop"])
-def test_dsituglu_activation_output_compiles_for_sm90a(knobs):
-    """dSiTU-GLU with the activation output, on bf16 operands (what the GPU tier runs through
-    the plan: tests/gpu/test_sm90_correctness.py), without spills."""
-    p = _problem(act="dsituglu", activation=True, n=320, k=264)
-    _check_report(config_for(p, **knobs))
+def test_dsituglu_on_bf16_operands_compiles_for_sm90a(knobs):
+    """dSiTU-GLU on bf16 operands with dbias and an N tail (what the GPU tier runs through the
+    plan: tests/gpu/test_sm90_correctness.py), without spills."""
+    _check_report(config_for(_problem(act="dsituglu", n=320, k=264), **knobs))
 
 
 @needs_dsl

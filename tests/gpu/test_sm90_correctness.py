@@ -223,9 +223,8 @@ def test_sm90_activation_output_and_round_dgrad_match_reference(case):
 
 @pytest.mark.parametrize("case", situglu_cases(), ids=lambda c: c.label())
 def test_sm90_dsituglu_matches_reference(case):
-    """The dSiTU-GLU epilogue (beta applied, the betas compiled in) and its activation output
-    on every schedule, against the float64 reference; the block-scaled engine's calls are in
-    test_sm90_blockscaled.py."""
+    """The dSiTU-GLU epilogue (beta applied, the betas compiled in) on every schedule, against
+    the float64 reference; the block-scaled engine's calls are in test_sm90_blockscaled.py."""
     skip_unless_sm90()
     print(case.label(), run_and_check(case))
 

@@ -50,8 +50,8 @@ class Sm90Config:
     ``weight_mode`` (``"dense"``: one (N, K, L) tensor; ``"discrete"``: a device table of L
     per-expert (N, K) base addresses, loaded through per-expert TMA descriptors a helper kernel
     builds on the device) and ``b_major`` (``"k"``: K-major; ``"n"``: N-major);
-    ``generate_activation`` (dGeGLU, dSiTU-GLU: the epilogue also stores prob x the
-    activation value, (M, N) bf16, de-interleaved) and ``round_dgrad`` (the vendor's
+    ``generate_activation`` (dGeGLU: the epilogue also stores prob x the activation value,
+    (M, N) bf16, de-interleaved) and ``round_dgrad`` (the vendor's
     ``round_dgrad_to_input_dtype``: alpha^2 x acc rounded to bf16 before the epilogue math);
     the block-scaled contract's epilogue (its operands dequantized to bf16 first):
     ``geglu_beta`` (False: dGeGLU takes C without beta), ``has_prob`` / ``has_dprob``
@@ -164,10 +164,11 @@ class Sm90Config:
             # (so that one kernel has one key)
             raise ValueError(f"situ_beta1/situ_beta2 are dSiTU-GLU's: they must stay "
                              f"{SITU_DEFAULTS} with act_func {self.act_func!r}, got {betas}")
-        if self.generate_activation and self.act_func not in ("dgeglu", "dsituglu"):
-            # dSwiGLU's activation value comes divided by beta^2 (dswiglu_unscaled)
-            raise ValueError(f"generate_activation needs act_func 'dgeglu' or 'dsituglu' "
-                             f"(the epilogue's activation value as is), got {self.act_func!r}")
+        if self.generate_activation and self.act_func != "dgeglu":
+            # (dSiTU-GLU's activation value is the true one too, but its contract has no
+            # activation output, and the ping-pong 64-row C entry form spilled 4 B with it)
+            raise ValueError(f"generate_activation needs act_func 'dgeglu' (the contract's "
+                             f"activation output), got {self.act_func!r}")
         if self.cluster_m not in (1, 2):
             raise ValueError(f"cluster_m must be 1 or 2, got {self.cluster_m}")
         if self.discrete() and self.cluster_n != 1:
