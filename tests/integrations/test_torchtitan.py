@@ -318,27 +318,26 @@ def test_the_library_imports_without_the_integration():
 # --------------------------------------------------------------------------- GPU
 @pytest.mark.gpu
 def test_gpu_swapped_layer_in_bf16_matches_stock_in_float32():
+    """On the device: the swapped experts in bf16 (weights and compute; the fused op runs the
+    kernel on Hopper) inside the stock layer in float32, against the stock layer in float32.
+    The router stays float32 in both, so both route every token alike."""
     CALLS.clear("op")
     torch.manual_seed(0)
     m = stock_moe(dtype=torch.float32, device="cuda")
     x, dy = inputs(tokens=700, dtype=torch.float32, device="cuda")
+    assert routed_counts(m, x)[DEAD] == 0
     stock = run(m, x, dy)
-    oracle = run(with_experts(stock_moe_like(m, torch.float64), Float64Experts), x.double(), dy.double())
-    ours_model = ct_titan.swap_experts(copy.deepcopy(m)).to(torch.bfloat16)
-    ours_model.expert_bias_E.copy_(m.expert_bias_E)  # the routing buffer stays as the stock one's
-    ours = run(ours_model, x.bfloat16(), dy.bfloat16())
+    ours_model = ct_titan.swap_experts(copy.deepcopy(m))
+    ours_model.routed_experts.inner_experts.to(torch.bfloat16)
+    ours = run(ours_model, x, dy)
     for name, want in stock.items():
         assert ours[name].shape == want.shape, name
-        e_stock, e_ours = rel_err(stock[name], oracle[name]), rel_err(ours[name], oracle[name])
-        # looser than the CPU test: the whole swapped layer (router, combine) runs in bf16 here
-        assert rel_err(ours[name], want) < 4e-2, f"{name}: {rel_err(ours[name], want):.3g} from stock float32"
-        assert e_ours <= 3 * e_stock + 5e-3, f"{name}: {e_ours:.3g} vs stock {e_stock:.3g} from float64"
+        # looser than the CPU test: the stock layer's own bf16 experts are the reference here
+        assert rel_err(ours[name], want) < 3e-2, f"{name}: {rel_err(ours[name], want):.3g} from stock float32"
+    for name in ("dw1", "dw2", "dw3"):
+        assert not ours[name][DEAD].any(), name
     from cudnn_ext.engines.sm90 import Sm90DgluEngine
 
     if Sm90DgluEngine().available() is None:  # on Hopper the fused op must be the kernel
         used = {e.plan.engine_name for e in CALLS.entries("op") if e.problem.device_type == "cuda"}
         assert "sm90_cutedsl" in used, used
-
-
-def stock_moe_like(m, dtype):
-    return copy.deepcopy(m).to(dtype)
