@@ -203,9 +203,29 @@ def _load(obj: pathlib.Path, kind: str, digest: str, tvm_ffi: bool):
         raise CacheEntryError(f"{obj.name}: the DSL could not load it ({e})") from None
 
 
+_runtime_loaded: set = set()
+
+
+def _preload_runtime(tvm_ffi: bool) -> None:
+    """Make the DSL's runtime libraries globally visible before an export: the export links
+    the host code in memory, and in a process whose DSL target differs from the export's
+    (a test session compiling for several) it otherwise fails with "Symbols not found:
+    _cudaLibraryLoadData, ..." (../shared/gpu/COMPILE_ON_CPU.md)."""
+    if tvm_ffi in _runtime_loaded:
+        return
+    import ctypes
+
+    from cutlass.cute import runtime
+
+    for lib in runtime.find_runtime_libraries(enable_tvm_ffi=tvm_ffi):
+        ctypes.CDLL(lib, mode=ctypes.RTLD_GLOBAL)
+    _runtime_loaded.add(tvm_ffi)
+
+
 def _export(fn, kind: str, digest: str, tvm_ffi: bool, folder: pathlib.Path) -> bytes:
     """The object file of a freshly compiled ``fn``."""
     name = _symbol(kind, digest)
+    _preload_runtime(tvm_ffi)
     if not tvm_ffi:
         return fn.dump_to_object(name)
     # the TVM-FFI function exports only to a path
@@ -320,6 +340,11 @@ def _compile_store_load(compile_fn, key, kind, digest, tvm_ffi, folder, obj, met
     fn = compile_fn()
     try:
         data = _export(fn, kind, digest, tvm_ffi, folder)
+    except Exception as e:  # the DSL's export failing must not fail the compile it follows
+        _warn_once(f"export-{kind}", f"cannot export {kind} kernels ({e}); running them "
+                                     f"uncached")
+        return fn
+    try:
         # object first, header last: a header names only a whole object
         _atomic_write(obj, data)
         _atomic_write(meta, json.dumps({"digest": digest, "key": key, "size": len(data),
