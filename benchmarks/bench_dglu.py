@@ -502,8 +502,7 @@ def make_blockscaled(pack, K, N, fmt, peer, dbias):
                   b_tensor=b_q, sfb_tensor=sfb, sf_vec_size=vec, generate_dbias=dbias,
                   norm_const_tensor=nc if fp8 else None)
     if peer in ("cudnn_ext", "reference"):
-        # ours: the Hopper engine for FP4 (opt-in: pinned), the heuristics' choice for MXFP8
-        ours = None if fp8 else "sm90_blockscaled"
+        ours = "sm90_blockscaled"  # pinned: the row measures the Hopper engine itself
         call = dict(common, engine=ours if peer == "cudnn_ext" else "reference")
         fn = lambda: cudnn_ext.grouped_gemm_dglu_wrapper(**call)  # noqa: E731
         from cudnn_ext.engines.sm90 import _compiled  # first compile of the new variants

@@ -37,6 +37,7 @@ _DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "f
 _AB_DTYPES = (torch.bfloat16, torch.float16)
 _CD_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _HALF_DTYPES = (torch.bfloat16, torch.float16)
+_FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 #: The config's fields a problem fixes (the rest are knobs and launch variants).
 FAMILY_FIELDS = ("n", "k", "ab_dtype", "c_dtype", "d_dtype", "act_func", "generate_dbias",
                  "weight_mode", "b_major", "generate_activation", "round_dgrad", "geglu_beta",
@@ -85,14 +86,18 @@ def config_for(problem: DgluProblem, **knobs) -> Sm90Config:
     """The :class:`Sm90Config` of ``problem``'s family with ``knobs`` (the config's other
     fields; ``raster_group_m`` defaults to the cluster's RASTER_GROUP_M). With ``trace`` the
     diagnostic :class:`Sm90TraceConfig`. A block-scaled problem's config is the kernel's
-    that runs it after its operands are dequantized: bf16 A, dense K-major B
-    (``engines.sm90_blockscaled``)."""
+    that runs it after its operands are dequantized: bf16 A, dense K-major B, bf16 C for
+    FP8 C, fp32 D for FP8 D (``engines.sm90_blockscaled``)."""
     knobs.setdefault("raster_group_m", RASTER_GROUP_M.get(knobs.get("cluster_m", 1), 8))
     kind = Sm90TraceConfig if "trace" in knobs else Sm90Config
     bs = problem.is_block_scaled
+    c_dtype, d_dtype = problem.c_dtype, problem.d_dtype
+    if bs:  # FP8 C runs converted to bf16 (exact); FP8 D is quantized from the kernel's fp32 D
+        c_dtype = torch.bfloat16 if c_dtype in _FP8_DTYPES else c_dtype
+        d_dtype = torch.float32 if d_dtype in _FP8_DTYPES else d_dtype
     return kind(n=problem.n, k=problem.k,
                 ab_dtype="bf16" if bs else _DTYPE_NAMES[problem.ab_dtype],
-                c_dtype=_DTYPE_NAMES[problem.c_dtype], d_dtype=_DTYPE_NAMES[problem.d_dtype],
+                c_dtype=_DTYPE_NAMES[c_dtype], d_dtype=_DTYPE_NAMES[d_dtype],
                 act_func=problem.act.act_func, generate_dbias=bool(problem.generate_dbias),
                 weight_mode="dense" if bs else problem.weight_mode,
                 b_major="k" if bs else problem.b_major,

@@ -6,9 +6,15 @@ import contextlib
 import torch
 
 
+#: raw handles of the legacy default stream: the null stream (0, torch's default stream, what
+#: ``torch.cuda.current_stream().cuda_stream`` is there) and ``cudaStreamLegacy`` (1)
+_NULL_HANDLES = (0, 1)
+
+
 def as_torch_stream(current_stream, device: torch.device):
     """``None`` -> the device's current stream; a torch stream as is; a raw handle (int,
-    ``cuda.CUstream``) -> ``torch.cuda.ExternalStream``. CPU devices have no stream (None)."""
+    ``cuda.CUstream``) -> ``torch.cuda.ExternalStream``, the null handle -> the default stream.
+    CPU devices have no stream (None)."""
     if device.type != "cuda":
         return None
     if current_stream is None:
@@ -16,6 +22,10 @@ def as_torch_stream(current_stream, device: torch.device):
     if isinstance(current_stream, torch.cuda.Stream):
         return current_stream
     handle = current_stream if isinstance(current_stream, int) else int(current_stream)
+    if handle in _NULL_HANDLES:
+        # torch.cuda.ExternalStream(0) is not the null stream: torch reads a zero pointer as
+        # "none given" and hands out a fresh pool stream, unordered with the default stream
+        return torch.cuda.default_stream(device)
     return torch.cuda.ExternalStream(handle, device=device)
 
 

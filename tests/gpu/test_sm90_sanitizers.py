@@ -1,5 +1,5 @@
-"""compute-sanitizer on the SM90 kernel's small cases (``pytest -m gpu``; skipped without a GPU
-or without ``compute-sanitizer`` on PATH).
+"""compute-sanitizer on the small cases of the SM90 kernel and of the block-scaled path
+(``pytest -m gpu``; skipped without a GPU or without ``compute-sanitizer`` on PATH).
 
 racecheck watches the shared-memory hand-offs between warps: the ping-pong dbias sums that
 the math warps write into a C stage's slice and the C producer warp reads, across many tiles
@@ -29,7 +29,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SUPPORT = os.path.join(ROOT, "tests", "support")
 
 
-def _sanitize(tool: str, mode: str) -> str:
+def _sanitize(tool: str, mode: str, script: str = "sanitize_sm90.py") -> str:
     skip_unless_sm90()
     exe = shutil.which("compute-sanitizer")
     if exe is None:
@@ -39,7 +39,7 @@ def _sanitize(tool: str, mode: str) -> str:
         p for p in (ROOT, SUPPORT, os.environ.get("PYTHONPATH", "")) if p))
     proc = subprocess.run(
         [exe, "--report-api-errors", "no", "--tool", tool, sys.executable,
-         os.path.join(SUPPORT, "sanitize_sm90.py"), mode],
+         os.path.join(SUPPORT, script), mode],
         capture_output=True, text=True, timeout=600, env=env)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, f"{tool} {mode}: exit {proc.returncode}\n{out[-4000:]}"
@@ -78,3 +78,21 @@ def test_memcheck_reports_no_error(mode):
     summary = re.search(r"ERROR SUMMARY: (\d+) errors?", out)
     assert summary, f"memcheck {mode}: no summary line\n{out[-4000:]}"
     assert summary.group(1) == "0", f"memcheck {mode}:\n{out[-4000:]}"
+
+
+@pytest.mark.parametrize("tool", ["memcheck", "racecheck"])
+@pytest.mark.parametrize("mode", ["dense", "discrete", "reference"])
+def test_blockscaled_kernels_sanitize_clean(tool, mode):
+    """The block-scaled path's own kernels on a small case (``sanitize_blockscaled.py``):
+    the dequantizer (dense and pointer-table forms) before the sm90 kernel with amax, and the
+    reference engine's device pointer gather. memcheck: no out-of-bounds or misaligned access;
+    racecheck: no shared-memory hazard (the amax warp reduction, the kernel's hand-offs)."""
+    out = _sanitize(tool, mode, "sanitize_blockscaled.py")
+    if tool == "racecheck":
+        summary = re.search(r"RACECHECK SUMMARY: (\d+) hazards displayed", out)
+        assert summary, f"racecheck {mode}: no summary line\n{out[-4000:]}"
+        assert summary.group(1) == "0", f"racecheck {mode}:\n{out[-4000:]}"
+    else:
+        summary = re.search(r"ERROR SUMMARY: (\d+) errors?", out)
+        assert summary, f"memcheck {mode}: no summary line\n{out[-4000:]}"
+        assert summary.group(1) == "0", f"memcheck {mode}:\n{out[-4000:]}"

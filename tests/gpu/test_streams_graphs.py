@@ -99,3 +99,20 @@ def test_side_stream_no_sync_and_graph_replay(mode, generate_dbias):
     _execute(op, t, weights, want2)
     torch.cuda.synchronize()
     _same(cap, want2, last)
+
+
+def test_null_stream_handle_is_the_default_stream():
+    """``current_stream=cuda.CUstream(torch.cuda.current_stream().cuda_stream)`` on the default
+    stream is the null handle: the call's work must go to the default stream itself (ordered
+    with the caller's zeroing of dprob), never to a pool stream."""
+    from cuda.bindings import driver as cuda
+
+    from cudnn_ext.runtime.streams import as_torch_stream, launch_stream
+
+    dev = torch.device("cuda", torch.cuda.current_device())
+    default = torch.cuda.default_stream(dev)
+    for handle in (0, cuda.CUstream(0), cuda.CUstream(torch.cuda.default_stream().cuda_stream)):
+        s = launch_stream(handle, dev)
+        assert s.cuda_stream == 0 and s == default, (handle, s)
+    side = torch.cuda.Stream()
+    assert as_torch_stream(cuda.CUstream(side.cuda_stream), dev).cuda_stream == side.cuda_stream
