@@ -291,12 +291,17 @@ def build_plan(pack, K, N, knobs=None, dbias=True, weight_mode="dense", act="dsw
 def run_cudnn_ext(pack, K, N, knobs=None, dbias=True, weight_mode="dense", act="dswiglu",
                   round_dgrad=False):
     from cudnn_ext.engines.sm90 import compile_seconds
+    from cudnn_ext.runtime import compile_cache
 
+    seen = len(compile_cache.events)
     plan, ws, knobs, build_s = build_plan(pack, K, N, knobs, dbias, weight_mode, act,
                                           round_dgrad)
     stream = torch.cuda.current_stream()
+    # first_compile_s is a load, not a compile, when the persistent cache had the kernel:
+    # the row says which ("hit" or "compiled"; none when this process had it already)
     return (lambda: plan.execute(pack, ws, stream)), dict(
-        knobs=knobs.as_dict(), first_compile_s=compile_seconds(plan.config) or build_s)
+        knobs=knobs.as_dict(), first_compile_s=compile_seconds(plan.config) or build_s,
+        compile_cache=[e[1] for e in compile_cache.events[seen:]])
 
 
 def run_cudnn_ext_op(pack, dbias=True):

@@ -153,24 +153,26 @@ _compile_lock = threading.Lock()
 
 
 def compile_cached(cfg: Sm90Config):
-    """The compiled kernel for ``cfg``, compiling it once per process (thread-safe)."""
+    """The compiled kernel for ``cfg``, once per process (thread-safe): loaded from the disk
+    cache (``runtime.compile_cache``) when any process compiled it before."""
     fn = _compiled.get(cfg)
     if fn is not None:
         return fn
     with _compile_lock:
         fn = _compiled.get(cfg)
         if fn is None:
-            from ..kernels.sm90.launch import compile_kernel
+            from ..kernels.sm90.launch import compile_kernel_cached
 
             t0 = time.perf_counter()
-            fn = compile_kernel(cfg)
+            fn = compile_kernel_cached(cfg)
             _compile_seconds[cfg] = time.perf_counter() - t0
             _compiled[cfg] = fn
     return fn
 
 
 def compile_seconds(cfg: Sm90Config) -> Optional[float]:
-    """Wall time of the first compile of ``cfg`` in this process (None if not compiled)."""
+    """Wall time of the first compile (or load from the disk cache) of ``cfg`` in this process
+    (None if neither happened)."""
     return _compile_seconds.get(cfg)
 
 

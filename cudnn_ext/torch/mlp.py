@@ -1,7 +1,11 @@
 """``GroupedGluMLP``: an autograd MoE expert MLP whose backward runs the fused grouped GEMM + dGLU.
 
 Owns the layer (parameters, forward, the autograd Function) and its row layout. It computes the
-dGLU backward only through ``torch.ops.cudnn_ext.grouped_gemm_dglu`` (never re-deriving it), and
+dGLU backward only through the ``cudnn_ext::grouped_gemm_dglu`` op (never re-deriving it), called
+through its Python entry ``ops.grouped_gemm_dglu``: eagerly that runs the op's body without the
+dispatcher and replays a remembered call after one guard check (the layer's backward repeats
+the same metadata every step); under torch.compile it is ``torch.ops.cudnn_ext.grouped_gemm_dglu``,
+one opaque node. And
 the plain grouped GEMMs through ``torch._grouped_mm`` (device offsets, no host sync) where this
 torch has it, else a per-expert loop that reads the offsets on the host.
 
@@ -34,6 +38,7 @@ from torch import Tensor, nn
 
 from ..contract.rules import M_ALIGN
 from ..reference.epilogue import gate_up_columns  # the one statement of the gate/up column map
+from .ops import grouped_gemm_dglu
 
 _HAS_GROUPED_MM = hasattr(torch, "_grouped_mm")
 
@@ -174,10 +179,14 @@ class _GroupedGluMLPFn(torch.autograd.Function):
         cfg = ctx.cfg
         L = offsets.shape[0]
         dy = dy.to(torch.bfloat16).contiguous()
-        ones = torch.ones(L, dtype=torch.float32, device=dy.device)
+        # alpha and beta are 1, as two tensors: the replay's guard (torch's tensor guard) never
+        # matches a call that passes one tensor twice, so a shared one would re-validate
+        # every step
+        alpha = torch.ones(L, dtype=torch.float32, device=dy.device)
+        beta = torch.ones_like(alpha)
         # the fused step: dC (interleaved), dprob and db1 in one op; B_e = w2_eᵀ is (N, H), N-major
-        dc, dprob, db1 = torch.ops.cudnn_ext.grouped_gemm_dglu(
-            dy, w2.transpose(1, 2), c, offsets, ones, ones, p.contiguous(),
+        dc, dprob, db1 = grouped_gemm_dglu(
+            dy, c, offsets, alpha, beta, p.contiguous(), b=w2.transpose(1, 2),
             act_func=cfg["act_func"], linear_offset=cfg["linear_offset"], geglu_alpha=cfg["geglu_alpha"],
             glu_clamp_max=cfg["clamp_max"], glu_clamp_min=cfg["clamp_min"], generate_dbias=ctx.has_bias,
             d_dtype=torch.bfloat16)

@@ -23,6 +23,7 @@ import cutlass.cute as cute  # noqa: E402
 from cutlass import Int32  # noqa: E402
 from cutlass.cute.runtime import make_fake_stream, make_ptr  # noqa: E402
 
+from ...runtime import compile_cache  # noqa: E402
 from .dequant import DequantConfig, Dequantizer  # noqa: E402
 from .quantize_d import QuantizeD, QuantizeDConfig  # noqa: E402
 
@@ -31,6 +32,12 @@ TVM_FFI = importlib.util.find_spec("tvm_ffi") is not None
 #: (element bytes, scale bytes, bf16 out) and their assumed alignments: a row of K elements
 #: starts 16-byte aligned (K % 128 == 0 for FP8, % 64 for FP4 at least: whole quads)
 _PTRS = ((cutlass.Uint8, 16), (cutlass.Uint8, 16), (cutlass.BFloat16, 32), (cutlass.Int32, 4))
+
+#: The dequantizer's source (part of the disk cache's key): this package and the scale-factor
+#: layout it reads
+SOURCES = (os.path.dirname(os.path.abspath(__file__)),
+           os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "quant",
+                        "sf_layout.py"))
 
 _compiled = {}
 _lock = threading.Lock()
@@ -47,13 +54,16 @@ def compile_dequant(cfg: DequantConfig, tvm_ffi: bool = TVM_FFI, ptx_dir: str | 
 
 
 def dequant_cached(cfg: DequantConfig):
-    """The compiled dequantizer of ``cfg``, compiled once per process (thread-safe)."""
+    """The compiled dequantizer of ``cfg``, once per process (thread-safe): loaded from the
+    disk cache (``runtime.compile_cache``) when any process compiled it before."""
     fn = _compiled.get(cfg)
     if fn is None:
         with _lock:
             fn = _compiled.get(cfg)
             if fn is None:
-                fn = _compiled[cfg] = compile_dequant(cfg)
+                fn = _compiled[cfg] = compile_cache.load_or_compile(
+                    "dequant", cfg, lambda: compile_dequant(cfg), sources=SOURCES,
+                    arch="sm_90a", tvm_ffi=TVM_FFI)
     return fn
 
 
