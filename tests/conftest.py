@@ -4,6 +4,13 @@ import os
 # pytest-xdist workers sharing the GPU) allocate through torch and JAX both; a parallel GPU run
 # otherwise fails with out-of-memory next to a JAX worker holding 107 GiB.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+# The persistent compile cache (runtime/compile_cache.py): a test session compiles into its own
+# folder, not the user's ~/.cache/cudnn_ext, so a stale or hand-made entry there cannot change a
+# result. Set CUDNN_EXT_CACHE_DIR to share one folder between runs on purpose.
+if "CUDNN_EXT_CACHE_DIR" not in os.environ:
+    import tempfile
+
+    os.environ["CUDNN_EXT_CACHE_DIR"] = tempfile.mkdtemp(prefix="cudnn_ext_test_cache_")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

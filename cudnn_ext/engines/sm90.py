@@ -27,7 +27,8 @@ from typing import Dict, Optional
 
 import torch
 
-from ..kernels.sm90.config import (DESC_BYTES, TRACE_MAX_CTAS, Sm90Config, Sm90TraceConfig)
+from ..kernels.sm90.config import (DESC_BYTES, SITU_DEFAULTS, TRACE_MAX_CTAS, Sm90Config,
+                                   Sm90TraceConfig)
 from ..problem import DgluProblem
 from ..runtime.streams import current_device_index, current_stream_handle
 from ..runtime.workspace import WorkspaceLayout, WorkspaceRequest
@@ -37,10 +38,11 @@ _DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "f
 _AB_DTYPES = (torch.bfloat16, torch.float16)
 _CD_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _HALF_DTYPES = (torch.bfloat16, torch.float16)
+_FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 #: The config's fields a problem fixes (the rest are knobs and launch variants).
 FAMILY_FIELDS = ("n", "k", "ab_dtype", "c_dtype", "d_dtype", "act_func", "generate_dbias",
                  "weight_mode", "b_major", "generate_activation", "round_dgrad", "geglu_beta",
-                 "has_prob", "has_dprob", "generate_amax")
+                 "has_prob", "has_dprob", "generate_amax", "situ_beta1", "situ_beta2")
 TILE_NS = (64, 128)
 #: CTAs per cluster along M offered for dense weights (2 = B k-tiles multicast to a CTA pair).
 CLUSTER_MS = (1, 2)
@@ -85,14 +87,22 @@ def config_for(problem: DgluProblem, **knobs) -> Sm90Config:
     """The :class:`Sm90Config` of ``problem``'s family with ``knobs`` (the config's other
     fields; ``raster_group_m`` defaults to the cluster's RASTER_GROUP_M). With ``trace`` the
     diagnostic :class:`Sm90TraceConfig`. A block-scaled problem's config is the kernel's
-    that runs it after its operands are dequantized: bf16 A, dense K-major B
-    (``engines.sm90_blockscaled``)."""
+    that runs it after its operands are dequantized: bf16 A, dense K-major B, bf16 C for
+    FP8 C, fp32 D for FP8 D (``engines.sm90_blockscaled``)."""
     knobs.setdefault("raster_group_m", RASTER_GROUP_M.get(knobs.get("cluster_m", 1), 8))
     kind = Sm90TraceConfig if "trace" in knobs else Sm90Config
     bs = problem.is_block_scaled
+    act = problem.act
+    # dSiTU-GLU's betas are compile-time constants; every other activation keeps the defaults
+    betas = ((float(act.situ_beta1), float(act.situ_beta2)) if act.act_func == "dsituglu"
+             else SITU_DEFAULTS)
+    c_dtype, d_dtype = problem.c_dtype, problem.d_dtype
+    if bs:  # FP8 C runs converted to bf16 (exact); FP8 D is quantized from the kernel's fp32 D
+        c_dtype = torch.bfloat16 if c_dtype in _FP8_DTYPES else c_dtype
+        d_dtype = torch.float32 if d_dtype in _FP8_DTYPES else d_dtype
     return kind(n=problem.n, k=problem.k,
                 ab_dtype="bf16" if bs else _DTYPE_NAMES[problem.ab_dtype],
-                c_dtype=_DTYPE_NAMES[problem.c_dtype], d_dtype=_DTYPE_NAMES[problem.d_dtype],
+                c_dtype=_DTYPE_NAMES[c_dtype], d_dtype=_DTYPE_NAMES[d_dtype],
                 act_func=problem.act.act_func, generate_dbias=bool(problem.generate_dbias),
                 weight_mode="dense" if bs else problem.weight_mode,
                 b_major="k" if bs else problem.b_major,
@@ -101,7 +111,7 @@ def config_for(problem: DgluProblem, **knobs) -> Sm90Config:
                 geglu_beta=problem.act.act_func != "dgeglu" or problem.act.dgeglu_applies_beta,
                 has_prob=bool(problem.has_prob), has_dprob=bool(problem.has_dprob),
                 generate_amax=bool(bs and problem.block_scale.generate_amax),
-                **knobs)
+                situ_beta1=betas[0], situ_beta2=betas[1], **knobs)
 
 
 def cooperative_config(problem: DgluProblem) -> Sm90Config:
@@ -143,24 +153,26 @@ _compile_lock = threading.Lock()
 
 
 def compile_cached(cfg: Sm90Config):
-    """The compiled kernel for ``cfg``, compiling it once per process (thread-safe)."""
+    """The compiled kernel for ``cfg``, once per process (thread-safe): loaded from the disk
+    cache (``runtime.compile_cache``) when any process compiled it before."""
     fn = _compiled.get(cfg)
     if fn is not None:
         return fn
     with _compile_lock:
         fn = _compiled.get(cfg)
         if fn is None:
-            from ..kernels.sm90.launch import compile_kernel
+            from ..kernels.sm90.launch import compile_kernel_cached
 
             t0 = time.perf_counter()
-            fn = compile_kernel(cfg)
+            fn = compile_kernel_cached(cfg)
             _compile_seconds[cfg] = time.perf_counter() - t0
             _compiled[cfg] = fn
     return fn
 
 
 def compile_seconds(cfg: Sm90Config) -> Optional[float]:
-    """Wall time of the first compile of ``cfg`` in this process (None if not compiled)."""
+    """Wall time of the first compile (or load from the disk cache) of ``cfg`` in this process
+    (None if neither happened)."""
     return _compile_seconds.get(cfg)
 
 
@@ -467,7 +479,8 @@ class Sm90DgluEngine(Engine):
         if problem.is_block_scaled:
             why.append("block-scaled (FP8/FP4) inputs are not implemented on sm90")
         if problem.act.act_func not in ("dswiglu", "dgeglu"):
-            why.append(f"act_func {problem.act.act_func!r} is not implemented on sm90")
+            why.append(f"act_func {problem.act.act_func!r} belongs to the block-scaled "
+                       f"contract (sm90_blockscaled runs it)")
         if problem.act.act_func == "dgeglu" and not problem.act.dgeglu_applies_beta:
             why.append("dgeglu without beta (block-scaled semantics) is not implemented")
         if problem.ab_dtype not in _AB_DTYPES:

@@ -1,24 +1,31 @@
 """The Hopper engine for block-scaled operands: dequantize on the device, then the BF16 kernel.
 
 Hopper has no block-scaled tensor-core instruction. This engine runs a block-scaled problem
-as two device steps on the plan's stream, with no host sync:
+as device steps on the plan's stream, with no host sync:
 
 1. ``kernels.blockscaled`` dequantizes A (with SFA) and every expert's B (with SFB, dense or
    through the ``b_ptrs``/``sfb_ptrs`` tables) into BF16 workspace regions. The products are
-   exact in BF16 within its range (docs/blockscaled.md, "On Hopper");
+   exact in BF16 within its range (docs/blockscaled.md, "On Hopper"). FP8 C is converted to
+   bf16 (exact) by a torch cast;
 2. the sm90 kernel (``engines.sm90``) runs the dGLU backward on them with the block-scaled
-   epilogue: dGeGLU without beta, optional prob/dprob, the per-expert amax.
+   epilogue: dGeGLU without beta, optional prob/dprob, the per-expert amax;
+3. FP8 operands (MXFP8): the kernel writes fp32 D, and ``kernels.blockscaled.quantize_d``
+   turns it into the FP8 outputs, D_row/SFD_row and D_col/SFD_col (or the plain conversion
+   of FP8 D without scale factors), bit-exact to the reference's quantizers on the same fp32
+   values.
 
-It owns which block-scaled problems that covers (FP4 operands, NVFP4 and MXFP4, whose D is
-bf16/fp16/fp32; its decline reasons name the rest, which the reference engine runs), the
+It owns which block-scaled problems that covers (FP4 operands, NVFP4 and MXFP4, with D
+bf16/fp16/fp32; FP8 operands with FP8 D; C of any contract dtype; a single group with
+runtime offsets; its decline reasons name the rest, which the reference engine runs), the
 workspace layout ([the kernel's scratch][B bf16]: sizes of the problem family) and the plan.
-A's BF16 copy follows the call's M, which a workspace may not: it is a temporary of the
-caching allocator, tied to the launch's stream. The knob space and
-cost model are the sm90 engine's for the dequantized problem, plus the dequantization's
-bytes.
+The temporaries whose size follows the call's M (A's BF16 copy, bf16 C, fp32 D, the single
+group's offsets), which a workspace may not, come from the caching allocator on the launch's
+stream. The knob space and cost model are the sm90 engine's for the dequantized problem,
+plus the dequantization's, the C conversion's and the quantization's bytes.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Optional
 
@@ -32,15 +39,43 @@ from ..runtime.workspace import WorkspaceLayout, WorkspaceRequest
 from .base import CompiledPlan, Engine, compile_deferred
 from .sm90 import Sm90DgluEngine, Sm90Plan, check_family, placement_reasons
 
-_C_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-#: Bytes per microsecond of the dequantization pass (a guess at ~3 TB/s, not a measurement)
+_HALF_FLOAT = (torch.bfloat16, torch.float16, torch.float32)
+#: Bytes per microsecond of the dequantization, C conversion and D quantization passes (a
+#: guess at ~3 TB/s, not a measurement)
 _DEQUANT_BYTES_PER_US = 3.0e6
+_FP8_NAMES = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
 
 
 def dense_problem(problem: DgluProblem) -> DgluProblem:
-    """The BF16 problem the kernel runs after dequantization: bf16 A, dense K-major B."""
+    """The BF16 problem the kernel runs after dequantization: bf16 A, dense K-major B; bf16 C
+    for FP8 C (the conversion is exact), fp32 D for FP8 D (quantized afterwards)."""
+    c = torch.bfloat16 if problem.c_dtype in FP8_DTYPES else problem.c_dtype
+    d = torch.float32 if problem.d_dtype in FP8_DTYPES else problem.d_dtype
     return dataclasses.replace(problem, ab_dtype=torch.bfloat16, weight_mode="dense", b_major="k",
-                               block_scale=None)
+                               c_dtype=c, d_dtype=d, block_scale=None)
+
+
+def quantize_config(problem: DgluProblem):
+    """The D quantizer that turns the kernel's fp32 D into ``problem``'s FP8 outputs, or None
+    when D is not FP8 (FP4 operands: the kernel writes D itself)."""
+    from ..kernels.blockscaled.quantize_d import QuantizeDConfig
+
+    if problem.d_dtype not in FP8_DTYPES:
+        return None
+    bs = problem.block_scale
+    single = bs.single_group_runtime_offsets
+    # a single group's per-expert SFD_col layout is the global one: one kernel variant
+    return QuantizeDConfig(_FP8_NAMES[problem.d_dtype], scales=bs.generate_sfd,
+                           discrete_col_sfd=bs.discrete_col_sfd and not single,
+                           single_group=single)
+
+
+def _on(stream, dev: int):
+    """Torch work (casts, fills, allocations) on the launch stream: a context that makes
+    ``stream`` current when it is given and is not already (nothing to do otherwise)."""
+    if stream is None or stream == torch.cuda.current_stream(dev):
+        return contextlib.nullcontext()
+    return torch.cuda.stream(stream)
 
 
 def _formats(problem: DgluProblem):
@@ -65,6 +100,11 @@ class Sm90BlockScaledPlan(CompiledPlan):
         self._deq_a = DequantConfig(elem, sf, vec)
         self._deq_b = DequantConfig(elem, sf, vec, tables=problem.weight_mode == "discrete")
         self._deq_a.check()
+        self._quant = quantize_config(problem)
+        if self._quant is not None:
+            self._quant.check()
+        self._fp8_c = problem.c_dtype in FP8_DTYPES
+        self._single = problem.block_scale.single_group_runtime_offsets
         self._layout = WorkspaceLayout.of(self.workspace_requests())
         self._b_off = self._layout.region("b_bf16").offset
         self._scratch = self._layout.region("kernel_scratch")  # None: the kernel needs none
@@ -82,14 +122,16 @@ class Sm90BlockScaledPlan(CompiledPlan):
         return self._layout.size
 
     def warmup(self) -> None:
-        from ..kernels.blockscaled.launch import dequant_cached
+        from ..kernels.blockscaled.launch import dequant_cached, quantize_d_cached
 
         self._inner.warmup()
         dequant_cached(self._deq_a)
         dequant_cached(self._deq_b)
+        if self._quant is not None:
+            quantize_d_cached(self._quant)
 
     def execute(self, pack, workspace=None, stream=None) -> None:
-        from ..kernels.blockscaled.launch import launch_dequant
+        from ..kernels.blockscaled.launch import launch_dequant, launch_quantize_d
 
         p = self.problem
         m, num_experts = pack["c"].shape[0], pack["padded_offsets"].shape[0]
@@ -104,9 +146,17 @@ class Sm90BlockScaledPlan(CompiledPlan):
         c = pack["c"]
         dev = c.get_device()
         handle = current_stream_handle(dev) if stream is None else stream.cuda_stream
-        a16 = torch.empty((m, p.k), dtype=torch.bfloat16, device=c.device)
-        if stream is not None and stream != torch.cuda.current_stream(dev):
-            a16.record_stream(stream)  # freed for reuse only after the launch's stream
+        two_n = 2 * p.n
+        # every temporary is allocated, and every torch op queued, on the launch stream: the
+        # allocator reuses a block only after that stream's work on it
+        with _on(stream, dev):
+            a16 = torch.empty((m, p.k), dtype=torch.bfloat16, device=c.device)
+            # a single group ends at M; the offsets' value is never read (a fill, no copy)
+            offsets = (torch.full((1,), m, dtype=torch.int32, device=c.device) if self._single
+                       else pack["padded_offsets"])
+            c16 = c.to(torch.bfloat16) if self._fp8_c else c
+            d32 = (torch.empty((m, two_n), dtype=torch.float32, device=c.device)
+                   if self._quant is not None else pack["d_row"])
         b16 = (workspace[self._b_off:self._b_off + 2 * num_experts * p.n * p.k]
                .view(torch.bfloat16).view(num_experts, p.n, p.k).permute(1, 2, 0))
         launch_dequant(self._deq_a, pack["a"].data_ptr(), pack["sfa"].data_ptr(),
@@ -114,15 +164,27 @@ class Sm90BlockScaledPlan(CompiledPlan):
         if p.weight_mode == "discrete":
             launch_dequant(self._deq_b, pack["b_ptrs"].data_ptr(), pack["sfb_ptrs"].data_ptr(),
                            b16.data_ptr(), p.n, p.k, num_experts, handle,
-                           offsets=pack["padded_offsets"].data_ptr())
+                           offsets=offsets.data_ptr())
         else:
             launch_dequant(self._deq_b, pack["b"].data_ptr(), pack["sfb"].data_ptr(),
                            b16.data_ptr(), p.n, p.k, num_experts, handle)
-        inner = dict(pack, a=a16, b=b16, b_ptrs=None, sfa=None, sfb=None, sfb_ptrs=None)
+        inner = dict(pack, a=a16, b=b16, b_ptrs=None, sfa=None, sfb=None, sfb_ptrs=None, c=c16,
+                     d_row=d32, padded_offsets=offsets, d_col=None, sfd_row=None,
+                     sfd_col=None, norm_const=None)
         region = self._scratch
         scratch = (workspace[region.offset:region.offset + region.nbytes]
                    if region is not None else None)
         self._inner.execute(inner, scratch, stream)
+        q = self._quant
+        if q is None:
+            return
+        kw = {}
+        if q.scales:
+            kw = dict(d_col=pack["d_col"].data_ptr(), sfd_row=pack["sfd_row"].data_ptr(),
+                      sfd_col=pack["sfd_col"].data_ptr(),
+                      norm_const=pack["norm_const"].data_ptr())
+        launch_quantize_d(q, d32.data_ptr(), pack["d_row"].data_ptr(), m, two_n, num_experts,
+                          handle, offsets=offsets.data_ptr(), **kw)
 
 
 class Sm90BlockScaledEngine(Engine):
@@ -131,7 +193,8 @@ class Sm90BlockScaledEngine(Engine):
     numerical_notes = (
         "operands dequantized to bf16 on the device (exact within bf16's range), then the "
         "sm90_cutedsl kernel: fp32 WGMMA accumulation, fast sigmoid, dprob/dbias/amax via "
-        "atomics (order-nondeterministic sums; amax is exact).")
+        "atomics (order-nondeterministic sums; amax is exact); FP8 D quantized from the "
+        "kernel's fp32 D by the reference's block rule (bit-exact on equal fp32 values).")
 
     def __init__(self):
         self._sm90 = Sm90DgluEngine()
@@ -144,19 +207,24 @@ class Sm90BlockScaledEngine(Engine):
             return ["not block-scaled (BF16 operands run on sm90_cutedsl)"]
         bs = problem.block_scale
         why = []
-        if problem.ab_dtype in FP8_DTYPES:
-            why.append("FP8 (MXFP8) operands: their quantized D_row/D_col with SFD are not "
-                       "implemented on sm90")
-        elif not is_fp4(problem.ab_dtype):
-            why.append(f"A/B dtype {problem.ab_dtype} is not block-scaled FP4")
-        if problem.c_dtype not in _C_DTYPES:
-            why.append(f"C dtype {problem.c_dtype} is not supported on sm90 (bf16, fp16, fp32)")
-        if problem.d_dtype not in _C_DTYPES:
-            why.append(f"D dtype {problem.d_dtype} is not supported on sm90 (bf16, fp16, fp32)")
-        if problem.act.act_func not in ("dswiglu", "dgeglu"):
+        fp8 = problem.ab_dtype in FP8_DTYPES
+        if not fp8 and not is_fp4(problem.ab_dtype):
+            why.append(f"A/B dtype {problem.ab_dtype} is not block-scaled FP8 or FP4")
+        if fp8 and problem.d_dtype not in FP8_DTYPES:
+            why.append(f"D dtype {problem.d_dtype} with FP8 operands: the quantizer writes FP8 D")
+        if not fp8 and problem.d_dtype not in _HALF_FLOAT:
+            why.append(f"D dtype {problem.d_dtype} with FP4 operands is not supported on sm90 "
+                       f"(bf16, fp16, fp32)")
+        if bs.generate_sfd and problem.d_dtype != torch.float8_e4m3fn:
+            why.append(f"quantized D (SFD) in {problem.d_dtype}: the quantizer writes e4m3 only")
+        if problem.c_dtype not in _HALF_FLOAT + FP8_DTYPES:
+            why.append(f"C dtype {problem.c_dtype} is not supported on sm90 "
+                       f"(bf16, fp16, fp32, FP8)")
+        if problem.act.act_func not in ("dswiglu", "dgeglu", "dsituglu"):
             why.append(f"act_func {problem.act.act_func!r} is not implemented on sm90")
-        if bs.single_group_runtime_offsets:
-            why.append("use_single_group_runtime_offsets is not implemented on sm90")
+        if bs.single_group_runtime_offsets and problem.num_experts != 1:
+            why.append(f"use_single_group_runtime_offsets needs one expert, got "
+                       f"L={problem.num_experts}")
         if bs.deterministic and problem.has_dprob:
             why.append("deterministic dprob: the kernel sums dprob with atomics")
         if problem.k % 32:
@@ -175,12 +243,20 @@ class Sm90BlockScaledEngine(Engine):
                 for cfg in self._sm90.knob_space(dense_problem(problem))]
 
     def cost(self, problem: DgluProblem, knobs: Sm90Config) -> float:
-        """The sm90 kernel's cost plus the dequantization pass (read the packed operands,
-        write bf16) at ~3 TB/s."""
+        """The sm90 kernel's cost on the dequantized problem (bf16 C, fp32 D where those are
+        FP8) plus the passes around it at ~3 TB/s: the dequantization (read the packed
+        operands, write bf16), FP8 C's conversion (read 1, write 2 bytes per element) and FP8
+        D's quantization (read fp32 D; write D_row, and D_col with the scales)."""
         per = 0.5 if is_fp4(problem.ab_dtype) else 1.0
-        elems = max(problem.m, 256) * problem.k + problem.num_experts * problem.n * problem.k
-        return (self._sm90.cost(dense_problem(problem), knobs)
-                + elems * (per + 2.0) / _DEQUANT_BYTES_PER_US)
+        m = max(problem.m, 256)
+        elems = m * problem.k + problem.num_experts * problem.n * problem.k
+        nbytes = elems * (per + 2.0)
+        cd = m * 2 * problem.n
+        if problem.c_dtype in FP8_DTYPES:
+            nbytes += cd * 3.0
+        if problem.d_dtype in FP8_DTYPES:
+            nbytes += cd * (4.0 + (2.0 if problem.block_scale.generate_sfd else 1.0))
+        return self._sm90.cost(dense_problem(problem), knobs) + nbytes / _DEQUANT_BYTES_PER_US
 
     def knobs_from_dict(self, values: dict) -> Sm90Config:
         return Sm90Config.from_dict(values)

@@ -23,6 +23,7 @@ from typing import Optional
 
 import torch
 
+from . import compile_cache
 from .streams import current_stream_handle
 
 #: Threads per CTA of the copy.
@@ -109,15 +110,26 @@ def _ptr_specs(cutlass):
 @functools.lru_cache(maxsize=None)
 def compile_gather(arch: Optional[str] = None):
     """The compiled gather (placeholder addresses and stream: no GPU needed). ``arch``: the
-    target, e.g. ``"sm_90a"`` (None: the DSL's own target). Cached: one compile per target."""
+    target, e.g. ``"sm_90a"`` (None: the DSL's own target). Cached: one compile per target
+    and process, loaded from the disk cache (``compile_cache``) when compiled before."""
     _, cutlass, cute, runtime = _dsl()
-    ptrs = [runtime.make_ptr(dt, 0, cute.AddressSpace.gmem, assumed_align=al)
-            for dt, al in _ptr_specs(cutlass)]
-    scalars = [cutlass.Int32(1), cutlass.Int64(1), cutlass.Int64(_ROW_ALIGN), cutlass.Int32(0),
-               cutlass.Int32(1)]
-    opts = f"--gpu-arch {arch}" if arch else ""
+    if not arch:
+        # the DSL's own target (CUTE_DSL_ARCH, else the GPU's), named for the cache's key
+        from cutlass.cutlass_dsl import CuTeDSL
+
+        arch = CuTeDSL._get_dsl().envar.arch
+
+    def build():
+        ptrs = [runtime.make_ptr(dt, 0, cute.AddressSpace.gmem, assumed_align=al)
+                for dt, al in _ptr_specs(cutlass)]
+        scalars = [cutlass.Int32(1), cutlass.Int64(1), cutlass.Int64(_ROW_ALIGN),
+                   cutlass.Int32(0), cutlass.Int32(1)]
+        return cute.compile(_gather_fn(), *ptrs, *scalars, runtime.make_fake_stream(),
+                            options=f"--gpu-arch {arch}")
+
     with _compile_lock:
-        return cute.compile(_gather_fn(), *ptrs, *scalars, runtime.make_fake_stream(), options=opts)
+        return compile_cache.load_or_compile("gather", "pointer_gather", build,
+                                             sources=(__file__,), arch=arch, tvm_ffi=False)
 
 
 def _check(table, nbytes, ends) -> None:

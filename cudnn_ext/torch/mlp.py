@@ -1,7 +1,11 @@
 """``GroupedGluMLP``: an autograd MoE expert MLP whose backward runs the fused grouped GEMM + dGLU.
 
 Owns the layer (parameters, forward, the autograd Function) and its row layout. It computes the
-dGLU backward only through ``torch.ops.cudnn_ext.grouped_gemm_dglu`` (never re-deriving it), and
+dGLU backward only through the ``cudnn_ext::grouped_gemm_dglu`` op (never re-deriving it), called
+through its Python entry ``ops.grouped_gemm_dglu``: eagerly that runs the op's body without the
+dispatcher and replays a remembered call after one guard check (the layer's backward repeats
+the same metadata every step); under torch.compile it is ``torch.ops.cudnn_ext.grouped_gemm_dglu``,
+one opaque node. And
 the plain grouped GEMMs through ``torch._grouped_mm`` (device offsets, no host sync) where this
 torch has it, else a per-expert loop that reads the offsets on the host.
 
@@ -32,7 +36,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..contract.rules import M_ALIGN
 from ..reference.epilogue import gate_up_columns  # the one statement of the gate/up column map
+from .ops import grouped_gemm_dglu
 
 _HAS_GROUPED_MM = hasattr(torch, "_grouped_mm")
 
@@ -74,6 +80,53 @@ def grouped_wgrad(a: Tensor, b: Tensor, offsets: Tensor) -> Tensor:
         if r1 > r0:
             out[e] = a[r0:r1].t() @ b[r0:r1]
     return out
+
+
+def pad_expert_rows(num_rows_per_expert: Tensor, rows: int, align: int = M_ALIGN):
+    """Map rows grouped by expert (``num_rows_per_expert`` (L,), any alignment) into the fused
+    op's layout, each expert's group padded to a multiple of ``align`` rows; all on the device
+    (no host sync, static shapes: ``torch.compile`` traces it as one graph).
+
+    The padded row count is the static bound ``m_pad = max(align, (rows + (align-1)*L)
+    rounded down to align)``, so it needs no device read; rows past the last padded offset
+    belong to no expert (the layer gives them output 0 and the grouped GEMMs skip them). The
+    counts' running sum is clipped at ``rows``: rows past it belong to no expert.
+
+    Returns ``(padded_offsets (L,) int32, src (m_pad,) int64, src_valid (m_pad,) bool, dest
+    (rows,) int64, dest_valid (rows,) bool)``: padded row ``p`` holds routed row ``src[p]``
+    where ``src_valid[p]`` (elsewhere it is padding), and routed row ``r`` sits at padded row
+    ``dest[r]`` where ``dest_valid[r]``.
+    """
+    if isinstance(align, bool) or not isinstance(align, int) or align <= 0:
+        raise ValueError(f"align: must be a positive int, got {align!r}")
+    if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
+        raise ValueError(f"rows: must be a non-negative int, got {rows!r}")
+    if num_rows_per_expert.dim() != 1 or num_rows_per_expert.shape[0] == 0:
+        raise ValueError(f"num_rows_per_expert: must be a non-empty 1-D tensor of row counts, got shape "
+                         f"{tuple(num_rows_per_expert.shape)}")
+    if num_rows_per_expert.is_floating_point() or num_rows_per_expert.is_complex():
+        raise TypeError(f"num_rows_per_expert: must hold integers, got {num_rows_per_expert.dtype}")
+    L = num_rows_per_expert.shape[0]
+    dev = num_rows_per_expert.device
+    ends = torch.cumsum(num_rows_per_expert.long(), 0).clamp(max=rows)
+    counts = ends.diff(prepend=ends.new_zeros(1))  # after the clip: rows each expert really has
+    starts = ends - counts
+    padded = (counts + (align - 1)) // align * align
+    pends = torch.cumsum(padded, 0)
+    pstarts = pends - padded
+    m_pad = max(align, (rows + (align - 1) * L) // align * align)
+    p = torch.arange(m_pad, device=dev)
+    e_p = torch.searchsorted(pends, p, right=True)  # L for rows past the last group
+    e_pc = e_p.clamp(max=L - 1)
+    local = p - pstarts[e_pc]
+    src_valid = (e_p < L) & (local < counts[e_pc])
+    src = (starts[e_pc] + local).clamp(min=0, max=max(rows - 1, 0))  # in range even where not valid
+    r = torch.arange(rows, device=dev)
+    e_r = torch.searchsorted(ends, r, right=True)
+    e_rc = e_r.clamp(max=L - 1)
+    dest_valid = e_r < L
+    dest = torch.where(dest_valid, pstarts[e_rc] + (r - starts[e_rc]), 0)
+    return pends.to(torch.int32), src, src_valid, dest, dest_valid
 
 
 def row_experts(offsets: Tensor, m: int) -> Tensor:
@@ -126,10 +179,14 @@ class _GroupedGluMLPFn(torch.autograd.Function):
         cfg = ctx.cfg
         L = offsets.shape[0]
         dy = dy.to(torch.bfloat16).contiguous()
-        ones = torch.ones(L, dtype=torch.float32, device=dy.device)
+        # alpha and beta are 1, as two tensors: the replay's guard (torch's tensor guard) never
+        # matches a call that passes one tensor twice, so a shared one would re-validate
+        # every step
+        alpha = torch.ones(L, dtype=torch.float32, device=dy.device)
+        beta = torch.ones_like(alpha)
         # the fused step: dC (interleaved), dprob and db1 in one op; B_e = w2_eᵀ is (N, H), N-major
-        dc, dprob, db1 = torch.ops.cudnn_ext.grouped_gemm_dglu(
-            dy, w2.transpose(1, 2), c, offsets, ones, ones, p.contiguous(),
+        dc, dprob, db1 = grouped_gemm_dglu(
+            dy, c, offsets, alpha, beta, p.contiguous(), b=w2.transpose(1, 2),
             act_func=cfg["act_func"], linear_offset=cfg["linear_offset"], geglu_alpha=cfg["geglu_alpha"],
             glu_clamp_max=cfg["clamp_max"], glu_clamp_min=cfg["clamp_min"], generate_dbias=ctx.has_bias,
             d_dtype=torch.bfloat16)
@@ -142,6 +199,34 @@ class _GroupedGluMLPFn(torch.autograd.Function):
 
 
 _ACT_NAMES = {"swiglu": "dswiglu", "geglu": "dgeglu", "dswiglu": "dswiglu", "dgeglu": "dgeglu"}
+
+
+def glu_config(activation: str = "swiglu", *, geglu_alpha: float = 1.702, clamp_max: float = 7.0,
+               clamp_min: float = -7.0, linear_offset: Optional[float] = None) -> dict:
+    """The activation settings ``grouped_glu_mlp`` takes (``GroupedGluMLP.cfg``), validated."""
+    if activation not in _ACT_NAMES:
+        raise ValueError(f"activation: must be 'swiglu' or 'geglu', got {activation!r}")
+    act = _ACT_NAMES[activation]
+    if linear_offset is None:
+        linear_offset = 1.0 if act == "dgeglu" else 0.0
+    elif act == "dswiglu" and linear_offset != 0.0:
+        raise ValueError(f"linear_offset: swiglu has none, got {linear_offset}")
+    return dict(act_func=act, geglu_alpha=float(geglu_alpha), clamp_max=float(clamp_max),
+                clamp_min=float(clamp_min), linear_offset=float(linear_offset))
+
+
+def grouped_glu_mlp(x: Tensor, prob: Tensor, w1: Tensor, w2: Tensor, padded_offsets: Tensor, *,
+                    b1: Optional[Tensor] = None, cfg: Optional[dict] = None) -> Tensor:
+    """``GroupedGluMLP``'s forward as a function of its weights (same layout, same autograd).
+
+    For layers that own their parameters under other names (framework integrations,
+    ``cudnn_ext.integrations``). ``cfg`` comes from :func:`glu_config` (default: SwiGLU).
+    Operands are cast to bf16, the fused op's operand contract.
+    """
+    bf = torch.bfloat16
+    cfg = glu_config() if cfg is None else cfg
+    return _GroupedGluMLPFn.apply(x.to(bf), prob.float(), w1.to(bf), b1.to(bf) if b1 is not None else None,
+                                  w2.to(bf), padded_offsets, cfg)
 
 
 class GroupedGluMLP(nn.Module):
@@ -160,18 +245,11 @@ class GroupedGluMLP(nn.Module):
                  bias: bool = False, geglu_alpha: float = 1.702, clamp_max: float = 7.0, clamp_min: float = -7.0,
                  linear_offset: Optional[float] = None, device=None, dtype=torch.bfloat16):
         super().__init__()
-        if activation not in _ACT_NAMES:
-            raise ValueError(f"activation: must be 'swiglu' or 'geglu', got {activation!r}")
         if intermediate <= 0 or intermediate % 32:
             raise ValueError(f"intermediate: must be a positive multiple of 32 (gate/up blocks), got {intermediate}")
-        act = _ACT_NAMES[activation]
-        if linear_offset is None:
-            linear_offset = 1.0 if act == "dgeglu" else 0.0
-        elif act == "dswiglu" and linear_offset != 0.0:
-            raise ValueError(f"linear_offset: swiglu has none, got {linear_offset}")
         self.num_experts, self.hidden, self.intermediate = num_experts, hidden, intermediate
-        self.cfg = dict(act_func=act, geglu_alpha=float(geglu_alpha), clamp_max=float(clamp_max),
-                        clamp_min=float(clamp_min), linear_offset=float(linear_offset))
+        self.cfg = glu_config(activation, geglu_alpha=geglu_alpha, clamp_max=clamp_max, clamp_min=clamp_min,
+                              linear_offset=linear_offset)
         kw = dict(device=device, dtype=dtype)
         self.w1 = nn.Parameter(torch.empty(num_experts, 2 * intermediate, hidden, **kw))
         self.w2 = nn.Parameter(torch.empty(num_experts, hidden, intermediate, **kw))
@@ -186,14 +264,12 @@ class GroupedGluMLP(nn.Module):
                 self.b1.zero_()
 
     def forward(self, x: Tensor, prob: Tensor, padded_offsets: Tensor) -> Tensor:
-        bf = torch.bfloat16
-        b1 = self.b1.to(bf) if self.b1 is not None else None
-        return _GroupedGluMLPFn.apply(x.to(bf), prob.float(), self.w1.to(bf), b1, self.w2.to(bf),
-                                      padded_offsets, self.cfg)
+        return grouped_glu_mlp(x, prob, self.w1, self.w2, padded_offsets, b1=self.b1, cfg=self.cfg)
 
     def extra_repr(self) -> str:
         return (f"experts={self.num_experts}, hidden={self.hidden}, intermediate={self.intermediate}, "
                 f"act={self.cfg['act_func'][1:]}, bias={self.b1 is not None}")
 
 
-__all__ = ["GroupedGluMLP", "glu_forward", "grouped_mm", "grouped_wgrad", "row_experts"]
+__all__ = ["GroupedGluMLP", "glu_config", "glu_forward", "grouped_glu_mlp", "grouped_mm", "grouped_wgrad",
+           "pad_expert_rows", "row_experts"]

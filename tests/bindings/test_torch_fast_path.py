@@ -421,3 +421,79 @@ def test_gpu_zero_kept_scratch_is_shared_and_survives_bad_offsets():
     torch.cuda.synchronize()
     assert not ws.any()  # and it is zero at rest
     _core.clear_memo()
+
+
+# --------------------------------------------------------------------------- through the dispatcher
+def op_call(p, **kw):
+    return torch.ops.cudnn_ext.grouped_gemm_dglu(p["a"], p["b"], p["c"], p["offs"], p["alpha"],
+                                                 p["beta"], p["prob"], **kw)
+
+
+@pytest.mark.parametrize("generate_dbias", [False, True])
+def test_dispatcher_op_replays_after_one_validated_call(launches, monkeypatch, generate_dbias):
+    """``torch.ops.cudnn_ext.grouped_gemm_dglu`` (what compiled graphs and direct op users
+    call) replays too: its body tries the guard before the validated path."""
+    op_call(make_problem(), generate_dbias=generate_dbias)
+    assert launches == []
+    _no_validation(monkeypatch)
+    for _ in range(2):
+        p = make_problem()
+        p["beta"] = p["alpha"] + 1.0
+        got = op_call(p, generate_dbias=generate_dbias)
+        _check(p, got, generate_dbias)
+        assert got[2].shape == ((3, 128) if generate_dbias else (0, 128))  # the schema's dbias
+    assert [x["init"] for x in launches] == [True, True]
+
+
+def test_dispatcher_op_replay_keeps_the_checks(launches):
+    """A replayed signature still refuses what it must: other metadata or a misaligned
+    pointer take the validated path and its typed error; other scalars are another
+    signature (validated)."""
+    p = make_problem()
+    op_call(p)
+    op_call(p)
+    assert len(launches) == 1
+    bad = dict(p, a=p["a"].float())  # another dtype: no guard matches, the contract names it
+    with pytest.raises(TypeError, match="a_tensor"):
+        op_call(bad)
+    raw = torch.empty(1024 * 32 * 2 + 2, dtype=torch.uint8)
+    off = (16 - raw.data_ptr() % 16) % 16 + 2  # 2 bytes past a 16-byte boundary
+    shifted = raw[off:off + 1024 * 32 * 2].view(BF).view(1024, 32)
+    shifted.copy_(p["a"])
+    with pytest.raises(ValueError, match="a_tensor"):
+        op_call(dict(p, a=shifted))
+    with pytest.raises(ValueError, match="act_func"):
+        op_call(p, act_func="relu")
+    assert len(launches) == 1
+
+
+def test_dispatcher_out_op_replays(launches, monkeypatch):
+    p = make_problem()
+    op = torch.ops.cudnn_ext.grouped_gemm_dglu_out
+    outs = (torch.zeros(1024, 128, dtype=BF), torch.zeros(1024), torch.zeros(3, 128, dtype=BF))
+    op(p["a"], p["b"], p["c"], p["offs"], p["alpha"], p["beta"], p["prob"], *outs)
+    _no_validation(monkeypatch)
+    p = make_problem()
+    outs = (torch.zeros(1024, 128, dtype=BF), torch.zeros(1024), torch.zeros(3, 128, dtype=BF))
+    before = outs[0]._version
+    op(p["a"], p["b"], p["c"], p["offs"], p["alpha"], p["beta"], p["prob"], *outs)
+    assert outs[0]._version > before
+    _check(p, outs, True)
+    assert len(launches) == 1 and launches[0]["init"] is False
+
+
+def test_mlp_backward_takes_the_replay(launches, monkeypatch):
+    """GroupedGluMLP's backward calls the op through its Python entry: from the second step
+    on, the fused call is a replay (no validation, no dispatcher)."""
+    from cudnn_ext.torch import GroupedGluMLP
+
+    mlp = GroupedGluMLP(3, 32, 64)
+    x = torch.randn(1024, 32, dtype=BF)
+    offs = torch.tensor([256, 256, 768], dtype=torch.int32)
+    prob = torch.rand(1024)
+    mlp(x, prob, offs).float().sum().backward()
+    assert launches == []
+    _no_validation(monkeypatch)
+    monkeypatch.setattr(torch.ops.cudnn_ext, "grouped_gemm_dglu", None)  # no dispatcher call
+    mlp(x, prob, offs).float().sum().backward()
+    assert len(launches) == 1

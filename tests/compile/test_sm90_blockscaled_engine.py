@@ -1,7 +1,7 @@
 """The block-scaled Hopper engine's host side, without a GPU: what it declines (with reasons),
 its configurations (the sm90 kernel's for the dequantized problem, with the block-scaled
-epilogue's fields), its workspace layout, and that every kernel it can select compiles for
-sm_90a."""
+epilogue's fields; bf16 C and fp32 D where the call's are FP8), which D quantizer it selects,
+its workspace layout, and that every kernel it can select compiles for sm_90a."""
 import dataclasses
 import importlib.util
 
@@ -9,40 +9,100 @@ import pytest
 import torch
 
 from cudnn_ext.engines.sm90 import config_for
-from cudnn_ext.engines.sm90_blockscaled import Sm90BlockScaledEngine, Sm90BlockScaledPlan, dense_problem
+from cudnn_ext.engines.sm90_blockscaled import (Sm90BlockScaledEngine, Sm90BlockScaledPlan, dense_problem,
+                                                quantize_config)
+from cudnn_ext.kernels.blockscaled.quantize_d import QuantizeDConfig
 from cudnn_ext.problem import ActConfig, BlockScaleConfig, DgluProblem
 
 needs_dsl = pytest.mark.skipif(importlib.util.find_spec("cutlass") is None,
                                reason="nvidia-cutlass-dsl is not installed")
-FP4, E4M3, E8M0 = torch.uint8, torch.float8_e4m3fn, torch.float8_e8m0fnu
+FP4, E4M3, E5M2, E8M0 = torch.uint8, torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e8m0fnu
 
 
 def _problem(ab=FP4, sf=E4M3, vec=16, act="dgeglu", d=torch.bfloat16, c=torch.bfloat16, prob=True,
-             amax=True, dbias=False, mode="dense", k=256, n=96, **bs):
-    return DgluProblem(n=n, k=k, num_experts=4, m=2048, weight_mode=mode, b_major="k", ab_dtype=ab,
-                       c_dtype=c, d_dtype=d, act=ActConfig(act_func=act, dgeglu_applies_beta=False),
+             amax=True, dbias=False, mode="dense", k=256, n=96, m=2048, experts=4, beta1=4.0,
+             beta2=25.0, **bs):
+    return DgluProblem(n=n, k=k, num_experts=experts, m=m, weight_mode=mode, b_major="k", ab_dtype=ab,
+                       c_dtype=c, d_dtype=d, act=ActConfig(act_func=act, dgeglu_applies_beta=False,
+                                                           situ_beta1=beta1, situ_beta2=beta2),
                        generate_dbias=dbias, has_prob=prob, has_dprob=prob, device_type="cuda",
                        block_scale=BlockScaleConfig(sf_dtype=sf, sf_vec_size=vec, generate_amax=amax, **bs))
+
+
+def _mxfp8(ab=E4M3, d=E4M3, sfd=True, **kw):
+    """An MXFP8 problem: FP8 operands with e8m0 scales over 32 elements, FP8 D (with SFD)."""
+    return _problem(ab=ab, sf=E8M0, vec=32, d=d, generate_sfd=sfd, **kw)
 
 
 def test_declines_with_reasons():
     eng = Sm90BlockScaledEngine()
     assert eng.check_support(_problem()) == []
     assert eng.check_support(_problem(mode="discrete", sf=E8M0, vec=32, act="dswiglu")) == []
+    supported = [_mxfp8(), _mxfp8(ab=E5M2, mode="discrete", discrete_col_sfd=True),
+                 _mxfp8(d=E5M2, sfd=False, c=E5M2), _mxfp8(c=E4M3, act="dswiglu", dbias=True),
+                 _mxfp8(experts=1, single_group_runtime_offsets=True), _problem(c=E5M2),
+                 _problem(experts=1, single_group_runtime_offsets=True)]
+    for p in supported:
+        assert eng.check_support(p) == [], p
     bf16 = dataclasses.replace(_problem(), block_scale=None, ab_dtype=torch.bfloat16)
     assert "not block-scaled" in eng.check_support(bf16)[0]
-    cases = [(dict(ab=E4M3, sf=E8M0, vec=32, d=E4M3), "FP8 (MXFP8) operands"),
-             (dict(act="dsituglu"), "act_func 'dsituglu'"),
-             (dict(c=E4M3), "C dtype"),
-             (dict(single_group_runtime_offsets=True), "use_single_group_runtime_offsets"),
-             (dict(deterministic=True), "deterministic dprob"),
-             (dict(k=80), "K % 32 == 0"),
-             (dict(n=80), "N % 32 == 0")]
-    for kw, needle in cases:
-        why = eng.check_support(_problem(**kw))
-        assert any(needle in w for w in why), (kw, why)
+    assert eng.check_support(_problem(act="dsituglu", beta1=3.0, dbias=True, d=torch.float32)) == []
+    cases = [(_problem(c=torch.float64), "C dtype"),
+             (_mxfp8(d=torch.bfloat16, sfd=False), "with FP8 operands: the quantizer writes FP8 D"),
+             (_problem(d=E4M3), "with FP4 operands"),
+             (_mxfp8(d=E5M2), "the quantizer writes e4m3 only"),
+             (_problem(ab=torch.float16), "not block-scaled FP8 or FP4"),
+             (_problem(single_group_runtime_offsets=True), "needs one expert, got L=4"),
+             (_problem(deterministic=True), "deterministic dprob"),
+             (_mxfp8(deterministic=True), "deterministic dprob"),
+             (_problem(k=80), "K % 32 == 0"),
+             (_mxfp8(n=80), "N % 32 == 0")]
+    for p, needle in cases:
+        why = eng.check_support(p)
+        assert any(needle in w for w in why), (p, why)
     cpu = dataclasses.replace(_problem(), device_type="cpu")
     assert any("not cuda" in w for w in eng.check_support(cpu))
+
+
+def test_quantizer_follows_the_problem():
+    """FP8 D: the quantizer of its outputs (a single group's per-expert SFD_col layout is the
+    global one); FP4 operands: none, the kernel writes D."""
+    from test_quantize_d_compile import SELECTABLE
+
+    assert quantize_config(_problem()) is None
+    assert quantize_config(_problem(d=torch.float32)) is None
+    want = [(_mxfp8(), QuantizeDConfig("e4m3", True)),
+            (_mxfp8(discrete_col_sfd=True), QuantizeDConfig("e4m3", True, discrete_col_sfd=True)),
+            (_mxfp8(experts=1, single_group_runtime_offsets=True, discrete_col_sfd=True),
+             QuantizeDConfig("e4m3", True, single_group=True)),
+            (_mxfp8(d=E5M2, sfd=False), QuantizeDConfig("e5m2", False)),
+            (_mxfp8(ab=E5M2, d=E4M3, sfd=False, experts=1, single_group_runtime_offsets=True),
+             QuantizeDConfig("e4m3", False, single_group=True))]
+    for p, cfg in want:
+        assert quantize_config(p) == cfg, p
+        assert cfg in SELECTABLE  # compiled in the CPU tier (test_quantize_d_compile)
+
+
+def test_fp8_problems_run_the_kernel_on_bf16_c_and_fp32_d():
+    eng = Sm90BlockScaledEngine()
+    for p in (_mxfp8(c=E4M3), _mxfp8(c=E5M2, d=E5M2, sfd=False, prob=False, dbias=True),
+              _problem(c=E4M3, d=torch.float16)):
+        dense = dense_problem(p)
+        assert dense.c_dtype == torch.bfloat16 and dense.block_scale is None
+        assert dense.d_dtype == (torch.float32 if p.d_dtype in (E4M3, E5M2) else p.d_dtype)
+        space = eng.knob_space(p)
+        assert space and all(cfg.c_dtype == "bf16" and cfg.ab_dtype == "bf16" for cfg in space)
+        assert all(cfg.d_dtype == ("fp32" if p.d_dtype in (E4M3, E5M2) else "fp16") for cfg in space)
+        # config_for names the same family, so check_family (build) accepts the knobs
+        assert all(cfg == dataclasses.replace(config_for(p, **{f: getattr(cfg, f) for f in (
+            "tile_n", "cluster_m", "cluster_n", "c_split", "cooperative", "c_stages", "ab_stages",
+            "raster_group_m", "split_last")})) for cfg in space)
+    # the passes around the kernel cost: FP8 C's conversion, FP8 D's quantization
+    base = _mxfp8()
+    cfg = eng.knob_space(base)[0]
+    assert eng.cost(dataclasses.replace(base, c_dtype=E4M3), cfg) > eng.cost(base, cfg)
+    plain = _mxfp8(sfd=False)
+    assert eng.cost(base, cfg) > eng.cost(plain, eng.knob_space(plain)[0]) > 0
 
 
 def test_configs_carry_the_block_scaled_epilogue():
@@ -62,6 +122,20 @@ def test_configs_carry_the_block_scaled_epilogue():
     assert dense_problem(p).block_scale is None and dense_problem(p).ab_dtype == torch.bfloat16
 
 
+def test_dsituglu_configs_carry_the_betas():
+    """dSiTU-GLU's configurations: the kernel's dsituglu epilogue with the problem's betas
+    (compile-time constants: another beta1 is another kernel), beta applied to C."""
+    eng = Sm90BlockScaledEngine()
+    p = _problem(act="dsituglu", beta1=3.0, beta2=8.0)
+    space = eng.knob_space(p)
+    assert space and all((c.act_func, c.situ_beta1, c.situ_beta2, c.geglu_beta)
+                         == ("dsituglu", 3.0, 8.0, True) for c in space)
+    other = eng.knob_space(_problem(act="dsituglu"))
+    assert {(c.situ_beta1, c.situ_beta2) for c in other} == {(4.0, 25.0)}
+    with pytest.raises(ValueError, match=r"another problem: situ_beta1=4.0 \(the problem's: 3.0\)"):
+        eng.build(p, other[0])
+
+
 @needs_dsl
 def test_workspace_holds_the_kernel_scratch_and_bf16_weights():
     from cudnn_ext.engines.base import defer_compile
@@ -76,12 +150,24 @@ def test_workspace_holds_the_kernel_scratch_and_bf16_weights():
     assert plan.workspace_size >= regions["b_bf16"].offset + regions["b_bf16"].nbytes
     with pytest.raises(ValueError, match="needs .* bytes"):
         plan.execute({"c": torch.zeros(1, 2 * p.n), "padded_offsets": torch.zeros(4)}, None)
+    # MXFP8: the same layout (A, C and fp32 D follow M: temporaries, not workspace), the
+    # inner plan on bf16 C and fp32 D, the problem's quantizer
+    q = _mxfp8(c=E5M2, mode="discrete", discrete_col_sfd=True)
+    with defer_compile():
+        plan8 = Sm90BlockScaledEngine().build(q, Sm90BlockScaledEngine().knob_space(q)[0])
+    assert {r.name for r in plan8._layout.regions} <= {"kernel_scratch", "b_bf16"}
+    assert plan8._layout.region("b_bf16").nbytes == 2 * q.num_experts * q.n * q.k
+    assert plan8._inner.problem.d_dtype == torch.float32 and plan8._inner.problem.c_dtype == torch.bfloat16
+    assert plan8._quant == QuantizeDConfig("e4m3", True, discrete_col_sfd=True) and plan8._fp8_c
 
 
 @needs_dsl
 @pytest.mark.parametrize("kw", [dict(), dict(act="dswiglu", prob=False, d=torch.float32, dbias=True),
-                                dict(mode="discrete", sf=E8M0, vec=32, c=torch.float32, amax=False)],
-                         ids=["geglu-amax", "swiglu-noprob-fp32-dbias", "discrete-Cfp32"])
+                                dict(mode="discrete", sf=E8M0, vec=32, c=torch.float32, amax=False),
+                                dict(ab=E4M3, sf=E8M0, vec=32, d=E4M3, c=E4M3, amax=False,
+                                     generate_sfd=True)],
+                         ids=["geglu-amax", "swiglu-noprob-fp32-dbias", "discrete-Cfp32",
+                              "mxfp8-Cfp8"])
 def test_selectable_kernels_compile_for_sm90a(kw):
     """The first-ranked configuration of each family compiles (the kernel's own compile tier
     covers the knob space; these add the block-scaled epilogue's fields)."""
@@ -91,6 +177,42 @@ def test_selectable_kernels_compile_for_sm90a(kw):
     p = _problem(**kw)
     cfg, _ = ranked_knobs(Sm90BlockScaledEngine(), p)[0]
     compile_kernel(cfg)
+
+
+#: dSiTU-GLU kernels the engine can select: every knob-space entry of a small problem (ping-pong
+#: tiles 64 and 128 in 1x1, 2x1, 2x2 clusters, 64-row C entries), the cooperative forms (shallow
+#: K without dbias, deep K with the split last round), C/D types, dbias, no prob, beta1 4 (the
+#: shared exponential) and not 4.
+_SITU = dict(act="dsituglu")
+_SITU_COOP = dict(act="dsituglu", n=512, m=32768)
+_SITU_CASES = [
+    ("space-b1-4", _problem(**_SITU), "all"),
+    ("b1-3-dbias-Dfp32", _problem(beta1=3.0, beta2=8.0, dbias=True, d=torch.float32, **_SITU),
+     "first"),
+    ("discrete-Cfp32-Dfp32-noprob", _problem(mode="discrete", c=torch.float32, d=torch.float32,
+                                             prob=False, amax=False, **_SITU), "first"),
+    ("Cfp16-Dfp16-dbias-b1-2", _problem(c=torch.float16, d=torch.float16, dbias=True, beta1=2.0,
+                                         **_SITU), "first"),
+    ("coop-shallow-Dfp16", _problem(k=2048, d=torch.float16, **_SITU_COOP), "coop"),
+    ("coop-deep-dbias-b1-3", _problem(k=7168, dbias=True, beta1=3.0, **_SITU_COOP), "coop"),
+]
+
+
+@needs_dsl
+@pytest.mark.parametrize("problem,which", [c[1:] for c in _SITU_CASES], ids=[c[0] for c in _SITU_CASES])
+def test_dsituglu_kernels_compile_for_sm90a_without_spills(problem, which):
+    """The dSiTU-GLU epilogue (two tanh and a sigmoid per element, more live values than the
+    other activations) compiles in the kernels the engine can select, with no more register
+    spills than the kernel's own compile tier allows the same C/D types (none for 16-bit C
+    and D of one type and for the cooperative form)."""
+    from test_sm90_compile import _check_report, _max_spill
+
+    space = Sm90BlockScaledEngine().knob_space(problem)
+    cfgs = {"all": space, "first": space[:1], "coop": [c for c in space if c.cooperative]}[which]
+    assert cfgs, which
+    for cfg in cfgs:
+        assert cfg.act_func == "dsituglu"
+        _check_report(cfg, 0 if cfg.cooperative else _max_spill(problem))
 
 
 def test_opt_in_engine_is_ranked_only_when_named(monkeypatch):

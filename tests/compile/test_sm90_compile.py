@@ -56,7 +56,8 @@ def test_config_fields_are_pinned():
     names = [f.name for f in dataclasses.fields(Sm90Config)]
     assert names == ["n", "k", "ab_dtype", "c_dtype", "d_dtype", "act_func", "generate_dbias",
                      "weight_mode", "b_major", "generate_activation", "round_dgrad", "geglu_beta",
-                     "has_prob", "has_dprob", "generate_amax", "tile_n", "ab_stages", "c_stages", "c_split",
+                     "has_prob", "has_dprob", "generate_amax", "situ_beta1", "situ_beta2",
+                     "tile_n", "ab_stages", "c_stages", "c_split",
                      "cluster_m", "cluster_n", "raster_group_m", "cooperative", "split_last",
                      "init_outputs", "ws_zeroed", "fold_dbias"]
     assert [f.name for f in dataclasses.fields(Sm90TraceConfig)] == names + ["trace"]
@@ -79,6 +80,36 @@ def test_config_ignores_runtime_sizes_and_constants():
     assert config_for(_problem(), tile_n=128, cluster_m=2).raster_group_m == 4
     assert config_for(_problem(), tile_n=128, trace=8) != base  # the debug build's own key
     hash(base)  # usable as a dict key
+
+
+def test_config_keys_on_the_situ_betas_for_dsituglu_only():
+    """dSiTU-GLU's beta1/beta2 are compile-time constants (part of the key, as in the
+    vendor's kernel); the other activations keep the defaults whatever the problem's
+    ActConfig holds, so they compile once."""
+    from cudnn_ext.kernels.sm90.config import SITU_DEFAULTS
+
+    def situ(b1=4.0, b2=25.0, act="dsituglu"):
+        return dataclasses.replace(_problem(), act=ActConfig(act_func=act, situ_beta1=b1,
+                                                             situ_beta2=b2))
+
+    base = config_for(situ(), tile_n=128)
+    assert (base.act_func, base.situ_beta1, base.situ_beta2) == ("dsituglu", 4.0, 25.0)
+    assert config_for(situ(3.0), tile_n=128) != base
+    assert config_for(situ(b2=8.0), tile_n=128) != base
+    assert config_for(situ(3.0), tile_n=128).situ_beta1 == 3.0
+    for act in ("dswiglu", "dgeglu"):
+        cfg = config_for(situ(3.0, 8.0, act=act), tile_n=128)
+        assert (cfg.situ_beta1, cfg.situ_beta2) == SITU_DEFAULTS
+        assert cfg == config_for(_problem(act=act), tile_n=128)
+    for b1, b2 in ((0.0, 25.0), (4.0, -1.0), (float("inf"), 25.0), (4.0, float("nan")),
+                   (True, 25.0)):
+        with pytest.raises(ValueError, match="situ_beta1/situ_beta2 must be finite and positive"):
+            dataclasses.replace(base, situ_beta1=b1, situ_beta2=b2).check()
+    with pytest.raises(ValueError, match="must stay .* with act_func 'dswiglu'"):
+        dataclasses.replace(base, act_func="dswiglu", situ_beta1=3.0).check()
+    # the activation output is the BF16 contract's, dGeGLU only
+    with pytest.raises(ValueError, match="generate_activation needs act_func 'dgeglu'"):
+        dataclasses.replace(base, generate_activation=True).check()
 
 
 def test_config_round_trips_through_its_dict():
@@ -106,7 +137,7 @@ def test_declines_with_reasons():
     eng = Sm90DgluEngine()
     p = dataclasses.replace(_problem(), act=ActConfig("dsituglu"), device_type="cpu")
     reasons = " | ".join(eng.check_support(p))
-    assert "dsituglu" in reasons and "cpu" in reasons
+    assert "dsituglu" in reasons and "block-scaled" in reasons and "cpu" in reasons
     assert eng.check_support(_problem()) == []
     assert eng.check_support(_problem(b_major="n")) == []  # dense N-major (e.g. the MLP's w2^T)
 
@@ -850,6 +881,16 @@ def test_cases_cover_the_knob_space_and_the_families():
         assert {getattr(p, attr) for p in probs} == values
     assert {p.act.act_func for p in probs} == {"dswiglu", "dgeglu"}
     assert {c[3] for c in _CASES} == {None, "init_outputs", "ws_zeroed"}
+
+
+@needs_dsl
+@pytest.mark.parametrize("knobs", [dict(tile_n=128, cluster_m=2, c_split=2),
+                                   dict(tile_n=256, cluster_m=2, cooperative=True)],
+                         ids=["t128-2x1-half", "coop"])
+def test_dsituglu_on_bf16_operands_compiles_for_sm90a(knobs):
+    """dSiTU-GLU on bf16 operands with dbias and an N tail (what the GPU tier runs through the
+    plan: tests/gpu/test_sm90_correctness.py), without spills."""
+    _check_report(config_for(_problem(act="dsituglu", n=320, k=264), **knobs))
 
 
 @needs_dsl

@@ -11,7 +11,7 @@ import torch
 
 from sm90_cases import (Case, activation_cases, c_half_cases, c_stage_cases, cluster_2x2_cases, cluster_cases,
                         cooperative_cases, dense_n_major_cases, run_and_check, skip_unless_sm90,
-                        split_cases, split_unspread_case, standard_cases)
+                        situglu_cases, split_cases, split_unspread_case, standard_cases)
 
 pytestmark = pytest.mark.gpu
 
@@ -217,6 +217,14 @@ def test_sm90_activation_output_and_round_dgrad_match_reference(case):
     """The activation output (written at every row of the experts' ranges, rows past the
     last offset untouched) and round_dgrad_to_input_dtype, in the kernel, against the
     float64 reference."""
+    skip_unless_sm90()
+    print(case.label(), run_and_check(case))
+
+
+@pytest.mark.parametrize("case", situglu_cases(), ids=lambda c: c.label())
+def test_sm90_dsituglu_matches_reference(case):
+    """The dSiTU-GLU epilogue (beta applied, the betas compiled in) on every schedule, against
+    the float64 reference; the block-scaled engine's calls are in test_sm90_blockscaled.py."""
     skip_unless_sm90()
     print(case.label(), run_and_check(case))
 

@@ -63,6 +63,12 @@ def clamped_geglu(gate, up, *, alpha: float, clamp_max: float, clamp_min: float,
     return y1 * torch.sigmoid(alpha * y1) * (y2 + linear_offset)
 
 
+def situglu(gate, up, *, beta1: float, beta2: float):
+    """SiTU-GLU forward (block-scaled contract only): beta1*tanh(gate/beta1)*sigmoid(gate) *
+    beta2*tanh(up/beta2)."""
+    return beta1 * torch.tanh(gate / beta1) * torch.sigmoid(gate) * (beta2 * torch.tanh(up / beta2))
+
+
 def split_gate_up(x: torch.Tensor, swap: bool = False):
     """(rows, 2N) interleaved -> gate (rows, N), up (rows, N). ``swap`` is for sanity tests only."""
     rows, two_n = x.shape
@@ -86,6 +92,8 @@ def oracle(
     glu_clamp_max: float = 7.0,
     glu_clamp_min: float = -7.0,
     linear_offset: Optional[float] = None,
+    situ_beta1: float = 4.0,
+    situ_beta2: float = 25.0,
     dprob_init: Optional[torch.Tensor] = None,
     dbias_init: Optional[torch.Tensor] = None,
     round_dgrad_to_bf16: bool = False,
@@ -113,6 +121,8 @@ def oracle(
         if act_func == "dgeglu":
             return clamped_geglu(gate, up, alpha=geglu_alpha, clamp_max=glu_clamp_max,
                                  clamp_min=glu_clamp_min, linear_offset=lo)
+        if act_func == "dsituglu":
+            return situglu(gate, up, beta1=situ_beta1, beta2=situ_beta2)
         raise ValueError(act_func)
 
     d = torch.full((m, two_n), float("nan"), dtype=f64)

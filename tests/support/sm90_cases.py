@@ -535,3 +535,23 @@ def activation_cases() -> list:
         Case([2048, 256, 0, 4096, 1024, 512, 256, 2048], 512, 1416, "dswiglu", round_dgrad=True,
              cluster_m=2),
     ]
+
+
+def situglu_cases() -> list:
+    """dSiTU-GLU (beta1 4, beta2 25) in the kernel on bf16 operands, straight through the plan
+    (the engines offer it for block-scaled operands only, dequantized to exactly these): every
+    schedule (ping-pong with register D stores and with 64-row C entries, 2x2 clusters,
+    cooperative with an N tail, the split last round, discrete weights), fp32 C and D, beta 0
+    and negative (signed_beta), dbias."""
+    co = dict(cooperative=True)
+    return [
+        Case([256, 0, 768, 256], 96, 200, "dsituglu"),
+        Case([256, 0, 768, 256], 320, 264, "dsituglu", c_split=2, cluster_m=2),
+        Case([0, 512, 256], 320, 264, "dsituglu", dbias=False, cluster_m=2, cluster_n=2,
+             signed_beta=True),
+        Case([0, 512, 256], 320, 264, "dsituglu", tile_n=256, cluster_m=2, **co),
+        Case([512, 0, 768, 256], 512, 520, "dsituglu", tile_n=256, cluster_m=2, split_last=3,
+             extra_rows=16384, **co),
+        Case([256, 0, 768, 256], 96, 200, "dsituglu", torch.float32, torch.float32,
+             weight_mode="discrete", b_major="n", tile_n=64),
+    ]

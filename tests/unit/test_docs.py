@@ -3,8 +3,9 @@
 One test per file: its blocks run in order in one fresh namespace, as a reader pastes them
 (a block may use the names of the blocks before it). A block whose first line is
 ``# needs a GPU`` is skipped without CUDA; one whose first line is ``# needs jax`` is skipped
-where jax cannot be imported, and so is every block of docs/jax.md. A failure names the file
-and the line where the failing block starts.
+where jax cannot be imported, and so is every block of docs/jax.md; ``# needs torchtitan``
+skips a block where torchtitan's MoE module cannot be imported (the ``titan`` extra). A failure
+names the file and the line where the failing block starts.
 """
 import importlib.util
 import pathlib
@@ -20,6 +21,15 @@ BLOCK = re.compile(r"^```python[ \t]*\n(.*?)^```", re.S | re.M)
 HAS_JAX = importlib.util.find_spec("jax") is not None
 
 
+def _has_torchtitan() -> bool:
+    # its MoE module, not just the package: that module also needs triton
+    try:
+        import torchtitan.models.common.moe  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def python_blocks(text):
     """[(line of the opening fence, 1-based; code)] of every ```python block."""
     return [(text.count("\n", 0, m.start()) + 1, m.group(1)) for m in BLOCK.finditer(text)]
@@ -31,6 +41,8 @@ def skip_reason(path, code):
         return "needs a GPU"
     if (first == "# needs jax" or path.name == "jax.md") and not HAS_JAX:
         return "needs jax (pip install '.[jax]')"
+    if first == "# needs torchtitan" and not _has_torchtitan():
+        return "needs torchtitan (pip install '.[titan]')"
     return None
 
 

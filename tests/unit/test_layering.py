@@ -23,6 +23,7 @@ LAYERS = (
     ("graph",),
     ("api", "functional"),
     ("torch", "jax"),
+    ("integrations",),  # framework adapters; nothing of the library imports them
     ("__init__",),  # the public facade
     ("cli",),
     ("__main__",),

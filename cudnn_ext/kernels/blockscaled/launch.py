@@ -1,9 +1,12 @@
-"""Compile and launch the block-scaled dequantizer (``dequant.Dequantizer``).
+"""Compile and launch the block-scaled kernels: the dequantizer (``dequant.Dequantizer``) and
+the D quantizer (``quantize_d.QuantizeD``).
 
-Owns its jit argument convention (element bytes or their pointer table, scale bytes or
-theirs, BF16 out, the int32 offsets, then rows, K, the group count and the stream), compiling with placeholder pointers (no GPU needed) and a
-per-process cache keyed by the :class:`~.dequant.DequantConfig`. Importing this module
-imports the CuTe DSL; callers import it lazily. No torch.
+Owns their jit argument conventions (dequantizer: element bytes or their pointer table, scale
+bytes or theirs, BF16 out, the int32 offsets, then rows, K, the group count and the stream;
+quantizer: fp32 D, D_row, D_col, SFD_row, SFD_col, the int32 offsets, norm_const, then M, 2N,
+the group count and the stream), compiling with placeholder pointers (no GPU needed) and a
+per-process cache keyed by each kernel's config. Importing this module imports the CuTe DSL;
+callers import it lazily. No torch.
 """
 from __future__ import annotations
 
@@ -20,13 +23,21 @@ import cutlass.cute as cute  # noqa: E402
 from cutlass import Int32  # noqa: E402
 from cutlass.cute.runtime import make_fake_stream, make_ptr  # noqa: E402
 
+from ...runtime import compile_cache  # noqa: E402
 from .dequant import DequantConfig, Dequantizer  # noqa: E402
+from .quantize_d import QuantizeD, QuantizeDConfig  # noqa: E402
 
 _GMEM = cute.AddressSpace.gmem
 TVM_FFI = importlib.util.find_spec("tvm_ffi") is not None
 #: (element bytes, scale bytes, bf16 out) and their assumed alignments: a row of K elements
 #: starts 16-byte aligned (K % 128 == 0 for FP8, % 64 for FP4 at least: whole quads)
 _PTRS = ((cutlass.Uint8, 16), (cutlass.Uint8, 16), (cutlass.BFloat16, 32), (cutlass.Int32, 4))
+
+#: The dequantizer's source (part of the disk cache's key): this package and the scale-factor
+#: layout it reads
+SOURCES = (os.path.dirname(os.path.abspath(__file__)),
+           os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "quant",
+                        "sf_layout.py"))
 
 _compiled = {}
 _lock = threading.Lock()
@@ -43,13 +54,16 @@ def compile_dequant(cfg: DequantConfig, tvm_ffi: bool = TVM_FFI, ptx_dir: str | 
 
 
 def dequant_cached(cfg: DequantConfig):
-    """The compiled dequantizer of ``cfg``, compiled once per process (thread-safe)."""
+    """The compiled dequantizer of ``cfg``, once per process (thread-safe): loaded from the
+    disk cache (``runtime.compile_cache``) when any process compiled it before."""
     fn = _compiled.get(cfg)
     if fn is None:
         with _lock:
             fn = _compiled.get(cfg)
             if fn is None:
-                fn = _compiled[cfg] = compile_dequant(cfg)
+                fn = _compiled[cfg] = compile_cache.load_or_compile(
+                    "dequant", cfg, lambda: compile_dequant(cfg), sources=SOURCES,
+                    arch="sm_90a", tvm_ffi=TVM_FFI)
     return fn
 
 
@@ -68,3 +82,68 @@ def launch_dequant(cfg: DequantConfig, q: int, sf: int, out: int, rows: int, k: 
     ptrs = [make_ptr(dt, a, _GMEM, assumed_align=al)
             for (dt, al), a in zip(_PTRS, (q, sf, out, offsets))]
     fn(*ptrs, Int32(rows), Int32(k), Int32(groups), cuda.CUstream(stream_handle))
+
+
+#: The quantizer's pointers in jit order (fp32 D, D_row, D_col, SFD_row, SFD_col, offsets,
+#: norm_const) and their assumed alignments: D rows of 2N fp32 / FP8 elements (2N % 64 == 0)
+#: start 16- / 4-byte aligned on 16-byte aligned bases; SFD_row is stored in 4-byte words
+_Q_PTRS = ((cutlass.Float32, 16), (cutlass.Uint8, 4), (cutlass.Uint8, 4), (cutlass.Uint8, 4),
+           (cutlass.Uint8, 1), (cutlass.Int32, 4), (cutlass.Float32, 4))
+
+
+def compile_quantize_d(cfg: QuantizeDConfig, tvm_ffi: bool = TVM_FFI, ptx_dir: str | None = None):
+    """Compile ``cfg``'s D quantizer for sm_90a without touching a GPU."""
+    kernel = QuantizeD(cfg)
+    ptrs = [make_ptr(dt, 0, _GMEM, assumed_align=al) for dt, al in _Q_PTRS]
+    opts = ("--gpu-arch sm_90a" + (" --enable-tvm-ffi" if tvm_ffi else "")
+            + (f" --keep-ptx --dump-dir {ptx_dir}" if ptx_dir else ""))
+    stream = make_fake_stream(use_tvm_ffi_env_stream=False) if tvm_ffi else make_fake_stream()
+    return cute.compile(kernel, *ptrs, Int32(256), Int32(128), Int32(1), stream, options=opts)
+
+
+def quantize_d_cached(cfg: QuantizeDConfig):
+    """The compiled D quantizer of ``cfg``, compiled once per process (thread-safe)."""
+    fn = _compiled.get(cfg)
+    if fn is None:
+        with _lock:
+            fn = _compiled.get(cfg)
+            if fn is None:
+                fn = _compiled[cfg] = compile_quantize_d(cfg)
+    return fn
+
+
+def launch_quantize_d(cfg: QuantizeDConfig, x: int, d_row: int, m: int, two_n: int, groups: int,
+                      stream_handle: int, *, d_col: int = 0, sfd_row: int = 0, sfd_col: int = 0,
+                      offsets: int = 0, norm_const: int = 0) -> None:
+    """Quantize the fp32 ``(m, two_n)`` row-major matrix at ``x`` into FP8 D at ``d_row``
+    (with ``cfg.scales`` also D_col at ``d_col`` and the e8m0 SFD_row / SFD_col at
+    ``sfd_row`` / ``sfd_col``, scaled by the fp32 at ``norm_const``), rows below the last of
+    the ``groups`` int32 offsets at ``offsets`` (M with ``cfg.single_group``), on the stream
+    ``stream_handle``. Addresses are device pointers; this reads none of them."""
+    if m % 256 or m <= 0:
+        raise ValueError(f"m: must be a positive multiple of 256 (whole 256-row groups), got {m}")
+    if two_n % 64 or two_n <= 0:
+        raise ValueError(f"two_n: must be a positive multiple of 64 (N % 32 == 0), got {two_n}")
+    if groups <= 0:
+        raise ValueError(f"groups: must be >= 1, got {groups}")
+    if x % 16 or d_row % 16:
+        raise ValueError(f"x, d_row: must be 16-byte aligned, got {x:#x}, {d_row:#x}")
+    if not cfg.single_group and not offsets:
+        raise ValueError("offsets: the quantizer reads the last padded offset, got none")
+    if cfg.scales:
+        named = dict(d_col=d_col, sfd_row=sfd_row, sfd_col=sfd_col, norm_const=norm_const)
+        missing = [k for k, v in named.items() if not v]
+        if missing:
+            raise ValueError(f"{', '.join(missing)}: scale generation writes D_col, SFD_row and "
+                             f"SFD_col scaled by norm_const, got none for these")
+        if d_col % 16 or sfd_row % 4:
+            raise ValueError(f"d_col, sfd_row: must be 16- and 4-byte aligned, got {d_col:#x}, "
+                             f"{sfd_row:#x}")
+    # pointers a configuration never reads get x's address
+    addrs = [a or x for a in (x, d_row, d_col, sfd_row, sfd_col, offsets, norm_const)]
+    fn = quantize_d_cached(cfg)
+    if TVM_FFI:
+        fn(*addrs, m, two_n, groups, stream_handle)
+        return
+    ptrs = [make_ptr(dt, a, _GMEM, assumed_align=al) for (dt, al), a in zip(_Q_PTRS, addrs)]
+    fn(*ptrs, Int32(m), Int32(two_n), Int32(groups), cuda.CUstream(stream_handle))

@@ -36,7 +36,9 @@ SPLIT_BARRIER = 4  # named barrier of the 256 math threads around a partial's ha
 #: Element dtypes by name (the kernel maps them to CuTe DSL types), with their widths in bits.
 DTYPE_BITS = {"bf16": 16, "fp16": 16, "fp32": 32}
 AB_DTYPES = ("bf16", "fp16")
-ACT_FUNCS = ("dswiglu", "dgeglu")
+ACT_FUNCS = ("dswiglu", "dgeglu", "dsituglu")
+#: dSiTU-GLU's beta1, beta2 in the config of every other activation (one compile key each)
+SITU_DEFAULTS = (4.0, 25.0)
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,10 @@ class Sm90Config:
     the block-scaled contract's epilogue (its operands dequantized to bf16 first):
     ``geglu_beta`` (False: dGeGLU takes C without beta), ``has_prob`` / ``has_dprob``
     (False: p = 1 / no dprob sums) and ``generate_amax`` (per expert max |dgate|, max |dup|,
-    NaN-quiet, into an fp32 (L, 2) output with one atomic max per warp and tile).
+    NaN-quiet, into an fp32 (L, 2) output with one atomic max per warp and tile);
+    ``situ_beta1`` / ``situ_beta2``: dSiTU-GLU's betas, compile-time constants as in the
+    vendor's kernel (SITU_DEFAULTS with the other activations). dSiTU-GLU is the block-scaled
+    contract's only; the kernel applies beta to C for it.
 
     Knobs (what the engine's knob space and autotune choose between):
 
@@ -101,6 +106,8 @@ class Sm90Config:
     has_prob: bool = True
     has_dprob: bool = True
     generate_amax: bool = False
+    situ_beta1: float = SITU_DEFAULTS[0]
+    situ_beta2: float = SITU_DEFAULTS[1]
     tile_n: int = 128
     ab_stages: int = 0
     c_stages: int = 0
@@ -147,7 +154,19 @@ class Sm90Config:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         if self.weight_mode not in ("dense", "discrete") or self.b_major not in ("k", "n"):
             raise ValueError(f"weight_mode/b_major {self.weight_mode!r}/{self.b_major!r} unsupported")
+        betas = (self.situ_beta1, self.situ_beta2)
+        if self.act_func == "dsituglu":
+            if not all(isinstance(b, (int, float)) and not isinstance(b, bool)
+                       and math.isfinite(b) and b > 0 for b in betas):
+                raise ValueError(f"situ_beta1/situ_beta2 must be finite and positive, got "
+                                 f"{betas}")
+        elif betas != SITU_DEFAULTS:
+            # (so that one kernel has one key)
+            raise ValueError(f"situ_beta1/situ_beta2 are dSiTU-GLU's: they must stay "
+                             f"{SITU_DEFAULTS} with act_func {self.act_func!r}, got {betas}")
         if self.generate_activation and self.act_func != "dgeglu":
+            # (dSiTU-GLU's activation value is the true one too, but its contract has no
+            # activation output, and the ping-pong 64-row C entry form spilled 4 B with it)
             raise ValueError(f"generate_activation needs act_func 'dgeglu' (the contract's "
                              f"activation output), got {self.act_func!r}")
         if self.cluster_m not in (1, 2):

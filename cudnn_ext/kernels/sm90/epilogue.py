@@ -30,7 +30,7 @@ import cutlass.pipeline as pipeline
 from cutlass import Float32, Int32
 
 from .config import C_BLOCK_COLS, MATH_WARPGROUPS, TILE_M
-from .epilogue_math import LOG2_E, dgeglu_local, dswiglu_unscaled
+from .epilogue_math import LOG2_E, dgeglu_local, dsituglu_local, dswiglu_unscaled
 from .tile_walk import expert_of_row
 
 
@@ -419,6 +419,11 @@ class DgluEpilogueMixin:
                         if cutlass.const_expr(swiglu):
                             dg_l, du_l, act = dswiglu_unscaled(gates[c], ups[c], beta,
                                                                neg_log2e_beta)
+                        elif cutlass.const_expr(cfg.act_func == "dsituglu"):
+                            # (beta applied, as the block-scaled contract does; the betas
+                            # are compile-time constants)
+                            dg_l, du_l, act = dsituglu_local(gates[c] * beta, ups[c] * beta,
+                                                             cfg.situ_beta1, cfg.situ_beta2)
                         elif cutlass.const_expr(cfg.geglu_beta):
                             dg_l, du_l, act = dgeglu_local(gates[c] * beta, ups[c] * beta,
                                                            geglu_alpha, clamp_max, clamp_min,

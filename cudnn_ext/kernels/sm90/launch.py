@@ -24,6 +24,7 @@ import cutlass.cute as cute  # noqa: E402
 from cutlass import Float32, Int32  # noqa: E402
 from cutlass.cute.runtime import make_fake_stream, make_ptr  # noqa: E402
 
+from ...runtime import compile_cache  # noqa: E402
 from .config import Sm90Config, Sm90TraceConfig  # noqa: E402
 from .kernel import DSL_DTYPES, GroupedDgluSm90  # noqa: E402
 
@@ -77,6 +78,17 @@ def compile_kernel(cfg: Sm90Config, tvm_ffi: bool = TVM_FFI, remarks: bool = Fal
             + (f" --keep-ptx --dump-dir {ptx_dir}" if ptx_dir else ""))
     stream = make_fake_stream(use_tvm_ffi_env_stream=False) if tvm_ffi else make_fake_stream()
     return cute.compile(kernel, *ptrs, *scalars, stream, options=opts)
+
+
+#: The kernel's source: every file of this package (part of the disk cache's key).
+SOURCES = (os.path.dirname(os.path.abspath(__file__)),)
+
+
+def compile_kernel_cached(cfg: Sm90Config, tvm_ffi: bool = TVM_FFI):
+    """``compile_kernel(cfg)`` through the persistent compile cache (loaded from disk when
+    another process compiled the same kernel from the same source and DSL)."""
+    return compile_cache.load_or_compile("sm90", cfg, lambda: compile_kernel(cfg, tvm_ffi),
+                                         sources=SOURCES, arch="sm_90a", tvm_ffi=tvm_ffi)
 
 
 def launch(compiled, cfg: Sm90Config, addrs, m: int, num_experts: int, sm_count: int,

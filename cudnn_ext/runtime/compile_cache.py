@@ -1,0 +1,416 @@
+"""The persistent compile cache: CuTe DSL kernels compiled once per machine, not once per process.
+
+Owns one job: given a kernel's identity and a function that compiles it, return a callable
+compiled function, loading it from disk when an earlier process (or an earlier run) already
+compiled the same kernel. Every compile site of the library goes through :func:`load_or_compile`
+(the SM90 kernel, the block-scaled dequantizer, the pointer-table gather); their per-process
+dicts sit in front of it.
+
+What is stored: the compiled function exported as an object file (``export_to_c`` for the
+TVM-FFI calling convention, ``dump_to_object`` for the DSL's own), which the DSL loads back
+with ``cutlass.cute.runtime.load_module`` without tracing or compiling anything (a few
+milliseconds instead of seconds). Each entry is two files in the cache folder:
+
+- ``<kind>-<digest>.o``: the object file;
+- ``<kind>-<digest>.json``: its header: the full key (below), the digest, the object's size
+  and SHA-256, written after the object.
+
+The key is everything the object depends on: the site's kind and config (``repr``), a SHA-256
+of the kernel's source files, the target architecture, the calling convention, and the
+versions of the CuTe DSL, of apache-tvm-ffi (its ABI is baked into TVM-FFI objects) and of
+cudnn_ext; the digest is the SHA-256 of the key. So an entry built by another DSL version,
+another source, or for another arch is simply never looked up (a miss: compile and store
+beside it). An entry whose header does not match its key, whose object does not match its
+size or checksum, or which the DSL refuses to load is *corrupt*: it is compiled again and
+replaced, with a warning.
+
+Concurrency: several processes (eight ranks of one node) asking for the same kernel take an
+exclusive ``flock`` on ``<kind>-<digest>.lock``; the first compiles and stores, the others wait
+and then load. Files are written to a unique temporary name in the same folder and moved into
+place with ``os.replace`` (atomic on POSIX), so a reader sees a whole file or none, even where
+``flock`` is not available (then each process may compile, and the last rename wins with
+identical bytes). In one process, compiles are serialized by a lock (``cute.compile`` is not
+thread-safe).
+
+Location: ``$CUDNN_EXT_CACHE_DIR``, else ``$XDG_CACHE_HOME/cudnn_ext``, else
+``~/.cache/cudnn_ext``. ``CUDNN_EXT_CACHE_DISABLE=1`` turns the disk cache off (every process
+compiles). A folder that cannot be created or written disables it with one warning. Clearing
+the cache: delete the folder (``clear()`` does that for the current location).
+
+Importing this module imports no DSL; the DSL is imported when a kernel is compiled or loaded.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import importlib.metadata as md
+import json
+import os
+import pathlib
+import platform
+import shutil
+import tempfile
+import threading
+import time
+import warnings
+from typing import Callable, Dict, Iterable, Optional, Tuple
+
+from ..version import __version__
+
+#: Bumped when the entry layout or the key's fields change (old entries then never match).
+FORMAT = 1
+#: How long a process waits for another one compiling the same kernel before compiling it
+#: itself (a compile takes seconds; a holder that died releases its flock at once).
+LOCK_TIMEOUT_S = 600.0
+
+_PACKAGE = pathlib.Path(__file__).resolve().parents[1]
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+
+# cute.compile is not thread-safe, and one process compiles one kernel at a time anyway
+_compile_lock = threading.RLock()
+_warned: set = set()
+#: digest -> (key dict, object path) of every entry this process stored or loaded
+#: (``entry_of`` hands them to plan serialization)
+_loaded: Dict[str, Tuple[dict, pathlib.Path]] = {}
+#: What happened to each lookup of this process, in order: (kind, "hit" | "compiled" |
+#: "rebuilt" | "uncached", seconds). Tests and the startup benchmark read it.
+events: list = []
+
+
+class CacheEntryError(RuntimeError):
+    """An entry on disk does not hold what its key says (the caller rebuilds it)."""
+
+
+def cache_dir() -> Optional[pathlib.Path]:
+    """The cache folder now (read from the environment on each call, so a test or a launcher
+    can point it elsewhere), or None when the disk cache is disabled."""
+    if os.environ.get("CUDNN_EXT_CACHE_DISABLE", "") not in ("", "0"):
+        return None
+    explicit = os.environ.get("CUDNN_EXT_CACHE_DIR")
+    if explicit:
+        return pathlib.Path(explicit).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return pathlib.Path(base) / "cudnn_ext"
+
+
+def _warn_once(what: str, msg: str) -> None:
+    if what not in _warned:
+        _warned.add(what)
+        warnings.warn(f"cudnn_ext compile cache: {msg}", RuntimeWarning, stacklevel=3)
+
+
+_source_digests: Dict[Tuple[str, ...], str] = {}
+
+
+def source_digest(paths: Iterable[str]) -> str:
+    """SHA-256 over the ``.py`` files of ``paths`` (files, or folders taken recursively),
+    relative to the package, in sorted order: the kernel's source part of the key. Computed
+    once per process per set of paths (sources do not change under a running process)."""
+    paths = tuple(sorted(str(p) for p in paths))
+    d = _source_digests.get(paths)
+    if d is None:
+        files = set()
+        for p in (pathlib.Path(p).resolve() for p in paths):
+            files.update(p.rglob("*.py") if p.is_dir() else (p,))
+        h = hashlib.sha256()
+        for f in sorted(files):
+            h.update(str(f.relative_to(_PACKAGE.parent) if _PACKAGE.parent in f.parents
+                         else f.name).encode() + b"\0")
+            h.update(f.read_bytes() + b"\0")
+        d = _source_digests[paths] = h.hexdigest()
+    return d
+
+
+_versions: Dict[str, Optional[str]] = {}
+
+
+def _version(dist: str) -> Optional[str]:
+    if dist not in _versions:
+        try:
+            _versions[dist] = md.version(dist)
+        except md.PackageNotFoundError:
+            _versions[dist] = None
+    return _versions[dist]
+
+
+def dsl_version() -> Optional[str]:
+    """The installed CuTe DSL's version (part of every key)."""
+    return _version("nvidia-cutlass-dsl")
+
+
+def make_key(kind: str, config, sources: Iterable[str], arch: str, tvm_ffi: bool) -> dict:
+    """The full key of a kernel: what its object file depends on (see the module docstring)."""
+    return {"format": FORMAT, "kind": kind, "config": repr(config),
+            "sources": source_digest(sources), "arch": arch,
+            "convention": "tvm_ffi" if tvm_ffi else "dsl",
+            "dsl": dsl_version(), "tvm_ffi": _version("apache-tvm-ffi") if tvm_ffi else None,
+            "cudnn_ext": __version__, "machine": platform.machine()}
+
+
+def digest_of(key: dict) -> str:
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+
+
+def _paths(folder: pathlib.Path, kind: str, digest: str):
+    stem = folder / f"{kind}-{digest[:40]}"
+    return stem.with_suffix(".o"), stem.with_suffix(".json"), stem.with_suffix(".lock")
+
+
+def _symbol(kind: str, digest: str) -> str:
+    """The exported function's name: unique per entry, so two loaded objects never share one."""
+    return f"cudnn_ext_{kind}_{digest[:16]}"
+
+
+def _atomic_write(path: pathlib.Path, data: bytes) -> None:
+    """Write ``data`` under a unique name next to ``path``, then rename it into place: a reader
+    sees the old file, the new one, or none, never a partial one."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp's 0600 would hide entries from a shared folder
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _read_checked(obj: pathlib.Path, meta: pathlib.Path, key: dict, digest: str) -> None:
+    """Raise :class:`CacheEntryError` unless the entry at ``obj``/``meta`` is whole and is
+    ``key``'s; FileNotFoundError when there is none."""
+    try:
+        header = json.loads(meta.read_bytes())
+    except (ValueError, UnicodeDecodeError) as e:
+        raise CacheEntryError(f"{meta.name}: unreadable header ({e})") from None
+    if not isinstance(header, dict) or header.get("digest") != digest or header.get("key") != key:
+        raise CacheEntryError(f"{meta.name}: the header is another kernel's")
+    data = obj.read_bytes()
+    if len(data) != header.get("size") or hashlib.sha256(data).hexdigest() != header.get("sha256"):
+        raise CacheEntryError(f"{obj.name}: size or checksum does not match its header")
+
+
+def _load(obj: pathlib.Path, kind: str, digest: str, tvm_ffi: bool):
+    from cutlass.cute import runtime
+
+    try:
+        return runtime.load_module(str(obj), enable_tvm_ffi=tvm_ffi)[_symbol(kind, digest)]
+    except Exception as e:  # the DSL's own errors (JIT link, missing symbol): rebuild
+        raise CacheEntryError(f"{obj.name}: the DSL could not load it ({e})") from None
+
+
+_runtime_loaded: set = set()
+
+
+def _preload_runtime(tvm_ffi: bool) -> None:
+    """Make the DSL's runtime libraries globally visible before an export: the export links
+    the host code in memory, and in a process whose DSL target differs from the export's
+    (a test session compiling for several) it otherwise fails with "Symbols not found:
+    _cudaLibraryLoadData, ..." (../shared/gpu/COMPILE_ON_CPU.md)."""
+    if tvm_ffi in _runtime_loaded:
+        return
+    import ctypes
+
+    from cutlass.cute import runtime
+
+    for lib in runtime.find_runtime_libraries(enable_tvm_ffi=tvm_ffi):
+        ctypes.CDLL(lib, mode=ctypes.RTLD_GLOBAL)
+    _runtime_loaded.add(tvm_ffi)
+
+
+def _export(fn, kind: str, digest: str, tvm_ffi: bool, folder: pathlib.Path) -> bytes:
+    """The object file of a freshly compiled ``fn``."""
+    name = _symbol(kind, digest)
+    _preload_runtime(tvm_ffi)
+    if not tvm_ffi:
+        return fn.dump_to_object(name)
+    # the TVM-FFI function exports only to a path
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".o")
+    os.close(fd)
+    try:
+        fn.export_to_c(tmp, function_name=name)
+        return pathlib.Path(tmp).read_bytes()
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+class _FileLock:
+    """An exclusive ``flock`` on ``path`` (released by the OS if the holder dies). Where the
+    file system has none (some network mounts), it holds nothing: the atomic renames still
+    keep readers safe, and each process may compile."""
+
+    def __init__(self, path: pathlib.Path, timeout: float):
+        self.path, self.timeout, self.fd = path, timeout, None
+
+    def __enter__(self):
+        try:
+            import fcntl
+        except ImportError:  # not POSIX
+            return self
+        try:
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            return self
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return self
+            except OSError as e:
+                if e.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                    break  # no locking here: go on without it
+                if time.monotonic() > deadline:
+                    _warn_once("lock-timeout", f"waited {self.timeout:.0f} s for {self.path}; "
+                                               f"compiling without it")
+                    break
+                time.sleep(0.02)
+        os.close(self.fd)
+        self.fd = None
+        return self
+
+    def __exit__(self, *exc):
+        if self.fd is not None:
+            os.close(self.fd)  # closing releases the flock
+            self.fd = None
+
+
+def load_or_compile(kind: str, config, compile_fn: Callable[[], object], *,
+                    sources: Iterable[str], arch: str, tvm_ffi: bool):
+    """The compiled function of the kernel ``(kind, config)``: loaded from the disk cache when a
+    whole entry with this key is there, else ``compile_fn()`` (which must return a compiled
+    function of ``tvm_ffi``'s calling convention for ``arch``), stored, and loaded back, so
+    every process runs the same bytes. ``sources``: the files and folders of the kernel's
+    source (part of the key). With the disk cache off or unusable: ``compile_fn()``."""
+    t0 = time.perf_counter()
+    folder = cache_dir()
+    if folder is not None:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            if not os.access(folder, os.W_OK):
+                raise PermissionError(errno.EACCES, "not writable", str(folder))
+        except OSError as e:
+            _warn_once("dir", f"cannot use {folder} ({e}); compiling in every process "
+                              f"(set CUDNN_EXT_CACHE_DIR to a writable folder)")
+            folder = None
+    if folder is None:
+        with _compile_lock:
+            fn = compile_fn()
+        events.append((kind, "uncached", time.perf_counter() - t0))
+        return fn
+
+    key = make_key(kind, config, sources, arch, tvm_ffi)
+    digest = digest_of(key)
+    obj, meta, lock = _paths(folder, kind, digest)
+    outcome = "hit"
+
+    def try_load():
+        nonlocal outcome
+        try:
+            _read_checked(obj, meta, key, digest)
+            return _load(obj, kind, digest, tvm_ffi)
+        except FileNotFoundError:
+            return None
+        except CacheEntryError as e:
+            # every time: a rebuilt entry that goes bad again is worth seeing
+            warnings.warn(f"cudnn_ext compile cache: {e}; rebuilding it", RuntimeWarning,
+                          stacklevel=3)
+            outcome = "rebuilt"
+            return None
+
+    fn = try_load()  # without the lock: the common case, a warm cache, takes no lock
+    if fn is None:
+        with _compile_lock, _FileLock(lock, LOCK_TIMEOUT_S):
+            fn = try_load() if outcome == "hit" else None  # another process may have stored it
+            if fn is None:
+                if outcome == "hit":
+                    outcome = "compiled"
+                fn = _compile_store_load(compile_fn, key, kind, digest, tvm_ffi, folder,
+                                         obj, meta)
+    _loaded[digest] = (key, obj)
+    events.append((kind, outcome, time.perf_counter() - t0))
+    return fn
+
+
+def _compile_store_load(compile_fn, key, kind, digest, tvm_ffi, folder, obj, meta):
+    fn = compile_fn()
+    try:
+        data = _export(fn, kind, digest, tvm_ffi, folder)
+    except Exception as e:  # the DSL's export failing must not fail the compile it follows
+        _warn_once(f"export-{kind}", f"cannot export {kind} kernels ({e}); running them "
+                                     f"uncached")
+        return fn
+    try:
+        # object first, header last: a header names only a whole object
+        _atomic_write(obj, data)
+        _atomic_write(meta, json.dumps({"digest": digest, "key": key, "size": len(data),
+                                        "sha256": hashlib.sha256(data).hexdigest(),
+                                        "created": time.time()}, sort_keys=True).encode())
+    except OSError as e:  # a full or read-only disk: run what was compiled
+        _warn_once("write", f"cannot store {obj.name} ({e})")
+        return fn
+    try:
+        return _load(obj, kind, digest, tvm_ffi)
+    except CacheEntryError as e:
+        _warn_once("reload", f"{e}; using the in-process compile")
+        return fn
+
+
+def entry_of(digest: str) -> Optional[Tuple[dict, bytes]]:
+    """(key, object bytes) of an entry this process stored or loaded, for carrying it in a
+    serialized plan; None if unknown or gone from disk."""
+    got = _loaded.get(digest)
+    if got is None:
+        return None
+    key, obj = got
+    try:
+        return key, obj.read_bytes()
+    except OSError:
+        return None
+
+
+def install(key: dict, data: bytes) -> bool:
+    """Store an entry carried from elsewhere (a serialized plan) so that the next lookup of its
+    key loads it. Only when its key is one this process would build (same DSL, sources, arch,
+    versions): a stale entry is ignored and False returned. True when stored or already there."""
+    if not isinstance(key, dict) or not isinstance(data, (bytes, bytearray)):
+        raise TypeError("install: expected a key dict and the object bytes")
+    folder = cache_dir()
+    try:
+        expected = make_key(key["kind"], None, (), key["arch"], key["convention"] == "tvm_ffi")
+    except (KeyError, TypeError):
+        return False
+    # every field but the config and the sources, which only the compile site can name
+    # (a carried entry keyed to other sources is simply never looked up)
+    if folder is None or {k: v for k, v in key.items() if k not in ("config", "sources")} != \
+            {k: v for k, v in expected.items() if k not in ("config", "sources")}:
+        return False
+    digest = digest_of(key)
+    obj, meta, lock = _paths(folder, key["kind"], digest)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with _FileLock(lock, LOCK_TIMEOUT_S):
+            try:
+                _read_checked(obj, meta, key, digest)
+                return True
+            except (FileNotFoundError, CacheEntryError):
+                pass
+            _atomic_write(obj, bytes(data))
+            _atomic_write(meta, json.dumps({"digest": digest, "key": key, "size": len(data),
+                                            "sha256": hashlib.sha256(data).hexdigest(),
+                                            "created": time.time()}, sort_keys=True).encode())
+    except OSError as e:
+        _warn_once("write", f"cannot store {obj.name} ({e})")
+        return False
+    return True
+
+
+def clear() -> None:
+    """Delete the current cache folder (every process compiles again once)."""
+    folder = cache_dir()
+    if folder is not None and folder.exists():
+        shutil.rmtree(folder)
