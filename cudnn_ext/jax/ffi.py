@@ -174,6 +174,11 @@ def dglu_ffi(a2, b, c2, offs, alpha, beta, prob1, *, problem, config, sm_count: 
         from cutlass.jax import TensorSpec, cutlass_call
 
         from ..kernels.sm90 import jax_entry
+        from ..runtime.compile_cache import preload_runtime
+
+        # cutlass_call exports the kernel to an object file, which fails to link in a process
+        # whose DSL target is another arch unless the runtime is loaded first
+        preload_runtime(tvm_ffi=False)
 
         cfg = ffi_config(config)
         act = problem.act

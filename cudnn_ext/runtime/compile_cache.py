@@ -206,9 +206,9 @@ def _load(obj: pathlib.Path, kind: str, digest: str, tvm_ffi: bool):
 _runtime_loaded: set = set()
 
 
-def _preload_runtime(tvm_ffi: bool) -> None:
-    """Make the DSL's runtime libraries globally visible before an export: the export links
-    the host code in memory, and in a process whose DSL target differs from the export's
+def preload_runtime(tvm_ffi: bool) -> None:
+    """Make the DSL's runtime libraries globally visible before an export (this cache's, or
+    ``cutlass.jax.cutlass_call``'s for JAX): the export links the host code in memory, and in a process whose DSL target differs from the export's
     (a test session compiling for several) it otherwise fails with "Symbols not found:
     _cudaLibraryLoadData, ..." (../shared/gpu/COMPILE_ON_CPU.md)."""
     if tvm_ffi in _runtime_loaded:
@@ -225,7 +225,7 @@ def _preload_runtime(tvm_ffi: bool) -> None:
 def _export(fn, kind: str, digest: str, tvm_ffi: bool, folder: pathlib.Path) -> bytes:
     """The object file of a freshly compiled ``fn``."""
     name = _symbol(kind, digest)
-    _preload_runtime(tvm_ffi)
+    preload_runtime(tvm_ffi)
     if not tvm_ffi:
         return fn.dump_to_object(name)
     # the TVM-FFI function exports only to a path
