@@ -208,9 +208,10 @@ _runtime_loaded: set = set()
 
 def preload_runtime(tvm_ffi: bool) -> None:
     """Make the DSL's runtime libraries globally visible before an export (this cache's, or
-    ``cutlass.jax.cutlass_call``'s for JAX): the export links the host code in memory, and in a process whose DSL target differs from the export's
-    (a test session compiling for several) it otherwise fails with "Symbols not found:
-    _cudaLibraryLoadData, ..." (../shared/gpu/COMPILE_ON_CPU.md)."""
+    ``cutlass.jax.cutlass_call``'s for JAX): the export links the host code in memory, and in
+    a process whose DSL target differs from the export's (a test session compiling for
+    several) it otherwise fails with "Symbols not found: _cudaLibraryLoadData, ..."
+    (docs/compile_cache.md, "The CuTe DSL's target and exports")."""
     if tvm_ffi in _runtime_loaded:
         return
     import ctypes

@@ -14,7 +14,7 @@ import importlib.util
 import os
 
 # The DSL reads its target once at import; on a machine without a GPU it would otherwise
-# default to sm_100a (../shared/gpu/COMPILE_ON_CPU.md). This kernel is sm_90a only.
+# default to sm_100a (docs/compile_cache.md, "The CuTe DSL's target and exports"). This kernel is sm_90a only.
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
 import cuda.bindings.driver as cuda  # noqa: E402
