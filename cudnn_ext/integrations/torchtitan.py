@@ -61,7 +61,7 @@ except ImportError as exc:  # the integration is optional; say what to install
         f"imports): pip install 'cudnn-ext[titan]' ({type(exc).__name__}: {exc})") from exc
 
 from ..reference.epilogue import gate_up_columns
-from ..torch.mlp import glu_config, grouped_glu_mlp, pad_expert_rows
+from ..torch.mlp import gather_rows, glu_config, grouped_glu_mlp, pad_expert_rows
 
 #: rows of one gate (or up) block in the fused op's interleave
 GATE_UP_BLOCK = 32
@@ -158,12 +158,11 @@ class CudnnGroupedExperts(GroupedExperts):
             # reaches the weights, so that they get zero gradients like the stock module's
             return x_RD.new_zeros((0, w2.shape[1])) + 0 * (w13.sum() + w2.sum()).to(x_RD.dtype)
         offsets, src, src_valid, dest, dest_valid = pad_expert_rows(num_tokens_per_expert_E, rows)
-        zero = x_RD.new_zeros((), dtype=torch.bfloat16)
         # padding rows hold 0 and probability 0: they add nothing to any output or gradient
-        x_pad = torch.where(src_valid[:, None], x_RD.bfloat16()[src], zero)
+        x_pad = gather_rows(x_RD.bfloat16(), src, src_valid, dest, dest_valid)
         y_pad = grouped_glu_mlp(x_pad, src_valid.float(), w13, w2, offsets, cfg=self.cfg)
-        # select, never multiply: rows past the last group may hold anything
-        y = torch.where(dest_valid[:, None], y_pad[dest], zero)
+        # a select, never a multiply: rows past the last group may hold anything
+        y = gather_rows(y_pad, dest, dest_valid, src, src_valid)
         return y.type_as(x_RD)
 
     def _init_self_parameters(self) -> None:

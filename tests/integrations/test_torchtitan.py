@@ -341,3 +341,30 @@ def test_gpu_swapped_layer_in_bf16_matches_stock_in_float32():
     if Sm90DgluEngine().available() is None:  # on Hopper the fused op must be the kernel
         used = {e.plan.engine_name for e in CALLS.entries("op") if e.problem.device_type == "cuda"}
         assert "sm90_cutedsl" in used, used
+
+
+def test_gather_rows_gradients_equal_the_plain_indexing_path():
+    """``gather_rows`` (both directions of the padding map) gives the values and gradients of
+    ``torch.where(valid, x[idx], 0)``, whose own backward is a scatter-add: uneven groups,
+    an empty expert, rows of no expert, float64."""
+    from cudnn_ext.torch.mlp import gather_rows, pad_expert_rows
+
+    torch.manual_seed(3)
+    counts = torch.tensor([5, 0, 300, 17])
+    rows = 330  # past the counts' sum (322): the last 8 rows belong to no expert
+    offs, src, src_valid, dest, dest_valid = pad_expert_rows(counts, rows)
+    x = torch.randn(rows, 6, dtype=torch.float64, requires_grad=True)
+    g = torch.randn(src.shape[0], 6, dtype=torch.float64)
+    ours = gather_rows(x, src, src_valid, dest, dest_valid)
+    plain = torch.where(src_valid[:, None], x[src], x.new_zeros(()))
+    assert torch.equal(ours, plain)
+    (gx,) = torch.autograd.grad(ours, x, g)
+    (gx_plain,) = torch.autograd.grad(plain, x, g)
+    assert torch.equal(gx, gx_plain)
+    y = torch.randn(src.shape[0], 6, dtype=torch.float64, requires_grad=True)
+    gy_out = torch.randn(rows, 6, dtype=torch.float64)
+    back = gather_rows(y, dest, dest_valid, src, src_valid)
+    back_plain = torch.where(dest_valid[:, None], y[dest], y.new_zeros(()))
+    assert torch.equal(back, back_plain)
+    assert torch.equal(torch.autograd.grad(back, y, gy_out)[0], torch.autograd.grad(back_plain, y, gy_out)[0])
+    assert not dest_valid.all()  # rows of no expert (their gradient is 0)
