@@ -4,9 +4,9 @@ the D quantizer (``quantize_d.QuantizeD``).
 Owns their jit argument conventions (dequantizer: element bytes or their pointer table, scale
 bytes or theirs, BF16 out, the int32 offsets, then rows, K, the group count and the stream;
 quantizer: fp32 D, D_row, D_col, SFD_row, SFD_col, the int32 offsets, norm_const, then M, 2N,
-the group count and the stream), compiling with placeholder pointers (no GPU needed) and a
-per-process cache keyed by each kernel's config. Importing this module imports the CuTe DSL;
-callers import it lazily. No torch.
+the group count and the stream), compiling with placeholder pointers (no GPU needed), the
+disk cache and a per-process cache keyed by each kernel's config. Importing this module
+imports the CuTe DSL; callers import it lazily. No torch.
 """
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ TVM_FFI = importlib.util.find_spec("tvm_ffi") is not None
 #: starts 16-byte aligned (K % 128 == 0 for FP8, % 64 for FP4 at least: whole quads)
 _PTRS = ((cutlass.Uint8, 16), (cutlass.Uint8, 16), (cutlass.BFloat16, 32), (cutlass.Int32, 4))
 
-#: The dequantizer's source (part of the disk cache's key): this package and the scale-factor
-#: layout it reads
+#: The kernels' source (part of the disk cache's key): this package and the scale-factor
+#: layout they read
 SOURCES = (os.path.dirname(os.path.abspath(__file__)),
            os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "quant",
                         "sf_layout.py"))
@@ -43,28 +43,37 @@ _compiled = {}
 _lock = threading.Lock()
 
 
-def compile_dequant(cfg: DequantConfig, tvm_ffi: bool = TVM_FFI, ptx_dir: str | None = None):
-    """Compile ``cfg``'s dequantizer for sm_90a without touching a GPU."""
-    kernel = Dequantizer(cfg)
-    ptrs = [make_ptr(dt, 0, _GMEM, assumed_align=al) for dt, al in _PTRS]
+def _compile(kernel, ptr_specs, sizes, tvm_ffi: bool, ptx_dir):
+    """``cute.compile`` of a block-scaled kernel for sm_90a on placeholder pointers (no GPU)."""
+    ptrs = [make_ptr(dt, 0, _GMEM, assumed_align=al) for dt, al in ptr_specs]
     opts = ("--gpu-arch sm_90a" + (" --enable-tvm-ffi" if tvm_ffi else "")
             + (f" --keep-ptx --dump-dir {ptx_dir}" if ptx_dir else ""))
     stream = make_fake_stream(use_tvm_ffi_env_stream=False) if tvm_ffi else make_fake_stream()
-    return cute.compile(kernel, *ptrs, Int32(128), Int32(128), Int32(1), stream, options=opts)
+    return cute.compile(kernel, *ptrs, *(Int32(v) for v in sizes), stream, options=opts)
 
 
-def dequant_cached(cfg: DequantConfig):
-    """The compiled dequantizer of ``cfg``, once per process (thread-safe): loaded from the
-    disk cache (``runtime.compile_cache``) when any process compiled it before."""
+def _cached(kind: str, cfg, compile_fn):
+    """The compiled kernel of ``cfg``, once per process (thread-safe): loaded from the disk
+    cache (``runtime.compile_cache``) when any process compiled it before."""
     fn = _compiled.get(cfg)
     if fn is None:
         with _lock:
             fn = _compiled.get(cfg)
             if fn is None:
                 fn = _compiled[cfg] = compile_cache.load_or_compile(
-                    "dequant", cfg, lambda: compile_dequant(cfg), sources=SOURCES,
-                    arch="sm_90a", tvm_ffi=TVM_FFI)
+                    kind, cfg, lambda: compile_fn(cfg), sources=SOURCES, arch="sm_90a",
+                    tvm_ffi=TVM_FFI)
     return fn
+
+
+def compile_dequant(cfg: DequantConfig, tvm_ffi: bool = TVM_FFI, ptx_dir: str | None = None):
+    """Compile ``cfg``'s dequantizer for sm_90a without touching a GPU."""
+    return _compile(Dequantizer(cfg), _PTRS, (128, 128, 1), tvm_ffi, ptx_dir)
+
+
+def dequant_cached(cfg: DequantConfig):
+    """The compiled dequantizer of ``cfg`` (``_cached``)."""
+    return _cached("dequant", cfg, compile_dequant)
 
 
 def launch_dequant(cfg: DequantConfig, q: int, sf: int, out: int, rows: int, k: int,
@@ -93,23 +102,12 @@ _Q_PTRS = ((cutlass.Float32, 16), (cutlass.Uint8, 4), (cutlass.Uint8, 4), (cutla
 
 def compile_quantize_d(cfg: QuantizeDConfig, tvm_ffi: bool = TVM_FFI, ptx_dir: str | None = None):
     """Compile ``cfg``'s D quantizer for sm_90a without touching a GPU."""
-    kernel = QuantizeD(cfg)
-    ptrs = [make_ptr(dt, 0, _GMEM, assumed_align=al) for dt, al in _Q_PTRS]
-    opts = ("--gpu-arch sm_90a" + (" --enable-tvm-ffi" if tvm_ffi else "")
-            + (f" --keep-ptx --dump-dir {ptx_dir}" if ptx_dir else ""))
-    stream = make_fake_stream(use_tvm_ffi_env_stream=False) if tvm_ffi else make_fake_stream()
-    return cute.compile(kernel, *ptrs, Int32(256), Int32(128), Int32(1), stream, options=opts)
+    return _compile(QuantizeD(cfg), _Q_PTRS, (256, 128, 1), tvm_ffi, ptx_dir)
 
 
 def quantize_d_cached(cfg: QuantizeDConfig):
-    """The compiled D quantizer of ``cfg``, compiled once per process (thread-safe)."""
-    fn = _compiled.get(cfg)
-    if fn is None:
-        with _lock:
-            fn = _compiled.get(cfg)
-            if fn is None:
-                fn = _compiled[cfg] = compile_quantize_d(cfg)
-    return fn
+    """The compiled D quantizer of ``cfg`` (``_cached``)."""
+    return _cached("quantize_d", cfg, compile_quantize_d)
 
 
 def launch_quantize_d(cfg: QuantizeDConfig, x: int, d_row: int, m: int, two_n: int, groups: int,
