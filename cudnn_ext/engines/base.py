@@ -95,6 +95,12 @@ class CompiledPlan(abc.ABC):
         ``stream``: a torch stream, or None for the current stream of the tensors' device
         (GPU engines read its raw handle: building a Stream object costs microseconds)."""
 
+    def kernel_digests(self) -> Sequence[str]:
+        """Digests of the persistent compile-cache entries (``runtime.compile_cache``) of the
+        kernels this plan has compiled or loaded so far: what ``serialize(include_kernels=True)``
+        carries. The default, for plans that compile nothing, is none."""
+        return ()
+
     def address_launcher(self, init: bool, device_index: int, zeroed_workspace: bool = False):
         """An optional fast launch on raw addresses for callers that have already validated
         the operands' metadata (the eager torch hot path), or None (the default: callers use

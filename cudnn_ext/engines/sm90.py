@@ -309,6 +309,13 @@ class Sm90Plan(CompiledPlan):
         layout's padding (discrete, trace), which launches never write."""
         return 4 * self._zero_ws_elems
 
+    def kernel_digests(self):
+        # the configs _fn handed compile_cached, which keys its compile_cache lookup by them
+        from ..runtime import compile_cache
+
+        cfgs = (dataclasses.replace(self.config, init_outputs=i, ws_zeroed=z) for i, z in self._fns)
+        return [d for d in (compile_cache.digest_for("sm90", c) for c in cfgs) if d is not None]
+
     def warmup(self) -> None:
         """Compile the contract variant now (what ``execute`` runs)."""
         self._fn(False)

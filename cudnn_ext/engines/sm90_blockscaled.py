@@ -121,6 +121,13 @@ class Sm90BlockScaledPlan(CompiledPlan):
     def workspace_size(self) -> int:
         return self._layout.size
 
+    def kernel_digests(self):
+        # the GEMM's and the two dequantizers' entries (the D quantizer is not disk-cached)
+        from ..runtime import compile_cache
+
+        deq = (compile_cache.digest_for("dequant", c) for c in (self._deq_a, self._deq_b))
+        return list(dict.fromkeys([*self._inner.kernel_digests(), *(d for d in deq if d)]))
+
     def warmup(self) -> None:
         from ..kernels.blockscaled.launch import dequant_cached, quantize_d_cached
 

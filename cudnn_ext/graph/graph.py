@@ -475,10 +475,11 @@ class Graph:
         g._nodes = list(spec.nodes)
         return g
 
-    def serialize(self) -> bytes:
+    def serialize(self, include_kernels: bool = False) -> bytes:
         """The built plan as bytes (see ``cudnn_ext.graph.serialize``); ``cudnn_ext.deserialize_plan``
-        rebuilds it without heuristics."""
-        return serialize.serialize_plan(self)
+        rebuilds it without heuristics. ``include_kernels``: also carry the compile-cache entries
+        of the plan's kernels, so the deserializing process loads them instead of compiling."""
+        return serialize.serialize_plan(self, include_kernels=include_kernels)
 
     def __repr__(self) -> str:
         state = ("built " + self._plans.selected.describe()) if self._plans is not None and self._plans.selected \
@@ -490,6 +491,7 @@ def deserialize_plan(data: bytes):
     :class:`cudnn_ext.Graph` ready for ``execute``. No heuristics run: the recorded engine
     and knobs are built directly (its decline is an error, not a fallback)."""
     header = serialize.read_header(data)
+    kernels = serialize.carried_kernels(header)  # a corrupt payload is refused before anything is built
     device = serialize.check_compatible(header)
     ref = header.plan
     try:
@@ -499,6 +501,8 @@ def deserialize_plan(data: bytes):
     if engine.name != ref.engine_name:
         raise serialize.PlanFormatError(f"deserialize_plan: engine id {ref.engine_id} is {engine.name!r} here, "
                                         f"but the plan recorded {ref.engine_name!r}")
+    # before the build below, which then loads these kernels instead of compiling them
+    serialize.install_kernels(kernels)
     g = Graph.from_spec(header.graph, device=device)
     g.build_operation_graph()
     g._install_plans(PlanSet.pinned_to(g.problem, engine, serialize.recorded_knobs(header, engine)))

@@ -71,6 +71,12 @@ class ExecutionPlan:
         self.check_m(pack["c"].shape[0])
         self.compiled.execute(pack, workspace, stream)
 
+    def kernel_digests(self):
+        """The compile-cache digests of the kernels the compiled plan has used so far."""
+        # getattr: an engine's plan class need not derive from CompiledPlan
+        digests = getattr(self.compiled, "kernel_digests", None)
+        return list(digests()) if digests is not None else []
+
     @property
     def fresh_outputs(self) -> bool:
         """Whether the engine can run on uninitialized outputs (``execute_fresh``)."""

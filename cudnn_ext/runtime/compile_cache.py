@@ -49,6 +49,7 @@ import json
 import os
 import pathlib
 import platform
+import re
 import shutil
 import tempfile
 import threading
@@ -64,6 +65,7 @@ FORMAT = 1
 #: itself (a compile takes seconds; a holder that died releases its flock at once).
 LOCK_TIMEOUT_S = 600.0
 
+_SAFE_KIND = re.compile(r"[A-Za-z0-9_]+")
 _PACKAGE = pathlib.Path(__file__).resolve().parents[1]
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)
@@ -74,6 +76,9 @@ _warned: set = set()
 #: digest -> (key dict, object path) of every entry this process stored or loaded
 #: (``entry_of`` hands them to plan serialization)
 _loaded: Dict[str, Tuple[dict, pathlib.Path]] = {}
+#: (kind, repr(config)) -> digest of every kernel this process looked up with the disk cache on:
+#: how a compile site's plan names the entries it runs (``digest_for``)
+_site_digests: Dict[Tuple[str, str], str] = {}
 #: What happened to each lookup of this process, in order: (kind, "hit" | "compiled" |
 #: "rebuilt" | "uncached", seconds). Tests and the startup benchmark read it.
 events: list = []
@@ -333,6 +338,7 @@ def load_or_compile(kind: str, config, compile_fn: Callable[[], object], *,
                 fn = _compile_store_load(compile_fn, key, kind, digest, tvm_ffi, folder,
                                          obj, meta)
     _loaded[digest] = (key, obj)
+    _site_digests[(kind, repr(config))] = digest
     events.append((kind, outcome, time.perf_counter() - t0))
     return fn
 
@@ -361,6 +367,13 @@ def _compile_store_load(compile_fn, key, kind, digest, tvm_ffi, folder, obj, met
         return fn
 
 
+def digest_for(kind: str, config) -> Optional[str]:
+    """The digest of the entry this process looked up for the kernel ``(kind, config)`` (the
+    arguments ``load_or_compile`` got), or None when it did not, or did with the disk cache
+    off. A plan lists its kernels' digests this way for ``entry_of``."""
+    return _site_digests.get((kind, repr(config)))
+
+
 def entry_of(digest: str) -> Optional[Tuple[dict, bytes]]:
     """(key, object bytes) of an entry this process stored or loaded, for carrying it in a
     serialized plan; None if unknown or gone from disk."""
@@ -381,6 +394,9 @@ def install(key: dict, data: bytes) -> bool:
     if not isinstance(key, dict) or not isinstance(data, (bytes, bytearray)):
         raise TypeError("install: expected a key dict and the object bytes")
     folder = cache_dir()
+    # the kind names the entry's files: a carried key must not point outside the folder
+    if not _SAFE_KIND.fullmatch(str(key.get("kind", ""))):
+        return False
     try:
         expected = make_key(key["kind"], None, (), key["arch"], key["convention"] == "tvm_ffi")
     except (KeyError, TypeError):
