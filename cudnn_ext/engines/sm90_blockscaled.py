@@ -122,11 +122,13 @@ class Sm90BlockScaledPlan(CompiledPlan):
         return self._layout.size
 
     def kernel_digests(self):
-        # the GEMM's and the two dequantizers' entries (the D quantizer is not disk-cached)
+        # the GEMM's, the two dequantizers' and (FP8 D) the D quantizer's entries
         from ..runtime import compile_cache
 
-        deq = (compile_cache.digest_for("dequant", c) for c in (self._deq_a, self._deq_b))
-        return list(dict.fromkeys([*self._inner.kernel_digests(), *(d for d in deq if d)]))
+        own = [compile_cache.digest_for("dequant", c) for c in (self._deq_a, self._deq_b)]
+        if self._quant is not None:
+            own.append(compile_cache.digest_for("quantize_d", self._quant))
+        return list(dict.fromkeys([*self._inner.kernel_digests(), *(d for d in own if d)]))
 
     def warmup(self) -> None:
         from ..kernels.blockscaled.launch import dequant_cached, quantize_d_cached
