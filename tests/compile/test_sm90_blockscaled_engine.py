@@ -228,3 +228,23 @@ def test_opt_in_engine_is_ranked_only_when_named(monkeypatch):
     assert [c.engine.name for c in rank(p)] == ["reference", "reference"]
     with pytest.raises(NoEngineError, match="sm90_blockscaled"):
         rank(p, engines=[eng])
+
+
+@needs_dsl
+def test_plan_names_every_kernel_it_compiled(tmp_path, monkeypatch):
+    """An MXFP8 plan's ``kernel_digests`` (what ``serialize(include_kernels=True)`` carries)
+    names the disk-cache entries of all its kernels: the SM90 GEMM, the dequantizer (A and
+    dense B share one) and the D quantizer, each one an entry this process can hand on."""
+    from cudnn_ext.engines.heuristics import ranked_knobs
+    from cudnn_ext.runtime import compile_cache
+
+    monkeypatch.setenv("CUDNN_EXT_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("CUDNN_EXT_CACHE_DISABLE", raising=False)
+    p = _mxfp8()
+    cfg, _ = ranked_knobs(Sm90BlockScaledEngine(), p)[0]
+    plan = Sm90BlockScaledPlan(p, cfg)
+    plan.warmup()
+    digests = plan.kernel_digests()
+    assert len(digests) == 3, digests
+    for d in digests:
+        assert compile_cache.entry_of(d) is not None, d
