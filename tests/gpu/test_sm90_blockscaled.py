@@ -101,6 +101,27 @@ def test_sm90_blockscaled_matches_oracle_and_reference(fmt, mode, act, prob, d_d
         assert torch.allclose(amax[live], amax_ref[live], rtol=1e-3), (amax, amax_ref)
 
 
+def _never_syncs_then_captured(op, kw):
+    """``op.execute(**kw)`` once eagerly, once under sync-debug 'error' (a host read of device
+    data raises), then captured in a CUDA graph on a side stream, which is returned."""
+    op.execute(**kw)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        op.execute(**kw)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        with torch.cuda.graph(g, stream=s):
+            op.execute(**kw)
+    torch.cuda.synchronize()
+    return g
+
+
 def test_sm90_blockscaled_never_syncs_and_replays():
     """The Hopper engine (pinned) for NVFP4: its execute runs under sync-debug
     'error' and in a CUDA graph, whose replay with new values equals an eager call."""
@@ -120,21 +141,7 @@ def test_sm90_blockscaled_never_syncs_and_replays():
               alpha_tensor=t["alpha"], beta_tensor=t["beta"], prob_tensor=t["prob"],
               dprob_tensor=outs["dprob"], b_tensor=t["b_q"], sfb_tensor=t["sfb"],
               d_row_tensor=outs["d"], d_col_tensor=None, amax_tensor=outs["amax"])
-    op.execute(**kw)
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        op.execute(**kw)
-    finally:
-        torch.cuda.set_sync_debug_mode(0)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        with torch.cuda.graph(g, stream=s):
-            op.execute(**kw)
-    torch.cuda.synchronize()
+    g = _never_syncs_then_captured(op, kw)
     new = _inputs("nvfp4", seed=1)
     for k in ("a_q", "sfa", "b_q", "sfb", "c", "alpha", "beta", "prob"):
         t[k].copy_(new[k])
@@ -556,21 +563,7 @@ def test_sm90_blockscaled_mxfp8_never_syncs_and_replays():
               dprob_tensor=outs["dprob"], b_tensor=t["b_q"], sfb_tensor=t["sfb"],
               d_row_tensor=outs["d_row"], d_col_tensor=outs["d_col"], sfd_row_tensor=outs["sfd_row"],
               sfd_col_tensor=outs["sfd_col"], norm_const_tensor=t["nc"])
-    op.execute(**kw)
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        op.execute(**kw)
-    finally:
-        torch.cuda.set_sync_debug_mode(0)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        with torch.cuda.graph(g, stream=s):
-            op.execute(**kw)
-    torch.cuda.synchronize()
+    g = _never_syncs_then_captured(op, kw)
     new = _mx_inputs("e4m3", E4M3, seed=1)
     for k in ("a_q", "sfa", "b_q", "sfb", "c", "alpha", "beta", "prob", "nc"):
         t[k].copy_(new[k])
