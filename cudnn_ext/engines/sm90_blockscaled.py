@@ -8,7 +8,8 @@ as device steps on the plan's stream, with no host sync:
    exact in BF16 within its range (docs/blockscaled.md, "On Hopper"). FP8 C is converted to
    bf16 (exact) by a torch cast;
 2. the sm90 kernel (``engines.sm90``) runs the dGLU backward on them with the block-scaled
-   epilogue: dGeGLU without beta, optional prob/dprob, the per-expert amax;
+   epilogue: dGeGLU without beta, dSwiGLU and dSiTU-GLU with it, optional prob/dprob, the
+   per-expert amax;
 3. FP8 operands (MXFP8): the kernel writes fp32 D, and ``kernels.blockscaled.quantize_d``
    turns it into the FP8 outputs, D_row/SFD_row and D_col/SFD_col (or the plain conversion
    of FP8 D without scale factors), bit-exact to the reference's quantizers on the same fp32
