@@ -73,6 +73,8 @@ def grouped_mm(x: Tensor, w: Tensor, offsets: Tensor, row_valid: Tensor) -> Tens
 
 def grouped_wgrad(a: Tensor, b: Tensor, offsets: Tensor) -> Tensor:
     """``out[e] = a_eᵀ @ b_e`` over each expert's rows: (L, P, Q) from a (M, P), b (M, Q)."""
+    if a.shape[0] == 0:  # no rows (an expert-parallel rank can get none): _grouped_mm refuses
+        return a.new_zeros((offsets.shape[0], a.shape[1], b.shape[1]))
     if _grouped_mm_usable(a):
         return torch._grouped_mm(a.t(), b, offs=offsets)
     out = a.new_zeros((offsets.shape[0], a.shape[1], b.shape[1]))

@@ -684,3 +684,20 @@ def test_gpu_mlp_gradients_match_cpu():
         used = {e.plan.engine_name for e in CALLS.entries("op") if e.problem.device_type == "cuda"}
         assert "sm90_cutedsl" in used, used
 
+
+
+def test_grouped_glu_mlp_with_no_rows_gives_zero_gradients():
+    """A step with no rows at all (an expert-parallel rank can receive none): an empty output
+    and zero weight gradients of the weights' shapes, on the CPU path of torch._grouped_mm,
+    which refuses a 0-row operand."""
+    from cudnn_ext.torch import GroupedGluMLP
+
+    m = GroupedGluMLP(2, 64, 64, bias=True)
+    x = torch.zeros(0, 64, dtype=torch.bfloat16, requires_grad=True)
+    p = torch.zeros(0, requires_grad=True)
+    y = m(x, p, torch.zeros(2, dtype=torch.int32))
+    assert y.shape == (0, 64)
+    y.sum().backward()
+    for w in (m.w1, m.w2, m.b1):
+        assert w.grad is not None and w.grad.shape == w.shape and not w.grad.any()
+    assert x.grad.shape == (0, 64) and p.grad.shape == (0,)
