@@ -33,11 +33,11 @@ TVM_FFI = importlib.util.find_spec("tvm_ffi") is not None
 #: starts 16-byte aligned (K % 128 == 0 for FP8, % 64 for FP4 at least: whole quads)
 _PTRS = ((cutlass.Uint8, 16), (cutlass.Uint8, 16), (cutlass.BFloat16, 32), (cutlass.Int32, 4))
 
-#: The kernels' source (part of the disk cache's key): this package and the scale-factor
-#: layout they read
-SOURCES = (os.path.dirname(os.path.abspath(__file__)),
-           os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "quant",
-                        "sf_layout.py"))
+#: The kernels' source (part of the disk cache's key): this package, the scale-factor layout
+#: they read and the expert lookup the D quantizer shares with the SM90 kernel
+_HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCES = (_HERE, os.path.join(_HERE, "..", "..", "quant", "sf_layout.py"),
+           os.path.join(_HERE, "..", "sm90", "tile_walk.py"))
 
 _compiled = {}
 _lock = threading.Lock()

@@ -38,6 +38,7 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32
 
 from ...quant.sf_layout import ATOM_ELEMS
+from ..sm90.tile_walk import expert_of_row
 
 D_FORMATS = ("e4m3", "e5m2")
 WARPS = 4
@@ -86,6 +87,15 @@ _D_TYPES = {"e4m3": cutlass.Float8E4M3FN, "e5m2": cutlass.Float8E5M2}
 def abs_bits(x: Float32) -> Int32:
     """|x| as its fp32 bit pattern: integer order is magnitude order, NaN above +inf."""
     return x.bitcast(Int32) & 0x7FFFFFFF
+
+
+@cute.jit
+def amax4_bits(v) -> Int32:
+    """``abs_bits`` of the largest magnitude among a lane's four values (NaN wins)."""
+    amax = abs_bits(v[0])
+    for j in cutlass.range_constexpr(1, 4):
+        amax = cutlass.max(amax, abs_bits(v[j]))
+    return amax
 
 
 @cute.jit
@@ -208,9 +218,7 @@ class QuantizeD:
         if cutlass.const_expr(not self.cfg.scales):
             for i in cutlass.range_constexpr(TILE_ROWS):
                 v = xs[None, i].load()
-                amax = abs_bits(v[0])
-                for j in cutlass.range_constexpr(1, 4):
-                    amax = cutlass.max(amax, abs_bits(v[j]))
+                amax = amax4_bits(v)
                 if valid:
                     self._store_fp8(d_row_ptr, self._elem(r0 + i, col0, two_n), v,
                                     amax > _INF_BITS)
@@ -230,9 +238,7 @@ class QuantizeD:
         word = Int32(0)
         for i in cutlass.range_constexpr(TILE_ROWS):
             v = xs[None, i].load()
-            amax = abs_bits(v[0])
-            for j in cutlass.range_constexpr(1, 4):
-                amax = cutlass.max(amax, abs_bits(v[j]))
+            amax = amax4_bits(v)
             for k in cutlass.range_constexpr(3):  # the 8 lanes of the block
                 amax = cutlass.max(amax, cute.arch.shuffle_sync_bfly(amax, offset=1 << k))
             code = row_code(amax, nc)
@@ -278,7 +284,7 @@ class QuantizeD:
         # k-block r0 // 32 at byte (r0 // 32) % 4; c // 128 == stripe
         base = Int32(0)
         if cutlass.const_expr(self.cfg.discrete_col_sfd and not self.cfg.single_group):
-            e = self._expert_of(offs, groups, r0)
+            e = expert_of_row(offs, groups, r0)  # r0 lies below the last offset: e < L
             start = Int32(0)
             if e > 0:
                 start = offs[e - 1]
@@ -295,20 +301,6 @@ class QuantizeD:
                 cute.make_ptr(cutlass.Uint8, sfd_col_ptr.toint() + cutlass.Int64(off), _GMEM,
                               assumed_align=1), cute.make_layout(1))
             dst[0] = cutlass.Uint8(codes[j])
-
-    @cute.jit
-    def _expert_of(self, offs, groups, r0):
-        """The expert whose rows hold row r0: the first e with offs[e] > r0 (r0 lies below
-        the last offset, so e < groups)."""
-        lo = Int32(0)
-        hi = groups
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if offs[mid] <= r0:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
 
     @cute.jit
     def _elem(self, r, c, two_n):
