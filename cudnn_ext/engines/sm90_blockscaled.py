@@ -26,7 +26,6 @@ plus the dequantization's, the C conversion's and the quantization's bytes.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from typing import Optional
 
@@ -35,7 +34,7 @@ import torch
 from ..kernels.sm90.config import Sm90Config
 from ..problem import DgluProblem
 from ..quant.formats import FP8_DTYPES, is_fp4
-from ..runtime.streams import current_stream_handle
+from ..runtime.streams import current_stream_handle, on_stream
 from ..runtime.workspace import WorkspaceLayout, WorkspaceRequest
 from .base import CompiledPlan, Engine, compile_deferred
 from .sm90 import Sm90DgluEngine, Sm90Plan, check_family, placement_reasons
@@ -71,17 +70,9 @@ def quantize_config(problem: DgluProblem):
                            single_group=single)
 
 
-def _on(stream, dev: int):
-    """Torch work (casts, fills, allocations) on the launch stream: a context that makes
-    ``stream`` current when it is given and is not already (nothing to do otherwise)."""
-    if stream is None or stream == torch.cuda.current_stream(dev):
-        return contextlib.nullcontext()
-    return torch.cuda.stream(stream)
-
-
 def _formats(problem: DgluProblem):
     """(element format, scale format) names of the dequantizer for ``problem``."""
-    elem = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}.get(problem.ab_dtype, "e2m1")
+    elem = _FP8_NAMES.get(problem.ab_dtype, "e2m1")
     sf = "e8m0" if problem.block_scale.sf_dtype == torch.float8_e8m0fnu else "e4m3"
     return elem, sf
 
@@ -159,7 +150,7 @@ class Sm90BlockScaledPlan(CompiledPlan):
         two_n = 2 * p.n
         # every temporary is allocated, and every torch op queued, on the launch stream: the
         # allocator reuses a block only after that stream's work on it
-        with _on(stream, dev):
+        with on_stream(stream):
             a16 = torch.empty((m, p.k), dtype=torch.bfloat16, device=c.device)
             # a single group ends at M; the offsets' value is never read (a fill, no copy)
             offsets = (torch.full((1,), m, dtype=torch.int32, device=c.device) if self._single
