@@ -3,8 +3,8 @@
 Owns one job: given a kernel's identity and a function that compiles it, return a callable
 compiled function, loading it from disk when an earlier process (or an earlier run) already
 compiled the same kernel. Every compile site of the library goes through :func:`load_or_compile`
-(the SM90 kernel, the block-scaled dequantizer, the pointer-table gather); their per-process
-dicts sit in front of it.
+(the SM90 kernel, the block-scaled dequantizer and D quantizer, the pointer-table gather);
+their per-process dicts sit in front of it.
 
 What is stored: the compiled function exported as an object file (``export_to_c`` for the
 TVM-FFI calling convention, ``dump_to_object`` for the DSL's own), which the DSL loads back
@@ -185,6 +185,15 @@ def _atomic_write(path: pathlib.Path, data: bytes) -> None:
         raise
 
 
+def _store(obj: pathlib.Path, meta: pathlib.Path, key: dict, digest: str, data: bytes) -> None:
+    """Write an entry: the object first, the header last, so a header names only a whole
+    object."""
+    _atomic_write(obj, data)
+    _atomic_write(meta, json.dumps({"digest": digest, "key": key, "size": len(data),
+                                    "sha256": hashlib.sha256(data).hexdigest(),
+                                    "created": time.time()}, sort_keys=True).encode())
+
+
 def _read_checked(obj: pathlib.Path, meta: pathlib.Path, key: dict, digest: str) -> None:
     """Raise :class:`CacheEntryError` unless the entry at ``obj``/``meta`` is whole and is
     ``key``'s; FileNotFoundError when there is none."""
@@ -352,11 +361,7 @@ def _compile_store_load(compile_fn, key, kind, digest, tvm_ffi, folder, obj, met
                                      f"uncached")
         return fn
     try:
-        # object first, header last: a header names only a whole object
-        _atomic_write(obj, data)
-        _atomic_write(meta, json.dumps({"digest": digest, "key": key, "size": len(data),
-                                        "sha256": hashlib.sha256(data).hexdigest(),
-                                        "created": time.time()}, sort_keys=True).encode())
+        _store(obj, meta, key, digest, data)
     except OSError as e:  # a full or read-only disk: run what was compiled
         _warn_once("write", f"cannot store {obj.name} ({e})")
         return fn
@@ -416,10 +421,7 @@ def install(key: dict, data: bytes) -> bool:
                 return True
             except (FileNotFoundError, CacheEntryError):
                 pass
-            _atomic_write(obj, bytes(data))
-            _atomic_write(meta, json.dumps({"digest": digest, "key": key, "size": len(data),
-                                            "sha256": hashlib.sha256(data).hexdigest(),
-                                            "created": time.time()}, sort_keys=True).encode())
+            _store(obj, meta, key, digest, bytes(data))
     except OSError as e:
         _warn_once("write", f"cannot store {obj.name} ({e})")
         return False
