@@ -35,9 +35,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from ..contract.rules import M_ALIGN as _ROW_ALIGN  # every expert's rows start on such a boundary
 from .mlp import GroupedGluMLP
-
-_ROW_ALIGN = 256  # the fused op's group alignment: every expert's rows start on a 256-row boundary
 
 
 # --------------------------------------------------------------------------- the exchange
