@@ -30,6 +30,7 @@ import torch
 from ..kernels.sm90.config import (DESC_BYTES, SITU_DEFAULTS, TRACE_MAX_CTAS, Sm90Config,
                                    Sm90TraceConfig)
 from ..problem import DgluProblem
+from ..quant.formats import FP8_DTYPES
 from ..runtime.streams import current_device_index, current_stream_handle
 from ..runtime.workspace import WorkspaceLayout, WorkspaceRequest
 from .base import CompiledPlan, Engine, compile_deferred
@@ -38,7 +39,6 @@ _DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "f
 _AB_DTYPES = (torch.bfloat16, torch.float16)
 _CD_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _HALF_DTYPES = (torch.bfloat16, torch.float16)
-_FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 #: The config's fields a problem fixes (the rest are knobs and launch variants).
 FAMILY_FIELDS = ("n", "k", "ab_dtype", "c_dtype", "d_dtype", "act_func", "generate_dbias",
                  "weight_mode", "b_major", "generate_activation", "round_dgrad", "geglu_beta",
@@ -91,27 +91,32 @@ def config_for(problem: DgluProblem, **knobs) -> Sm90Config:
     FP8 C, fp32 D for FP8 D (``engines.sm90_blockscaled``)."""
     knobs.setdefault("raster_group_m", RASTER_GROUP_M.get(knobs.get("cluster_m", 1), 8))
     kind = Sm90TraceConfig if "trace" in knobs else Sm90Config
-    bs = problem.is_block_scaled
+    amax = bool(problem.is_block_scaled and problem.block_scale.generate_amax)
+    if problem.is_block_scaled:
+        problem = dense_problem(problem)
     act = problem.act
     # dSiTU-GLU's betas are compile-time constants; every other activation keeps the defaults
     betas = ((float(act.situ_beta1), float(act.situ_beta2)) if act.act_func == "dsituglu"
              else SITU_DEFAULTS)
-    c_dtype, d_dtype = problem.c_dtype, problem.d_dtype
-    if bs:  # FP8 C runs converted to bf16 (exact); FP8 D is quantized from the kernel's fp32 D
-        c_dtype = torch.bfloat16 if c_dtype in _FP8_DTYPES else c_dtype
-        d_dtype = torch.float32 if d_dtype in _FP8_DTYPES else d_dtype
-    return kind(n=problem.n, k=problem.k,
-                ab_dtype="bf16" if bs else _DTYPE_NAMES[problem.ab_dtype],
-                c_dtype=_DTYPE_NAMES[c_dtype], d_dtype=_DTYPE_NAMES[d_dtype],
-                act_func=problem.act.act_func, generate_dbias=bool(problem.generate_dbias),
-                weight_mode="dense" if bs else problem.weight_mode,
-                b_major="k" if bs else problem.b_major,
+    return kind(n=problem.n, k=problem.k, ab_dtype=_DTYPE_NAMES[problem.ab_dtype],
+                c_dtype=_DTYPE_NAMES[problem.c_dtype], d_dtype=_DTYPE_NAMES[problem.d_dtype],
+                act_func=act.act_func, generate_dbias=bool(problem.generate_dbias),
+                weight_mode=problem.weight_mode, b_major=problem.b_major,
                 generate_activation=bool(problem.generate_activation),
                 round_dgrad=bool(problem.round_dgrad_to_input_dtype),
-                geglu_beta=problem.act.act_func != "dgeglu" or problem.act.dgeglu_applies_beta,
+                geglu_beta=act.act_func != "dgeglu" or act.dgeglu_applies_beta,
                 has_prob=bool(problem.has_prob), has_dprob=bool(problem.has_dprob),
-                generate_amax=bool(bs and problem.block_scale.generate_amax),
-                situ_beta1=betas[0], situ_beta2=betas[1], **knobs)
+                generate_amax=amax, situ_beta1=betas[0], situ_beta2=betas[1], **knobs)
+
+
+def dense_problem(problem: DgluProblem) -> DgluProblem:
+    """The BF16 problem the kernel runs for a block-scaled one after its operands are
+    dequantized (``engines.sm90_blockscaled``): bf16 A, dense K-major B; bf16 C for FP8 C
+    (the conversion is exact), fp32 D for FP8 D (quantized afterwards)."""
+    c = torch.bfloat16 if problem.c_dtype in FP8_DTYPES else problem.c_dtype
+    d = torch.float32 if problem.d_dtype in FP8_DTYPES else problem.d_dtype
+    return dataclasses.replace(problem, ab_dtype=torch.bfloat16, weight_mode="dense", b_major="k",
+                               c_dtype=c, d_dtype=d, block_scale=None)
 
 
 def cooperative_config(problem: DgluProblem) -> Sm90Config:

@@ -37,22 +37,13 @@ from ..quant.formats import FP8_DTYPES, is_fp4
 from ..runtime.streams import current_stream_handle, on_stream
 from ..runtime.workspace import WorkspaceLayout, WorkspaceRequest
 from .base import CompiledPlan, Engine, compile_deferred
-from .sm90 import Sm90DgluEngine, Sm90Plan, check_family, placement_reasons
+from .sm90 import Sm90DgluEngine, Sm90Plan, check_family, dense_problem, placement_reasons
 
 _HALF_FLOAT = (torch.bfloat16, torch.float16, torch.float32)
 #: Bytes per microsecond of the dequantization, C conversion and D quantization passes (a
 #: guess at ~3 TB/s, not a measurement)
 _DEQUANT_BYTES_PER_US = 3.0e6
 _FP8_NAMES = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
-
-
-def dense_problem(problem: DgluProblem) -> DgluProblem:
-    """The BF16 problem the kernel runs after dequantization: bf16 A, dense K-major B; bf16 C
-    for FP8 C (the conversion is exact), fp32 D for FP8 D (quantized afterwards)."""
-    c = torch.bfloat16 if problem.c_dtype in FP8_DTYPES else problem.c_dtype
-    d = torch.float32 if problem.d_dtype in FP8_DTYPES else problem.d_dtype
-    return dataclasses.replace(problem, ab_dtype=torch.bfloat16, weight_mode="dense", b_major="k",
-                               c_dtype=c, d_dtype=d, block_scale=None)
 
 
 def quantize_config(problem: DgluProblem):
