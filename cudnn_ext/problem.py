@@ -36,6 +36,9 @@ SLOTS = (
 #: Output slots (written or accumulated by the operation); every other slot is read-only.
 OUTPUT_SLOTS = ("d_row", "d_col", "dprob", "dbias", "amax", "sfd_row", "sfd_col", "activation")
 
+#: The 16-bit float dtypes the block-scaled contract takes for alpha and beta besides float32.
+HALF_DTYPES = (torch.bfloat16, torch.float16)
+
 
 @dataclass(frozen=True)
 class ActConfig:
@@ -66,6 +69,11 @@ class BlockScaleConfig:
     #: Bit-identical dprob run to run (the vendor's ``deterministic``); engines that reduce
     #: dprob with atomics must decline it.
     deterministic: bool = False
+    #: alpha's and beta's dtypes: float32, bfloat16 or float16 (the BF16 contract takes float32
+    #: only). The vendor's kernel loads them in their own dtype: see
+    #: ``DgluProblem.alpha_square_dtype`` and ``DgluProblem.c_beta_dtype``.
+    alpha_dtype: torch.dtype = torch.float32
+    beta_dtype: torch.dtype = torch.float32
 
 
 @dataclass(frozen=True)
@@ -95,6 +103,37 @@ class DgluProblem:
     @property
     def is_block_scaled(self) -> bool:
         return self.block_scale is not None
+
+    @property
+    def alpha_square_dtype(self) -> Optional[torch.dtype]:
+        """The 16-bit dtype alpha**2 is formed in, or None (float32 alpha: in the compute dtype).
+
+        The block-scaled kernel squares ``alpha[e]`` in alpha's own dtype, so a bfloat16 or
+        float16 alpha gives ``alpha**2`` rounded to that dtype (which then multiplies the fp32
+        accumulator exactly converted): docs/vendor_contract.md §3.5."""
+        if self.block_scale is None or self.block_scale.alpha_dtype not in HALF_DTYPES:
+            return None
+        return self.block_scale.alpha_dtype
+
+    @property
+    def c_beta_dtype(self) -> Optional[torch.dtype]:
+        """The 16-bit dtype ``beta * C`` (gate and up) is formed and rounded in, or None
+        (formed in the compute dtype, beta exactly converted).
+
+        Block-scaled dSwiGLU only, with a bfloat16 or float16 beta and a C of at most 16 bits:
+        the kernel multiplies C's values by the scalar ``beta[e]`` in CuTe DSL's promoted type,
+        the wider of the two, float16 over bfloat16 at equal width (bfloat16 C x float16 beta
+        is float16: C rounded to float16 first); FP8 C takes beta's dtype. The rest of the
+        epilogue is fp32 on the rounded values. dGeGLU (no beta) and dSiTU-GLU (beta and C
+        converted to fp32 first) keep None: docs/vendor_contract.md §3.5."""
+        bs = self.block_scale
+        if bs is None or self.act.act_func != "dswiglu" or bs.beta_dtype not in HALF_DTYPES:
+            return None
+        if self.c_dtype in HALF_DTYPES:
+            return torch.float16 if torch.float16 in (self.c_dtype, bs.beta_dtype) else torch.bfloat16
+        if self.c_dtype == torch.float32:
+            return None
+        return bs.beta_dtype  # FP8 C: 8 bits, beta's dtype is the wider
 
     def with_m(self, m: int) -> "DgluProblem":
         return replace(self, m=m)
