@@ -31,6 +31,7 @@ from ..quant.formats import FP8_DTYPES, encode_fp8
 from .blockscaled_run import BlockScaledOutputs, block_scaled_operands, expert_operands, finish_outputs
 from .epilogue import gate_up_columns, local_derivatives
 from .memory import stacked_at, tensor_at
+from .scalars import alpha_squared, beta_scaled_c
 from .writes import keep_where
 
 
@@ -100,14 +101,19 @@ def expert_gemm(problem: DgluProblem, pack: Mapping, e: int, r0: int, r1: int, d
 def _epilogue(problem: DgluProblem, g0, c, beta, p, gate_cols, up_cols):
     """(dgate, dup, activation value) of rows whose GEMM result (alpha**2 included) is ``g0``:
     ``c`` their C rows, ``beta`` and ``p`` their expert's beta and their prob (scalars or
-    columns that broadcast over the row)."""
+    columns that broadcast over the row). Block-scaled dSwiGLU with a 16-bit beta forms
+    beta * C in 16 bits (``scalars.beta_scaled_c``)."""
     act = problem.act
     if problem.round_dgrad_to_input_dtype:
         g0 = g0.to(torch.bfloat16).to(g0.dtype)
-    c = c.to(g0.dtype)
-    gate, up = c[:, gate_cols], c[:, up_cols]
-    if act.act_func != "dgeglu" or act.dgeglu_applies_beta:
-        gate, up = beta * gate, beta * up
+    if problem.c_beta_dtype is not None:
+        x = beta_scaled_c(problem, c, beta).to(g0.dtype)
+        gate, up = x[:, gate_cols], x[:, up_cols]
+    else:
+        c = c.to(g0.dtype)
+        gate, up = c[:, gate_cols], c[:, up_cols]
+        if act.act_func != "dgeglu" or act.dgeglu_applies_beta:
+            gate, up = beta * gate, beta * up
     dgate_l, dup_l, act_val = local_derivatives(act, gate, up)
     return g0 * p * dgate_l, g0 * p * dup_l, act_val
 
@@ -122,7 +128,7 @@ def grouped_dglu_reference(problem: DgluProblem, pack: Mapping, *, compute_dtype
     m = pack["c"].shape[0]
     dev = pack["c"].device
     gate_cols, up_cols = gate_up_columns(problem.n, dev)
-    alpha = pack["alpha"].to(compute_dtype)
+    alpha2 = alpha_squared(problem, pack["alpha"], compute_dtype)
     beta = pack["beta"].to(compute_dtype)
     prob = pack.get("prob")
     dprob, dbias, activation = pack.get("dprob"), pack.get("dbias"), pack.get("activation")
@@ -139,7 +145,7 @@ def grouped_dglu_reference(problem: DgluProblem, pack: Mapping, *, compute_dtype
     for e, r0, r1 in ranges:
         if r1 == r0:
             continue  # an empty group produces nothing
-        g0 = alpha[e] ** 2 * expert_gemm(problem, pack, e, r0, r1, compute_dtype)
+        g0 = alpha2[e] * expert_gemm(problem, pack, e, r0, r1, compute_dtype)
         p = prob[r0:r1].to(compute_dtype)[:, None] if prob is not None else 1.0
         dgate, dup, act_val = _epilogue(problem, g0, pack["c"][r0:r1], beta[e], p, gate_cols, up_cols)
         outs.append((e, r0, r1, dgate, dup))
@@ -221,7 +227,7 @@ def grouped_dglu_blocks(problem: DgluProblem, pack: Mapping, *, compute_dtype=to
     e_idx = blk_e.clamp(max=num_experts - 1)
     sum_into = torch.where(valid, blk_e, num_experts)  # per-expert sums: row L is dropped
     fetch = _operands(problem, pack, ends, compute_dtype)
-    alpha2 = pack["alpha"].to(compute_dtype)[e_idx] ** 2
+    alpha2 = alpha_squared(problem, pack["alpha"], compute_dtype)[e_idx]
     beta = pack["beta"].to(compute_dtype)[e_idx]
     prob, dprob, dbias = pack.get("prob"), pack.get("dprob"), pack.get("dbias")
     activation = pack.get("activation")

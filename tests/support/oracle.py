@@ -98,11 +98,17 @@ def oracle(
     dbias_init: Optional[torch.Tensor] = None,
     round_dgrad_to_bf16: bool = False,
     swap_gate_up: bool = False,
+    alpha_sq_dtype: Optional[torch.dtype] = None,
+    x_dtype: Optional[torch.dtype] = None,
 ) -> dict:
     """float64 outputs of the operation.
 
     ``a`` (M, K); ``weights[g]`` expert g's (N, K) matrix (any strides/dtype); ``c`` (M, 2N);
     ``offsets`` cumulative padded ends (L,); ``alpha``/``beta`` (L,); ``prob`` (M,).
+    ``alpha_sq_dtype``: alpha_g**2 rounded once to this dtype (the exact float64 square of a
+    16-bit alpha, then the cast). ``x_dtype``: X = beta_g * C formed in this 16-bit dtype (C's
+    and beta's values cast to it, their exact float64 product cast once) and differentiated
+    there, as the leaf.
     Returns ``d`` (M, 2N; NaN past the last offset), ``dprob`` (M,; ``dprob_init`` past it),
     ``dbias`` (L, 2N) and ``activation`` (M, N; NaN past the last offset) = prob * glu.
     """
@@ -137,10 +143,18 @@ def oracle(
             continue
         w = weights[g].to(f64)
         assert w.shape == (n, a.shape[1]), (w.shape, n, a.shape)
-        r = float(alpha[g]) ** 2 * (a[r0:r1].to(f64) @ w.t())
+        a2 = float(alpha[g]) ** 2
+        if alpha_sq_dtype is not None:
+            a2 = float(torch.tensor(a2, dtype=f64).to(alpha_sq_dtype))
+        r = a2 * (a[r0:r1].to(f64) @ w.t())
         if round_dgrad_to_bf16:
             r = r.to(torch.bfloat16).to(f64)
-        x = (float(beta[g]) * c[r0:r1].to(f64)).detach().requires_grad_(True)
+        if x_dtype is None:
+            x = float(beta[g]) * c[r0:r1].to(f64)
+        else:
+            b = float(torch.tensor(float(beta[g]), dtype=f64).to(x_dtype))
+            x = (b * c[r0:r1].to(x_dtype).to(f64)).to(x_dtype).to(f64)
+        x = x.detach().requires_grad_(True)
         p = prob[r0:r1].to(f64).detach().requires_grad_(True)
         gate, up = split_gate_up(x, swap=swap_gate_up)
         out = p[:, None] * glu(gate, up)
