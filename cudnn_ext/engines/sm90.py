@@ -112,8 +112,9 @@ def config_for(problem: DgluProblem, **knobs) -> Sm90Config:
 def dense_problem(problem: DgluProblem) -> DgluProblem:
     """The BF16 problem the kernel runs for a block-scaled one after its operands are
     dequantized (``engines.sm90_blockscaled``): bf16 A, dense K-major B; bf16 C for FP8 C
-    (the conversion is exact), fp32 D for FP8 D (quantized afterwards)."""
-    c = torch.bfloat16 if problem.c_dtype in FP8_DTYPES else problem.c_dtype
+    (the conversion is exact), fp32 D for FP8 D (quantized afterwards). Where dSwiGLU forms
+    beta * C in 16 bits (``problem.c_beta_dtype``), C is that product, in that dtype."""
+    c = problem.c_beta_dtype or (torch.bfloat16 if problem.c_dtype in FP8_DTYPES else problem.c_dtype)
     d = torch.float32 if problem.d_dtype in FP8_DTYPES else problem.d_dtype
     return dataclasses.replace(problem, ab_dtype=torch.bfloat16, weight_mode="dense", b_major="k",
                                c_dtype=c, d_dtype=d, block_scale=None)

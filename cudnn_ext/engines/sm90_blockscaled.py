@@ -9,7 +9,8 @@ as device steps on the plan's stream, with no host sync:
    bf16 (exact) by a torch cast;
 2. the sm90 kernel (``engines.sm90``) runs the dGLU backward on them with the block-scaled
    epilogue: dGeGLU without beta, dSwiGLU and dSiTU-GLU with it, optional prob/dprob, the
-   per-expert amax;
+   per-expert amax. The kernel reads fp32 alpha and beta; bfloat16 or float16 ones become
+   fp32 temporaries that give the vendor's 16-bit roundings (``kernel_scalars``);
 3. FP8 operands (MXFP8): the kernel writes fp32 D, and ``kernels.blockscaled.quantize_d``
    turns it into the FP8 outputs, D_row/SFD_row and D_col/SFD_col (or the plain conversion
    of FP8 D without scale factors), bit-exact to the reference's quantizers on the same fp32
@@ -19,10 +20,11 @@ It owns which block-scaled problems that covers (FP4 operands, NVFP4 and MXFP4, 
 bf16/fp16/fp32; FP8 operands with FP8 D; C of any contract dtype; a single group with
 runtime offsets; its decline reasons name the rest, which the reference engine runs), the
 workspace layout ([the kernel's scratch][B bf16]: sizes of the problem family) and the plan.
-The temporaries whose size follows the call's M (A's BF16 copy, bf16 C, fp32 D, the single
-group's offsets), which a workspace may not, come from the caching allocator on the launch's
-stream. The knob space and cost model are the sm90 engine's for the dequantized problem,
-plus the dequantization's, the C conversion's and the quantization's bytes.
+The temporaries whose size follows the call's M (A's BF16 copy, bf16 C or dSwiGLU's 16-bit
+beta * C, fp32 D, the single group's offsets), and the fp32 alpha and beta of 16-bit ones,
+which a workspace may not hold, come from the caching allocator on the launch's stream. The
+knob space and cost model are the sm90 engine's for the dequantized problem, plus the
+dequantization's, the C pass's and the quantization's bytes.
 """
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ import torch
 from ..kernels.sm90.config import Sm90Config
 from ..problem import DgluProblem
 from ..quant.formats import FP8_DTYPES, is_fp4
+from ..reference.scalars import alpha_squared, beta_scaled_c
 from ..runtime.streams import current_stream_handle, on_stream
 from ..runtime.workspace import WorkspaceLayout, WorkspaceRequest
 from .base import CompiledPlan, Engine, compile_deferred
@@ -59,6 +62,37 @@ def quantize_config(problem: DgluProblem):
     return QuantizeDConfig(_FP8_NAMES[problem.d_dtype], scales=bs.generate_sfd,
                            discrete_col_sfd=bs.discrete_col_sfd and not single,
                            single_group=single)
+
+
+def kernel_scalars(problem: DgluProblem, c: torch.Tensor, alpha: torch.Tensor, beta: torch.Tensor,
+                   offsets: torch.Tensor):
+    """``(C, alpha, beta)`` for the sm90 kernel, which reads fp32 alpha and beta, squares alpha
+    in fp32 and scales C by beta in fp32 (docs/vendor_contract.md §3.5 for what the vendor's
+    kernel does with 16-bit ones). Torch ops on the current stream that read no device value on
+    the host; the caller's tensors are read, never written.
+
+    * C: dSwiGLU with a 16-bit beta and C (``problem.c_beta_dtype``) gets beta * C formed
+      and rounded as the reference does (``reference.scalars.beta_scaled_c``), each 256-row
+      block with its expert's beta (the expert found on the device from ``offsets``; blocks
+      past the last offset take the last expert's, and the kernel never reads them), and beta
+      becomes 1. Otherwise FP8 C is converted to bf16 (exact) and other C is passed as is.
+    * alpha: a 16-bit alpha becomes ``sqrt(fp32(alpha**2 rounded to alpha's dtype))``, whose
+      fp32 square is that rounded alpha**2 exactly, or one fp32 ulp from it (a relative
+      2**-23; the square root of a 16-bit square is rarely an fp32 value): checked for every
+      bfloat16 and float16 alpha by tests/compile/test_sm90_blockscaled_engine.py.
+    * beta: a 16-bit beta the kernel still applies (dSiTU-GLU; dGeGLU reads none but the
+      kernel loads it) becomes fp32, exactly, as the vendor's kernel converts it."""
+    if problem.alpha_square_dtype is not None:
+        alpha = torch.sqrt(alpha_squared(problem, alpha, torch.float32))
+    if problem.c_beta_dtype is not None:
+        m, two_n = c.shape
+        starts = torch.arange(0, m, 256, dtype=offsets.dtype, device=c.device)
+        experts = torch.searchsorted(offsets, starts, right=True).clamp_(max=offsets.shape[0] - 1)
+        c = beta_scaled_c(problem, c.view(m // 256, 256, two_n), beta[experts][:, None, None]).view(m, two_n)
+        return c, alpha, torch.ones(beta.shape, dtype=torch.float32, device=beta.device)
+    if c.dtype in FP8_DTYPES:
+        c = c.to(torch.bfloat16)
+    return c, alpha, beta.to(torch.float32)
 
 
 def _formats(problem: DgluProblem):
@@ -87,6 +121,8 @@ class Sm90BlockScaledPlan(CompiledPlan):
         if self._quant is not None:
             self._quant.check()
         self._fp8_c = problem.c_dtype in FP8_DTYPES
+        #: dSwiGLU's 16-bit beta * C replaces C (``kernel_scalars``); the inner plan runs on it
+        self._c_beta = problem.c_beta_dtype
         self._single = problem.block_scale.single_group_runtime_offsets
         self._layout = WorkspaceLayout.of(self.workspace_requests())
         self._b_off = self._layout.region("b_bf16").offset
@@ -146,7 +182,7 @@ class Sm90BlockScaledPlan(CompiledPlan):
             # a single group ends at M; the offsets' value is never read (a fill, no copy)
             offsets = (torch.full((1,), m, dtype=torch.int32, device=c.device) if self._single
                        else pack["padded_offsets"])
-            c16 = c.to(torch.bfloat16) if self._fp8_c else c
+            c16, alpha, beta = kernel_scalars(p, c, pack["alpha"], pack["beta"], offsets)
             d32 = (torch.empty((m, two_n), dtype=torch.float32, device=c.device)
                    if self._quant is not None else pack["d_row"])
         b16 = (workspace[self._b_off:self._b_off + 2 * num_experts * p.n * p.k]
@@ -161,8 +197,8 @@ class Sm90BlockScaledPlan(CompiledPlan):
             launch_dequant(self._deq_b, pack["b"].data_ptr(), pack["sfb"].data_ptr(),
                            b16.data_ptr(), p.n, p.k, num_experts, handle)
         inner = dict(pack, a=a16, b=b16, b_ptrs=None, sfa=None, sfb=None, sfb_ptrs=None, c=c16,
-                     d_row=d32, padded_offsets=offsets, d_col=None, sfd_row=None,
-                     sfd_col=None, norm_const=None)
+                     d_row=d32, padded_offsets=offsets, alpha=alpha, beta=beta, d_col=None,
+                     sfd_row=None, sfd_col=None, norm_const=None)
         region = self._scratch
         scratch = (workspace[region.offset:region.offset + region.nbytes]
                    if region is not None else None)
@@ -237,15 +273,17 @@ class Sm90BlockScaledEngine(Engine):
     def cost(self, problem: DgluProblem, knobs: Sm90Config) -> float:
         """The sm90 kernel's cost on the dequantized problem (bf16 C, fp32 D where those are
         FP8) plus the passes around it at ~3 TB/s: the dequantization (read the packed
-        operands, write bf16), FP8 C's conversion (read 1, write 2 bytes per element) and FP8
-        D's quantization (read fp32 D; write D_row, and D_col with the scales)."""
+        operands, write bf16), FP8 C's conversion or dSwiGLU's 16-bit beta * C (read C, write
+        2 bytes per element) and FP8 D's quantization (read fp32 D; write D_row, and D_col
+        with the scales)."""
         per = 0.5 if is_fp4(problem.ab_dtype) else 1.0
         m = max(problem.m, 256)
         elems = m * problem.k + problem.num_experts * problem.n * problem.k
         nbytes = elems * (per + 2.0)
         cd = m * 2 * problem.n
-        if problem.c_dtype in FP8_DTYPES:
-            nbytes += cd * 3.0
+        if problem.c_dtype in FP8_DTYPES or problem.c_beta_dtype is not None:
+            # FP8 C's conversion, dSwiGLU's 16-bit beta * C: read C, write 2 bytes
+            nbytes += cd * (torch.empty((), dtype=problem.c_dtype).element_size() + 2.0)
         if problem.d_dtype in FP8_DTYPES:
             nbytes += cd * (4.0 + (2.0 if problem.block_scale.generate_sfd else 1.0))
         return self._sm90.cost(dense_problem(problem), knobs) + nbytes / _DEQUANT_BYTES_PER_US

@@ -10,7 +10,7 @@ import torch
 
 from cudnn_ext.engines.sm90 import config_for
 from cudnn_ext.engines.sm90_blockscaled import (Sm90BlockScaledEngine, Sm90BlockScaledPlan, dense_problem,
-                                                quantize_config)
+                                                kernel_scalars, quantize_config)
 from cudnn_ext.kernels.blockscaled.quantize_d import QuantizeDConfig
 from cudnn_ext.problem import ActConfig, BlockScaleConfig, DgluProblem
 
@@ -165,9 +165,11 @@ def test_workspace_holds_the_kernel_scratch_and_bf16_weights():
 @pytest.mark.parametrize("kw", [dict(), dict(act="dswiglu", prob=False, d=torch.float32, dbias=True),
                                 dict(mode="discrete", sf=E8M0, vec=32, c=torch.float32, amax=False),
                                 dict(ab=E4M3, sf=E8M0, vec=32, d=E4M3, c=E4M3, amax=False,
-                                     generate_sfd=True)],
+                                     generate_sfd=True),
+                                dict(act="dswiglu", alpha_dtype=torch.bfloat16,
+                                     beta_dtype=torch.float16)],
                          ids=["geglu-amax", "swiglu-noprob-fp32-dbias", "discrete-Cfp32",
-                              "mxfp8-Cfp8"])
+                              "mxfp8-Cfp8", "swiglu-fp16-beta-Cbf16"])
 def test_selectable_kernels_compile_for_sm90a(kw):
     """The first-ranked configuration of each family compiles (the kernel's own compile tier
     covers the knob space; these add the block-scaled epilogue's fields)."""
@@ -248,3 +250,135 @@ def test_plan_names_every_kernel_it_compiled(tmp_path, monkeypatch):
     assert len(digests) == 3, digests
     for d in digests:
         assert compile_cache.entry_of(d) is not None, d
+
+
+# ------------------------------------------------------------------ 16-bit alpha and beta
+# docs/vendor_contract.md §3.5: the vendor's kernel squares a 16-bit alpha in its dtype and
+# forms dSwiGLU's beta * C in the promoted 16-bit type; the sm90 kernel reads fp32 alpha and
+# beta, so the plan hands it fp32 values and (dSwiGLU) the rounded product as C.
+
+_HALF = (torch.bfloat16, torch.float16)
+
+
+def _every_value(dtype):
+    return torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(dtype)
+
+
+@pytest.mark.parametrize("dtype", _HALF, ids=str)
+def test_kernel_alpha_squares_to_the_16_bit_square(dtype):
+    """For every bfloat16 and float16 alpha, the fp32 alpha the plan hands the kernel squares
+    (in fp32, as the kernel does) to alpha**2 rounded to alpha's dtype, exactly or one fp32 ulp
+    from it (the square root of such a square is rarely an fp32 value); infinities and NaN
+    carry over. float32 alpha is the caller's tensor, untouched."""
+    alpha = _every_value(dtype)
+    p = _problem(act="dgeglu", experts=alpha.numel(), alpha_dtype=dtype)
+    c = torch.zeros(256, 2 * p.n, dtype=torch.bfloat16)
+    beta = torch.ones(alpha.numel())
+    _, k_alpha, k_beta = kernel_scalars(p, c, alpha, beta, torch.tensor([256], dtype=torch.int32))
+    assert k_alpha.dtype == torch.float32 and k_beta is beta
+    sq = k_alpha * k_alpha
+    want = (alpha.double() ** 2).to(dtype).float()  # the exact square, rounded once
+    fin = torch.isfinite(want)
+    inf = torch.tensor(float("inf"))
+    near = (sq == want) | (sq == torch.nextafter(want, inf)) | (sq == torch.nextafter(want, -inf))
+    assert near[fin].all(), alpha[fin & ~near][:8]
+    assert (sq == want)[fin].float().mean() > 0.5
+    assert torch.equal(sq[torch.isinf(want)], want[torch.isinf(want)])
+    assert torch.isnan(sq[torch.isnan(want)]).all() and torch.isnan(want[torch.isnan(alpha)]).all()
+    f32 = alpha.float()
+    _, same, _ = kernel_scalars(_problem(act="dgeglu", experts=alpha.numel()), c, f32, beta,
+                                torch.tensor([256], dtype=torch.int32))
+    assert same is f32
+
+
+def _c_beta_case(c_dtype, beta_dtype, act="dswiglu", m=1024):
+    g = torch.Generator().manual_seed(3)
+    p = _problem(act=act, c=c_dtype, m=m, experts=3, beta_dtype=beta_dtype)
+    c = (torch.randn(m, 2 * p.n, generator=g) * 3).to(c_dtype)
+    beta = (torch.rand(3, generator=g) + 0.5).to(beta_dtype)
+    alpha = torch.ones(3)
+    offsets = torch.tensor([256, 256, 768], dtype=torch.int32)  # an empty expert, rows past the last
+    return p, c, alpha, beta, offsets
+
+
+@pytest.mark.parametrize("c_dtype,beta_dtype,want", [
+    (torch.bfloat16, torch.bfloat16, torch.bfloat16), (torch.bfloat16, torch.float16, torch.float16),
+    (torch.float16, torch.bfloat16, torch.float16), (E4M3, torch.bfloat16, torch.bfloat16),
+    (E5M2, torch.float16, torch.float16)], ids=str)
+def test_kernel_c_is_the_16_bit_beta_scaled_c(c_dtype, beta_dtype, want):
+    """dSwiGLU with a 16-bit beta and C: the plan hands the kernel beta * C formed in the
+    promoted 16-bit type with each row's expert's beta (one rounding of the exact product of
+    the values cast to it), and beta 1; the caller's C and beta keep their values."""
+    p, c, alpha, beta, offsets = _c_beta_case(c_dtype, beta_dtype)
+    assert p.c_beta_dtype == want and dense_problem(p).c_dtype == want
+    before = (c.clone(), beta.clone())
+    k_c, k_alpha, k_beta = kernel_scalars(p, c, alpha, beta, offsets)
+    assert k_c.dtype == want and k_c.shape == c.shape
+    assert k_beta.dtype == torch.float32 and torch.equal(k_beta, torch.ones(3)) and k_alpha is alpha
+    for e, (r0, r1) in ((0, (0, 256)), (2, (256, 768))):
+        b = float(beta[e].to(want))
+        exact = (c[r0:r1].to(want).double() * b).to(want)
+        assert torch.equal(k_c[r0:r1].view(torch.int16), exact.view(torch.int16)), e
+    assert torch.equal(c.view(torch.uint8), before[0].view(torch.uint8)) and torch.equal(beta, before[1])
+
+
+@pytest.mark.parametrize("act", ["dgeglu", "dsituglu"])
+@pytest.mark.parametrize("c_dtype", [torch.bfloat16, E4M3, torch.float32], ids=str)
+def test_kernel_c_without_16_bit_product(act, c_dtype):
+    """dGeGLU (no beta) and dSiTU-GLU (beta and C converted to fp32 first), and fp32 C for any
+    activation: C as before (FP8 C converted to bf16, exactly; other C the caller's tensor)
+    and beta converted to fp32, exactly."""
+    for a in (act, "dswiglu") if c_dtype == torch.float32 else (act,):
+        p, c, alpha, beta, offsets = _c_beta_case(c_dtype, torch.bfloat16, act=a)
+        assert p.c_beta_dtype is None
+        k_c, _, k_beta = kernel_scalars(p, c, alpha, beta, offsets)
+        if c_dtype == E4M3:
+            assert k_c.dtype == torch.bfloat16 and torch.equal(k_c.float(), c.float())
+        else:
+            assert k_c is c
+        assert k_beta.dtype == torch.float32 and torch.equal(k_beta, beta.float())
+        assert dense_problem(p).c_dtype == (torch.bfloat16 if c_dtype == E4M3 else c_dtype)
+
+
+def test_kernel_scalars_read_no_device_value_on_the_host():
+    """On meta tensors (no data: a host read of a value raises), so on CUDA tensors it
+    neither syncs nor breaks a capture: the expert of each row block is found on the device."""
+    p, c, alpha, beta, offsets = _c_beta_case(torch.bfloat16, torch.bfloat16)
+    p = dataclasses.replace(p, block_scale=dataclasses.replace(p.block_scale, alpha_dtype=torch.bfloat16))
+    k_c, k_alpha, k_beta = kernel_scalars(p, c.to("meta"), alpha.bfloat16().to("meta"), beta.to("meta"),
+                                          offsets.to("meta"))
+    assert k_c.device.type == k_alpha.device.type == k_beta.device.type == "meta"
+    assert k_c.dtype == torch.bfloat16 and k_alpha.dtype == k_beta.dtype == torch.float32
+
+
+def test_16_bit_beta_runs_the_kernel_on_the_product():
+    """The configurations of a dSwiGLU problem with a 16-bit beta are the kernel's for C in the
+    product's dtype (float16 for bfloat16 C with a float16 beta), which build accepts; the
+    product's pass over C costs like FP8 C's conversion."""
+    eng = Sm90BlockScaledEngine()
+    base = _problem(act="dswiglu")
+    fp16_beta = _problem(act="dswiglu", beta_dtype=torch.float16, alpha_dtype=torch.bfloat16)
+    assert eng.check_support(fp16_beta) == []
+    space = eng.knob_space(fp16_beta)
+    assert space and all(cfg.c_dtype == "fp16" for cfg in space)
+    assert all(cfg.c_dtype == "bf16" for cfg in eng.knob_space(base))
+    assert all(cfg.c_dtype == "bf16" for cfg in eng.knob_space(_problem(act="dswiglu", beta_dtype=torch.bfloat16)))
+    cfg = space[0]
+    assert eng.cost(fp16_beta, cfg) > eng.cost(base, eng.knob_space(base)[0])
+    with pytest.raises(ValueError, match="another problem: c_dtype='bf16'"):
+        eng.build(fp16_beta, eng.knob_space(base)[0])
+    # alpha alone changes no configuration: the kernel squares the fp32 value it is handed
+    alpha_only = _problem(act="dswiglu", alpha_dtype=torch.float16)
+    assert eng.knob_space(alpha_only) == eng.knob_space(base)
+
+
+@needs_dsl
+def test_plan_with_16_bit_beta_holds_the_product_plan():
+    from cudnn_ext.engines.base import defer_compile
+
+    p = _problem(act="dswiglu", c=E4M3, beta_dtype=torch.float16, alpha_dtype=torch.bfloat16)
+    with defer_compile():
+        plan = Sm90BlockScaledEngine().build(p, Sm90BlockScaledEngine().knob_space(p)[0])
+    assert plan._c_beta == torch.float16 and plan._inner.problem.c_dtype == torch.float16
+    assert plan._inner.config.c_dtype == "fp16"
+
