@@ -60,7 +60,7 @@ def normalize_bf16(ops: Operands, cfg: CallConfig, *, mode: str, n, b_dtype, d_d
         d_dtype = BF16 if d_dtype is None else d_dtype
         check_d_dtype(d_dtype)
 
-    pack.update(per_expert_vectors(ops, num_experts))
+    pack.update(per_expert_vectors(ops, num_experts, "bf16"))
 
     pack.update(prob_vectors(ops, m, required=True))  # the BF16 contract requires both
     db = dbias_view(ops, num_experts, two_n, generate_dbias)

@@ -54,6 +54,19 @@ def _check_sf(slot: str, t, geometry: SfGeometry, m: int, sf_dtype) -> torch.Ten
     return geometry.view(t, m, name)
 
 
+def _check_scalars_with_vector_f32(cfg, act_func: str, alpha, beta) -> None:
+    """A 16-bit alpha (dSwiGLU, dGeGLU) or beta (dSwiGLU) with ``vector_f32``: the vendor's
+    packed-f32x2 epilogue builds fp32 pairs from the loaded scalars and does not compile for
+    16-bit ones (docs/vendor_contract.md §3.5); dSiTU-GLU converts both to fp32 first."""
+    if not cfg.vector_f32:
+        return
+    for name, t, acts in (("alpha_tensor", alpha, ("dswiglu", "dgeglu")), ("beta_tensor", beta, ("dswiglu",))):
+        if t.dtype != torch.float32 and act_func in acts:
+            raise DtypeError(f"{name}: {C._fmt_dtype(t.dtype)} with vector_f32=True and act_func={act_func!r} is not "
+                             "supported (the packed-f32x2 epilogue takes float32 alpha and beta); pass float32 "
+                             "or vector_f32=False")
+
+
 def normalize_block_scaled(ops, cfg, *, mode: str, n, b_dtype, d_dtype, generate_dbias,
                            pointers: bool = True):
     a = ops.a
@@ -197,7 +210,8 @@ def normalize_block_scaled(ops, cfg, *, mode: str, n, b_dtype, d_dtype, generate
         C.check_row_major("amax_tensor", am)
         pack["amax"] = am
 
-    pack.update(C.per_expert_vectors(ops, num_experts))
+    pack.update(C.per_expert_vectors(ops, num_experts, "block_scaled"))
+    _check_scalars_with_vector_f32(cfg, act.act_func, pack["alpha"], pack["beta"])
     pack.update(C.prob_vectors(ops, m, required=False))  # optional here: p = 1, no dprob
     db = C.dbias_view(ops, num_experts, two_n, generate_dbias)
     if db is not None:
@@ -221,7 +235,8 @@ def normalize_block_scaled(ops, cfg, *, mode: str, n, b_dtype, d_dtype, generate
         block_scale=BlockScaleConfig(sf_dtype=sf_dtype, sf_vec_size=cfg.sf_vec_size, generate_sfd=generate_sfd,
                                      discrete_col_sfd=cfg.discrete_col_sfd, generate_amax=generate_amax,
                                      single_group_runtime_offsets=cfg.use_single_group_runtime_offsets,
-                                     deterministic=cfg.deterministic),
+                                     deterministic=cfg.deterministic, alpha_dtype=pack["alpha"].dtype,
+                                     beta_dtype=pack["beta"].dtype),
         device_type=device.type, device_index=device.index,
     )
     return problem, pack

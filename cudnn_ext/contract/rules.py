@@ -167,13 +167,28 @@ def check_n(name: str, n: int) -> None:
         raise ValueError(f"{name}: N must be a positive multiple of 32 (32-column gate/up blocks), got N = {n}")
 
 
-def per_expert_vectors(ops, num_experts: int) -> Dict[str, torch.Tensor]:
-    """padded_offsets (int32) and alpha/beta (fp32): (L,), packed (stride 1): kernels index them."""
+#: alpha's and beta's dtypes per operand family (docs/vendor_contract.md §3.3, §3.5): the BF16
+#: kernel checks fp32; the block-scaled one checks their shape only and loads them in their own
+#: dtype, which cudnn_ext bounds to the float types it defines the results of.
+SCALAR_DTYPES = {"bf16": (torch.float32,), "block_scaled": (torch.float32, torch.bfloat16, torch.float16)}
+_SCALAR_RULES = {
+    "bf16": "BF16 operands take float32 alpha and beta, the BF16 kernel's rule; block-scaled operands "
+            "also take bfloat16 and float16",
+    "block_scaled": "block-scaled operands take float32, bfloat16 or float16 alpha and beta",
+}
+
+
+def per_expert_vectors(ops, num_experts: int, family: str = "bf16") -> Dict[str, torch.Tensor]:
+    """padded_offsets (int32) and alpha/beta (``SCALAR_DTYPES[family]``): (L,), packed
+    (stride 1): kernels index them."""
     out = {}
-    for slot, dtype in (("padded_offsets", torch.int32), ("alpha", torch.float32), ("beta", torch.float32)):
+    for slot, allowed in (("padded_offsets", (torch.int32,)), ("alpha", SCALAR_DTYPES[family]),
+                          ("beta", SCALAR_DTYPES[family])):
         name = ARG_NAMES[slot]
         t = require_tensor(name, getattr(ops, slot))
-        check_dtype(name, t, (dtype,))
+        if t.dtype not in allowed:
+            rule = "" if slot == "padded_offsets" else f" ({_SCALAR_RULES[family]})"
+            raise DtypeError(f"{name}: dtype must be one of {_dtypes(allowed)}, got {_fmt_dtype(t.dtype)}{rule}")
         check_shape(name, t, (num_experts,), "(L,)")
         check_contiguous_1d(name, t)
         out[slot] = t
@@ -454,7 +469,7 @@ __all__ = [
     'check_shape', 'check_row_major', 'check_contiguous_1d', 'check_aligned', 'OUTPUT_SLOTS', 'byte_range',
     'check_outputs_apart', 'check_spans_apart', 'check_same_device',
     'check_d_dtype', 'check_float_type', 'check_finite', 'check_expert_count', 'check_n',
-    'per_expert_vectors', 'dense_b_major', 'pointer_table', 'prob_vectors', 'dbias_view',
+    'SCALAR_DTYPES', 'per_expert_vectors', 'dense_b_major', 'pointer_table', 'prob_vectors', 'dbias_view',
     'check_choice', 'CallConfig', 'resolve_act', 'check_common_config', 'check_bf16_config',
     'operand_family', 'Operands', 'ARG_NAMES'
 ]

@@ -382,3 +382,49 @@ def test_plan_with_16_bit_beta_holds_the_product_plan():
     assert plan._c_beta == torch.float16 and plan._inner.problem.c_dtype == torch.float16
     assert plan._inner.config.c_dtype == "fp16"
 
+
+@pytest.mark.parametrize("act,c_dtype,alpha_dtype,beta_dtype", [
+    ("dswiglu", torch.bfloat16, torch.bfloat16, torch.bfloat16),
+    ("dswiglu", torch.bfloat16, torch.float16, torch.float16),
+    ("dswiglu", E4M3, torch.float32, torch.bfloat16),
+    ("dgeglu", torch.float16, torch.bfloat16, torch.float16),
+    ("dsituglu", torch.bfloat16, torch.float16, torch.bfloat16)], ids=str)
+def test_kernel_inputs_compute_the_16_bit_semantics(act, c_dtype, alpha_dtype, beta_dtype):
+    """What the plan hands the kernel (C, fp32 alpha and beta from ``kernel_scalars``), run as an
+    fp32-scalar problem through the float64 reference, equals the 16-bit problem's float64
+    reference to an fp32 ulp of alpha**2: the sm90 kernel, which implements the fp32-scalar
+    semantics, computes the vendor's 16-bit roundings."""
+    import cudnn_ext as cudnn
+    from cudnn_ext import contract
+    from cudnn_ext.quant import quantize_nvfp4
+    from cudnn_ext.reference import reference_outputs
+
+    g = torch.Generator().manual_seed(5)
+    n, k, num_experts, m = 64, 128, 3, 1024
+    offs = torch.tensor([256, 256, 768], dtype=torch.int32)
+    a_q, sfa = quantize_nvfp4(torch.randn(m, k, generator=g), sf_vec_size=32, sf_dtype=E8M0)
+    b_q, sfb = quantize_nvfp4((torch.randn(num_experts, n, k, generator=g) * 0.2).permute(1, 2, 0),
+                              sf_vec_size=32, sf_dtype=E8M0)
+    c = (torch.randn(m, 2 * n, generator=g) * 2).to(c_dtype)
+    alpha = torch.tensor([1.4921875, 1.0625, 0.74609375]).to(alpha_dtype)
+    beta = (torch.rand(num_experts, generator=g) + 0.5).to(beta_dtype)
+    cfg = contract.CallConfig(act_func=act, sf_vec_size=32)
+
+    def outputs(c, alpha, beta):
+        ops = contract.Operands(a=a_q, c=c, sfa=sfa, padded_offsets=offs, alpha=alpha, beta=beta,
+                                prob=torch.linspace(0.1, 1, m), dprob=torch.zeros(m), b=b_q, sfb=sfb)
+        problem, pack = contract.normalize(ops, cfg, d_dtype=torch.float32)
+        pack["d_row"] = torch.empty(m, 2 * n)
+        return problem, reference_outputs(problem, pack)
+
+    problem, want = outputs(c, alpha, beta)
+    k_c, k_alpha, k_beta = kernel_scalars(dataclasses.replace(problem, device_type="cuda"), c, alpha, beta, offs)
+    kernel_problem, got = outputs(k_c, k_alpha, k_beta)
+    assert kernel_problem.block_scale.alpha_dtype == kernel_problem.block_scale.beta_dtype == torch.float32
+    assert kernel_problem.c_dtype == dense_problem(problem).c_dtype
+    last = int(offs[-1])
+    for key in ("d_row", "dprob"):
+        torch.testing.assert_close(got[key][:last], want[key][:last], rtol=3e-7, atol=1e-12, msg=key)
+    # and the fp32-scalar problem on the caller's values is not that: the roundings matter
+    _, plain = outputs(c, alpha.float(), beta.float())
+    assert not torch.allclose(plain["d_row"][:last], want["d_row"][:last], rtol=1e-5, atol=0)

@@ -580,3 +580,115 @@ def test_sm90_blockscaled_mxfp8_never_syncs_and_replays():
     for k in ("sfd_row", "sfd_col"):  # the written region: below the last offset
         assert torch.equal(_raw(got[k])[:last // 128 * 512 * 2], _raw(outs[k])[:last // 128 * 512 * 2]), k
     assert rel_err(got["dprob"], outs["dprob"]) < 1e-5
+
+
+# ------------------------------------------------------------------ 16-bit alpha and beta
+# docs/vendor_contract.md §3.5: the block-scaled kernel loads alpha[e] and beta[e] in their own
+# dtype, so a bfloat16/float16 alpha**2 is rounded to that dtype and dSwiGLU forms beta * C in
+# the promoted 16-bit type. The Hopper kernel reads fp32: the engine hands it an fp32 alpha
+# whose fp32 square is that rounded alpha**2 (or one ulp from it), the rounded beta * C as C
+# and beta 1 (dSwiGLU), or beta in fp32 (the other activations).
+
+BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
+#: alphas whose 16-bit squares round far from the exact ones (3.5e-3 relative in bfloat16,
+#: 4.5e-4 in float16), so that a missing rounding shows with fp32 D; expert 1 has no rows
+_HALF_ALPHAS = {BF16: [1.4921875, 0.53125, 1.0625, 0.74609375],
+                FP16: [1.46875, 0.51123046875, 1.0224609375, 0.734375]}
+
+#: (format, weights, act, C, alpha, beta, the dtype beta * C is formed in (None: fp32), D,
+#: dbias). NVFP4 with fp32 D needs dbias (the vendor's restriction).
+HALF_SCALAR_CASES = [
+    ("nvfp4", "dense", "dswiglu", BF16, BF16, BF16, BF16, FP32, True),
+    ("mxfp4", "discrete", "dswiglu", BF16, FP16, FP16, FP16, FP32, False),  # C rounded to fp16
+    ("mxfp4", "dense", "dswiglu", E4M3, BF16, BF16, BF16, FP32, False),
+    ("mxfp4", "dense", "dgeglu", BF16, BF16, BF16, None, FP32, False),  # no beta
+    ("nvfp4", "discrete", "dsituglu", FP16, FP16, BF16, None, FP32, True),  # fp32 beta * C
+    ("nvfp4", "dense", "dswiglu", BF16, BF16, BF16, BF16, BF16, False),  # amax of 16-bit D
+]
+
+
+@pytest.mark.parametrize("fmt,mode,act,c_dtype,alpha_dtype,beta_dtype,x_dtype,d_dtype,dbias",
+                         HALF_SCALAR_CASES,
+                         ids=["-".join(str(x).replace("torch.", "") for x in c)
+                              for c in HALF_SCALAR_CASES])
+def test_sm90_blockscaled_16_bit_alpha_and_beta(fmt, mode, act, c_dtype, alpha_dtype, beta_dtype,
+                                                 x_dtype, d_dtype, dbias):
+    """The Hopper engine with bfloat16/float16 alpha and beta against the reference engine on
+    the same device and the float64 oracle with the kernel's 16-bit roundings: D, dprob,
+    dbias, amax. With fp32 D the oracle without the roundings is 3x the bound away, so the
+    check can fail; the caller's C, alpha and beta keep their bytes."""
+    skip_unless_sm90()
+    t = _inputs(fmt)
+    t["c"] = (torch.randn(t["M"], 2 * t["N"], device="cuda") * 2).to(c_dtype)
+    t["alpha"] = torch.tensor(_HALF_ALPHAS[alpha_dtype], device="cuda").to(alpha_dtype)
+    t["beta"] = (torch.rand(t["L"], device="cuda") + 0.5).to(beta_dtype)
+    before = {k: t[k].clone() for k in ("c", "alpha", "beta")}
+    out = _call(t, "sm90_blockscaled", mode, act, True, d_dtype, dbias)
+    ref_eng = _call(t, "reference", mode, act, True, d_dtype, dbias)
+    torch.cuda.synchronize()
+    for k, v in before.items():
+        assert t[k].dtype == v.dtype and torch.equal(t[k].view(torch.uint8), v.view(torch.uint8)), k
+    vec = t["vec"]
+    a_r = dequantize(t["a_q"], t["sfa"], vec, out_dtype=torch.float64).cpu()
+    ws = [dequantize(q, sf, vec, out_dtype=torch.float64).cpu() for q, sf in t["experts"]]
+    beta = t["beta"].cpu() if act != "dgeglu" else torch.ones(t["L"])  # dGeGLU: no beta
+
+    def ref(**rounding):
+        return oracle(a_r, ws, t["c"].cpu(), t["offs"].cpu(), t["alpha"].cpu(), beta,
+                      t["prob"].cpu(), act_func=act, **rounding)
+
+    want, plain = ref(alpha_sq_dtype=alpha_dtype, x_dtype=x_dtype), ref()
+    last = int(t["offs"][-1])
+    d = out["d_row_tensor"][..., 0][:last]
+    assert torch.isfinite(d.float()).all()
+    tol = 1e-4 if d_dtype == FP32 else 1.5e-2
+    assert rel_err(d, ref_eng["d_row_tensor"][..., 0][:last]) < tol
+    assert rel_err(d, want["d"][:last].to(d.device)) < tol
+    if d_dtype == FP32:
+        assert rel_err(want["d"][:last], plain["d"][:last]) > 3 * tol, "the case must show the roundings"
+    dprob = out["dprob_tensor"].view(-1)[:last]
+    assert rel_err(dprob, ref_eng["dprob_tensor"].view(-1)[:last]) < 1e-4
+    assert rel_err(dprob, want["dprob"][:last].to(d.device)) < 2e-3
+    if dbias:
+        assert rel_err(out["dbias_tensor"][..., 0], want["dbias"].to(d.device)) < 1.5e-2
+    if d_dtype != FP32:
+        amax, amax_ref = out["amax_tensor"][..., 0], ref_eng["amax_tensor"][..., 0]
+        live = [0, 2, 3]
+        assert torch.allclose(amax[live], amax_ref[live], rtol=1e-3), (amax, amax_ref)
+
+
+def test_sm90_blockscaled_16_bit_scalars_never_sync_and_replay():
+    """bfloat16 alpha and beta (dSwiGLU: the 16-bit beta * C temporary, the expert of each row
+    block found on the device, the fp32 alpha): execute runs under sync-debug 'error' and in a
+    CUDA graph, whose replay with new alpha, beta and C values equals an eager call."""
+    skip_unless_sm90()
+    t = _inputs("nvfp4")
+    t["alpha"], t["beta"] = t["alpha"].to(BF16), t["beta"].to(BF16)
+    m, n = t["M"], t["N"]
+    outs = dict(d=torch.empty(m, 2 * n, dtype=BF16, device="cuda"),
+                dprob=torch.zeros(m, device="cuda"))
+    op = cudnn.GroupedGemmDglu(
+        t["a_q"], t["c"], outs["d"], None, t["sfa"], t["offs"], t["alpha"], t["beta"], t["prob"],
+        outs["dprob"], sample_b=t["b_q"], sample_sfb=t["sfb"], sf_vec_size=16,
+        engine="sm90_blockscaled")
+    op.compile()
+    assert op.engine_name == "sm90_blockscaled", op.engine_name
+    kw = dict(a_tensor=t["a_q"], c_tensor=t["c"], sfa_tensor=t["sfa"], padded_offsets=t["offs"],
+              alpha_tensor=t["alpha"], beta_tensor=t["beta"], prob_tensor=t["prob"],
+              dprob_tensor=outs["dprob"], b_tensor=t["b_q"], sfb_tensor=t["sfb"],
+              d_row_tensor=outs["d"], d_col_tensor=None)
+    g = _never_syncs_then_captured(op, kw)
+    new = _inputs("nvfp4", seed=1)
+    t["c"].copy_(new["c"])
+    t["alpha"].copy_(new["alpha"].to(BF16) * 1.5)
+    t["beta"].copy_(new["beta"].to(BF16))
+    outs["dprob"].zero_()
+    g.replay()
+    torch.cuda.synchronize()
+    got = {k: v.clone() for k, v in outs.items()}
+    outs["dprob"].zero_()
+    op.execute(**kw)
+    torch.cuda.synchronize()
+    last = int(t["offs"][-1])
+    assert rel_err(got["d"][:last], outs["d"][:last]) < 1e-6
+    assert rel_err(got["dprob"], outs["dprob"]) < 1e-5

@@ -234,6 +234,17 @@ BAD = [
     ("unsupported pair", _ok_mxfp8, "b_e5m2", TypeError, "unsupported dtype pair"),
     ("fp4 dense must be K-major", _ok_nvfp4, "b_nmajor", ValueError, "b_tensor"),
     ("dsituglu constants", _ok_mxfp8, dict(act_func="dsituglu", situ_beta1=0.0), ValueError, "situ_beta1"),
+    # alpha and beta: float32, bfloat16 or float16 (docs/vendor_contract.md §3.5)
+    ("alpha fp64", _ok_mxfp8, "alpha_fp64", TypeError, "alpha_tensor: dtype must be one of {float32, bfloat16, "
+     "float16}, got float64"),
+    ("beta int32", _ok_nvfp4, "beta_int32", TypeError, "beta_tensor: dtype must be one of {float32, bfloat16, "
+     "float16}, got int32"),
+    ("bf16 alpha with vector_f32", _ok_nvfp4, "alpha_bf16_vec", TypeError,
+     "alpha_tensor: bfloat16 with vector_f32=True and act_func='dswiglu'"),
+    ("fp16 beta with vector_f32", _ok_nvfp4, "beta_fp16_vec", TypeError,
+     "beta_tensor: float16 with vector_f32=True and act_func='dswiglu'"),
+    ("bf16 alpha with vector_f32 dgeglu", _ok_nvfp4, "alpha_bf16_vec_geglu", TypeError,
+     "alpha_tensor: bfloat16 with vector_f32=True and act_func='dgeglu'"),
 ]
 
 
@@ -254,6 +265,16 @@ def test_block_scaled_rules(name, base, change, exc, needle):
     elif change == "b_nmajor":
         b = kw["b_tensor"]
         kw["b_tensor"] = b.permute(2, 1, 0).contiguous().permute(2, 1, 0)  # (N,K,L) with N innermost
+    elif change == "alpha_fp64":
+        kw["alpha_tensor"] = kw["alpha_tensor"].double()
+    elif change == "beta_int32":
+        kw["beta_tensor"] = kw["beta_tensor"].int()
+    elif change == "alpha_bf16_vec":
+        kw.update(alpha_tensor=kw["alpha_tensor"].bfloat16(), vector_f32=True)
+    elif change == "beta_fp16_vec":
+        kw.update(beta_tensor=kw["beta_tensor"].half(), vector_f32=True)
+    elif change == "alpha_bf16_vec_geglu":
+        kw.update(alpha_tensor=kw["alpha_tensor"].bfloat16(), vector_f32=True, act_func="dgeglu")
     else:
         kw.update(change)
     dprob_before = kw["dprob_tensor"].clone() if kw.get("dprob_tensor") is not None else None
@@ -427,3 +448,138 @@ def test_discrete_class_api_takes_what_the_vendors_class_takes(fmt):
     for k, v in outs.items():
         got, ref = written(k, v), written(k, want[k].view(v.shape))
         assert torch.equal(got.contiguous().view(torch.uint8), ref.contiguous().view(torch.uint8)), k
+
+
+# ------------------------------------------------------------------ 16-bit alpha and beta
+# docs/vendor_contract.md §3.5: with block-scaled operands the kernel loads alpha[e] and
+# beta[e] in their own dtype; alpha**2 is formed in alpha's dtype, and dSwiGLU forms beta * C
+# in the promoted 16-bit type of C and beta. BF16 operands keep float32 alpha and beta.
+
+HALF = (torch.bfloat16, torch.float16)
+#: alphas whose 16-bit squares round far from the exact ones (3.5e-3 relative in bfloat16,
+#: 4.5e-4 in float16), so a missing rounding shows
+ALPHAS = {torch.bfloat16: [1.4921875, 1.0625, 0.74609375], torch.float16: [1.46875, 1.0224609375, 0.734375],
+          torch.float32: [1.4921875, 1.0625, 0.74609375]}
+
+
+@pytest.mark.parametrize("alpha_dtype", HALF + (torch.float32,), ids=str)
+@pytest.mark.parametrize("beta_dtype", HALF + (torch.float32,), ids=str)
+def test_block_scaled_takes_16_bit_alpha_and_beta(alpha_dtype, beta_dtype):
+    """bfloat16 and float16 alpha and beta (any mix with float32) pass the block-scaled
+    contract, which records their dtypes in the problem; the caller's tensors stay as they
+    were."""
+    from cudnn_ext import contract
+
+    kw = _ok_mxfp8()
+    kw.update(alpha_tensor=kw["alpha_tensor"].to(alpha_dtype), beta_tensor=kw["beta_tensor"].to(beta_dtype))
+    before = {k: kw[k].clone() for k in ("alpha_tensor", "beta_tensor", "c_tensor")}
+    out = cudnn.grouped_gemm_dglu_wrapper(**kw)
+    assert torch.isfinite(out["dprob_tensor"]).all()
+    for k, v in before.items():
+        assert kw[k].dtype == v.dtype and torch.equal(kw[k], v), k
+    ops = contract.Operands(a=kw["a_tensor"], c=kw["c_tensor"], sfa=kw["sfa_tensor"],
+                            padded_offsets=kw["padded_offsets"], alpha=kw["alpha_tensor"],
+                            beta=kw["beta_tensor"], prob=kw["prob_tensor"], dprob=kw["dprob_tensor"],
+                            b=kw["b_tensor"], sfb=kw["sfb_tensor"], norm_const=kw["norm_const_tensor"])
+    problem, _ = contract.normalize(ops, contract.CallConfig(sf_vec_size=32))
+    assert (problem.block_scale.alpha_dtype, problem.block_scale.beta_dtype) == (alpha_dtype, beta_dtype)
+
+
+@pytest.mark.parametrize("slot,dtype", [("alpha_tensor", torch.bfloat16), ("beta_tensor", torch.bfloat16),
+                                        ("alpha_tensor", torch.float16), ("beta_tensor", torch.float16)])
+@pytest.mark.parametrize("api", ["wrapper", "class"])
+def test_bf16_operands_refuse_16_bit_alpha_and_beta(slot, dtype, api):
+    """The BF16 contract keeps the BF16 kernel's rule: float32 alpha and beta. The error is a
+    DtypeError (a TypeError and a ValueError) naming the argument, the dtype seen and the
+    rule; nothing is written."""
+    from cudnn_ext.errors import DtypeError
+
+    p = _problem(L=2, N=32, K=64, counts=(256, 256))
+    dprob = torch.zeros(p["M"])
+    kw = dict(a_tensor=p["a"].bfloat16(), c_tensor=p["c"], sfa_tensor=None, padded_offsets=p["offs"],
+              alpha_tensor=p["alpha"], beta_tensor=p["beta"], prob_tensor=p["prob"], dprob_tensor=dprob,
+              b_tensor=p["b"].bfloat16().permute(1, 2, 0))
+    kw[slot] = kw[slot].to(dtype)
+    name = str(dtype).replace("torch.", "")
+    with pytest.raises(DtypeError) as err:
+        if api == "wrapper":
+            cudnn.grouped_gemm_dglu_wrapper(**kw)
+        else:
+            cudnn.GroupedGemmDglu(
+                sample_a=kw["a_tensor"], sample_c=kw["c_tensor"],
+                sample_d_row=torch.empty(p["M"], 64, dtype=torch.bfloat16),
+                sample_d_col=None, sample_sfa=None, sample_padded_offsets=kw["padded_offsets"],
+                sample_alpha=kw["alpha_tensor"], sample_beta=kw["beta_tensor"], sample_prob=kw["prob_tensor"],
+                sample_dprob=dprob, sample_b=kw["b_tensor"]).check_support()
+    msg = str(err.value)
+    arg = slot if api == "wrapper" else "sample_" + slot[:-len("_tensor")]  # the class names its samples
+    assert msg.startswith(f"{arg}: dtype must be one of {{float32}}, got {name}"), msg
+    assert "BF16 operands take float32 alpha and beta" in msg, msg
+    assert isinstance(err.value, ValueError) and isinstance(err.value, TypeError)
+    assert dprob.eq(0).all()
+
+
+def test_vector_f32_takes_16_bit_scalars_where_the_vendor_converts_them():
+    """vector_f32=True refuses a 16-bit alpha for dSwiGLU and dGeGLU and a 16-bit beta for
+    dSwiGLU (the packed-f32x2 epilogue); dSiTU-GLU converts both to fp32 first, and dGeGLU
+    reads no beta: those pass."""
+    kw = dict(_ok_nvfp4(), vector_f32=True)
+    half = dict(alpha_tensor=kw["alpha_tensor"].bfloat16(), beta_tensor=kw["beta_tensor"].half())
+    assert cudnn.grouped_gemm_dglu_wrapper(**dict(kw, **half, act_func="dsituglu"))["d_row_tensor"] is not None
+    assert cudnn.grouped_gemm_dglu_wrapper(**dict(kw, beta_tensor=half["beta_tensor"],
+                                                   act_func="dgeglu"))["d_row_tensor"] is not None
+    assert cudnn.grouped_gemm_dglu_wrapper(**dict(kw, **half, vector_f32=False))["d_row_tensor"] is not None
+
+
+def _mxfp4_operands(p):
+    a_q, sfa = quantize_nvfp4(p["a"], sf_vec_size=32, sf_dtype=E8M0)
+    b_q, sfb = quantize_nvfp4(p["b"].permute(1, 2, 0), sf_vec_size=32, sf_dtype=E8M0)
+    return a_q, sfa, b_q, sfb
+
+
+#: (act_func, C dtype, alpha dtype, beta dtype, the dtype beta * C is formed in (None: fp32))
+HALF_CASES = [
+    ("dswiglu", torch.bfloat16, torch.bfloat16, torch.bfloat16, torch.bfloat16),
+    ("dswiglu", torch.bfloat16, torch.float16, torch.float16, torch.float16),  # C rounded to fp16 first
+    ("dswiglu", torch.float16, torch.float32, torch.bfloat16, torch.float16),  # beta rounded to fp16
+    ("dswiglu", E4M3, torch.bfloat16, torch.bfloat16, torch.bfloat16),
+    ("dswiglu", torch.float8_e5m2, torch.float32, torch.float16, torch.float16),
+    ("dswiglu", torch.float32, torch.bfloat16, torch.bfloat16, None),  # fp32 C: an fp32 product
+    ("dgeglu", torch.bfloat16, torch.bfloat16, torch.bfloat16, None),  # block-scaled dGeGLU reads no beta
+    ("dsituglu", torch.bfloat16, torch.float16, torch.bfloat16, None),  # beta converted to fp32 first
+]
+
+
+@pytest.mark.parametrize("act,c_dtype,alpha_dtype,beta_dtype,x_dtype", HALF_CASES,
+                         ids=["-".join(str(x).replace("torch.", "") for x in c) for c in HALF_CASES])
+def test_reference_rounds_16_bit_alpha_and_beta_like_the_kernel(act, c_dtype, alpha_dtype, beta_dtype, x_dtype):
+    """The reference engine with 16-bit alpha/beta (MXFP4 operands, fp32 D) against the
+    float64 oracle that forms alpha**2 in alpha's dtype and, for dSwiGLU with a 16-bit C,
+    beta * C in the promoted 16-bit type (docs/vendor_contract.md §3.5): D and dprob within
+    fp32 noise. The oracle without those roundings is far off, so the check can fail."""
+    p = _problem(N=64, K=128)
+    p["alpha"] = torch.tensor(ALPHAS[alpha_dtype]).to(alpha_dtype)
+    p["beta"] = (torch.rand(p["L"]) + 0.5).to(beta_dtype)
+    p["c"] = (torch.randn(p["M"], 2 * p["N"]) * 2).to(c_dtype)
+    a_q, sfa, b_q, sfb = _mxfp4_operands(p)
+    dprob = torch.zeros(p["M"])
+    out = cudnn.grouped_gemm_dglu_wrapper(
+        a_tensor=a_q, c_tensor=p["c"], sfa_tensor=sfa, padded_offsets=p["offs"], alpha_tensor=p["alpha"],
+        beta_tensor=p["beta"], prob_tensor=p["prob"], dprob_tensor=dprob, b_tensor=b_q, sfb_tensor=sfb,
+        sf_vec_size=32, act_func=act, d_dtype=torch.float32, engine="reference")
+    a_r = dequantize(a_q, sfa, 32, out_dtype=torch.float64)
+    b_r = dequantize(b_q, sfb, 32, out_dtype=torch.float64)
+    ws = [b_r[:, :, g] for g in range(p["L"])]
+    beta = p["beta"] if act != "dgeglu" else torch.ones(p["L"])
+
+    def ref(**rounding):
+        return oracle(a_r, ws, p["c"], p["offs"], p["alpha"], beta, p["prob"], act_func=act, **rounding)
+
+    half_alpha = alpha_dtype if alpha_dtype in HALF else None
+    want, plain = ref(alpha_sq_dtype=half_alpha, x_dtype=x_dtype), ref()
+    last = int(p["offs"][-1])
+    d = out["d_row_tensor"][..., 0][:last]
+    assert _rel(d, want["d"][:last]) < 1e-5
+    assert _rel(dprob[:last], want["dprob"][:last]) < 1e-5
+    if half_alpha is not None or x_dtype is not None:
+        assert _rel(d, plain["d"][:last]) > 2e-5, "the case must show the 16-bit roundings"

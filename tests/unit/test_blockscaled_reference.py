@@ -321,9 +321,9 @@ def _fill_random_bytes(t, g):
 
 
 def _block_case(fmt, weights, counts, extra, *, sfd=False, discrete_col_sfd=False, amax=False, dbias=False,
-                prob=True, single_group=False, act="dswiglu", seed=0):
+                prob=True, single_group=False, act="dswiglu", seed=0, scalars=torch.float32):
     """(problem, pack, keep): a canonical pack of exact operands; ``keep`` holds the discrete
-    experts' storage (an empty expert's pointers are null)."""
+    experts' storage (an empty expert's pointers are null); alpha and beta in ``scalars``."""
     from cudnn_ext import contract
 
     quantize, vec, fp4 = FORMATS[fmt]  # operands whose GEMM is exact: the outputs compare bit for bit
@@ -334,7 +334,8 @@ def _block_case(fmt, weights, counts, extra, *, sfd=False, discrete_col_sfd=Fals
     a_q, sfa = quantize(exact_values((m, k), fp4, vec, g))
     w = exact_values((num_experts, n, k), fp4, vec, g)
     ops = dict(a=a_q, sfa=sfa, c=(torch.randn(m, 2 * n, generator=g) * 2).to(torch.bfloat16), padded_offsets=offs,
-               alpha=torch.rand(num_experts, generator=g) + 0.5, beta=torch.rand(num_experts, generator=g) + 0.5)
+               alpha=(torch.rand(num_experts, generator=g) + 0.5).to(scalars),
+               beta=(torch.rand(num_experts, generator=g) + 0.5).to(scalars))
     if prob:
         ops.update(prob=torch.rand(m, generator=g), dprob=torch.zeros(m))
     keep, extra_kw = [], {}
@@ -437,6 +438,10 @@ BLOCK_SCALED_CASES = [
     ("fp4_e8m0_16", "discrete-k", (256, 0, 256, 256), 256, dict(amax=True, dbias=True, act="dgeglu")),
     ("mxfp4", "dense", (256, 0, 512), 256, dict(amax=True, act="dsituglu")),
     ("mxfp4", "discrete-k", (0, 256, 0), 256, dict(amax=True, dbias=True)),
+    # 16-bit alpha and beta: alpha**2 and dSwiGLU's beta * C rounded to them (docs/vendor_contract.md §3.5)
+    ("nvfp4", "dense", (256, 0, 512), 256, dict(amax=True, dbias=True, scalars=torch.bfloat16)),
+    ("mxfp8_e4m3", "discrete-k", (512, 0, 256), 256, dict(sfd=True, scalars=torch.float16)),
+    ("mxfp4", "dense", (256, 0, 512), 256, dict(amax=True, act="dsituglu", scalars=torch.bfloat16)),
 ]
 
 
@@ -524,7 +529,7 @@ def _bf16_discrete_case():
 
 
 @pytest.mark.parametrize("case", ["bf16-discrete", "mxfp8-dense-sfd", "mxfp8-discrete-col-sfd", "nvfp4-discrete-amax",
-                                  "mxfp8-single-group"])
+                                  "mxfp8-single-group", "nvfp4-dense-bf16-scalars"])
 def test_block_path_reads_no_device_data_on_the_host(monkeypatch, case):
     """The block path on meta tensors (shapes without data: any host read of a value, a
     data-dependent shape such as nonzero or a boolean mask, or a repeat_interleave without
@@ -541,7 +546,10 @@ def test_block_path_reads_no_device_data_on_the_host(monkeypatch, case):
         outs = dict(amax=True, dbias=True) if fmt == "nvfp4" else \
             dict(sfd=True, amax=True, discrete_col_sfd="col-sfd" in case or "single" in case)
         counts = (256,) if "single" in case else (256, 0, 512)
-        problem, pack, keep = _block_case(fmt, weights, counts, 256, single_group="single" in case, **outs)
+        scalars = torch.bfloat16 if "bf16-scalars" in case else torch.float32
+        problem, pack, keep = _block_case(fmt, weights, counts, 256, single_group="single" in case,
+                                          scalars=scalars, **outs)
+        assert (problem.c_beta_dtype is not None) == (scalars != torch.float32)
     gathered = []
 
     def gather_shape(table, nbytes, ends):

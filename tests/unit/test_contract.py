@@ -148,6 +148,11 @@ WRAPPER_CASES = [
      ["padded_offsets", "int64"]),
     ("alpha-fp64", "dense", lambda b: dict(alpha_tensor=b["alpha_tensor"].double()), TypeError, ["alpha_tensor"]),
     ("beta-fp16", "dense", lambda b: dict(beta_tensor=b["beta_tensor"].half()), TypeError, ["beta_tensor"]),
+    # block-scaled operands also take 16-bit alpha and beta; BF16 operands do not (the BF16 kernel's rule)
+    ("alpha-bf16", "dense", lambda b: dict(alpha_tensor=b["alpha_tensor"].to(BF16)), TypeError,
+     ["alpha_tensor", "got bfloat16", "BF16 operands take float32 alpha and beta"]),
+    ("beta-bf16-discrete", "discrete", lambda b: dict(beta_tensor=b["beta_tensor"].to(BF16)), TypeError,
+     ["beta_tensor", "got bfloat16", "BF16 operands take float32 alpha and beta"]),
     ("prob-bf16", "dense", lambda b: dict(prob_tensor=b["prob_tensor"].to(BF16)), TypeError, ["prob_tensor"]),
     ("dprob-fp64", "dense", lambda b: dict(dprob_tensor=b["dprob_tensor"].double()), TypeError, ["dprob_tensor"]),
     ("b-ptrs-int32", "discrete", lambda b: dict(b_ptrs=b["b_ptrs"].int()), TypeError, ["b_ptrs", "int32"]),

@@ -250,9 +250,12 @@ def test_discrete_block_scaled_graph():
 
 
 # ----------------------------------------------------------------------------- serialization
-def test_block_scaled_serialize_round_trip():
+@pytest.mark.parametrize("scalars,act", [(torch.float32, "dsituglu"), (torch.bfloat16, "dswiglu"),
+                                         (torch.float16, "dsituglu")])
+def test_block_scaled_serialize_round_trip(scalars, act):
     t = mxfp8_case()
-    g, d = declare(t, sf_vec_size=32, generate_dbias=True, act_func="dsituglu", situ_beta1=3.0)
+    t["alpha"], t["beta"] = t["alpha"].to(scalars), t["beta"].to(scalars)  # 16-bit: docs/vendor_contract.md §3.5
+    g, d = declare(t, sf_vec_size=32, generate_dbias=True, act_func=act, situ_beta1=3.0)
     g.create_execution_plans()
     g.select_plan(1)  # float64 reference: knobs survive
     g.build_plans()
@@ -260,6 +263,7 @@ def test_block_scaled_serialize_round_trip():
     blob = g.serialize()
     g2 = cudnn.deserialize_plan(blob)
     assert g2.problem == g.problem and g2.execution_plan.knobs == g.execution_plan.knobs
+    assert (g2.problem.block_scale.alpha_dtype, g2.problem.block_scale.beta_dtype) == (scalars, scalars)
     assert {x.name: x.dim for x in g2.tensors}[d["sfd_row"].name] == d["sfd_row"].dim
     out2 = outputs_for(t, d)
     g2.execute({d[p].name: v for p, v in {**t, **out2}.items()})
