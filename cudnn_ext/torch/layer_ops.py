@@ -1,5 +1,5 @@
-"""The training layer's elementwise steps as torch ops: ``cudnn_ext::glu_forward`` and
-``cudnn_ext::zero_rows_past``.
+"""The training layer's elementwise steps as torch ops: ``cudnn_ext::glu_forward``,
+``cudnn_ext::zero_rows_past`` and ``cudnn_ext::gather_rows``.
 
 Owns their schemas, fake implementations and the choice between the CuTe DSL kernels
 (``kernels.layer``: one pass each, on Hopper) and the torch form (every other device; also the
@@ -12,6 +12,9 @@ and through ``torch.ops`` under torch.compile, so the layer compiles with both a
   0 whatever C holds there (``torch._grouped_mm`` leaves those rows unwritten).
 * ``zero_rows_past(x, padded_offsets)``: rows of ``x`` at or past ``padded_offsets[-1]`` set
   to 0, in place (the last offset is device data: no host sync, capturable).
+* ``gather_rows(x, idx, valid) -> out``: ``out[i] = x[idx[i]]`` where ``valid[i]``, else 0
+  (one pass; torch's form is an index pass and a select pass). ``idx`` must lie in
+  ``[0, rows of x)`` where ``valid`` holds (its other entries are never read by the kernel).
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ _lib.define("glu_forward(Tensor c, Tensor prob, Tensor padded_offsets, str act_f
             "float geglu_alpha=1.702, float clamp_max=7.0, float clamp_min=-7.0, "
             "float linear_offset=0.0) -> Tensor")
 _lib.define("zero_rows_past(Tensor(a!) x, Tensor padded_offsets) -> ()")
+_lib.define("gather_rows(Tensor x, Tensor idx, Tensor valid) -> Tensor")
 
 #: gate/up interleave of C's columns (docs/semantics.md): 32 gate, 32 up, repeated
 _BLOCK = 32
@@ -128,6 +132,29 @@ def _zero_impl(x, padded_offsets):
                      torch.cuda.current_stream(x.device).cuda_stream)
 
 
+def _check_gather(x, idx, valid):
+    if x.dim() != 2:
+        raise ValueError(f"x: must be a 2-D matrix of rows, got shape {tuple(x.shape)}")
+    if idx.dim() != 1 or idx.dtype != torch.int64:
+        raise ValueError(f"idx: must be a 1-D int64 tensor, got {idx.dtype} {tuple(idx.shape)}")
+    if valid.shape != idx.shape or valid.dtype != torch.bool:
+        raise ValueError(f"valid: must be a bool tensor of idx's shape {tuple(idx.shape)}, got "
+                         f"{valid.dtype} {tuple(valid.shape)}")
+
+
+def _gather_impl(x, idx, valid):
+    _check_gather(x, idx, valid)
+    row_bytes = x.shape[1] * x.element_size()
+    if not _kernel_ok(x, idx, valid) or row_bytes % 16 or row_bytes == 0:
+        return torch.where(valid[:, None], x[idx], x.new_zeros(()))
+    from ..kernels.layer.launch import launch_gather
+    out = torch.empty((idx.shape[0], x.shape[1]), dtype=x.dtype, device=x.device)
+    launch_gather(x.data_ptr(), idx.data_ptr(), valid.data_ptr(), out.data_ptr(), idx.shape[0], row_bytes,
+                  torch.cuda.current_stream(x.device).cuda_stream)
+    return out
+
+
+_lib.impl("gather_rows", _gather_impl, "CompositeExplicitAutograd")
 _lib.impl("glu_forward", _glu_impl, "CompositeExplicitAutograd")
 _lib.impl("zero_rows_past", _zero_impl, "CompositeExplicitAutograd")
 
@@ -137,6 +164,12 @@ def _(c, prob, padded_offsets, act_func="dswiglu", geglu_alpha=1.702, clamp_max=
       linear_offset=0.0):
     _check_glu(c, prob, padded_offsets)
     return c.new_empty((c.shape[0], c.shape[1] // 2))
+
+
+@torch.library.register_fake(f"{_LIB}::gather_rows", lib=_lib)
+def _(x, idx, valid):
+    _check_gather(x, idx, valid)
+    return x.new_empty((idx.shape[0], x.shape[1]))
 
 
 @torch.library.register_fake(f"{_LIB}::zero_rows_past", lib=_lib)
@@ -163,4 +196,11 @@ def zero_rows_past(x: Tensor, padded_offsets: Tensor) -> Tensor:
     return x
 
 
-__all__ = ["glu_act", "glu_forward", "rows_below_last", "zero_rows_past"]
+def gather_rows(x: Tensor, idx: Tensor, valid: Tensor) -> Tensor:
+    """``cudnn_ext::gather_rows`` (not differentiable; ``mlp.gather_rows`` is)."""
+    if _direct_ok((x, idx, valid)):
+        return _gather_impl(x, idx, valid)
+    return torch.ops.cudnn_ext.gather_rows(x, idx, valid)
+
+
+__all__ = ["gather_rows", "glu_act", "glu_forward", "rows_below_last", "zero_rows_past"]

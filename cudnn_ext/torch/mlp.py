@@ -39,6 +39,7 @@ import torch
 from torch import Tensor, nn
 
 from ..contract.rules import M_ALIGN
+from . import layer_ops
 from .layer_ops import glu_act, glu_forward, zero_rows_past
 from .ops import grouped_gemm_dglu
 
@@ -94,12 +95,12 @@ class _RowGather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, idx, valid, inv, inv_valid):
         ctx.save_for_backward(inv, inv_valid)
-        return torch.where(valid[:, None], x[idx], x.new_zeros(()))
+        return layer_ops.gather_rows(x, idx, valid)
 
     @staticmethod
     def backward(ctx, grad):
         inv, inv_valid = ctx.saved_tensors
-        return torch.where(inv_valid[:, None], grad[inv], grad.new_zeros(())), None, None, None, None
+        return layer_ops.gather_rows(grad.contiguous(), inv, inv_valid), None, None, None, None
 
 
 def gather_rows(x: Tensor, idx: Tensor, valid: Tensor, inv: Tensor, inv_valid: Tensor) -> Tensor:

@@ -111,3 +111,26 @@ def test_zero_rows_past_refuses_bad_offsets_and_leaves_x():
 def test_kernel_path_only_on_hopper_cuda():
     # CPU tensors never reach the sm_90a kernels
     assert not layer_ops._kernel_ok(torch.zeros(4, 8))
+
+
+def test_gather_rows_selects_valid_rows_and_zeroes_the_rest():
+    x = torch.randn(10, 24)
+    idx = torch.tensor([3, 0, 9, 9, 2, 5], dtype=torch.int64)
+    valid = torch.tensor([True, True, False, True, False, True])
+    out = layer_ops.gather_rows(x, idx, valid)
+    for i in range(6):
+        assert torch.equal(out[i], x[idx[i]] if valid[i] else torch.zeros(24))
+    torch.library.opcheck(torch.ops.cudnn_ext.gather_rows.default, (x, idx, valid))
+
+
+@pytest.mark.parametrize("args,match", [
+    (dict(x=torch.zeros(4)), r"x: must be a 2-D matrix of rows, got shape \(4,\)"),
+    (dict(idx=torch.zeros(3, dtype=torch.int32)), r"idx: must be a 1-D int64 tensor, got torch.int32"),
+    (dict(valid=torch.ones(2, dtype=torch.bool)), r"valid: must be a bool tensor of idx's shape \(3,\)"),
+    (dict(valid=torch.ones(3, dtype=torch.uint8)), r"valid: must be a bool tensor .* got torch.uint8"),
+])
+def test_gather_rows_refuses_bad_arguments(args, match):
+    kw = dict(x=torch.zeros(4, 8), idx=torch.zeros(3, dtype=torch.int64), valid=torch.ones(3, dtype=torch.bool))
+    kw.update(args)
+    with pytest.raises(ValueError, match=match):
+        layer_ops.gather_rows(kw["x"], kw["idx"], kw["valid"])

@@ -1,5 +1,5 @@
 """CPU tier: the layer's kernels (``kernels/layer``: the GLU forward of each activation the
-layer takes, the tail zeroing) compile for sm_90a with the instructions their design rests on,
+layer takes, the tail zeroing, the row gather) compile for sm_90a with the instructions their design rests on,
 and the launch rules refuse bad arguments before anything compiles or launches."""
 import importlib.util
 
@@ -44,6 +44,32 @@ def test_zero_tail_compiles_for_sm90a(tmp_path):
     (ptx,) = list(tmp_path.glob("*.ptx"))
     text = ptx.read_text()
     assert "st.global.v4.b32" in text and "ld.global" in text  # 16-byte zero stores; the offset
+
+
+@needs_dsl
+def test_gather_compiles_for_sm90a(tmp_path):
+    from cudnn_ext.kernels.layer.launch import compile_gather
+
+    compile_gather(ptx_dir=str(tmp_path))
+    (ptx,) = list(tmp_path.glob("*.ptx"))
+    text = ptx.read_text()
+    # the row's valid byte and source index, then one 16-byte load and store
+    assert "ld.global.b8" in text and "ld.global.b64" in text
+    assert text.count("ld.global.v4.b32") == 1 and text.count("st.global.v4.b32") == 1
+
+
+@needs_dsl
+@pytest.mark.parametrize("kw,match", [(dict(row_bytes=20), "row_bytes: must be a positive multiple of 16"),
+                                      (dict(out=8), "x, out: must be 16-byte aligned")])
+def test_gather_launch_refuses_bad_arguments_before_compiling(kw, match):
+    from cudnn_ext.kernels.layer import launch
+
+    args = dict(x=256, idx=512, valid=1024, out=2048, rows_out=4, row_bytes=64, stream_handle=0)
+    args.update(kw)
+    before = dict(launch._compiled)
+    with pytest.raises(ValueError, match=match):
+        launch.launch_gather(**args)
+    assert launch._compiled == before
 
 
 @needs_dsl

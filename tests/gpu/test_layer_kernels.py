@@ -5,6 +5,7 @@ and ``cudnn_ext::zero_rows_past``) and ``GroupedGluMLP`` running on them:
   and tiny values, NaN rows past the last offset, an empty expert, prob 0), into a NaN-poisoned
   h, and against the op's torch form on the same device;
 * the tail zeroing with the last offset at 0, inside, at and past M, on poisoned rows;
+* the row gather into a NaN-poisoned output, with out-of-range indices where not valid;
 * the layer's output and every gradient against a float64 autograd layer, with NaN in the
   rows of no expert of x, prob and dy (never read), and with no host sync;
 * both ops captured in a CUDA graph and replayed with new offsets."""
@@ -105,6 +106,26 @@ def test_zero_tail_kernel(row_bytes, last):
     k = min(last, m)
     assert torch.equal(x[:k], before[:k])
     assert not x[k:].any()
+
+
+@pytest.mark.parametrize("dtype,width", [(torch.bfloat16, 8), (torch.bfloat16, 2048), (torch.float32, 12)])
+def test_gather_kernel(dtype, width):
+    _needs_hopper()
+    from cudnn_ext.kernels.layer.launch import launch_gather
+
+    rows_in, rows_out = 777, 1030
+    x = torch.randn(rows_in, width, device="cuda").to(dtype)
+    idx = torch.randint(0, rows_in, (rows_out,), device="cuda")
+    valid = torch.rand(rows_out, device="cuda") < 0.7
+    idx[~valid] = 1 << 40  # never read where not valid
+    out = torch.full((rows_out, width), float("nan"), device="cuda").to(dtype)
+    launch_gather(x.data_ptr(), idx.data_ptr(), valid.data_ptr(), out.data_ptr(), rows_out,
+                  width * x.element_size(), torch.cuda.current_stream().cuda_stream)
+    torch.cuda.synchronize()
+    want = torch.where(valid[:, None], x[idx.clamp(max=rows_in - 1)], x.new_zeros(()))
+    assert torch.equal(out, want)
+    idx[~valid] = 0
+    assert torch.equal(layer_ops.gather_rows(x, idx, valid), want)
 
 
 def _float64_layer(x, prob, w1, w2, offs, act, cfg):

@@ -1,8 +1,9 @@
-"""Compile and launch the layer's kernels: the GLU forward (``glu.GluForward``) and the tail
-zeroing (``tail.ZeroTail``).
+"""Compile and launch the layer's kernels: the GLU forward (``glu.GluForward``), the tail
+zeroing (``tail.ZeroTail``) and the row gather (``gather.RowGather``).
 
 Owns their jit argument conventions (GLU: C, prob, offsets, h, then M, N, the group count and
 the stream; tail: the matrix, offsets, then M, the row's 16-byte units, the group count and the
+stream; gather: x, idx, valid, out, then the output rows, the row's 16-byte units and the
 stream), compiling for sm_90a with placeholder pointers (no GPU needed) through the disk cache,
 and a per-process cache keyed by config. Importing this module imports the CuTe DSL; callers
 import it lazily. No torch.
@@ -23,6 +24,7 @@ from cutlass import Int32  # noqa: E402
 from cutlass.cute.runtime import make_fake_stream, make_ptr  # noqa: E402
 
 from ...runtime import compile_cache  # noqa: E402
+from .gather import RowGather  # noqa: E402
 from .glu import VEC, GluConfig, GluForward  # noqa: E402
 from .tail import ZeroTail  # noqa: E402
 
@@ -31,13 +33,16 @@ TVM_FFI = importlib.util.find_spec("tvm_ffi") is not None
 #: (C, prob, offsets, h) and (matrix, offsets): element types and assumed alignments
 _GLU_PTRS = ((cutlass.BFloat16, 16), (cutlass.Float32, 4), (cutlass.Int32, 4), (cutlass.BFloat16, 16))
 _TAIL_PTRS = ((cutlass.Int32, 16), (cutlass.Int32, 4))
+#: (x, idx, valid, out)
+_GATHER_PTRS = ((cutlass.Int32, 16), (cutlass.Int64, 8), (cutlass.Uint8, 1), (cutlass.Int32, 16))
 
 #: The kernels' source (part of the disk cache's key): this package and the epilogue math the
 #: GLU shares with the SM90 kernel
 _HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCES = (_HERE, os.path.join(_HERE, "..", "sm90", "epilogue_math.py"))
-#: the tail kernel has no config: one key for it
+#: the tail and gather kernels have no config: one key each
 _TAIL_KEY = "zero_tail"
+_GATHER_KEY = "gather_rows"
 
 _compiled = {}
 _lock = threading.Lock()
@@ -59,6 +64,11 @@ def compile_glu(cfg: GluConfig, tvm_ffi: bool = TVM_FFI, ptx_dir: str | None = N
 def compile_zero_tail(_key=None, tvm_ffi: bool = TVM_FFI, ptx_dir: str | None = None):
     """Compile the tail zeroing for sm_90a without touching a GPU."""
     return _compile(ZeroTail(), _TAIL_PTRS, (256, 8, 1), tvm_ffi, ptx_dir)
+
+
+def compile_gather(_key=None, tvm_ffi: bool = TVM_FFI, ptx_dir: str | None = None):
+    """Compile the row gather for sm_90a without touching a GPU."""
+    return _compile(RowGather(), _GATHER_PTRS, (256, 8), tvm_ffi, ptx_dir)
 
 
 def _cached(kind: str, cfg, compile_fn):
@@ -108,3 +118,21 @@ def launch_zero_tail(x: int, offsets: int, m: int, row_bytes: int, groups: int,
         return
     ptrs = [make_ptr(dt, a, _GMEM, assumed_align=al) for (dt, al), a in zip(_TAIL_PTRS, (x, offsets))]
     fn(*ptrs, Int32(m), Int32(row_bytes // 16), Int32(groups), cuda.CUstream(stream_handle))
+
+
+def launch_gather(x: int, idx: int, valid: int, out: int, rows_out: int, row_bytes: int,
+                  stream_handle: int) -> None:
+    """``out[i] = x[idx[i]]`` where the byte ``valid[i]`` is nonzero, else 0, for the
+    ``rows_out`` rows of ``row_bytes`` bytes of ``out``, on ``stream_handle``."""
+    if row_bytes % 16 or row_bytes <= 0:
+        raise ValueError(f"row_bytes: must be a positive multiple of 16, got {row_bytes}")
+    if x % 16 or out % 16:
+        raise ValueError(f"x, out: must be 16-byte aligned, got {x:#x}, {out:#x}")
+    if rows_out == 0:
+        return
+    fn = _cached("gather_rows", _GATHER_KEY, compile_gather)
+    if TVM_FFI:
+        fn(x, idx, valid, out, rows_out, row_bytes // 16, stream_handle)
+        return
+    ptrs = [make_ptr(dt, a, _GMEM, assumed_align=al) for (dt, al), a in zip(_GATHER_PTRS, (x, idx, valid, out))]
+    fn(*ptrs, Int32(rows_out), Int32(row_bytes // 16), cuda.CUstream(stream_handle))
