@@ -41,7 +41,7 @@ from torch import Tensor, nn
 from ..contract.rules import M_ALIGN
 from . import layer_ops
 from .layer_ops import glu_act, glu_forward, zero_rows_past
-from .ops import grouped_gemm_dglu
+from .ops import _eager, grouped_gemm_dglu
 
 _HAS_GROUPED_MM = hasattr(torch, "_grouped_mm")
 
@@ -164,6 +164,31 @@ def row_experts(offsets: Tensor, m: int) -> Tensor:
     return torch.searchsorted(offsets, rows, right=True)
 
 
+#: (L, device, stream) -> the fused op's alpha and beta (all ones), made once
+_UNIT_SCALES: dict = {}
+_UNIT_SCALES_MAX = 64
+
+
+def _unit_scales(L: int, device: torch.device):
+    """alpha = beta = 1 (L,) fp32 for the backward's fused op: two tensors, since the replay's
+    guard (torch's tensor guard) never matches a call that passes one tensor twice. Eagerly
+    they are made once per stream and kept (never written: the op only reads them), which
+    saves two allocations and fill launches of host issue time per step; under torch.compile
+    and CUDA-graph capture (where a fill is recorded, not run) they are made every time."""
+    if not _eager() or (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+        ones = torch.ones(L, dtype=torch.float32, device=device)
+        return ones, torch.ones_like(ones)
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    key = (L, device, stream)  # made on the stream that reads them: ordered without a sync
+    pair = _UNIT_SCALES.get(key)
+    if pair is None:
+        if len(_UNIT_SCALES) >= _UNIT_SCALES_MAX:
+            _UNIT_SCALES.clear()
+        ones = torch.ones(L, dtype=torch.float32, device=device)
+        pair = _UNIT_SCALES[key] = (ones, torch.ones_like(ones))
+    return pair
+
+
 class _GroupedGluMLPFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, prob, w1, b1, w2, offsets, cfg):
@@ -189,11 +214,7 @@ class _GroupedGluMLPFn(torch.autograd.Function):
         cfg = ctx.cfg
         L = offsets.shape[0]
         dy = dy.to(torch.bfloat16).contiguous()
-        # alpha and beta are 1, as two tensors: the replay's guard (torch's tensor guard) never
-        # matches a call that passes one tensor twice, so a shared one would re-validate
-        # every step
-        alpha = torch.ones(L, dtype=torch.float32, device=dy.device)
-        beta = torch.ones_like(alpha)
+        alpha, beta = _unit_scales(L, dy.device)
         # the fused step: dC (interleaved), dprob and db1 in one op; B_e = w2_eᵀ is (N, H),
         # N-major. Rows of no expert: dprob 0 (the op's), dC unwritten and never read below
         dc, dprob, db1 = grouped_gemm_dglu(

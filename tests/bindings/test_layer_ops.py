@@ -134,3 +134,13 @@ def test_gather_rows_refuses_bad_arguments(args, match):
     kw.update(args)
     with pytest.raises(ValueError, match=match):
         layer_ops.gather_rows(kw["x"], kw["idx"], kw["valid"])
+
+
+def test_backward_unit_scales_are_two_tensors_made_once():
+    from cudnn_ext.torch import mlp
+
+    a1, b1 = mlp._unit_scales(3, torch.device("cpu"))
+    a2, b2 = mlp._unit_scales(3, torch.device("cpu"))
+    assert a1 is a2 and b1 is b2 and a1 is not b1  # the replay guard needs two distinct tensors
+    assert torch.equal(a1, torch.ones(3)) and torch.equal(b1, torch.ones(3))
+    assert mlp._unit_scales(4, torch.device("cpu"))[0].shape == (4,)
