@@ -147,6 +147,7 @@ class DeviceTimer:
         self.cycles = None
         self.late = 0
         self.max_issue_us = 0.0
+        self.issue_us = []  # host issue time of every timed call
 
     def _calibrate(self):
         # cycles per microsecond of the spin kernel at the clocks of the moment, measured once
@@ -171,6 +172,7 @@ class DeviceTimer:
         issue_us = (time.perf_counter() - t0) * 1e6
         torch.cuda.synchronize()
         self.max_issue_us = max(self.max_issue_us, issue_us)
+        self.issue_us.append(issue_us)
         # with a margin: the calibration is approximate and the spin starts a few µs after
         # it is enqueued
         if issue_us > 0.8 * self.busy_us:

@@ -210,6 +210,9 @@ def main(argv=None):
     ap.add_argument("--warmup", type=int, default=5, help="untimed steps per row first (compiles too)")
     ap.add_argument("--rounds", type=int, default=5, help="round-robin rounds per shape")
     ap.add_argument("--top-k", type=int, default=TOP_K, help="experts per token in the MoE-layer rows")
+    ap.add_argument("--busy-ms", type=float, default=20.0,
+                    help="GPU spin before each timed step: longer than the step's host issue time, "
+                         "so that the events bracket device time only (late_calls counts the rest)")
     ap.add_argument("--smoke", action="store_true",
                     help=f"one tiny shape {SMOKE_SHAPE} on the CPU, wall time: checks that every row runs")
     ap.add_argument("--out", default=None,
@@ -237,7 +240,7 @@ def main(argv=None):
         if bad:
             ap.error(f"--shapes: unknown {bad}; known: {sorted(SHAPES)}")
         shapes = {s: SHAPES[s] for s in names}
-        timers = {n: bench_dglu.DeviceTimer() for n in impls}
+        timers = {n: bench_dglu.DeviceTimer(busy_us=args.busy_ms * 1e3) for n in impls}
         sync, compile_fn = None, torch.compile
     rows = []
     for name, (L, per, K, N) in shapes.items():
@@ -256,19 +259,21 @@ def main(argv=None):
                 row["error"] = errors[impl]
             t = timers.get(impl)
             if isinstance(t, bench_dglu.DeviceTimer):
-                row.update(late_calls=t.late, max_issue_us=round(t.max_issue_us, 1))
+                row.update(late_calls=t.late, max_issue_us=round(t.max_issue_us, 1),
+                           issue_ms=round(statistics.median(t.issue_us), 4) if t.issue_us else None)
             rows.append(row)
             print(json.dumps({k: v for k, v in row.items() if k != "sizes"}), flush=True)
         del fns
         if dev == "cuda":
             torch.cuda.empty_cache()
 
-    print(f"\n{'shape':8s} {'impl':22s} {'ms':>9s} {'vs titan_compiled':>18s}")
+    print(f"\n{'shape':8s} {'impl':22s} {'ms':>9s} {'vs titan_compiled':>18s} {'host issue ms':>14s}")
     for r in rows:
         base = next((x for x in rows if x["shape"] == r["shape"] and x["impl"] == "titan_compiled"), None)
         ratio = base["ms"] / r["ms"] if base and base.get("ms") and r.get("ms") else float("nan")
         ms = f"{r['ms']:.3f}" if r.get("ms") else "ERR"
-        print(f"{r['shape']:8s} {r['impl']:22s} {ms:>9s} {ratio:18.2f}")
+        issue = f"{r['issue_ms']:.3f}" if r.get("issue_ms") else "-"
+        print(f"{r['shape']:8s} {r['impl']:22s} {ms:>9s} {ratio:18.2f} {issue:>14s}")
 
     date = datetime.date.today().isoformat()
     out = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",

@@ -23,6 +23,9 @@ Layout (rows are tokens already permuted into expert order, as in every MoE disp
 Forward per expert: ``C = x @ w1ᵀ (+ b1)`` (stored bf16, saved), ``h = prob * glu(gate, up)``,
 ``y = h @ w2ᵀ``. Backward: ``(dC, dprob, db1) = grouped_gemm_dglu(a=dy, b=w2ᵀ, c=C, alpha=1,
 beta=1, prob)``; ``dw2 = dyᵀ h`` (h recomputed from C), ``dx = dC @ w1``, ``dw1 = dCᵀ x``.
+``h`` comes from the ``cudnn_ext::glu_forward`` op and the GEMM outputs' rows of no expert are
+zeroed by ``cudnn_ext::zero_rows_past`` (``layer_ops``: one CuTe DSL pass each on Hopper), so
+the step is its six grouped GEMMs plus two passes over h.
 
 The activation is differentiated at the *stored bf16* C, exactly like the fused kernel, so the
 layer's own forward computes glu from the same bf16 C in fp32.
@@ -33,12 +36,12 @@ import math
 from typing import Optional
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..contract.rules import M_ALIGN
-from ..reference.epilogue import gate_up_columns  # the one statement of the gate/up column map
-from .ops import grouped_gemm_dglu
+from . import layer_ops
+from .layer_ops import glu_act, glu_forward, zero_rows_past
+from .ops import _eager, grouped_gemm_dglu
 
 _HAS_GROUPED_MM = hasattr(torch, "_grouped_mm")
 
@@ -58,17 +61,16 @@ def _ranges(offsets: Tensor):
     return list(zip([0] + ends[:-1], ends))
 
 
-def grouped_mm(x: Tensor, w: Tensor, offsets: Tensor, row_valid: Tensor) -> Tensor:
+def grouped_mm(x: Tensor, w: Tensor, offsets: Tensor) -> Tensor:
     """``out[r] = x[r] @ w[e(r)]ᵀ`` with w (L, N, K); rows of no expert are 0."""
     if _grouped_mm_usable(x):
-        out = torch._grouped_mm(x, w.transpose(-2, -1), offs=offsets)
-    else:
-        out = x.new_zeros((x.shape[0], w.shape[1]))
-        for e, (r0, r1) in enumerate(_ranges(offsets)):
-            if r1 > r0:
-                out[r0:r1] = x[r0:r1] @ w[e].t()
-    # rows past offs[-1] are not written by _grouped_mm (may hold NaN): select, never multiply
-    return torch.where(row_valid[:, None], out, out.new_zeros(()))
+        # rows past offs[-1] are not written by _grouped_mm (may hold NaN): zeroed on the device
+        return zero_rows_past(torch._grouped_mm(x, w.transpose(-2, -1), offs=offsets), offsets)
+    out = x.new_zeros((x.shape[0], w.shape[1]))
+    for e, (r0, r1) in enumerate(_ranges(offsets)):
+        if r1 > r0:
+            out[r0:r1] = x[r0:r1] @ w[e].t()
+    return out
 
 
 def grouped_wgrad(a: Tensor, b: Tensor, offsets: Tensor) -> Tensor:
@@ -93,12 +95,12 @@ class _RowGather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, idx, valid, inv, inv_valid):
         ctx.save_for_backward(inv, inv_valid)
-        return torch.where(valid[:, None], x[idx], x.new_zeros(()))
+        return layer_ops.gather_rows(x, idx, valid)
 
     @staticmethod
     def backward(ctx, grad):
         inv, inv_valid = ctx.saved_tensors
-        return torch.where(inv_valid[:, None], grad[inv], grad.new_zeros(())), None, None, None, None
+        return layer_ops.gather_rows(grad.contiguous(), inv, inv_valid), None, None, None, None
 
 
 def gather_rows(x: Tensor, idx: Tensor, valid: Tensor, inv: Tensor, inv_valid: Tensor) -> Tensor:
@@ -162,39 +164,45 @@ def row_experts(offsets: Tensor, m: int) -> Tensor:
     return torch.searchsorted(offsets, rows, right=True)
 
 
-# --------------------------------------------------------------------------- activations
-def glu_forward(c: Tensor, act_func: str, *, geglu_alpha: float, clamp_max: float, clamp_min: float,
-                linear_offset: float) -> Tensor:
-    """(M, N) activation of the interleaved (M, 2N) pre-activation, in fp32.
+#: (L, device, stream) -> the fused op's alpha and beta (all ones), made once
+_UNIT_SCALES: dict = {}
+_UNIT_SCALES_MAX = 64
 
-    The forward of exactly what the fused backward differentiates (docs/spec: dSwiGLU, clamped
-    dGeGLU with linear offset); beta = 1.
-    """
-    n = c.shape[1] // 2
-    gcols, ucols = gate_up_columns(n, c.device)
-    cf = c.float()
-    gate, up = cf[:, gcols], cf[:, ucols]
-    if act_func == "dswiglu":
-        return F.silu(gate) * up
-    y1 = torch.clamp(gate, max=clamp_max)
-    return y1 * torch.sigmoid(geglu_alpha * y1) * (torch.clamp(up, min=clamp_min, max=clamp_max) + linear_offset)
+
+def _unit_scales(L: int, device: torch.device):
+    """alpha = beta = 1 (L,) fp32 for the backward's fused op: two tensors, since the replay's
+    guard (torch's tensor guard) never matches a call that passes one tensor twice. Eagerly
+    they are made once per stream and kept (never written: the op only reads them), which
+    saves two allocations and fill launches of host issue time per step; under torch.compile
+    and CUDA-graph capture (where a fill is recorded, not run) they are made every time."""
+    if not _eager() or (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+        ones = torch.ones(L, dtype=torch.float32, device=device)
+        return ones, torch.ones_like(ones)
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    key = (L, device, stream)  # made on the stream that reads them: ordered without a sync
+    pair = _UNIT_SCALES.get(key)
+    if pair is None:
+        if len(_UNIT_SCALES) >= _UNIT_SCALES_MAX:
+            _UNIT_SCALES.clear()
+        ones = torch.ones(L, dtype=torch.float32, device=device)
+        pair = _UNIT_SCALES[key] = (ones, torch.ones_like(ones))
+    return pair
 
 
 class _GroupedGluMLPFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, prob, w1, b1, w2, offsets, cfg):
-        m = x.shape[0]
-        row_e = row_experts(offsets, m)
-        valid = row_e < offsets.shape[0]
-        c = grouped_mm(x, w1, offsets, valid)
+        c = grouped_mm(x, w1, offsets)
         if b1 is not None:
             # the bias joins in fp32 and C is rounded once, as a fused GEMM epilogue would
-            c = c.float() + b1[row_e.clamp(max=offsets.shape[0] - 1)].float() * valid[:, None].float()
+            m, L = x.shape[0], offsets.shape[0]
+            row_e = row_experts(offsets, m)
+            c = c.float() + b1[row_e.clamp(max=L - 1)].float() * (row_e < L)[:, None].float()
         c = c.to(torch.bfloat16)
-        p = prob * valid.to(prob.dtype)  # rows of no expert carry no probability
-        h = (p[:, None] * glu_forward(c, **cfg)).to(x.dtype)
-        y = grouped_mm(h, w2, offsets, valid)
-        ctx.save_for_backward(x, p, w1, w2, offsets, c, valid)
+        p = prob.contiguous()
+        h = glu_forward(c, p, offsets, **cfg)  # rows of no expert: 0, whatever prob holds
+        y = grouped_mm(h, w2, offsets)
+        ctx.save_for_backward(x, p, w1, w2, offsets, c)
         ctx.cfg = cfg
         ctx.has_bias = b1 is not None
         ctx.b1_dtype = b1.dtype if b1 is not None else None
@@ -202,24 +210,21 @@ class _GroupedGluMLPFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy):
-        x, p, w1, w2, offsets, c, valid = ctx.saved_tensors
+        x, p, w1, w2, offsets, c = ctx.saved_tensors
         cfg = ctx.cfg
         L = offsets.shape[0]
         dy = dy.to(torch.bfloat16).contiguous()
-        # alpha and beta are 1, as two tensors: the replay's guard (torch's tensor guard) never
-        # matches a call that passes one tensor twice, so a shared one would re-validate
-        # every step
-        alpha = torch.ones(L, dtype=torch.float32, device=dy.device)
-        beta = torch.ones_like(alpha)
-        # the fused step: dC (interleaved), dprob and db1 in one op; B_e = w2_eᵀ is (N, H), N-major
+        alpha, beta = _unit_scales(L, dy.device)
+        # the fused step: dC (interleaved), dprob and db1 in one op; B_e = w2_eᵀ is (N, H),
+        # N-major. Rows of no expert: dprob 0 (the op's), dC unwritten and never read below
         dc, dprob, db1 = grouped_gemm_dglu(
-            dy, c, offsets, alpha, beta, p.contiguous(), b=w2.transpose(1, 2),
+            dy, c, offsets, alpha, beta, p, b=w2.transpose(1, 2),
             act_func=cfg["act_func"], linear_offset=cfg["linear_offset"], geglu_alpha=cfg["geglu_alpha"],
             glu_clamp_max=cfg["clamp_max"], glu_clamp_min=cfg["clamp_min"], generate_dbias=ctx.has_bias,
             d_dtype=torch.bfloat16)
-        h = (p[:, None] * glu_forward(c, **cfg)).to(x.dtype)
+        h = glu_forward(c, p, offsets, **cfg)
         dw2 = grouped_wgrad(dy, h, offsets).to(w2.dtype)
-        dx = grouped_mm(dc, w1.transpose(1, 2), offsets, valid).to(x.dtype)
+        dx = grouped_mm(dc, w1.transpose(1, 2), offsets).to(x.dtype)
         dw1 = grouped_wgrad(dc, x.to(dc.dtype), offsets).to(w1.dtype)
         db1 = db1.to(ctx.b1_dtype) if ctx.has_bias else None
         return dx, dprob, dw1, db1, dw2, None, None
@@ -298,5 +303,5 @@ class GroupedGluMLP(nn.Module):
                 f"act={self.cfg['act_func'][1:]}, bias={self.b1 is not None}")
 
 
-__all__ = ["GroupedGluMLP", "gather_rows", "glu_config", "glu_forward", "grouped_glu_mlp", "grouped_mm", "grouped_wgrad",
+__all__ = ["GroupedGluMLP", "gather_rows", "glu_act", "glu_config", "glu_forward", "grouped_glu_mlp", "grouped_mm", "grouped_wgrad",
            "pad_expert_rows", "row_experts"]
