@@ -260,7 +260,7 @@ def main(argv=None):
             t = timers.get(impl)
             if isinstance(t, bench_dglu.DeviceTimer):
                 row.update(late_calls=t.late, max_issue_us=round(t.max_issue_us, 1),
-                           issue_ms=round(statistics.median(t.issue_us), 4) if t.issue_us else None)
+                           issue_ms=round(statistics.median(t.issue_us) / 1e3, 4) if t.issue_us else None)
             rows.append(row)
             print(json.dumps({k: v for k, v in row.items() if k != "sizes"}), flush=True)
         del fns

@@ -69,11 +69,16 @@ def _is_sm90(index: int) -> bool:
     return torch.cuda.get_device_capability(index) == (9, 0)
 
 
+def _stream_handle(t: Tensor) -> int:
+    """The raw handle of the current stream on ``t``'s device (what ``torch.cuda.current_stream
+    (device).cuda_stream`` gives, without building a Stream object per launch)."""
+    return torch._C._cuda_getCurrentRawStream(t.get_device())
+
+
 def _kernel_ok(x: Tensor, *others: Tensor) -> bool:
     """The CuTe DSL kernels (compiled for sm_90a) can run on ``x``: a CUDA Hopper tensor,
     contiguous and 16-byte aligned, with its companions contiguous on the same device."""
-    if x.device.type != "cuda" or not _is_sm90(x.device.index if x.device.index is not None
-                                               else torch.cuda.current_device()):
+    if not x.is_cuda or not _is_sm90(x.get_device()):
         return False
     if not x.is_contiguous() or x.data_ptr() % 16:
         return False
@@ -105,7 +110,7 @@ def _glu_impl(c, prob, padded_offsets, act_func="dswiglu", geglu_alpha=1.702, cl
     h = torch.empty((m, n), dtype=torch.bfloat16, device=c.device)
     cfg = _glu_config(act_func, geglu_alpha, clamp_max, clamp_min, linear_offset)
     launch_glu(cfg, c.data_ptr(), prob.data_ptr(), padded_offsets.data_ptr(), h.data_ptr(), m, n,
-               padded_offsets.shape[0], torch.cuda.current_stream(c.device).cuda_stream)
+               padded_offsets.shape[0], _stream_handle(c))
     return h
 
 
@@ -123,13 +128,13 @@ def _zero_impl(x, padded_offsets):
     m = x.shape[0]
     if m == 0:
         return
-    row_bytes = x[0].numel() * x.element_size()
+    row_bytes = x.numel() // m * x.element_size()  # (not x[0]: a view costs a dispatch)
     if not _kernel_ok(x, padded_offsets) or row_bytes % 16:
         x.masked_fill_(~rows_below_last(padded_offsets, m).view((m,) + (1,) * (x.dim() - 1)), 0)
         return
     from ..kernels.layer.launch import launch_zero_tail
     launch_zero_tail(x.data_ptr(), padded_offsets.data_ptr(), m, row_bytes, padded_offsets.shape[0],
-                     torch.cuda.current_stream(x.device).cuda_stream)
+                     _stream_handle(x))
 
 
 def _check_gather(x, idx, valid):
@@ -150,7 +155,7 @@ def _gather_impl(x, idx, valid):
     from ..kernels.layer.launch import launch_gather
     out = torch.empty((idx.shape[0], x.shape[1]), dtype=x.dtype, device=x.device)
     launch_gather(x.data_ptr(), idx.data_ptr(), valid.data_ptr(), out.data_ptr(), idx.shape[0], row_bytes,
-                  torch.cuda.current_stream(x.device).cuda_stream)
+                  _stream_handle(x))
     return out
 
 

@@ -32,6 +32,7 @@ layer's own forward computes glu from the same bf16 C in fp32.
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Optional
 
@@ -50,9 +51,14 @@ _HAS_GROUPED_MM = hasattr(torch, "_grouped_mm")
 def _grouped_mm_usable(t: Tensor) -> bool:
     if not _HAS_GROUPED_MM or t.dtype != torch.bfloat16:
         return False
-    if t.device.type == "cuda":
-        return torch.cuda.get_device_capability(t.device)[0] >= 9
+    if t.is_cuda:
+        return _capability(t.get_device())[0] >= 9
     return t.device.type == "cpu"
+
+
+@functools.lru_cache(maxsize=None)
+def _capability(index: int):
+    return torch.cuda.get_device_capability(index)
 
 
 def _ranges(offsets: Tensor):
