@@ -24,6 +24,10 @@ rounded to 8 rows instead of 256 (TorchTitan's bf16 alignment), where cudnn_ext 
 MoE-layer rows route ``rows * experts / top_k`` tokens with top_k 8 (a router decides the
 groups, so they are near, not at, the shape's sizes).
 
+Each row also carries the host's issue time per step: ``issue_ms`` (median over the timed
+steps, each issued after a synchronize) and ``steady_issue_ms`` (ten steps issued back to back
+behind a busy GPU, as a training loop issues them).
+
 JSON rows {"shape", "impl", "ms", ...} plus command, device and date go to
 benchmarks/results/moe-layer-<device>.json (or --out), replacing that device's previous
 result. ``--smoke`` runs a tiny shape on the CPU (wall time; checks that every row runs).
@@ -195,6 +199,19 @@ def build_rows(name, L, per, K, N, dev, impls, top_k, compile_fn=torch.compile):
     return fns, extra
 
 
+def steady_issue_ms(fn, timer, steps=10):
+    """Host issue time per step, ms, of ``steps`` steps issued back to back while the GPU is
+    still busy with a spin (a training loop's steady state: no synchronize between steps)."""
+    torch.cuda.synchronize()
+    torch.cuda._sleep(timer.cycles * steps)  # the timer's spin, ``steps`` times over
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        fn()
+    ms = (time.perf_counter() - t0) / steps * 1e3
+    torch.cuda.synchronize()
+    return ms
+
+
 def wall_timer(fn):
     t0 = time.perf_counter()
     fn()
@@ -253,8 +270,15 @@ def main(argv=None):
             continue
         medians, errors = bench_dglu.bench_round_robin(fns, args.warmup, args.reps, args.rounds,
                                                         timer={n: timers[n] for n in fns}, sync=sync)
+        steady = {}
+        if dev == "cuda":
+            for impl, fn in fns.items():
+                if impl not in errors:
+                    steady[impl] = round(steady_issue_ms(fn, timers[impl]), 4)
         for impl in impls:
             row = dict(shape=name, impl=impl, ms=medians.get(impl), **extra)
+            if impl in steady:
+                row["steady_issue_ms"] = steady[impl]
             if impl in errors:
                 row["error"] = errors[impl]
             t = timers.get(impl)
@@ -267,13 +291,14 @@ def main(argv=None):
         if dev == "cuda":
             torch.cuda.empty_cache()
 
-    print(f"\n{'shape':8s} {'impl':22s} {'ms':>9s} {'vs titan_compiled':>18s} {'host issue ms':>14s}")
+    print(f"\n{'shape':8s} {'impl':22s} {'ms':>9s} {'vs titan_compiled':>18s} {'issue ms':>9s} {'steady':>7s}")
     for r in rows:
         base = next((x for x in rows if x["shape"] == r["shape"] and x["impl"] == "titan_compiled"), None)
         ratio = base["ms"] / r["ms"] if base and base.get("ms") and r.get("ms") else float("nan")
         ms = f"{r['ms']:.3f}" if r.get("ms") else "ERR"
         issue = f"{r['issue_ms']:.3f}" if r.get("issue_ms") else "-"
-        print(f"{r['shape']:8s} {r['impl']:22s} {ms:>9s} {ratio:18.2f} {issue:>14s}")
+        steady = f"{r['steady_issue_ms']:.3f}" if r.get("steady_issue_ms") else "-"
+        print(f"{r['shape']:8s} {r['impl']:22s} {ms:>9s} {ratio:18.2f} {issue:>9s} {steady:>7s}")
 
     date = datetime.date.today().isoformat()
     out = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
