@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import cudnn_ext.torch as ct
 from cudnn_ext import contract
-from cudnn_ext.reference import gate_up_columns, reference_outputs
+from cudnn_ext.reference import reference_outputs
 from cudnn_ext import functional as _core
 from cudnn_ext.runtime.memo import CALLS
 from cudnn_ext.torch.mlp import GroupedGluMLP
+from oracle import glu_mlp
 
 BF = torch.bfloat16
 #: tolerance policy: bf16 outputs vs a float64 oracle, relative to the output's max magnitude
@@ -546,22 +546,7 @@ def mlp_inputs(hidden, m=1024):
 
 def plain_autograd_layer(x, prob, w1, b1, w2, offs, act_func, cfg):
     """The same layer in plain float64 PyTorch: per-expert matmuls, explicit GLU."""
-    n = w2.shape[2]
-    gcols, ucols = gate_up_columns(n)
-    ys, start = [], 0
-    for e, end in enumerate(offs):
-        c = x[start:end] @ w1[e].t() + (b1[e] if b1 is not None else 0)
-        gate, up = c[:, gcols], c[:, ucols]
-        if act_func == "swiglu":
-            act = F.silu(gate) * up
-        else:
-            y1 = torch.clamp(gate, max=cfg["clamp_max"])
-            act = (y1 * torch.sigmoid(cfg["geglu_alpha"] * y1)
-                   * (torch.clamp(up, min=cfg["clamp_min"], max=cfg["clamp_max"]) + cfg["linear_offset"]))
-        ys.append((prob[start:end, None] * act) @ w2[e].t())
-        start = end
-    ys.append(x.new_zeros(x.shape[0] - start, w2.shape[1]))
-    return torch.cat(ys)
+    return glu_mlp(x, prob, w1, b1, w2, offs, act_func, cfg)
 
 
 @pytest.mark.parametrize("activation,bias", [("swiglu", True), ("geglu", False), ("geglu", True)])

@@ -11,10 +11,10 @@ and ``cudnn_ext::zero_rows_past``) and ``GroupedGluMLP`` running on them:
 * both ops captured in a CUDA graph and replayed with new offsets."""
 import pytest
 import torch
-import torch.nn.functional as F
 
 from cudnn_ext.torch import layer_ops
 from cudnn_ext.torch.layer_ops import glu_forward, zero_rows_past
+from oracle import glu_h, glu_mlp
 
 pytestmark = pytest.mark.gpu
 
@@ -32,23 +32,10 @@ def _needs_hopper():
         pytest.skip("nvidia-cutlass-dsl is not installed")
 
 
-def _split(c64):
-    n = c64.shape[1] // 2
-    j = torch.arange(n, device=c64.device)
-    return c64[:, (j // 32) * 64 + j % 32], c64[:, (j // 32) * 64 + j % 32 + 32]
-
-
-def oracle_h(c, prob, last, act, alpha=1.702, cmax=7.0, cmin=-7.0, lo=0.0):
-    g, u = _split(c.double())
-    if act == "dswiglu":
-        a = g * torch.sigmoid(g) * u
-    else:
-        y1 = g.clamp(max=cmax)
-        a = y1 * torch.sigmoid(alpha * y1) * (u.clamp(cmin, cmax) + lo)
-    h = prob.double()[:, None] * a
-    h[last:] = 0
-    # what bf16 can hold: past its largest finite value the kernel's fp32 product or rounding
-    # overflows to inf
+def oracle_h(c, prob, last, act, lo=0.0):
+    """``oracle.glu_h`` as bf16 holds it: past bf16's largest finite value the kernel's fp32
+    product or rounding overflows to inf."""
+    h = glu_h(c, prob, last, act, dict(geglu_alpha=1.702, clamp_max=7.0, clamp_min=-7.0, linear_offset=lo))
     big = torch.finfo(BF).max
     return torch.where(h.abs() > big, h.sign() * float("inf"), h)
 
@@ -128,26 +115,6 @@ def test_gather_kernel(dtype, width):
     assert torch.equal(layer_ops.gather_rows(x, idx, valid), want)
 
 
-def _float64_layer(x, prob, w1, w2, offs, act, cfg):
-    n = w2.shape[2]
-    j = torch.arange(n, device=x.device)
-    gcols, ucols = (j // 32) * 64 + j % 32, (j // 32) * 64 + j % 32 + 32
-    ys, start = [], 0
-    for e, end in enumerate(offs):
-        c = x[start:end] @ w1[e].t()
-        gate, up = c[:, gcols], c[:, ucols]
-        if act == "swiglu":
-            a = F.silu(gate) * up
-        else:
-            y1 = torch.clamp(gate, max=cfg["clamp_max"])
-            a = (y1 * torch.sigmoid(cfg["geglu_alpha"] * y1)
-                 * (torch.clamp(up, min=cfg["clamp_min"], max=cfg["clamp_max"]) + cfg["linear_offset"]))
-        ys.append((prob[start:end, None] * a) @ w2[e].t())
-        start = end
-    ys.append(x.new_zeros(x.shape[0] - start, w2.shape[1]))
-    return torch.cat(ys)
-
-
 @pytest.mark.parametrize("act", ["swiglu", "geglu"])
 def test_gpu_mlp_matches_float64_without_syncs(act):
     _needs_hopper()
@@ -174,7 +141,7 @@ def test_gpu_mlp_matches_float64_without_syncs(act):
         torch.cuda.set_sync_debug_mode(0)
     leaves = [t.detach().double().requires_grad_() for t in (x[:1024], prob[:1024], mlp.w1, mlp.w2)]
     xr, pr, w1r, w2r = leaves
-    yr = _float64_layer(xr, pr, w1r, w2r, offs, act, mlp.cfg)
+    yr = glu_mlp(xr, pr, w1r, None, w2r, offs, act, mlp.cfg)
     yr.backward(dy[:1024].double())
 
     def rel(a, b):

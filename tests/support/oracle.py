@@ -73,7 +73,7 @@ def split_gate_up(x: torch.Tensor, swap: bool = False):
     """(rows, 2N) interleaved -> gate (rows, N), up (rows, N). ``swap`` is for sanity tests only."""
     rows, two_n = x.shape
     blocks = x.reshape(rows, two_n // 64, 2, 32)
-    gate, up = blocks[:, :, 0, :].reshape(rows, -1), blocks[:, :, 1, :].reshape(rows, -1)
+    gate, up = blocks[:, :, 0, :].reshape(rows, two_n // 2), blocks[:, :, 1, :].reshape(rows, two_n // 2)
     return (up, gate) if swap else (gate, up)
 
 
@@ -169,3 +169,34 @@ def oracle(
 def expert_weights_from_dense(b: torch.Tensor):
     """Dense (N, K, L) B -> list of (N, K) views."""
     return [b[:, :, g] for g in range(b.shape[2])]
+
+
+# --------------------------------------------------------------------------- the MoE expert MLP
+def _glu(act: str, gate, up, cfg: dict):
+    if act in ("swiglu", "dswiglu"):
+        return swiglu(gate, up)
+    return clamped_geglu(gate, up, alpha=cfg["geglu_alpha"], clamp_max=cfg["clamp_max"],
+                         clamp_min=cfg["clamp_min"], linear_offset=cfg["linear_offset"])
+
+
+def glu_h(c: torch.Tensor, prob: torch.Tensor, last: int, act: str, cfg: dict) -> torch.Tensor:
+    """float64 ``h = prob * glu(gate, up)`` of the interleaved (M, 2N) C; rows at or past
+    ``last`` (no expert's) 0 whatever C holds there."""
+    gate, up = split_gate_up(c[:last].to(f64))
+    h = c.new_zeros((c.shape[0], c.shape[1] // 2), dtype=f64)
+    h[:last] = prob[:last].to(f64)[:, None] * _glu(act, gate, up, cfg)
+    return h
+
+
+def glu_mlp(x, prob, w1, b1, w2, offs: Sequence[int], act: str, cfg: dict) -> torch.Tensor:
+    """The MoE expert MLP forward in plain autograd (per-expert matmuls, explicit GLU) on the
+    tensors' own dtype (float64 leaves give the float64 oracle of every gradient): expert e's
+    rows [offs[e-1], offs[e]) get ``(prob * glu(x w1_eᵀ + b1_e)) w2_eᵀ``; rows past offs[-1] 0."""
+    ys, start = [], 0
+    for e, end in enumerate(offs):
+        c = x[start:end] @ w1[e].t() + (b1[e] if b1 is not None else 0)
+        gate, up = split_gate_up(c)
+        ys.append((prob[start:end, None] * _glu(act, gate, up, cfg)) @ w2[e].t())
+        start = end
+    ys.append(x.new_zeros(x.shape[0] - start, w2.shape[1]))
+    return torch.cat(ys)

@@ -21,9 +21,10 @@ import cuda.bindings.driver as cuda  # noqa: E402
 import cutlass  # noqa: E402
 import cutlass.cute as cute  # noqa: E402
 from cutlass import Int32  # noqa: E402
-from cutlass.cute.runtime import make_fake_stream, make_ptr  # noqa: E402
+from cutlass.cute.runtime import make_ptr  # noqa: E402
 
 from ...runtime import compile_cache  # noqa: E402
+from ..placeholders import compile_on_placeholders  # noqa: E402
 from .dequant import DequantConfig, Dequantizer  # noqa: E402
 from .quantize_d import QuantizeD, QuantizeDConfig  # noqa: E402
 
@@ -34,22 +35,13 @@ TVM_FFI = importlib.util.find_spec("tvm_ffi") is not None
 _PTRS = ((cutlass.Uint8, 16), (cutlass.Uint8, 16), (cutlass.BFloat16, 32), (cutlass.Int32, 4))
 
 #: The kernels' source (part of the disk cache's key): this package, the scale-factor layout
-#: they read and the expert lookup the D quantizer shares with the SM90 kernel
+#: they read, the expert lookup the D quantizer shares with the SM90 kernel and the compile call
 _HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCES = (_HERE, os.path.join(_HERE, "..", "..", "quant", "sf_layout.py"),
-           os.path.join(_HERE, "..", "sm90", "tile_walk.py"))
+           os.path.join(_HERE, "..", "sm90", "tile_walk.py"), os.path.join(_HERE, "..", "placeholders.py"))
 
 _compiled = {}
 _lock = threading.Lock()
-
-
-def _compile(kernel, ptr_specs, sizes, tvm_ffi: bool, ptx_dir):
-    """``cute.compile`` of a block-scaled kernel for sm_90a on placeholder pointers (no GPU)."""
-    ptrs = [make_ptr(dt, 0, _GMEM, assumed_align=al) for dt, al in ptr_specs]
-    opts = ("--gpu-arch sm_90a" + (" --enable-tvm-ffi" if tvm_ffi else "")
-            + (f" --keep-ptx --dump-dir {ptx_dir}" if ptx_dir else ""))
-    stream = make_fake_stream(use_tvm_ffi_env_stream=False) if tvm_ffi else make_fake_stream()
-    return cute.compile(kernel, *ptrs, *(Int32(v) for v in sizes), stream, options=opts)
 
 
 def _cached(kind: str, cfg, compile_fn):
@@ -68,7 +60,7 @@ def _cached(kind: str, cfg, compile_fn):
 
 def compile_dequant(cfg: DequantConfig, tvm_ffi: bool = TVM_FFI, ptx_dir: str | None = None):
     """Compile ``cfg``'s dequantizer for sm_90a without touching a GPU."""
-    return _compile(Dequantizer(cfg), _PTRS, (128, 128, 1), tvm_ffi, ptx_dir)
+    return compile_on_placeholders(Dequantizer(cfg), _PTRS, (128, 128, 1), tvm_ffi, ptx_dir)
 
 
 def dequant_cached(cfg: DequantConfig):
@@ -102,7 +94,7 @@ _Q_PTRS = ((cutlass.Float32, 16), (cutlass.Uint8, 4), (cutlass.Uint8, 4), (cutla
 
 def compile_quantize_d(cfg: QuantizeDConfig, tvm_ffi: bool = TVM_FFI, ptx_dir: str | None = None):
     """Compile ``cfg``'s D quantizer for sm_90a without touching a GPU."""
-    return _compile(QuantizeD(cfg), _Q_PTRS, (256, 128, 1), tvm_ffi, ptx_dir)
+    return compile_on_placeholders(QuantizeD(cfg), _Q_PTRS, (256, 128, 1), tvm_ffi, ptx_dir)
 
 
 def quantize_d_cached(cfg: QuantizeDConfig):

@@ -21,9 +21,10 @@ import cuda.bindings.driver as cuda  # noqa: E402
 import cutlass  # noqa: E402
 import cutlass.cute as cute  # noqa: E402
 from cutlass import Int32  # noqa: E402
-from cutlass.cute.runtime import make_fake_stream, make_ptr  # noqa: E402
+from cutlass.cute.runtime import make_ptr  # noqa: E402
 
 from ...runtime import compile_cache  # noqa: E402
+from ..placeholders import compile_on_placeholders  # noqa: E402
 from .gather import RowGather  # noqa: E402
 from .glu import VEC, GluConfig, GluForward  # noqa: E402
 from .tail import ZeroTail  # noqa: E402
@@ -36,10 +37,10 @@ _TAIL_PTRS = ((cutlass.Int32, 16), (cutlass.Int32, 4))
 #: (x, idx, valid, out)
 _GATHER_PTRS = ((cutlass.Int32, 16), (cutlass.Int64, 8), (cutlass.Uint8, 1), (cutlass.Int32, 16))
 
-#: The kernels' source (part of the disk cache's key): this package and the epilogue math the
-#: GLU shares with the SM90 kernel
+#: The kernels' source (part of the disk cache's key): this package, the epilogue math the GLU
+#: shares with the SM90 kernel and the compile call
 _HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCES = (_HERE, os.path.join(_HERE, "..", "sm90", "epilogue_math.py"))
+SOURCES = (_HERE, os.path.join(_HERE, "..", "sm90", "epilogue_math.py"), os.path.join(_HERE, "..", "placeholders.py"))
 #: the tail and gather kernels have no config: one key each
 _TAIL_KEY = "zero_tail"
 _GATHER_KEY = "gather_rows"
@@ -48,27 +49,19 @@ _compiled = {}
 _lock = threading.Lock()
 
 
-def _compile(kernel, ptr_specs, sizes, tvm_ffi: bool, ptx_dir):
-    ptrs = [make_ptr(dt, 0, _GMEM, assumed_align=al) for dt, al in ptr_specs]
-    opts = ("--gpu-arch sm_90a" + (" --enable-tvm-ffi" if tvm_ffi else "")
-            + (f" --keep-ptx --dump-dir {ptx_dir}" if ptx_dir else ""))
-    stream = make_fake_stream(use_tvm_ffi_env_stream=False) if tvm_ffi else make_fake_stream()
-    return cute.compile(kernel, *ptrs, *(Int32(v) for v in sizes), stream, options=opts)
-
-
 def compile_glu(cfg: GluConfig, tvm_ffi: bool = TVM_FFI, ptx_dir: str | None = None):
     """Compile ``cfg``'s GLU forward for sm_90a without touching a GPU."""
-    return _compile(GluForward(cfg), _GLU_PTRS, (256, 64, 1), tvm_ffi, ptx_dir)
+    return compile_on_placeholders(GluForward(cfg), _GLU_PTRS, (256, 64, 1), tvm_ffi, ptx_dir)
 
 
 def compile_zero_tail(_key=None, tvm_ffi: bool = TVM_FFI, ptx_dir: str | None = None):
     """Compile the tail zeroing for sm_90a without touching a GPU."""
-    return _compile(ZeroTail(), _TAIL_PTRS, (256, 8, 1), tvm_ffi, ptx_dir)
+    return compile_on_placeholders(ZeroTail(), _TAIL_PTRS, (256, 8, 1), tvm_ffi, ptx_dir)
 
 
 def compile_gather(_key=None, tvm_ffi: bool = TVM_FFI, ptx_dir: str | None = None):
     """Compile the row gather for sm_90a without touching a GPU."""
-    return _compile(RowGather(), _GATHER_PTRS, (256, 8), tvm_ffi, ptx_dir)
+    return compile_on_placeholders(RowGather(), _GATHER_PTRS, (256, 8), tvm_ffi, ptx_dir)
 
 
 def _cached(kind: str, cfg, compile_fn):
