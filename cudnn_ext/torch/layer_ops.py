@@ -85,7 +85,13 @@ def _kernel_ok(x: Tensor, *others: Tensor) -> bool:
     return all(t.device == x.device and t.is_contiguous() for t in others)
 
 
-def _check_glu(c: Tensor, prob: Tensor, padded_offsets: Tensor) -> None:
+#: the activations the GLU forward computes (the fused backward's names)
+_GLU_ACTS = ("dswiglu", "dgeglu")
+
+
+def _check_glu(c: Tensor, prob: Tensor, padded_offsets: Tensor, act_func: str) -> None:
+    if act_func not in _GLU_ACTS:
+        raise ValueError(f"act_func: must be one of {_GLU_ACTS}, got {act_func!r}")
     if c.dim() != 2 or c.dtype != torch.bfloat16 or c.shape[1] % (2 * _BLOCK):
         raise ValueError(f"c: must be a bf16 (M, 2N) matrix with 2N a multiple of {2 * _BLOCK}, got "
                          f"{c.dtype} {tuple(c.shape)}")
@@ -102,7 +108,7 @@ def _check_offsets(padded_offsets: Tensor) -> None:
 
 def _glu_impl(c, prob, padded_offsets, act_func="dswiglu", geglu_alpha=1.702, clamp_max=7.0,
               clamp_min=-7.0, linear_offset=0.0):
-    _check_glu(c, prob, padded_offsets)
+    _check_glu(c, prob, padded_offsets, act_func)
     if not _kernel_ok(c, prob, padded_offsets):
         return _glu_torch(c, prob, padded_offsets, act_func, geglu_alpha, clamp_max, clamp_min, linear_offset)
     from ..kernels.layer.launch import launch_glu
@@ -167,7 +173,7 @@ _lib.impl("zero_rows_past", _zero_impl, "CompositeExplicitAutograd")
 @torch.library.register_fake(f"{_LIB}::glu_forward", lib=_lib)
 def _(c, prob, padded_offsets, act_func="dswiglu", geglu_alpha=1.702, clamp_max=7.0, clamp_min=-7.0,
       linear_offset=0.0):
-    _check_glu(c, prob, padded_offsets)
+    _check_glu(c, prob, padded_offsets, act_func)
     return c.new_empty((c.shape[0], c.shape[1] // 2))
 
 

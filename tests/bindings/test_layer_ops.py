@@ -75,13 +75,14 @@ def test_ops_compile_as_opaque_nodes():
     (dict(prob=torch.zeros(4, dtype=torch.float64)), r"prob: must be fp32 \(4,\), got torch.float64"),
     (dict(offs=torch.zeros(2, dtype=torch.int64)), r"padded_offsets: must be a non-empty 1-D int32"),
     (dict(offs=torch.zeros(0, dtype=torch.int32)), r"padded_offsets: must be a non-empty"),
+    (dict(act_func="swiglu"), r"act_func: must be one of \('dswiglu', 'dgeglu'\), got 'swiglu'"),
 ])
 def test_glu_forward_refuses_bad_arguments(args, match):
     kw = dict(c=torch.zeros(4, 128, dtype=torch.bfloat16), prob=torch.zeros(4),
-              offs=torch.tensor([4], dtype=torch.int32))
+              offs=torch.tensor([4], dtype=torch.int32), act_func="dswiglu")
     kw.update(args)
     with pytest.raises(ValueError, match=match):
-        glu_forward(kw["c"], kw["prob"], kw["offs"])
+        glu_forward(kw["c"], kw["prob"], kw["offs"], act_func=kw["act_func"])
 
 
 def test_zero_rows_past_refuses_bad_offsets_and_leaves_x():
