@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..runtime.streams import current_stream_handle
 from .ops import _LIB, _direct_ok
 
 _lib = torch.library.Library(_LIB, "FRAGMENT")
@@ -65,20 +66,16 @@ def _glu_torch(c, prob, padded_offsets, act_func, geglu_alpha, clamp_max, clamp_
 
 
 @functools.lru_cache(maxsize=None)
-def _is_sm90(index: int) -> bool:
-    return torch.cuda.get_device_capability(index) == (9, 0)
-
-
-def _stream_handle(t: Tensor) -> int:
-    """The raw handle of the current stream on ``t``'s device (what ``torch.cuda.current_stream
-    (device).cuda_stream`` gives, without building a Stream object per launch)."""
-    return torch._C._cuda_getCurrentRawStream(t.get_device())
+def device_capability(index: int):
+    """``torch.cuda.get_device_capability(index)``, asked once per device (a device-properties
+    query per launch otherwise)."""
+    return torch.cuda.get_device_capability(index)
 
 
 def _kernel_ok(x: Tensor, *others: Tensor) -> bool:
     """The CuTe DSL kernels (compiled for sm_90a) can run on ``x``: a CUDA Hopper tensor,
     contiguous and 16-byte aligned, with its companions contiguous on the same device."""
-    if not x.is_cuda or not _is_sm90(x.get_device()):
+    if not x.is_cuda or device_capability(x.get_device()) != (9, 0):
         return False
     if not x.is_contiguous() or x.data_ptr() % 16:
         return False
@@ -116,7 +113,7 @@ def _glu_impl(c, prob, padded_offsets, act_func="dswiglu", geglu_alpha=1.702, cl
     h = torch.empty((m, n), dtype=torch.bfloat16, device=c.device)
     cfg = _glu_config(act_func, geglu_alpha, clamp_max, clamp_min, linear_offset)
     launch_glu(cfg, c.data_ptr(), prob.data_ptr(), padded_offsets.data_ptr(), h.data_ptr(), m, n,
-               padded_offsets.shape[0], _stream_handle(c))
+               padded_offsets.shape[0], current_stream_handle(c.get_device()))
     return h
 
 
@@ -140,7 +137,7 @@ def _zero_impl(x, padded_offsets):
         return
     from ..kernels.layer.launch import launch_zero_tail
     launch_zero_tail(x.data_ptr(), padded_offsets.data_ptr(), m, row_bytes, padded_offsets.shape[0],
-                     _stream_handle(x))
+                     current_stream_handle(x.get_device()))
 
 
 def _check_gather(x, idx, valid):
@@ -161,7 +158,7 @@ def _gather_impl(x, idx, valid):
     from ..kernels.layer.launch import launch_gather
     out = torch.empty((idx.shape[0], x.shape[1]), dtype=x.dtype, device=x.device)
     launch_gather(x.data_ptr(), idx.data_ptr(), valid.data_ptr(), out.data_ptr(), idx.shape[0], row_bytes,
-                  _stream_handle(x))
+                  current_stream_handle(x.get_device()))
     return out
 
 

@@ -32,7 +32,6 @@ layer's own forward computes glu from the same bf16 C in fp32.
 """
 from __future__ import annotations
 
-import functools
 import math
 from typing import Optional
 
@@ -40,6 +39,7 @@ import torch
 from torch import Tensor, nn
 
 from ..contract.rules import M_ALIGN
+from ..runtime.streams import capturing, current_stream_handle
 from . import layer_ops
 from .layer_ops import glu_act, glu_forward, zero_rows_past
 from .ops import _eager, grouped_gemm_dglu
@@ -52,13 +52,8 @@ def _grouped_mm_usable(t: Tensor) -> bool:
     if not _HAS_GROUPED_MM or t.dtype != torch.bfloat16:
         return False
     if t.is_cuda:
-        return _capability(t.get_device())[0] >= 9
+        return layer_ops.device_capability(t.get_device())[0] >= 9
     return t.device.type == "cpu"
-
-
-@functools.lru_cache(maxsize=None)
-def _capability(index: int):
-    return torch.cuda.get_device_capability(index)
 
 
 def _ranges(offsets: Tensor):
@@ -181,10 +176,11 @@ def _unit_scales(L: int, device: torch.device):
     they are made once per stream and kept (never written: the op only reads them), which
     saves two allocations and fill launches of host issue time per step; under torch.compile
     and CUDA-graph capture (where a fill is recorded, not run) they are made every time."""
-    if not _eager() or (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+    cuda = device.type == "cuda"
+    if not _eager() or capturing(cuda):
         ones = torch.ones(L, dtype=torch.float32, device=device)
         return ones, torch.ones_like(ones)
-    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    stream = current_stream_handle(device.index) if cuda else 0
     key = (L, device, stream)  # made on the stream that reads them: ordered without a sync
     pair = _UNIT_SCALES.get(key)
     if pair is None:
