@@ -10,9 +10,7 @@ imports the CuTe DSL; callers import it lazily. No torch.
 """
 from __future__ import annotations
 
-import importlib.util
 import os
-import threading
 
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")  # see kernels/sm90/launch.py
 
@@ -23,13 +21,11 @@ import cutlass.cute as cute  # noqa: E402
 from cutlass import Int32  # noqa: E402
 from cutlass.cute.runtime import make_ptr  # noqa: E402
 
-from ...runtime import compile_cache  # noqa: E402
-from ..placeholders import compile_on_placeholders  # noqa: E402
+from ..placeholders import TVM_FFI, KernelCache, compile_on_placeholders  # noqa: E402
 from .dequant import DequantConfig, Dequantizer  # noqa: E402
 from .quantize_d import QuantizeD, QuantizeDConfig  # noqa: E402
 
 _GMEM = cute.AddressSpace.gmem
-TVM_FFI = importlib.util.find_spec("tvm_ffi") is not None
 #: (element bytes, scale bytes, bf16 out) and their assumed alignments: a row of K elements
 #: starts 16-byte aligned (K % 128 == 0 for FP8, % 64 for FP4 at least: whole quads)
 _PTRS = ((cutlass.Uint8, 16), (cutlass.Uint8, 16), (cutlass.BFloat16, 32), (cutlass.Int32, 4))
@@ -40,22 +36,8 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCES = (_HERE, os.path.join(_HERE, "..", "..", "quant", "sf_layout.py"),
            os.path.join(_HERE, "..", "sm90", "tile_walk.py"), os.path.join(_HERE, "..", "placeholders.py"))
 
-_compiled = {}
-_lock = threading.Lock()
-
-
-def _cached(kind: str, cfg, compile_fn):
-    """The compiled kernel of ``cfg``, once per process (thread-safe): loaded from the disk
-    cache (``runtime.compile_cache``) when any process compiled it before."""
-    fn = _compiled.get(cfg)
-    if fn is None:
-        with _lock:
-            fn = _compiled.get(cfg)
-            if fn is None:
-                fn = _compiled[cfg] = compile_cache.load_or_compile(
-                    kind, cfg, lambda: compile_fn(cfg), sources=SOURCES, arch="sm_90a",
-                    tvm_ffi=TVM_FFI)
-    return fn
+_kernels = KernelCache(SOURCES)
+_compiled = _kernels.compiled  # (kind, config) -> compiled kernel
 
 
 def compile_dequant(cfg: DequantConfig, tvm_ffi: bool = TVM_FFI, ptx_dir: str | None = None):
@@ -64,8 +46,8 @@ def compile_dequant(cfg: DequantConfig, tvm_ffi: bool = TVM_FFI, ptx_dir: str | 
 
 
 def dequant_cached(cfg: DequantConfig):
-    """The compiled dequantizer of ``cfg`` (``_cached``)."""
-    return _cached("dequant", cfg, compile_dequant)
+    """The compiled dequantizer of ``cfg`` (``placeholders.KernelCache``)."""
+    return _kernels.get("dequant", cfg, compile_dequant)
 
 
 def launch_dequant(cfg: DequantConfig, q: int, sf: int, out: int, rows: int, k: int,
@@ -98,8 +80,8 @@ def compile_quantize_d(cfg: QuantizeDConfig, tvm_ffi: bool = TVM_FFI, ptx_dir: s
 
 
 def quantize_d_cached(cfg: QuantizeDConfig):
-    """The compiled D quantizer of ``cfg`` (``_cached``)."""
-    return _cached("quantize_d", cfg, compile_quantize_d)
+    """The compiled D quantizer of ``cfg`` (``placeholders.KernelCache``)."""
+    return _kernels.get("quantize_d", cfg, compile_quantize_d)
 
 
 def launch_quantize_d(cfg: QuantizeDConfig, x: int, d_row: int, m: int, two_n: int, groups: int,

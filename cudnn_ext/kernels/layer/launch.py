@@ -10,9 +10,7 @@ import it lazily. No torch.
 """
 from __future__ import annotations
 
-import importlib.util
 import os
-import threading
 
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")  # see kernels/sm90/launch.py
 
@@ -23,14 +21,12 @@ import cutlass.cute as cute  # noqa: E402
 from cutlass import Int32  # noqa: E402
 from cutlass.cute.runtime import make_ptr  # noqa: E402
 
-from ...runtime import compile_cache  # noqa: E402
-from ..placeholders import compile_on_placeholders  # noqa: E402
+from ..placeholders import TVM_FFI, KernelCache, compile_on_placeholders  # noqa: E402
 from .gather import RowGather  # noqa: E402
 from .glu import VEC, GluConfig, GluForward  # noqa: E402
 from .tail import ZeroTail  # noqa: E402
 
 _GMEM = cute.AddressSpace.gmem
-TVM_FFI = importlib.util.find_spec("tvm_ffi") is not None
 #: (C, prob, offsets, h) and (matrix, offsets): element types and assumed alignments
 _GLU_PTRS = ((cutlass.BFloat16, 16), (cutlass.Float32, 4), (cutlass.Int32, 4), (cutlass.BFloat16, 16))
 _TAIL_PTRS = ((cutlass.Int32, 16), (cutlass.Int32, 4))
@@ -45,8 +41,8 @@ SOURCES = (_HERE, os.path.join(_HERE, "..", "sm90", "epilogue_math.py"), os.path
 _TAIL_KEY = "zero_tail"
 _GATHER_KEY = "gather_rows"
 
-_compiled = {}
-_lock = threading.Lock()
+_kernels = KernelCache(SOURCES)
+_compiled = _kernels.compiled  # (kind, config) -> compiled kernel
 
 
 def compile_glu(cfg: GluConfig, tvm_ffi: bool = TVM_FFI, ptx_dir: str | None = None):
@@ -64,19 +60,6 @@ def compile_gather(_key=None, tvm_ffi: bool = TVM_FFI, ptx_dir: str | None = Non
     return compile_on_placeholders(RowGather(), _GATHER_PTRS, (256, 8), tvm_ffi, ptx_dir)
 
 
-def _cached(kind: str, cfg, compile_fn):
-    """The compiled kernel of ``cfg``, once per process (thread-safe), through the disk cache."""
-    fn = _compiled.get((kind, cfg))
-    if fn is None:
-        with _lock:
-            fn = _compiled.get((kind, cfg))
-            if fn is None:
-                fn = _compiled[(kind, cfg)] = compile_cache.load_or_compile(
-                    kind, cfg, lambda: compile_fn(cfg), sources=SOURCES, arch="sm_90a",
-                    tvm_ffi=TVM_FFI)
-    return fn
-
-
 def launch_glu(cfg: GluConfig, c: int, prob: int, offsets: int, h: int, m: int, n: int,
                groups: int, stream_handle: int) -> None:
     """``h = prob * act(gate, up)`` of the bf16 (m, 2n) C at ``c`` into the bf16 (m, n) ``h``
@@ -87,7 +70,7 @@ def launch_glu(cfg: GluConfig, c: int, prob: int, offsets: int, h: int, m: int, 
         raise ValueError(f"c, h: must be 16-byte aligned, got {c:#x}, {h:#x}")
     if m == 0:
         return
-    fn = _cached("glu_forward", cfg, compile_glu)
+    fn = _kernels.get("glu_forward", cfg, compile_glu)
     if TVM_FFI:
         fn(c, prob, offsets, h, m, n, groups, stream_handle)
         return
@@ -105,7 +88,7 @@ def launch_zero_tail(x: int, offsets: int, m: int, row_bytes: int, groups: int,
         raise ValueError(f"x: must be 16-byte aligned, got {x:#x}")
     if m == 0:
         return
-    fn = _cached("zero_tail", _TAIL_KEY, compile_zero_tail)
+    fn = _kernels.get("zero_tail", _TAIL_KEY, compile_zero_tail)
     if TVM_FFI:
         fn(x, offsets, m, row_bytes // 16, groups, stream_handle)
         return
@@ -123,7 +106,7 @@ def launch_gather(x: int, idx: int, valid: int, out: int, rows_out: int, row_byt
         raise ValueError(f"x, out: must be 16-byte aligned, got {x:#x}, {out:#x}")
     if rows_out == 0:
         return
-    fn = _cached("gather_rows", _GATHER_KEY, compile_gather)
+    fn = _kernels.get("gather_rows", _GATHER_KEY, compile_gather)
     if TVM_FFI:
         fn(x, idx, valid, out, rows_out, row_bytes // 16, stream_handle)
         return

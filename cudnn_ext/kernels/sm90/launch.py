@@ -10,7 +10,6 @@ No torch, no policy.
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 
 # The DSL reads its target once at import; on a machine without a GPU it would otherwise
@@ -25,14 +24,12 @@ from cutlass import Float32, Int32  # noqa: E402
 from cutlass.cute.runtime import make_fake_stream, make_ptr  # noqa: E402
 
 from ...runtime import compile_cache  # noqa: E402
+from ..placeholders import TVM_FFI  # noqa: E402
 from .config import Sm90Config, Sm90TraceConfig  # noqa: E402
 from .kernel import DSL_DTYPES, GroupedDgluSm90  # noqa: E402
 
 _GMEM = cute.AddressSpace.gmem
 
-#: The TVM-FFI calling convention converts arguments in C++ (a few microseconds per launch
-#: instead of ~100 us of Python argument packing); used when apache-tvm-ffi is installed.
-TVM_FFI = importlib.util.find_spec("tvm_ffi") is not None
 
 
 def make_kernel(cfg: Sm90Config) -> GroupedDgluSm90:
