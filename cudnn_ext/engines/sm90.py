@@ -42,7 +42,7 @@ _HALF_DTYPES = (torch.bfloat16, torch.float16)
 #: The config's fields a problem fixes (the rest are knobs and launch variants).
 FAMILY_FIELDS = ("n", "k", "ab_dtype", "c_dtype", "d_dtype", "act_func", "generate_dbias",
                  "weight_mode", "b_major", "generate_activation", "round_dgrad", "geglu_beta",
-                 "has_prob", "has_dprob", "generate_amax", "situ_beta1", "situ_beta2")
+                 "has_prob", "has_dprob", "generate_amax", "situ_beta1", "situ_beta2", "ragged_m")
 TILE_NS = (64, 128)
 #: CTAs per cluster along M offered for dense weights (2 = B k-tiles multicast to a CTA pair).
 CLUSTER_MS = (1, 2)
@@ -106,7 +106,8 @@ def config_for(problem: DgluProblem, **knobs) -> Sm90Config:
                 round_dgrad=bool(problem.round_dgrad_to_input_dtype),
                 geglu_beta=act.act_func != "dgeglu" or act.dgeglu_applies_beta,
                 has_prob=bool(problem.has_prob), has_dprob=bool(problem.has_dprob),
-                generate_amax=amax, situ_beta1=betas[0], situ_beta2=betas[1], **knobs)
+                generate_amax=amax, situ_beta1=betas[0], situ_beta2=betas[1],
+                ragged_m=problem.m_aligned < 256, **knobs)
 
 
 def dense_problem(problem: DgluProblem) -> DgluProblem:
@@ -125,8 +126,11 @@ def cooperative_config(problem: DgluProblem) -> Sm90Config:
     (``Sm90DgluEngine._cooperative_applies``): the deep form at K >= _COOP_MIN_DEEP_K (its
     3 A/B stages next to 4 C stages need 16-bit C, as the schedule does), else the 2-stage
     form (the shallow and mid rules)."""
-    return config_for(problem, **(COOPERATIVE_DEEP_KNOBS if problem.k >= _COOP_MIN_DEEP_K
-                                  else COOPERATIVE_KNOBS))
+    knobs = dict(COOPERATIVE_DEEP_KNOBS if problem.k >= _COOP_MIN_DEEP_K else COOPERATIVE_KNOBS)
+    if problem.m_aligned < 256:
+        # the ragged schedule has no clusters along M (Sm90Config.ragged_m)
+        knobs.update(cluster_m=1, raster_group_m=RASTER_GROUP_M[1])
+    return config_for(problem, **knobs)
 
 
 def placement_reasons(problem: DgluProblem) -> list:
@@ -237,7 +241,10 @@ class Sm90Plan(CompiledPlan):
         self._required = tuple(i for i, on in enumerate((
             config.has_prob, config.has_dprob, config.generate_activation, config.generate_amax))
             if on)
-        self._always_needs_ws = self._discrete or self._split or self._always_needs_ws
+        # (ragged_m: the tile table lives in the scratch)
+        self._ragged = config.ragged_m
+        self._always_needs_ws = (self._discrete or self._split or self._ragged
+                                 or self._always_needs_ws)
         # Discrete: [b_descriptors: L x 128 B][kernel scratch], each 128-B aligned
         # (WorkspaceLayout rule); the trace build: [trace][kernel scratch]. Otherwise the
         # scratch alone at offset 0.
@@ -267,7 +274,7 @@ class Sm90Plan(CompiledPlan):
 
     def _scratch_name(self) -> str:
         """The kernel's scratch region: the dbias sums and counters, and with split_last
-        its flags and partial-sum slots after them."""
+        its flags and partial-sum slots after them (ragged_m: then the tile table)."""
         return "split_partials" if self._split else "dbias_partials"
 
     @property
@@ -385,7 +392,7 @@ class Sm90Plan(CompiledPlan):
         # kept zero) and the kernel folds it into dbias, leaving it zero; likewise the split's
         # flags, which each final part resets.
         scratch = dprob
-        if dbias or self._split:
+        if dbias or self._split or self._ragged:
             scratch = workspace + self._dbias_off
             if self._split and scratch % 16:
                 raise ValueError(f"workspace: must be 16-byte aligned for the split last "
@@ -520,9 +527,16 @@ class Sm90DgluEngine(Engine):
         descriptor), with 64-row C entries where ``_c_split_applies``; plus the cooperative
         128 x 256 form where ``_cooperative_applies``."""
         shapes = CLUSTER_SHAPES if problem.weight_mode == "dense" else ((1, 1), (2, 1))
+        tile_ns = TILE_NS
+        if problem.m_aligned < 256:
+            # ragged M: no clusters along M; with the activation output the 128-wide
+            # epilogue spills (252 B; 64-wide: 20 B; tests/compile/test_sm90_compile.py)
+            shapes = ((1, 1),)
+            if problem.generate_activation:
+                tile_ns = (64,)
         space = [config_for(problem, tile_n=t, cluster_m=cm, cluster_n=cn,
                             c_split=2 if self._c_split_applies(problem, t, cn) else 1)
-                 for cm, cn in shapes for t in TILE_NS]
+                 for cm, cn in shapes for t in tile_ns]
         if self._cooperative_applies(problem):
             space.append(cooperative_config(problem))
         return space

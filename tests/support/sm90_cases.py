@@ -18,7 +18,7 @@ from cudnn_ext.reference import reference_outputs
 
 @dataclass(frozen=True)
 class Case:
-    groups: Sequence[int]  # rows per expert (multiples of 256, zeros allowed)
+    groups: Sequence[int]  # rows per expert (multiples of m_aligned, zeros allowed)
     n: int
     k: int
     act: str = "dswiglu"
@@ -41,6 +41,9 @@ class Case:
     split_last: int = 1  # (cooperative) the last round spread over up to rem x this many clusters
     activation: bool = False  # (dgeglu) the activation output, (M, N) bf16
     round_dgrad: bool = False  # round_dgrad_to_input_dtype: alpha^2 * acc rounded to bf16
+    # every offset a multiple of this (below 256: the ragged schedule); with it, A and C rows
+    # past the last offset hold NaN (a tile of the last expert reads them)
+    m_aligned: int = 256
 
     def label(self) -> str:
         dt = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
@@ -55,7 +58,8 @@ class Case:
                 f"{'-c%d' % self.c_stages if self.c_stages else ''}"
                 f"{'-h%d' % self.c_split if self.c_split > 1 else ''}"
                 f"{'-x%d' % self.split_last if self.split_last > 1 else ''}"
-                f"{'-act' if self.activation else ''}{'-rnd' if self.round_dgrad else ''}")
+                f"{'-act' if self.activation else ''}{'-rnd' if self.round_dgrad else ''}"
+                f"{'-a%d' % self.m_aligned if self.m_aligned != 256 else ''}")
 
 
 def make_pack(case: Case, device="cuda"):
@@ -73,6 +77,11 @@ def make_pack(case: Case, device="cuda"):
         b_ptrs, keep = discrete_weights(b, case.b_major)
         b = None
     c = (3.0 * torch.randn(m, 2 * n, device=device)).to(case.c_dtype)
+    if case.m_aligned != 256:
+        # the ragged schedule loads these rows into the last expert's partial tile: none of
+        # them may reach an output
+        a[sum(case.groups):] = float("nan")
+        c[sum(case.groups):] = float("nan")
     pack = {
         "a": a, "b": b, "c": c,
         "d_row": torch.full((m, 2 * n), float("nan"), dtype=case.d_dtype, device=device),
@@ -100,7 +109,8 @@ def make_pack(case: Case, device="cuda"):
                           act=act, generate_dbias=case.dbias, device_type="cuda",
                           device_index=torch.device(device).index,
                           generate_activation=case.activation,
-                          round_dgrad_to_input_dtype=case.round_dgrad)
+                          round_dgrad_to_input_dtype=case.round_dgrad,
+                          m_aligned=case.m_aligned)
     return problem, pack
 
 
@@ -554,4 +564,34 @@ def situglu_cases() -> list:
              extra_rows=16384, **co),
         Case([256, 0, 768, 256], 96, 200, "dsituglu", torch.float32, torch.float32,
              weight_mode="discrete", b_major="n", tile_n=64),
+    ]
+
+
+def ragged_cases() -> list:
+    """Offsets aligned to 8-128 rows (the ragged schedule: each expert's own tiles, the last
+    one partial, its rows past the expert's end masked): experts of 8 rows, of one row short
+    of and one past a tile, empty ones first, in the middle and last; N and K tails; both
+    activations and signed beta; fp32 D (register stores) and fp16 C/D; dbias off; the
+    activation output; discrete weights, K- and N-major; cooperative 128 x 256 with and
+    without the split last round; 64-row C entries and 2 C stages; L = 128 of 8 rows each;
+    a many-tile walk. A and C rows past the last offset hold NaN."""
+    co = dict(cooperative=True)
+    odd = [8, 0, 136, 120, 264, 0, 504, 8]
+    return [
+        Case(odd, 96, 200, "dswiglu", m_aligned=8),
+        Case([0, 8] + odd, 320, 264, "dgeglu", m_aligned=8, signed_beta=True),
+        Case([16, 48, 0, 144], 128, 192, "dswiglu", torch.bfloat16, torch.float32, m_aligned=16),
+        Case([32, 96, 224, 0], 160, 128, "dgeglu", torch.float16, torch.float16, m_aligned=32),
+        Case([64, 192, 0, 320], 160, 200, "dswiglu", dbias=False, tile_n=64, m_aligned=64),
+        Case([128, 384, 0, 640, 128], 352, 200, "dgeglu", m_aligned=128),
+        Case(odd, 96, 200, "dgeglu", activation=True, tile_n=64, m_aligned=8),
+        Case(odd, 96, 200, "dswiglu", weight_mode="discrete", m_aligned=8),
+        Case(odd, 160, 264, "dgeglu", weight_mode="discrete", b_major="n", m_aligned=8),
+        Case(odd, 320, 264, "dswiglu", tile_n=256, m_aligned=8, **co),
+        Case([1000, 8, 0, 2040, 520, 1304, 8, 2000], 512, 1416, "dgeglu", tile_n=256,
+             split_last=3, extra_rows=16384, m_aligned=8, **co),
+        Case(odd * 4, 352, 200, "dswiglu", c_split=2, m_aligned=8),
+        Case(odd * 4, 352, 200, "dgeglu", tile_n=64, c_stages=2, m_aligned=8),
+        Case([8] * 128, 64, 64, "dswiglu", m_aligned=8),
+        Case([1000, 8, 0, 4088, 1032, 504, 248, 2040], 512, 1416, "dgeglu", m_aligned=8),
     ]

@@ -89,6 +89,17 @@ class Sm90Config:
     * ``fold_dbias``: the kernel folds the fp32 column sums into the caller's bf16 dbias
       (arrival counters; every launch leaves the region zero); False leaves the fp32 sums as
       the result (the JAX FFI path: XLA hands zeroed buffers and JAX rounds).
+
+    Row schedule:
+
+    * ``ragged_m``: expert offsets need only be multiples of 8 (``m_aligned`` below 256). Each
+      expert gets ceil(rows / 128) M-tiles of its own, starting at its first row, so a tile
+      may run past its expert's end: those rows are loaded but reach no output (D leaves
+      through a descriptor that clips at the expert's end, the register stores and dprob
+      atomics are predicated, dbias and amax terms are zeroed by select). A helper kernel
+      writes the per-expert cumulative tile counts into the scratch region
+      (``ragged_table_offset``). Clusters along M are off (a pair would multicast one
+      expert's B to a tile of another).
     """
 
     n: int
@@ -120,6 +131,7 @@ class Sm90Config:
     init_outputs: bool = False
     ws_zeroed: bool = False
     fold_dbias: bool = True
+    ragged_m: bool = False
 
     # ------------------------------------------------------------------ (de)serialization
     def as_dict(self) -> dict:
@@ -175,6 +187,10 @@ class Sm90Config:
             raise ValueError(f"cluster_n must be 1 with discrete B, got {self.cluster_n}")
         if self.init_outputs and self.generate_dbias and not self.fold_dbias:
             raise ValueError("init_outputs with dbias needs fold_dbias (the fold writes dbias)")
+        if self.ragged_m and self.cluster_m != 1:
+            raise ValueError(f"cluster_m must be 1 with ragged_m (a cluster pair along M "
+                             f"shares its B k-tiles, which tiles of two experts do not), got "
+                             f"{self.cluster_m}")
         if self.cluster_n not in (1, 2) or (self.cluster_n == 2 and self.cluster_m != 2):
             raise ValueError(f"cluster_n must be 1, or 2 with cluster_m == 2, got "
                              f"cluster_n={self.cluster_n}, cluster_m={self.cluster_m}")
@@ -342,9 +358,21 @@ class Sm90Config:
         leaves zero: the dbias sums and counters, then the split's flags."""
         return self.dbias_ws_elems(num_experts) + self.split_flags()
 
+    def ragged_table_offset(self, num_experts) -> int:
+        """4-byte element offset of the ragged schedule's table (``ragged_m``): L int32
+        cumulative M-tile counts, written by a helper kernel each launch, after the zeroed
+        part and the split's slots, 128-byte aligned."""
+        if self.split():
+            end = self.split_part_offset(num_experts) + self.split_part_floats()
+        else:
+            end = self.zeroed_ws_elems(num_experts)
+        return (end + 31) // 32 * 32
+
     def scratch_ws_elems(self, num_experts) -> int:
         """4-byte elements of the kernel's whole scratch region: the zeroed part, then (split)
-        the partial-sum slots, 128-byte aligned."""
+        the partial-sum slots, then (ragged_m) the tile table, each 128-byte aligned."""
+        if self.ragged_m:
+            return self.ragged_table_offset(num_experts) + num_experts
         if self.split():
             return self.split_part_offset(num_experts) + self.split_part_floats()
         return self.zeroed_ws_elems(num_experts)

@@ -18,18 +18,14 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32
 
 from .config import C_BLOCK_COLS, MATH_WARPGROUPS, TILE_M
-from .tile_walk import expert_of_row
 
 
 class DbiasHandBack(NamedTuple):
     """What a ping-pong C producer warp needs to add its warpgroup's dbias column sums
-    (``c_producer``): the per-stage slices, the offsets and expert count (the expert of a
-    tile), the fp32 workspace, and the (full, empty) mbarriers on which it hands each
-    tile's sums to the folder warp (``HandOver``)."""
+    (``c_producer``): the per-stage slices, the fp32 workspace, and the (full, empty)
+    mbarriers on which it hands each tile's sums to the folder warp (``HandOver``)."""
 
     sDb: object
-    offs: object
-    num_experts: object
     ws: object
     fold_mbar: object
 
@@ -147,8 +143,8 @@ class DbiasMixin:
                 sDb[(col + i, (tidx % 128) // 32, where)] = vals[i]
 
     @cute.jit
-    def dbias_folder(self, mOffs, num_experts, mWs, mCount, mDbOut, unit0, walk, m_tiles,
-                     tidx, sDb, hand_mbar, split):
+    def dbias_folder(self, mWs, mCount, mDbOut, unit0, walk, m_tiles, tidx, sDb, hand_mbar,
+                     split):
         """Warp 3 (otherwise idle): folds the fp32 dbias column sums into the caller's bf16
         dbias from inside the kernel, so that no second kernel is needed, and (cooperative,
         folded or not) sums each block's dbias slot into the workspace.
@@ -166,7 +162,8 @@ class DbiasMixin:
         completes the expert's tiles (the scheduled 128-row M-tiles whose first row is the
         expert's, among the first ``m_tiles``: (offs[e] - offs[e-1]) / 128 with 256-aligned
         offsets, and still a count every counter reaches when offsets are not 256-aligned
-        or negative; decreasing offsets can leave one short) folds the
+        or negative; decreasing offsets can leave one short; ``ragged_m``: the expert's
+        tiles in the table, table[e] - table[e-1]) folds the
         tile's 2*TILE_N columns: each sum read by atomic exchange with 0 (coherent at L2,
         leaves zero), dbias = bf16(fp32(dbias) + sum), then the counter reset. So every
         launch leaves the dbias region of the workspace zero (``_count_and_fold``). The
@@ -175,7 +172,7 @@ class DbiasMixin:
         their loops: in the math warps that cost ptxas ~50 B of spills in the fp32-C
         epilogue). The phantom N-tile of an odd cluster_n pair is handed over but not
         counted (no columns, no counter)."""
-        nunits, num_units, _, _ = walk
+        nunits, num_units, _, _, _ = walk
         lane = tidx % 32
         unit = self.first_epi_unit(unit0, split)  # (split: final pieces only)
         k = Int32(0)
@@ -183,7 +180,7 @@ class DbiasMixin:
         end = self.epi_end(num_units, split)
         while unit < end:
             m_tile, n_tile = self.tile_of(unit, walk)
-            expert = expert_of_row(mOffs, num_experts, m_tile * TILE_M)
+            expert, _, _ = self.tile_rows(m_tile, walk)
             n0 = n_tile * self.tile_n
             if cutlass.const_expr(self.coop):
                 self._sum_slots(sDb, mWs, expert, n0, lane, hand_mbar, kslot)
@@ -200,24 +197,32 @@ class DbiasMixin:
                     cute.arch.fence_acq_rel_gpu()
                     cute.arch.sync_warp()
                 if n0 < self.cfg.n:
-                    self._count_and_fold(mOffs, mWs, mCount, mDbOut, expert, n_tile, m_tiles,
-                                         lane)
+                    self._count_and_fold(walk[4], mWs, mCount, mDbOut, expert, n_tile,
+                                         m_tiles, lane)
             unit = self.next_epi_unit(unit, nunits, split)
             k += 1
 
     @cute.jit
-    def _count_and_fold(self, mOffs, mWs, mCount, mDbOut, expert, n_tile, m_tiles, lane):
+    def _count_and_fold(self, rows, mWs, mCount, mDbOut, expert, n_tile, m_tiles, lane):
         """Lane 0 counts a tile's arrival on (expert, N-tile); the count that completes the
-        expert's tiles folds the tile's columns (see ``dbias_folder``)."""
+        expert's tiles folds the tile's columns (see ``dbias_folder``). ``rows``: the
+        offsets, the ragged table and the expert count."""
+        mOffs, mTable, _ = rows
         two_n = 2 * self.cfg.n
         n0 = n_tile * self.tile_n
         counter = (mCount.iterator + (expert * self.num_n_tiles + n_tile)).llvm_ptr
         last = Int32(0)
         if lane == 0:
             lo = Int32(0)
-            if expert > 0:  # (clamped: a negative offset breaks the contract)
-                lo = cutlass.max((mOffs[expert - 1] + (TILE_M - 1)) // TILE_M, Int32(0))
-            hi = cutlass.min((mOffs[expert] + (TILE_M - 1)) // TILE_M, m_tiles)
+            hi = Int32(0)
+            if cutlass.const_expr(self.cfg.ragged_m):
+                if expert > 0:
+                    lo = mTable[expert - 1]
+                hi = mTable[expert]
+            else:
+                if expert > 0:  # (clamped: a negative offset breaks the contract)
+                    lo = cutlass.max((mOffs[expert - 1] + (TILE_M - 1)) // TILE_M, Int32(0))
+                hi = cutlass.min((mOffs[expert] + (TILE_M - 1)) // TILE_M, m_tiles)
             old = cute.arch.atomic_add(counter, Int32(1), sem="acq_rel", scope="gpu")
             if old == hi - lo - 1:
                 last = Int32(1)

@@ -29,9 +29,8 @@ import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 from cutlass import Float32, Int32
 
-from .config import C_BLOCK_COLS, MATH_WARPGROUPS, TILE_M
+from .config import C_BLOCK_COLS, MATH_WARPGROUPS
 from .epilogue_math import LOG2_E, dgeglu_local, dsituglu_local, dswiglu_unscaled
-from .tile_walk import expert_of_row
 
 
 class EpilogueParams(NamedTuple):
@@ -80,7 +79,7 @@ class DgluEpilogueMixin:
         return 32 if self.dbias_via_producer() else 1
 
     @cute.jit
-    def c_producer(self, c_pipe, tma_atom_c, tCgC, tCsC, w, unit0, walk, d_store, dbias,
+    def c_producer(self, c_pipe, tma_atom_c, tCgC, tCsC, c_src, w, unit0, walk, d_store, dbias,
                    split):
         """Warp 1 + w: TMA-loads, block by block, the C window of every tile math warpgroup
         w will process (the same walk as that warpgroup). It runs ahead into the next tile
@@ -101,24 +100,31 @@ class DgluEpilogueMixin:
         The last ``c_stages`` blocks are handled after the walk, and this warp waits for
         every store before it exits. Otherwise no producer tail: there is no cluster, and the
         consumers' arrives are their own shared-memory operations, complete before the CTA
-        can exit."""
-        nunits, num_units, _, _ = walk
+        can exit.
+
+        ``c_src``: C's TMA tensor and the C stages (``ragged_m``: a tile's C rows start at
+        its own first row, so its blocks are partitioned per tile, ``_ragged_c``)."""
+        nunits, num_units, _, _, _ = walk
         # (split: the units whose epilogue this CTA runs, final pieces only)
         unit = self.first_epi_unit(unit0 + self.first_unit_offset(w, nunits), split)
         p = Int32(0)
-        cur = (Int32(0), Int32(0), Int32(0))
+        cur = (Int32(0), Int32(0), Int32(0), Int32(0), Int32(0))
         prev = cur
         end = self.epi_end(num_units, split)
         while unit < end:
             m_tile, n_tile = self.tile_of(unit, walk)
-            # (M-tile, N-tile, expert) of the tile being loaded and of the one before: the
-            # first c_stages entries of a tile hand back the previous tile's last entries
-            # (with c_stages <= nent; the expert is needed for dbias only)
-            expert = Int32(0)
-            if cutlass.const_expr(dbias is not None):
-                expert = expert_of_row(dbias.offs, dbias.num_experts, m_tile * TILE_M)
+            # (M-tile, N-tile, expert, first row, end row) of the tile being loaded and of
+            # the one before: the first c_stages entries of a tile hand back the previous
+            # tile's last entries (with c_stages <= nent; the expert is needed for dbias
+            # only, the rows with ragged_m only)
+            expert, row0, row_end = Int32(0), Int32(0), Int32(0)
+            if cutlass.const_expr(dbias is not None or self.cfg.ragged_m):
+                expert, row0, row_end = self.tile_rows(m_tile, walk)
             prev = cur
-            cur = (m_tile, n_tile, expert)
+            cur = (m_tile, n_tile, expert, row0, row_end)
+            c_tile, tCgC_t = m_tile, tCgC
+            if cutlass.const_expr(self.cfg.ragged_m):
+                c_tile, tCgC_t = 0, self._ragged_c(tma_atom_c, c_src, row0)
             for e in cutlass.range_constexpr(self.nent):
                 j, h = e // self.c_split, e % self.c_split
                 st = self.c_state(w, p + e, True)
@@ -145,7 +151,7 @@ class DgluEpilogueMixin:
                 # a block past column 2N is entirely out of bounds: TMA zero-fills it (and
                 # still counts the full box bytes), the epilogue never stores it
                 cute.copy(tma_atom_c,
-                          tCgC[(None, self.c_row_block(m_tile, w, h), n_tile * self.nblk + j)],
+                          tCgC_t[(None, self.c_row_block(c_tile, w, h), n_tile * self.nblk + j)],
                           tCsC[(None, st.index)], tma_bar_ptr=c_pipe.producer_get_barrier(st))
                 c_pipe.producer_commit(st)
                 if cutlass.const_expr(dbias is not None):
@@ -178,7 +184,7 @@ class DgluEpilogueMixin:
         come with its last row half's entry. The D store is issued first, the dbias sums go
         out while it reads the stage, then this warp waits for that read (the next load
         overwrites it)."""
-        m_tile, n_tile, expert = tile
+        m_tile, n_tile, expert, row0, row_end = tile
         if cutlass.const_expr(d_store is not None):
             if cutlass.const_expr(self.c_stages > self.nent):
                 # two or more tiles back (no dbias): find the tile from the FIFO position
@@ -186,7 +192,9 @@ class DgluEpilogueMixin:
                 m_tile, n_tile = self.tile_of(
                     unit0 + self.first_unit_offset(w, nunits)
                     + (q // self.nent) * self.unit_step(nunits), walk)
-            self._store_d_block(d_store, st, w, e_q, m_tile, n_tile)
+                if cutlass.const_expr(self.cfg.ragged_m):
+                    _, row0, row_end = self.tile_rows(m_tile, walk)
+            self._store_d_block(d_store, st, w, e_q, m_tile, n_tile, row0, row_end)
         if cutlass.const_expr(dbias is not None and e_q % self.c_split == self.c_split - 1):
             sDb = dbias.sDb
             two_n = 2 * self.cfg.n
@@ -210,7 +218,7 @@ class DgluEpilogueMixin:
             # dbias every lane also arrives there itself: see c_producer)
             cute.arch.sync_warp()
 
-    def _store_d_block(self, d_store, st, w, e_q: int, m_tile, n_tile):
+    def _store_d_block(self, d_store, st, w, e_q: int, m_tile, n_tile, row0, row_end):
         """Issue the TMA store of the D entry in C stage ``st``: warpgroup w's entry ``e_q``
         (block e_q // c_split, row half e_q % c_split) of tile (m_tile, n_tile). The caller
         waits for the store's read of the stage before reloading it.
@@ -218,12 +226,32 @@ class DgluEpilogueMixin:
         The math warps wrote it over the C entry, fenced their writes to the async proxy and
         released the stage (lane 0 of each warp after a warp sync, or with ping-pong dbias
         every thread); the acquire that got us here orders the store after them. An entry
-        past 2N lies outside the tensor map: TMA writes nothing."""
-        tma_atom_d, tDsD, tDgD = d_store
+        past 2N lies outside the tensor map: TMA writes nothing. ``ragged_m``: the tensor map
+        is the clipping one (``_ragged_rows``), viewed from the tile's first row with the
+        expert's end as its bound: rows from ``row_end`` on are not written."""
+        tma_atom_d, tDsD, tDgD, mD_tma, sC = d_store
+        if cutlass.const_expr(self.cfg.ragged_m):
+            gD = cute.local_tile(self._ragged_rows(mD_tma, row0, row_end - row0),
+                                 (self.c_rows, C_BLOCK_COLS), (None, None))
+            _, tDgD = cute.nvgpu.cpasync.tma_partition(
+                tma_atom_d, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2),
+                cute.group_modes(gD, 0, 2))
+            m_tile = 0
         cute.copy(tma_atom_d, tDsD[(None, st.index)],
                   tDgD[(None, self.c_row_block(m_tile, w, e_q % self.c_split),
                         n_tile * self.nblk + e_q // self.c_split)])
         cute.arch.cp_async_bulk_commit_group()
+
+    def _ragged_c(self, tma_atom_c, c_src, row0):
+        """(``ragged_m``) C's blocks of the 128 rows from ``row0`` on, partitioned as the
+        kernel partitions the whole of C: M-tile 0 of the offset view."""
+        mC, sC = c_src
+        gC = cute.local_tile(cute.domain_offset((row0, 0), mC), (self.c_rows, C_BLOCK_COLS),
+                             (None, None))
+        _, tCgC = cute.nvgpu.cpasync.tma_partition(
+            tma_atom_c, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2),
+            cute.group_modes(gC, 0, 2))
+        return tCgC
 
     # ------------------------------------------------------------------ epilogue
     # Plain-Python helpers: they run while tracing (their loops unroll), building lists of
@@ -284,6 +312,11 @@ class DgluEpilogueMixin:
         return [(bits << 16).bitcast(Float32), (bits & Int32(-65536)).bitcast(Float32)]
 
     @staticmethod
+    def _and(cond, keep):
+        """cond and the row's ``keep`` (a Python True unless ragged_m: no extra op then)."""
+        return cond if keep is True else cond & keep
+
+    @staticmethod
     def _add_term(total, x):
         """total + x, or x itself for the first term: summing from 0.0 leaves ptxas one FADD
         per column sum and block to keep (0.0 + -0.0 is +0.0)."""
@@ -316,8 +349,8 @@ class DgluEpilogueMixin:
             sCj[(r, col + 1)] = x1.to(self.d_dtype)
 
     @cute.jit
-    def epilogue(self, acc, tCcC, c_pipe, sC, wg, cpos, params: EpilogueParams, m_tile, n_tile,
-                 expert, tidx, sDb, hand_mbar, kslot):
+    def epilogue(self, acc, tCcC, c_pipe, sC, wg, cpos, params: EpilogueParams, tile_rows,
+                 n_tile, expert, tidx, sDb, hand_mbar, kslot):
         """Fused dGLU epilogue from one warpgroup's wg_rows x TILE_N accumulator registers
         (ping-pong: the whole 128-row tile, two 64-row halves; cooperative: its 64 rows).
 
@@ -330,13 +363,15 @@ class DgluEpilogueMixin:
         columns [0, 32) gate, [32, 64) up, loaded by TMA ahead of time).
 
         The interface (in: accumulator, C blocks, tile; out: D block, dprob and dbias
-        partials) is the module's docstring.
+        partials) is the module's docstring. ``tile_rows``: the tile's first row and its
+        expert's end row (``ragged_m``: rows from there on are masked out of every output).
         """
         (mD, mAct, mAmax, mAlpha, mBeta, mProb, mDprob, geglu_alpha, clamp_max, clamp_min,
          linear_offset) = params
         cfg = self.cfg
         two_n = 2 * cfg.n
-        row0 = m_tile * TILE_M
+        row0, row_end = tile_rows
+        ragged = cfg.ragged_m
         n0 = n_tile * self.tile_n
         alpha = mAlpha[expert]
         g_scale = alpha * alpha
@@ -360,9 +395,15 @@ class DgluEpilogueMixin:
         dprob_scale = hoisted * c_scale * c_scale
 
         rows = self._thread_rows(tCcC, row0)
+        # (ragged_m) which of this thread's rows are its expert's; the others are read at
+        # the expert's last row (they may lie past M) and every output of them is dropped
+        keep = [True] * len(rows)
+        if cutlass.const_expr(ragged):
+            keep = [r < row_end for r in rows]
         probs = [Float32(1.0)] * len(rows)  # without prob: p = 1
         if cutlass.const_expr(cfg.has_prob):
-            probs = self._gather(mProb, rows)
+            probs = self._gather(mProb, rows if not ragged
+                                 else [cutlass.min(r, row_end - 1) for r in rows])
         # (generate_amax) this thread's max |dgate|, max |dup| over the tile, from 0 with
         # the NaN-quiet fmax: a NaN value never reaches amax (docs/vendor_contract.md §2.5)
         amax_g = Float32(0.0)
@@ -432,7 +473,12 @@ class DgluEpilogueMixin:
                             dg_l, du_l, act = dgeglu_local(gates[c], ups[c], geglu_alpha,
                                                            clamp_max, clamp_min, linear_offset)
                         r = g0[c] * row_scale[slot]
-                        outs.append((r * dg_l, r * du_l))
+                        dg, du = r * dg_l, r * du_l
+                        if cutlass.const_expr(ragged):
+                            # a select, not a product: the dropped rows may hold inf or NaN
+                            dg = Float32(cutlass.select_(keep[slot], dg, Float32(0.0)))
+                            du = Float32(cutlass.select_(keep[slot], du, Float32(0.0)))
+                        outs.append((dg, du))
                         if cutlass.const_expr(cfg.has_dprob):
                             dprob[slot] = dprob[slot] + g0[c] * act
                         if cutlass.const_expr(cfg.generate_amax):
@@ -448,12 +494,12 @@ class DgluEpilogueMixin:
                         # over the gate/up elements this thread (alone) just read
                         self._put_pair(sCj, r_blk, c_loc, outs[0][0], outs[1][0])
                         self._put_pair(sCj, r_blk, c_loc + 32, outs[0][1], outs[1][1])
-                    elif valid:
+                    elif self._and(valid, keep[slot]):
                         off = (row0 + r_loc) * two_n + 2 * n0 + 64 * j + c_loc
                         self._store_pair(mD, off, outs[0][0], outs[1][0])
                         self._store_pair(mD, off + 32, outs[0][1], outs[1][1])
                     if cutlass.const_expr(cfg.generate_activation):
-                        if valid:  # accumulator column n0 + 32 j + c_loc, de-interleaved
+                        if self._and(valid, keep[slot]):  # accumulator column n0 + 32 j + c_loc, de-interleaved
                             off = (row0 + r_loc) * cfg.n + n0 + 32 * j + c_loc
                             self._store_pair(mAct, off, acts[0] * probs[slot],
                                              acts[1] * probs[slot])
@@ -476,7 +522,8 @@ class DgluEpilogueMixin:
                 dprob[s] = x * dprob_scale
             if lane % 4 == 0:
                 for s in cutlass.range_constexpr(len(dprob)):
-                    cute.arch.atomic_add((mDprob.iterator + rows[s]).llvm_ptr, dprob[s])
+                    if keep[s]:
+                        cute.arch.atomic_add((mDprob.iterator + rows[s]).llvm_ptr, dprob[s])
         if cutlass.const_expr(cfg.generate_amax):
             self._amax_out(mAmax, expert, lane, amax_g, amax_u)
 

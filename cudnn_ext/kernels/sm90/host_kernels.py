@@ -1,7 +1,8 @@
 """The SM90 kernel's helper kernels, launched before the main one on the same stream (a mixin of
 :class:`~.kernel.GroupedDgluSm90`): the zeroing of the workspace's dbias region, the
-fresh-outputs prologue (``init_outputs``) and the per-expert B TMA descriptors of discrete
-weights, built on the device from the pointer table (no host read of pointers).
+fresh-outputs prologue (``init_outputs``), the per-expert B TMA descriptors of discrete
+weights, built on the device from the pointer table (no host read of pointers), and the ragged
+schedule's tile table (``ragged_m``), built on the device from the offsets.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from cutlass import Int32
 from cutlass.tensor_utils.tensormap import TensorMapManager, TensorMapUpdateMode
 
 from .config import DESC_BYTES, TILE_K
+from .tile_walk import dsl_ops, ragged_units
 
 
 @cute.jit
@@ -62,6 +64,33 @@ class HostKernelsMixin:
             _zero_from(mWs, bid * 256 + tidx, step)
         if cutlass.const_expr(self.cfg.generate_dbias):
             _zero_from(mDb, bid * 256 + tidx, step)
+
+    @cute.kernel
+    def ragged_table(self, mOffs: cute.Tensor, mTable: cute.Tensor, num_experts: Int32):
+        """One warp: table[e] = M-tiles of experts 0..e in the ragged schedule (the running
+        sum of ``tile_walk.ragged_units``), 32 experts per step: each lane counts its
+        expert's tiles, a shuffle scan sums them, and lane 31's total carries over. No host
+        read of the offsets, so a CUDA graph replay with new offsets gets a new table."""
+        lane, _, _ = cute.arch.thread_idx()
+        ops = dsl_ops()
+        carry = Int32(0)
+        base = Int32(0)
+        while base < num_experts:
+            e = base + lane
+            count = Int32(0)
+            if e < num_experts:
+                start = Int32(0)
+                if e > 0:
+                    start = mOffs[e - 1]
+                count = ragged_units(mOffs[e] - start, ops)
+            for d in cutlass.range_constexpr(5):
+                up = cute.arch.shuffle_sync_up(count, offset=1 << d)
+                if lane >= (1 << d):
+                    count = count + up
+            if e < num_experts:
+                mTable[e] = carry + count
+            carry = carry + cute.arch.shuffle_sync(count, 31)
+            base += 32
 
     @cute.kernel
     def build_b_descriptors(self, b_ptrs_ptr: cute.Pointer, b_desc_ptr: cute.Pointer,

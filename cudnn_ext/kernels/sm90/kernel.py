@@ -26,7 +26,12 @@ from .epilogue import DgluEpilogueMixin, EpilogueParams
 from .host_kernels import HostKernelsMixin
 from .mainloop import MainloopMixin
 from .stream_k import StreamKMixin
-from .tile_walk import expert_of_row, grouped_raster
+from .tile_walk import expert_of_row, grouped_raster, ragged_tile
+
+#: The ragged D descriptor's row extent (``_ragged_rows``): any expert's rows fit below it.
+RAGGED_BIG = 1 << 30
+#: The ragged D descriptor's extra dimensions' extent: any coordinate used there fits below it.
+RAGGED_EXTENT = (1 << 31) - 1
 
 #: The CuTe DSL element type of each of the config's dtype names.
 DSL_DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16, "fp32": cutlass.Float32}
@@ -200,8 +205,11 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
         # D blocks go out from the C block's shared memory (same box and layout)
         tma_atom_d, tma_d = tma_atom_c, tma_c  # placeholders: unused without d_via_smem
         if cutlass.const_expr(cfg.d_via_smem()):
+            mD_store = mD
+            if cutlass.const_expr(cfg.ragged_m):
+                mD_store = self._ragged_rows_tensor(mD)
             tma_atom_d, tma_d = cute.nvgpu.cpasync.make_tiled_tma_atom(
-                cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(), mD, c_smem, c_box)
+                cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(), mD_store, c_smem, c_box)
 
         a_smem = cute.slice_(a_smem_staged, (None, None, 0))
         b_smem = cute.slice_(b_smem_staged, (None, None, 0))
@@ -240,6 +248,9 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
         # only the device reads); surplus CTAs find no tile and exit. ``sm_count`` is how
         # many CTAs can be resident at once (for clusters: max active clusters x cl).
         max_units = (m // (TILE_M * cm)) * cfg.num_n_units()
+        if cutlass.const_expr(cfg.ragged_m):
+            # each expert's last tile may be partial: at most one more tile per expert
+            max_units = (m // TILE_M + num_experts) * cfg.num_n_units()
         grid = (cutlass.min(max_units, sm_count // cl) * cl, 1, 1)
         fold = cfg.fold_in_kernel()
         total = num_experts * 2 * n
@@ -253,6 +264,16 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
         mCount = cute.make_tensor(cute.recast_ptr(dbias_ws_ptr + total, dtype=Int32),
                                   cute.make_layout((num_experts * self.num_n_tiles,)))
         mDb = cute.make_tensor(dbias_ptr, cute.make_layout((total,)))
+        # (ragged_m) the cumulative M-tile counts per expert, after the scratch's other regions
+        # (without ragged_m: a 1-element placeholder over the offsets, never read)
+        mTable = cute.make_tensor(offs_ptr, cute.make_layout((1,)))
+        if cutlass.const_expr(cfg.ragged_m):
+            mTable = cute.make_tensor(
+                cute.recast_ptr(dbias_ws_ptr + cfg.ragged_table_offset(num_experts), dtype=Int32),
+                cute.make_layout((num_experts,)))
+            # same stream, before the main kernel: every CTA reads the complete table
+            self.ragged_table(mOffs, mTable, num_experts).launch(
+                grid=(1, 1, 1), block=[32, 1, 1], stream=stream)
         if cutlass.const_expr(cfg.init_outputs):
             # dprob (M), D's tail rows, dbias and its workspace: a grid-stride pass each
             mDflat = cute.make_tensor(d_ptr, cute.make_layout((m * 2 * n,)))
@@ -271,7 +292,7 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
                 grid=(num_experts, 1, 1), block=[32, 1, 1], stream=stream)
         self.kernel(
             tma_atom_a, tma_a, tma_atom_b, tma_b, tma_atom_c, tma_c, tma_atom_d, tma_d, mC, mD,
-            mAct, mAmax, mOffs, mAlpha,
+            mAct, mAmax, mOffs, mTable, mAlpha,
             mBeta, mProb, mDprob, mDbias, mCount, mDb, b_desc_ptr, num_experts, geglu_alpha,
             clamp_max, clamp_min, linear_offset, tiled_mma, tiled_mma_first, a_smem_staged,
             b_smem_staged, c_smem_staged,
@@ -295,6 +316,7 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
         mAct: cute.Tensor,
         mAmax: cute.Tensor,
         mOffs: cute.Tensor,
+        mTable: cute.Tensor,
         mAlpha: cute.Tensor,
         mBeta: cute.Tensor,
         mProb: cute.Tensor,
@@ -328,7 +350,8 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
 
         # Schedule units: cluster_m M-tiles x cluster_n N-tiles (one tile per CTA of a
         # cluster; rank = m + cluster_m * n). Only M-tiles that hold rows are scheduled
-        # (offs[L-1] is a multiple of 256, so of 128 * cluster_m).
+        # (offs[L-1] is a multiple of 256, so of 128 * cluster_m; ragged_m: the table's
+        # count, every expert's tiles).
         cm, cn = self.cfg.cluster_m, self.cfg.cluster_n
         cl = cm * cn
         rank = Int32(0)
@@ -337,8 +360,10 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
         unit0 = bid // cl
         nunits = nblocks // cl
         valid_m_units = mOffs[num_experts - 1] // (TILE_M * cm)
+        if cutlass.const_expr(self.cfg.ragged_m):
+            valid_m_units = mTable[num_experts - 1]
         num_units = valid_m_units * self.cfg.num_n_units()
-        walk = (nunits, num_units, valid_m_units, rank)
+        walk = (nunits, num_units, valid_m_units, rank, (mOffs, mTable, num_experts))
         split = None
         if cutlass.const_expr(self.cfg.split()):
             split = self.split_walk(num_units, nunits, unit0, rank, mDbias, num_experts)
@@ -426,30 +451,31 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
 
         d_store = None
         if cutlass.const_expr(self.cfg.d_via_smem()):
-            gD = cute.local_tile(mD_tma, (self.c_rows, C_BLOCK_COLS), (None, None))
+            # (ragged_m: the rank-4 clipping view, partitioned per tile: _store_d_block)
+            gD = cute.local_tile(self._ragged_rows(mD_tma, 0, 0) if self.cfg.ragged_m
+                                 else mD_tma, (self.c_rows, C_BLOCK_COLS), (None, None))
             tDsD, tDgD = cute.nvgpu.cpasync.tma_partition(
                 tma_atom_d, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2),
                 cute.group_modes(gD, 0, 2))
-            d_store = (tma_atom_d, tDsD, tDgD)
+            d_store = (tma_atom_d, tDsD, tDgD, mD_tma, sC)
 
         if warp_group == 0:
             cute.arch.setmaxregister_decrease(self.producer_regs)
             if warp_idx == 0:
-                self.producer(ab_pipe, tma_atom_a, tAgA, tAsA, tma_atom_b, tBgB, tBsB, mOffs,
-                              num_experts, unit0, walk, b_desc_ptr, split)
+                self.producer(ab_pipe, tma_atom_a, tAgA, tAsA, tma_atom_b, tBgB, tBsB,
+                              (mA, sA), unit0, walk, b_desc_ptr, split)
             if (warp_idx == 1) | (warp_idx == 2):
                 dbias = None
                 if cutlass.const_expr(self.dbias_via_producer()):
                     # ping-pong: this warp adds its warpgroup's dbias column sums and
                     # tells the folder warp when a tile's are in the workspace
-                    dbias = DbiasHandBack(sDb, mOffs, num_experts, mDbias,
-                                          self.fold_mbar(hand_mbar, warp_idx - 1))
-                self.c_producer(c_pipe, tma_atom_c, tCgC_tma, tCsC_tma, warp_idx - 1, unit0,
-                                walk, d_store, dbias, split)
+                    dbias = DbiasHandBack(sDb, mDbias, self.fold_mbar(hand_mbar, warp_idx - 1))
+                self.c_producer(c_pipe, tma_atom_c, tCgC_tma, tCsC_tma, (mC_tma, sC),
+                                warp_idx - 1, unit0, walk, d_store, dbias, split)
             if cutlass.const_expr(self.cfg.has_folder()):
                 if warp_idx == 3:
-                    self.dbias_folder(mOffs, num_experts, mDbias, mCount, mDbOut, unit0, walk,
-                                      valid_m_units * cm, tidx, sDb, hand_mbar, split)
+                    self.dbias_folder(mDbias, mCount, mDbOut, unit0, walk, valid_m_units * cm,
+                                      tidx, sDb, hand_mbar, split)
         else:
             cute.arch.setmaxregister_increase(self.math_regs)
             wg = warp_group - 1
@@ -487,7 +513,7 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
             if cutlass.const_expr(split is None):
                 while unit < num_units:
                     m_tile, n_tile = self.tile_of(unit, walk)
-                    expert = expert_of_row(mOffs, num_experts, m_tile * TILE_M)
+                    expert, row0, row_end = self.tile_rows(m_tile, walk)
                     self._stamp(tr, 0, tcount, wg, bid)
                     if cutlass.const_expr(self.coop):
                         self._stamp(tr, 1, tcount, wg, bid)
@@ -500,8 +526,8 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
                         self.mma_mainloop(ab_pipe, mmas, tCrA, tCrB, acc, pos, mine_done,
                                           unit + nunits < num_units)
                     self._stamp(tr, 2, tcount, wg, bid)
-                    self.epilogue(acc, tCcC, c_pipe, sC, wg, cpos, epi, m_tile, n_tile, expert,
-                                  tidx, sDb, hand_mbar, kslot)
+                    self.epilogue(acc, tCcC, c_pipe, sC, wg, cpos, epi, (row0, row_end), n_tile,
+                                  expert, tidx, sDb, hand_mbar, kslot)
                     self._stamp(tr, 3, tcount, wg, bid)
                     if cutlass.const_expr(self.cfg.coop_dbias_slots()):
                         kslot += self._valid_blocks(n_tile * self.tile_n)
@@ -517,7 +543,7 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
                     unit, _, kcnt, final, handed, r, first, count = self.split_item(
                         i, unit0, nunits, split)
                     m_tile, n_tile = self.tile_of(unit, walk)
-                    expert = expert_of_row(mOffs, num_experts, m_tile * TILE_M)
+                    expert, row0, row_end = self.tile_rows(m_tile, walk)
                     self._stamp(tr, 0, tcount, wg, bid)
                     self._stamp(tr, 1, tcount, wg, bid)
                     self.mma_mainloop(ab_pipe, mmas, tCrA, tCrB, acc, pos, mine_done, False,
@@ -527,8 +553,8 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
                         self._split_hand_over(acc, split, unit0, r, first, count, final, tidx,
                                               split_bar)
                     if final:
-                        self.epilogue(acc, tCcC, c_pipe, sC, wg, cpos, epi, m_tile, n_tile,
-                                      expert, tidx, sDb, hand_mbar, kslot)
+                        self.epilogue(acc, tCcC, c_pipe, sC, wg, cpos, epi, (row0, row_end),
+                                      n_tile, expert, tidx, sDb, hand_mbar, kslot)
                         if cutlass.const_expr(self.cfg.coop_dbias_slots()):
                             kslot += self._valid_blocks(n_tile * self.tile_n)
                         cpos += self.nent
@@ -556,11 +582,45 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
     def tile_of(self, unit, walk):
         """(m_tile, n_tile) of this CTA in schedule unit ``unit``: the unit's cluster_m x
         cluster_n tiles (grouped raster over units), the CTA's rank picking one."""
-        _, _, valid_m_units, rank = walk
+        _, _, valid_m_units, rank, _ = walk
         cm, cn = self.cfg.cluster_m, self.cfg.cluster_n
         m_unit, n_unit = grouped_raster(unit, valid_m_units, self.cfg.num_n_units(),
                                         self.cfg.raster_group())
         return m_unit * cm + rank % cm, n_unit * cn + rank // cm
+
+    def tile_rows(self, m_tile, walk):
+        """(expert, first row, end row) of M-tile ``m_tile``: its 128 rows lie inside one
+        expert with 256-aligned offsets (end = first + 128); ``ragged_m``: the ragged
+        schedule's tile (``tile_walk.ragged_tile``), whose rows from ``end`` on are masked."""
+        mOffs, mTable, num_experts = walk[4]
+        if cutlass.const_expr(self.cfg.ragged_m):
+            return ragged_tile(mTable, mOffs, num_experts, m_tile)
+        row0 = m_tile * TILE_M
+        return expert_of_row(mOffs, num_experts, row0), row0, row0 + TILE_M
+
+    # ------------------------------------------------------------------ ragged rows (TMA)
+    @staticmethod
+    def _ragged_rows_tensor(mT):
+        """``mT`` (rows, cols), row-major, as the rank-4 tensor a clipping TMA store goes
+        through (``ragged_m``): (RAGGED_BIG, cols, E, E) with strides (s, 1, W, s),
+        s = the row stride, W = 2^64 / RAGGED_BIG - s elements. At (RAGGED_BIG - len + r, c,
+        RAGGED_BIG, row0 + len) the address is base + (row0 + r) s + c + RAGGED_BIG (s + W)
+        = base + (row0 + r) s + c modulo 2^64 (RAGGED_BIG (s + W) = 2^64 elements), while the
+        first coordinate leaves the tensor exactly where r reaches len: TMA clips the box
+        there. The base address is the tensor's own (``_ragged_rows`` picks the
+        coordinates)."""
+        s = mT.layout.stride[0]
+        # (the extra extents dynamic: static ones overflow the layout's size arithmetic)
+        return cute.make_tensor(mT.iterator, cute.make_layout(
+            (RAGGED_BIG, mT.layout.shape[1], Int32(RAGGED_EXTENT), Int32(RAGGED_EXTENT)),
+            stride=(s, 1, (1 << 64) // RAGGED_BIG - s, s)))
+
+    @staticmethod
+    def _ragged_rows(mT_tma, row0, length):
+        """The rank-2 coordinate view of a ``_ragged_rows_tensor`` TMA tensor whose row r is
+        global row row0 + r and whose rows from ``length`` on are out of bounds."""
+        view = mT_tma[(None, None, RAGGED_BIG, row0 + length)]
+        return cute.domain_offset((RAGGED_BIG - length, None), view)
 
 
     # ------------------------------------------------------------------ diagnostic hooks

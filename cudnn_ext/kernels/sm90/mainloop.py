@@ -16,7 +16,6 @@ import cutlass.pipeline as pipeline
 from cutlass import Int32
 
 from .config import TILE_M
-from .tile_walk import expert_of_row
 
 
 class MainloopMixin:
@@ -24,9 +23,11 @@ class MainloopMixin:
     ``ab_stages``, ``k_tile_cnt`` and the schedule (``tile_of``, ``split_item``)."""
 
     @cute.jit
-    def producer(self, ab_pipe, tma_atom_a, tAgA, tAsA, tma_atom_b, tBgB, tBsB, mOffs,
-                 num_experts, unit0, walk, b_desc_ptr, split):
-        nunits, num_units, _, rank = walk
+    def producer(self, ab_pipe, tma_atom_a, tAgA, tAsA, tma_atom_b, tBgB, tBsB, a_src, unit0,
+                 walk, b_desc_ptr, split):
+        """``a_src``: A's TMA tensor and the A stages (``ragged_m``: each tile's A rows start
+        at its own row, so its k-tiles are partitioned per tile, ``_ragged_a``)."""
+        nunits, num_units, _, rank, _ = walk
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer,
                                              self.ab_stages)
         # B k-tiles go to the CTAs of this CTA's cluster column (same N-tile), A k-tiles
@@ -44,7 +45,7 @@ class MainloopMixin:
             unit = unit0
             while unit < num_units:
                 state = self._load_unit(ab_pipe, state, tma_atom_a, tAgA, tAsA, tma_atom_b,
-                                        tBgB, tBsB, mOffs, num_experts, walk, b_desc_ptr,
+                                        tBgB, tBsB, a_src, walk, b_desc_ptr,
                                         a_mask, b_mask, unit, 0, self.k_tile_cnt)
                 unit += nunits
         else:
@@ -53,7 +54,7 @@ class MainloopMixin:
             while i < split.items:
                 unit, kb, kcnt, *_ = self.split_item(i, unit0, nunits, split)
                 state = self._load_unit(ab_pipe, state, tma_atom_a, tAgA, tAsA, tma_atom_b,
-                                        tBgB, tBsB, mOffs, num_experts, walk, b_desc_ptr,
+                                        tBgB, tBsB, a_src, walk, b_desc_ptr,
                                         a_mask, b_mask, unit, kb, kcnt)
                 i += 1
         # do not exit while the math warpgroups may still arrive on our empty barriers
@@ -61,11 +62,17 @@ class MainloopMixin:
 
     @cute.jit
     def _load_unit(self, ab_pipe, state, tma_atom_a, tAgA, tAsA, tma_atom_b, tBgB, tBsB,
-                   mOffs, num_experts, walk, b_desc_ptr, a_mask, b_mask, unit, kb, kcnt):
+                   a_src, walk, b_desc_ptr, a_mask, b_mask, unit, kb, kcnt):
         """Stream k-tiles [kb, kb + kcnt) of this CTA's tile of schedule unit ``unit`` into
         the A/B ring from ``state`` on; returns the state after them."""
         m_tile, n_tile = self.tile_of(unit, walk)
-        expert = expert_of_row(mOffs, num_experts, m_tile * TILE_M)
+        expert, row0, _ = self.tile_rows(m_tile, walk)
+        a_tile = m_tile
+        if cutlass.const_expr(self.cfg.ragged_m):
+            # rows past the expert's end are loaded too (the next expert's, or zeros past
+            # M): their accumulator rows reach no output
+            tAgA = self._ragged_a(tma_atom_a, a_src, row0, walk[3])
+            a_tile = 0
         # (no L2 prefetch of the tile's C window: measured slower with it, docs/kernels.md)
         # dense: the expert is B's L coordinate; discrete: its device-built descriptor
         desc, l_idx = None, expert
@@ -81,7 +88,7 @@ class MainloopMixin:
         for kt in range(kb, kb + kcnt):
             ab_pipe.producer_acquire(state)
             bar = ab_pipe.producer_get_barrier(state)
-            cute.copy(tma_atom_a, tAgA[(None, m_tile, kt)], tAsA[(None, state.index)],
+            cute.copy(tma_atom_a, tAgA[(None, a_tile, kt)], tAsA[(None, state.index)],
                       tma_bar_ptr=bar, mcast_mask=a_mask)
             cute.copy(tma_atom_b, tBgB[(None, n_tile, kt, l_idx)],
                       tBsB[(None, state.index)], tma_bar_ptr=bar, tma_desc_ptr=desc,
@@ -89,6 +96,19 @@ class MainloopMixin:
             ab_pipe.producer_commit(state)
             state.advance()
         return state
+
+    def _ragged_a(self, tma_atom_a, a_src, row0, rank):
+        """(``ragged_m``) A's k-tiles of the 128 rows from ``row0`` on, partitioned as the
+        kernel partitions the whole of A: M-tile 0 of the offset view (any row0: TMA takes
+        element coordinates)."""
+        mA, sA = a_src
+        cn = self.cfg.cluster_n
+        gA = cute.local_tile(cute.domain_offset((row0, 0), mA), (TILE_M, self.tile_shape_mnk[2]),
+                             (None, None))
+        _, tAgA = cute.nvgpu.cpasync.tma_partition(
+            tma_atom_a, rank // self.cfg.cluster_m, cute.make_layout(cn),
+            cute.group_modes(sA, 0, 2), cute.group_modes(gA, 0, 2))
+        return tAgA
 
     @cute.jit
     def mma_mainloop(self, ab_pipe, mmas, tCrA, tCrB, acc, pos: Int32, mine_done,

@@ -1,0 +1,76 @@
+"""The SM90 kernel's ragged schedule (offsets aligned to 8-128 rows, ``Sm90Config.ragged_m``):
+the model the kernel's table and tile lookup follow (``tile_walk.ragged_schedule``,
+``ragged_units``), on random and edge-case offsets: every row of every expert lies in exactly
+one tile of its own expert, a tile starts inside its expert, no tile starts in another
+expert's rows, tiles past an expert's end are never more than its last one (partial) and the
+tile count is the running sum the helper kernel writes. The GPU tests check the kernel against
+the float64 reference on such offsets (tests/gpu/test_sm90_correctness.py)."""
+import random
+
+import pytest
+
+pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl not installed (tile_walk imports it)")
+
+from cudnn_ext.kernels.sm90.config import TILE_M, Sm90Config  # noqa: E402
+from cudnn_ext.kernels.sm90.tile_walk import PY_OPS, ragged_schedule, ragged_units  # noqa: E402
+
+
+def _offsets(groups):
+    out, s = [], 0
+    for g in groups:
+        s += g
+        out.append(s)
+    return out
+
+
+def _cases():
+    rng = random.Random(7)
+    yield [8]
+    yield [0, 0, 8, 0]
+    yield [120, 128, 136, 256, 264]
+    yield [8] * 128
+    for _ in range(200):
+        L = rng.randint(1, 40)
+        yield [8 * rng.choice([0, 1, 15, 16, 17, rng.randint(0, 300)]) for _ in range(L)]
+
+
+@pytest.mark.parametrize("groups", list(_cases()), ids=lambda g: f"L{len(g)}-M{sum(g)}")
+def test_every_row_in_one_tile_of_its_expert(groups):
+    offs = _offsets(groups)
+    tiles = ragged_schedule(offs)
+    # the helper kernel's table: the running sum of each expert's tiles
+    table = _offsets([ragged_units(g, PY_OPS) for g in groups])
+    assert len(tiles) == (table[-1] if table else 0)
+    owner = {}
+    for t, (e, row0, end) in enumerate(tiles):
+        start = offs[e - 1] if e else 0
+        assert end == offs[e] and start <= row0 < end, (t, e, row0, end)
+        assert (row0 - start) % TILE_M == 0
+        # the tile's expert by the table: the first e with table[e] > t
+        assert e == next(i for i, c in enumerate(table) if c > t)
+        for r in range(row0, min(row0 + TILE_M, end)):
+            assert r not in owner, (r, owner.get(r), t)
+            owner[r] = e
+    want = {r: e for e, (lo, hi) in enumerate(zip([0] + offs[:-1], offs)) for r in range(lo, hi)}
+    assert owner == want
+
+
+def test_ragged_units():
+    assert [ragged_units(r, PY_OPS) for r in (0, 8, 120, 128, 136, 256, -8)] == [0, 1, 1, 1, 2, 2, 0]
+
+
+def test_ragged_config_rules_and_scratch():
+    base = dict(n=768, k=2048, ab_dtype="bf16", c_dtype="bf16", d_dtype="bf16",
+                act_func="dswiglu", generate_dbias=True, ragged_m=True)
+    Sm90Config(**base).check()
+    with pytest.raises(ValueError, match="cluster_m must be 1 with ragged_m"):
+        Sm90Config(**base, cluster_m=2).check()
+    for extra in ({}, dict(cooperative=True, tile_n=256, split_last=3)):
+        cfg = Sm90Config(**{**base, **extra})
+        L = 13
+        flat = Sm90Config(**{**base, **extra, "ragged_m": False})
+        # the table follows everything else in the scratch, 128-byte aligned, L int32
+        off = cfg.ragged_table_offset(L)
+        assert off % 32 == 0 and off >= flat.scratch_ws_elems(L)
+        assert cfg.scratch_ws_elems(L) == off + L
+        assert cfg.zeroed_ws_elems(L) == flat.zeroed_ws_elems(L)
