@@ -97,6 +97,11 @@ class DgluProblem:
     round_dgrad_to_input_dtype: bool = False
     use_dynamic_sched: bool = False
     block_scale: Optional[BlockScaleConfig] = None
+    #: Row alignment of every expert's group (and of M): each ``padded_offsets`` entry is a
+    #: multiple of it, so an ``m_aligned``-row block lies in one expert. 256 is the vendor's
+    #: value; BF16 problems may have 8 .. 128 (``contract.M_ALIGNED_CHOICES``), which engines
+    #: whose schedule walks 256-row blocks decline.
+    m_aligned: int = 256
     device_type: str = "cpu"
     device_index: Optional[int] = None
 

@@ -6,7 +6,7 @@ from typing import Any, Dict
 
 from ..errors import DtypeError
 from ..problem import DgluProblem
-from .rules import (ARG_NAMES, BF16, CD_DTYPES, CallConfig, M_ALIGN, Operands, _fmt_dtype, check_aligned, check_d_dtype,
+from .rules import (ARG_NAMES, BF16, CD_DTYPES, CallConfig, Operands, _fmt_dtype, check_aligned, check_d_dtype,
                     check_dtype, check_expert_count, check_n, check_row_major, check_same_device,
                     check_shape, dbias_view, dense_b_major, drop_unit_dims, per_expert_vectors,
                     pointer_table, prob_vectors, require_tensor, resolve_act)
@@ -22,8 +22,9 @@ def normalize_bf16(ops: Operands, cfg: CallConfig, *, mode: str, n, b_dtype, d_d
     a2 = drop_unit_dims("a_tensor", a, 2, "(M, K) or (M, K, 1)")
     m, k = a2.shape
     check_row_major("a_tensor", a2)
-    if m % M_ALIGN:
-        raise ValueError(f"a_tensor: M (rows) must be a multiple of {M_ALIGN}, got M = {m}")
+    align = int(cfg.m_aligned)  # one of M_ALIGNED_CHOICES: check_common_config ran
+    if m % align:
+        raise ValueError(f"a_tensor: M (rows) must be a multiple of {align}, got M = {m} (m_aligned = {align})")
     if k <= 0 or k % 8:
         raise ValueError(f"a_tensor: K must be a positive multiple of 8 (16-byte rows of bf16), got K = {k}")
 
@@ -98,6 +99,6 @@ def normalize_bf16(ops: Operands, cfg: CallConfig, *, mode: str, n, b_dtype, d_d
         ab_dtype=BF16, c_dtype=c.dtype, d_dtype=d_dtype, act=act, generate_dbias=bool(generate_dbias),
         has_prob=True, has_dprob=True, generate_activation="activation" in pack,
         round_dgrad_to_input_dtype=cfg.round_dgrad_to_input_dtype, use_dynamic_sched=cfg.use_dynamic_sched,
-        device_type=device.type, device_index=device.index,
+        m_aligned=align, device_type=device.type, device_index=device.index,
     )
     return problem, pack

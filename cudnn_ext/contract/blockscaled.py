@@ -75,6 +75,11 @@ def normalize_block_scaled(ops, cfg, *, mode: str, n, b_dtype, d_dtype, generate
     if cfg.epilogue_op in ("relu", "srelu"):
         raise NotImplementedError(f"epilogue_op: {cfg.epilogue_op!r} is not applied by any dGLU kernel (the vendor's "
                                   "accept it and silently ignore it); cudnn_ext refuses it rather than ignore it")
+    if cfg.m_aligned != C.M_ALIGN:
+        # D_col's scale factors cover 32-row blocks within 128-row atoms, and the block-scaled
+        # engines walk 256-row blocks: an expert boundary inside one would mix two experts' rows
+        raise ValueError(f"m_aligned: block-scaled (FP8/FP4) operands require m_aligned = {C.M_ALIGN}; "
+                         f"values below {C.M_ALIGN} are for BF16 operands only, got {cfg.m_aligned!r}")
     if ops.activation is not None:
         raise ValueError("activation_tensor: activation output is supported only by the BF16 kernel, got it with "
                          "block-scaled operands")
@@ -105,7 +110,7 @@ def normalize_block_scaled(ops, cfg, *, mode: str, n, b_dtype, d_dtype, generate
         return sf_geometry(slot, n=n, k=k, num_experts=num_experts, sf_vec_size=cfg.sf_vec_size)
 
     if m % C.M_ALIGN:
-        raise ValueError(f"a_tensor: M (rows) must be a multiple of {C.M_ALIGN}, got M = {m}")
+        raise ValueError(f"a_tensor: M (rows) must be a multiple of {C.M_ALIGN}, got M = {m} (m_aligned = {C.M_ALIGN})")
     if k <= 0 or k % 32:
         raise ValueError(f"a_tensor: logical K must be a positive multiple of 32 (16-byte rows), got K = {k}")
 

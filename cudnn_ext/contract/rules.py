@@ -17,7 +17,13 @@ from ..problem import ACT_FUNCS, DEFAULT_LINEAR_OFFSET, ActConfig
 BF16 = torch.bfloat16
 CD_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 MAX_EXPERTS = 1024
+#: ``m_aligned``'s default and the vendor's only value (its page: "m_aligned must be 256"): M
+#: and every ``padded_offsets`` entry are multiples of it. Block-scaled operands keep it.
 M_ALIGN = 256
+#: The ``m_aligned`` values BF16 operands take, a cudnn_ext extension of the vendor contract
+#: (docs/vendor_contract.md §3.2): frameworks align each expert's tokens to 8 rows (16 bytes of
+#: bf16, ``torch._grouped_mm``'s rule) and padding every group to 256 rows costs GEMM work.
+M_ALIGNED_CHOICES = (8, 16, 32, 64, 128, 256)
 
 #: dtypes of the block-scaled family (FP8, FP4 as packed pairs).
 FP8_DTYPES = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, n))
@@ -263,6 +269,18 @@ def dbias_view(ops, num_experts: int, two_n: int, generate_dbias: Optional[bool]
     return db
 
 
+def check_m_aligned(v) -> int:
+    """``m_aligned`` as an int: one of ``M_ALIGNED_CHOICES`` (the family's rule, block-scaled
+    operands keeping ``M_ALIGN``, is checked by the family)."""
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+        raise TypeError(f"m_aligned: expected an int, one of {list(M_ALIGNED_CHOICES)}, got "
+                        f"{type(v).__name__} {v!r}")
+    if v not in M_ALIGNED_CHOICES:
+        raise ValueError(f"m_aligned: must be one of {list(M_ALIGNED_CHOICES)} (M and every padded_offsets "
+                         f"entry are multiples of it), got {v!r}")
+    return int(v)
+
+
 def check_choice(name: str, v, choices) -> None:
     if v not in choices:
         raise ValueError(f"{name}: must be one of {list(choices)}, got {v!r}")
@@ -346,8 +364,7 @@ def check_common_config(cfg: CallConfig) -> None:
     check_choice("cd_major", cfg.cd_major, ("n",))
     if cfg.acc_dtype not in (None, torch.float32):
         raise DtypeError(f"acc_dtype: must be float32 (or None), got {cfg.acc_dtype}")
-    if cfg.m_aligned != M_ALIGN:
-        raise ValueError(f"m_aligned: must be {M_ALIGN}, got {cfg.m_aligned!r}")
+    check_m_aligned(cfg.m_aligned)
     tile = tuple(cfg.mma_tiler_mn) if isinstance(cfg.mma_tiler_mn, (tuple, list)) else None
     if (tile is None or len(tile) != 2 or any(isinstance(x, bool) or not isinstance(x, numbers.Integral) for x in tile)
             or tile[0] not in (128, 256) or tile[1] % 32 or not 32 <= tile[1] <= 256):
@@ -464,12 +481,12 @@ def _weight_mode(ops: Operands, n, b_dtype):
 
 
 __all__ = [
-    'BF16', 'CD_DTYPES', 'MAX_EXPERTS', 'M_ALIGN', 'FP8_DTYPES', 'FP4_DTYPES',
+    'BF16', 'CD_DTYPES', 'MAX_EXPERTS', 'M_ALIGN', 'M_ALIGNED_CHOICES', 'FP8_DTYPES', 'FP4_DTYPES',
     'BLOCK_SCALED_DTYPES', 'require_tensor', 'check_strided', 'check_dtype', 'drop_unit_dims',
     'check_shape', 'check_row_major', 'check_contiguous_1d', 'check_aligned', 'OUTPUT_SLOTS', 'byte_range',
     'check_outputs_apart', 'check_spans_apart', 'check_same_device',
     'check_d_dtype', 'check_float_type', 'check_finite', 'check_expert_count', 'check_n',
     'SCALAR_DTYPES', 'per_expert_vectors', 'dense_b_major', 'pointer_table', 'prob_vectors', 'dbias_view',
-    'check_choice', 'CallConfig', 'resolve_act', 'check_common_config', 'check_bf16_config',
+    'check_m_aligned', 'check_choice', 'CallConfig', 'resolve_act', 'check_common_config', 'check_bf16_config',
     'operand_family', 'Operands', 'ARG_NAMES'
 ]

@@ -259,6 +259,9 @@ class Sm90BlockScaledEngine(Engine):
             why.append(f"needs K % 32 == 0 (whole dequantization chunks), got K={problem.k}")
         if problem.n % 32:
             why.append(f"needs N % 32 == 0, got N={problem.n}")
+        if problem.m_aligned != 256:  # (the contract refuses it for block-scaled operands)
+            why.append(f"m_aligned {problem.m_aligned}: block-scaled operands need 256 (beta * C is "
+                       f"formed per 256-row block and the kernel walks 256-row slabs)")
         return why + placement_reasons(problem)
 
     def knob_space(self, problem: DgluProblem):

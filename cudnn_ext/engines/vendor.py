@@ -142,7 +142,7 @@ def constructor_kwargs(problem: DgluProblem, knobs: Knobs, pack: Mapping[str, An
                   b_major=problem.b_major)
     kw.update(
         acc_dtype=torch.float32, mma_tiler_mn=(int(knobs.get("tile_m")), int(knobs.get("tile_n"))),
-        cluster_shape_mn=None, m_aligned=256, vector_f32=False, epilogue_op=None, act_func=act.act_func,
+        cluster_shape_mn=None, m_aligned=problem.m_aligned, vector_f32=False, epilogue_op=None, act_func=act.act_func,
         linear_offset=act.linear_offset, geglu_alpha=act.geglu_alpha, glu_clamp_max=act.clamp_max,
         glu_clamp_min=act.clamp_min, situ_beta1=act.situ_beta1, situ_beta2=act.situ_beta2,
         use_dynamic_sched=problem.use_dynamic_sched,
@@ -270,6 +270,9 @@ class VendorSm100Engine(Engine):
             if got != _BF16_GEGLU:
                 why.append("the vendor BF16 backend keeps its fixed GeGLU constants (geglu_alpha=1.702, "
                            f"glu_clamp_max=7, glu_clamp_min=-7), got {got}")
+        if problem.m_aligned != 256:
+            why.append(f"m_aligned {problem.m_aligned}: the vendor kernels take m_aligned 256 only (groups "
+                       "aligned to fewer rows are a cudnn_ext extension, docs/vendor_contract.md §3.2)")
         if problem.is_block_scaled and problem.block_scale.deterministic:
             why.append("deterministic dprob: not mapped to the vendor's deterministic option")
         if problem.is_block_scaled and problem.ab_dtype in _FP4 and problem.d_dtype == torch.float16:

@@ -36,7 +36,8 @@ from . import guards as _guards
 
 
 #: The activation configuration of a call: the contract's own (hashable, frozen) scalar config,
-#: whose leading fields are act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min.
+#: whose leading fields are act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min
+#: (and which carries the call's m_aligned).
 ActArgs = contract.CallConfig
 
 
@@ -95,12 +96,12 @@ def _misalignment(a, w, dense, c, offsets, alpha, beta, prob) -> int:
 
 
 def _scalar_types(act: ActArgs) -> Tuple[type, ...]:
-    """The types of the activation's numbers, cached on the (frozen) config: 1.0 and True
-    compare equal, but validation tells them apart, so the memo key must too."""
+    """The types of the config's numbers, cached on the (frozen) config: 1.0 and True (or
+    m_aligned 8 and 8.0) compare equal, but validation tells them apart, so the memo key must too."""
     t = act.__dict__.get("_types")
     if t is None:
         t = tuple(type(getattr(act, f)) for f in ("linear_offset", "geglu_alpha", "glu_clamp_max",
-                                                  "glu_clamp_min"))
+                                                  "glu_clamp_min", "m_aligned"))
         object.__setattr__(act, "_types", t)
     return t
 

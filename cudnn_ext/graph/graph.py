@@ -180,7 +180,8 @@ class Graph:
         round_dgrad_to_input_dtype: bool = False, generate_activation: bool = False, generate_dprob: bool = True,
         generate_amax: bool = False, sf_vec_size: int = 16, discrete_col_sfd: bool = False,
         use_single_group_runtime_offsets: bool = False, epilogue_op: Optional[str] = None,
-        deterministic: bool = False, d_row=None, dprob=None, dbias=None, activation=None, d_col=None, amax=None, sfd_row=None, sfd_col=None,
+        deterministic: bool = False, m_aligned: int = 256,
+        d_row=None, dprob=None, dbias=None, activation=None, d_col=None, amax=None, sfd_row=None, sfd_col=None,
         name: Optional[str] = None,
     ) -> DgluOutputs:
         """Add the grouped GEMM + dGLU backward node; returns its output descriptors (virtual
@@ -188,7 +189,9 @@ class Graph:
         (per-expert pointers, with ``n``) gives the weights. Block-scaled (FP8/FP4) operands
         add ``sfa`` and ``sfb`` (dense) or ``sfb_ptrs`` (discrete) scale factors; ``norm_const``
         asks for a quantized D (outputs ``d_col``, ``sfd_row``, ``sfd_col``) and
-        ``generate_amax`` for per-expert ``amax``. Pre-declared outputs may be passed
+        ``generate_amax`` for per-expert ``amax``. ``m_aligned``: every ``padded_offsets`` entry
+        and M are multiples of it (256; BF16 operands also 8, 16, 32, 64 or 128, which engines
+        built around 256-row blocks decline). Pre-declared outputs may be passed
         (``d_row=``, ``dprob=`` ...). ``dprob`` and ``dbias`` are accumulated into (bind
         zeros), ``amax`` max-accumulated (bind ``-inf``). Input rules are checked by
         ``validate()``."""
@@ -203,7 +206,7 @@ class Graph:
             round_dgrad_to_input_dtype=round_dgrad_to_input_dtype, generate_dprob=generate_dprob,
             generate_amax=generate_amax, sf_vec_size=sf_vec_size, discrete_col_sfd=discrete_col_sfd,
             use_single_group_runtime_offsets=use_single_group_runtime_offsets, epilogue_op=epilogue_op,
-            deterministic=deterministic,
+            deterministic=deterministic, m_aligned=m_aligned,
         )
         given = dict(a=a, b=b, b_ptrs=b_ptrs, sfa=sfa, sfb=sfb, sfb_ptrs=sfb_ptrs, c=c, padded_offsets=padded_offsets,
                      alpha=alpha, beta=beta, prob=prob, norm_const=norm_const)
@@ -313,7 +316,8 @@ class Graph:
                                       align=PORT_ALIGN.get(port, 16),
                                       sf=sf_geometry(self._problem, port) if port in SF_PORTS else None))
             specs.sort(key=lambda s: (not s.m_leading, s.uid))
-            self._binder = VariantPackBinder(specs, self.device, dynamic_m=self.dynamic_m, owner=self)
+            self._binder = VariantPackBinder(specs, self.device, dynamic_m=self.dynamic_m, owner=self,
+                                             m_aligned=self._problem.m_aligned)
         return self
 
     def create_execution_plans(self, heuristics: Optional[Sequence] = None, *, engines=None) -> "Graph":

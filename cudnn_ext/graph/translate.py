@@ -33,7 +33,7 @@ def call_config(attrs: GroupedMatmulDgluAttrs, acc_dtype: Optional[torch.dtype])
         use_dynamic_sched=attrs.use_dynamic_sched, round_dgrad_to_input_dtype=attrs.round_dgrad_to_input_dtype,
         sf_vec_size=attrs.sf_vec_size, discrete_col_sfd=attrs.discrete_col_sfd, epilogue_op=attrs.epilogue_op,
         use_single_group_runtime_offsets=attrs.use_single_group_runtime_offsets,
-        deterministic=attrs.deterministic,
+        deterministic=attrs.deterministic, m_aligned=attrs.m_aligned,
     )
 
 

@@ -4,9 +4,9 @@ Owns the per-call step between ``Graph.execute(variant_pack, ...)`` and an engin
 keys (a descriptor, its name or its uid), checking each bound tensor against its declaration
 (dtype, rank, shape, strides of every dim longer than 1, device, 16-B pointer alignment; the
 token count M may differ from the declared one when the plan allows it, and must then be the
-same on every M-carrying slot and a multiple of 256), and producing the canonical pack engines
-read (``cudnn_ext.problem.SLOTS`` names, trailing unit dims dropped). Metadata only: it never
-allocates device memory and never reads tensor data.
+same on every M-carrying slot and a multiple of the node's ``m_aligned``), and producing the
+canonical pack engines read (``cudnn_ext.problem.SLOTS`` names, trailing unit dims dropped).
+Metadata only: it never allocates device memory and never reads tensor data.
 
 Scale-factor slots (``sfa``, ``sfb``, ``sfd_row``, ``sfd_col``) carry their geometry
 (:class:`cudnn_ext.quant.sf_layout.SfGeometry`, the contract's table) instead of a fixed
@@ -29,7 +29,6 @@ from .types import TensorDesc
 CANONICAL_RANK = {"a": 2, "b": 3, "b_ptrs": 1, "c": 2, "d_row": 2, "padded_offsets": 1, "alpha": 1,
                   "beta": 1, "prob": 1, "dprob": 1, "dbias": 2, "activation": 2, "d_col": 2, "amax": 2,
                   "sfb_ptrs": 1, "norm_const": 1}
-M_ALIGN = 256
 
 
 def _fmt(dt: torch.dtype) -> str:
@@ -58,7 +57,8 @@ class SlotSpec:
 class VariantPackBinder:
     """Binds ``{descriptor | name | uid: tensor}`` to the canonical slot pack of one plan."""
 
-    def __init__(self, specs: Sequence[SlotSpec], device: torch.device, *, dynamic_m: bool, owner: Any = None):
+    def __init__(self, specs: Sequence[SlotSpec], device: torch.device, *, dynamic_m: bool, owner: Any = None,
+                 m_aligned: int = 256):
         # one descriptor may feed several input ports (alpha and beta from one tensor): the
         # tensor bound to its uid fills every slot of that uid (self._order); specs keys a
         # uid's first slot, for lookups and messages
@@ -68,6 +68,7 @@ class VariantPackBinder:
         self.device = device
         self.dynamic_m = dynamic_m
         self.owner = owner
+        self.m_aligned = m_aligned  # the validated problem's: a bound M is a multiple of it
         self._by_name: Dict[str, list] = {}
         for s in specs:
             uids = self._by_name.setdefault(s.name, [])
@@ -159,8 +160,9 @@ class VariantPackBinder:
         if not self.dynamic_m and m != spec.dim[0]:
             raise ValueError(f"variant pack: {spec.label()} has M = {m} rows, declared {spec.dim[0]}; this graph "
                              "was built with dynamic_m=False")
-        if m % M_ALIGN:
-            raise ValueError(f"variant pack: {spec.label()}: M (rows) must be a multiple of {M_ALIGN}, got M = {m}")
+        if m % self.m_aligned:
+            raise ValueError(f"variant pack: {spec.label()}: M (rows) must be a multiple of {self.m_aligned}, "
+                             f"got M = {m} (m_aligned = {self.m_aligned})")
 
     def _check(self, spec: SlotSpec, t) -> None:
         if not isinstance(t, torch.Tensor):

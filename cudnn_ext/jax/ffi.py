@@ -84,7 +84,7 @@ def sm90_problem(a_shape, c_shape, c_td, b_shape, num_experts: int, d_td, act, g
         weights = dict(n=discrete_n, b_dtype=torch.bfloat16)
     cfg = contract.CallConfig(act_func=act.act_func, linear_offset=act.linear_offset,
                               geglu_alpha=act.geglu_alpha, glu_clamp_max=act.glu_clamp_max,
-                              glu_clamp_min=act.glu_clamp_min, b_major=b_major)
+                              glu_clamp_min=act.glu_clamp_min, m_aligned=act.m_aligned, b_major=b_major)
     try:
         problem, _ = contract.normalize(ops, cfg, d_dtype=d_td, generate_dbias=generate_dbias,
                                         **weights)

@@ -62,6 +62,7 @@ def grouped_gemm_dglu_jax(
     vector_f32: bool = False, act_func: str = "dswiglu", linear_offset: Optional[float] = None,
     generate_dbias: bool = False, use_dynamic_sched: bool = False, *, b_tensor: Any = None,
     b_major: str = "k", geglu_alpha: float = 1.702, glu_clamp_max: float = 7.0, glu_clamp_min: float = -7.0,
+    m_aligned: int = 256,
 ):
     """Grouped GEMM + dGLU backward for traced JAX programs (works eagerly too).
 
@@ -69,8 +70,10 @@ def grouped_gemm_dglu_jax(
     bf16/fp16/fp32, ``padded_offsets`` (L,) int32, ``alpha_tensor``/``beta_tensor`` (L,) fp32,
     ``prob_tensor`` (M[, 1, 1]) fp32; weights either ``b_ptrs`` (L,) int64 or (8L,) packed uint8
     per-expert addresses of (N, K) bf16 matrices with ``n`` (discrete, as the vendor's), or
-    ``b_tensor`` (L, N, K) bf16 (dense). Kernel-shape knobs (tiler, cluster, vector_f32,
-    dynamic scheduling) are accepted for vendor compatibility and ignored.
+    ``b_tensor`` (L, N, K) bf16 (dense). M and every offset are multiples of ``m_aligned``
+    (8, 16, 32, 64, 128 or the vendor's 256; below 256 the CUDA lowering is the host callback,
+    the SM90 kernel declining it). Kernel-shape knobs (tiler, cluster, vector_f32, dynamic
+    scheduling) are accepted for vendor compatibility and ignored.
 
     Returns ``(d_row (M, 2N, 1), dprob (M, 1, 1) fp32, dbias (L, 2N, 1) bf16 or None)``: new
     arrays, zero-initialized then accumulated (rows at/past ``padded_offsets[-1]`` are zero).
@@ -92,6 +95,9 @@ def grouped_gemm_dglu_jax(
         raise TypeError(f"d_dtype: must be bfloat16, float16 or float32, got {d_dtype!r}")
     if act_func not in ("dswiglu", "dgeglu"):
         raise ValueError(f"act_func: must be 'dswiglu' or 'dgeglu' (BF16), got {act_func!r}")
+    from ..contract import check_m_aligned
+
+    check_m_aligned(m_aligned)  # at trace time; M % m_aligned is the shared contract's, when the call runs
 
     a_shape = tuple(a_tensor.shape)
     if len(a_shape) == 3 and a_shape[2] == 1:
@@ -130,7 +136,7 @@ def grouped_gemm_dglu_jax(
 
     from ..functional import ActArgs, run  # the shared functional path (imports torch only)
 
-    act = ActArgs(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min)
+    act = ActArgs(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min, m_aligned=m_aligned)
     d_np = _np_dtype(d_td)
     out_shapes = [jax.ShapeDtypeStruct((m, two_n, 1), d_np), jax.ShapeDtypeStruct((m, 1, 1), jnp.float32)]
     if generate_dbias:

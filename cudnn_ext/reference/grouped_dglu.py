@@ -42,15 +42,17 @@ def _store(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return encode_fp8(x, dtype) if dtype in FP8_DTYPES else x.to(dtype)
 
 
-def expert_ranges(offsets: torch.Tensor, m: int):
-    """Host list of (expert, row_start, row_end); checks the offsets' values on the way."""
+def expert_ranges(offsets: torch.Tensor, m: int, m_aligned: int = 256):
+    """Host list of (expert, row_start, row_end); checks the offsets' values on the way (each
+    a multiple of the problem's ``m_aligned``)."""
     ends = [int(v) for v in offsets.to("cpu", torch.int64).tolist()]
     ranges, start = [], 0
     for e, end in enumerate(ends):
         if end < start:
             raise ValueError(f"padded_offsets: values must be non-decreasing, got {end} after {start} at index {e}")
-        if end % 256:
-            raise ValueError(f"padded_offsets[{e}] must be a multiple of 256, got {end}")
+        if end % m_aligned:
+            raise ValueError(f"padded_offsets[{e}] must be a multiple of {m_aligned}, got {end} "
+                             f"(m_aligned = {m_aligned})")
         if end > m:
             raise ValueError(f"padded_offsets[{e}] = {end} exceeds the number of rows M = {m}")
         ranges.append((e, start, end))
@@ -140,7 +142,7 @@ def grouped_dglu_reference(problem: DgluProblem, pack: Mapping, *, compute_dtype
     if problem.is_block_scaled and problem.block_scale.single_group_runtime_offsets:
         ranges = [(0, 0, m)]  # the kernel takes the single group's end from A's row count
     else:
-        ranges = expert_ranges(pack["padded_offsets"], m)
+        ranges = expert_ranges(pack["padded_offsets"], m, problem.m_aligned)
     check_pointer_tables(problem, pack, ranges)  # before any output is written
     for e, r0, r1 in ranges:
         if r1 == r0:
@@ -203,9 +205,11 @@ def grouped_dglu_blocks(problem: DgluProblem, pack: Mapping, *, compute_dtype=to
     graph (tests/gpu/test_reference_cuda.py and test_reference_no_sync.py check both on the
     device; on the CPU, tests/unit/test_blockscaled_reference.py runs it on meta tensors).
 
-    Offsets are 256-aligned, so every 256-row block lies in one expert: each block's expert
-    comes from a device-side search of the offsets, its (dequantized) weights from a gather
-    (discrete weights first stacked from their pointer tables on the device), and blocks past
+    Offsets are multiples of ``problem.m_aligned``, so every block of that many rows lies in
+    one expert (256 rows for block-scaled problems, whose ``BlockScaledOutputs`` works per
+    256-row block): each block's expert comes from a device-side search of the offsets, its
+    (dequantized) weights from a gather (discrete weights first stacked from their pointer
+    tables on the device; one copy per block, so smaller blocks gather more), and blocks past
     the last offset keep their outputs' bytes (written back unchanged) and add nothing: their
     per-expert sums (dbias, amax) go to an extra row that is dropped. Block-scaled outputs are
     :class:`~.blockscaled_run.BlockScaledOutputs`. On CUDA tensors the offsets' and pointers'
@@ -217,11 +221,12 @@ def grouped_dglu_blocks(problem: DgluProblem, pack: Mapping, *, compute_dtype=to
         return
     dev, n, k, num_experts = c.device, problem.n, problem.k, problem.num_experts
     gate_cols, up_cols = gate_up_columns(n, dev)
-    nblk = m // 256
+    rows = problem.m_aligned  # block height: M is a multiple of it (contract)
+    nblk = m // rows
     ends = group_ends(problem, pack, m)
     if dev.type == "cpu":
-        check_pointer_tables(problem, pack, expert_ranges(ends, m))
-    starts = torch.arange(0, m, 256, dtype=ends.dtype, device=dev)
+        check_pointer_tables(problem, pack, expert_ranges(ends, m, rows))
+    starts = torch.arange(0, m, rows, dtype=ends.dtype, device=dev)
     blk_e = torch.searchsorted(ends, starts, right=True)  # L past the last offset
     valid = blk_e < num_experts
     e_idx = blk_e.clamp(max=num_experts - 1)
@@ -242,20 +247,20 @@ def grouped_dglu_blocks(problem: DgluProblem, pack: Mapping, *, compute_dtype=to
     step = max(1, _BLOCK_GATHER_BYTES // max(1, n * k * itemsize))
     for b0 in range(0, nblk, step):
         b1 = min(nblk, b0 + step)
-        r0, r1 = 256 * b0, 256 * b1
-        ok = valid[b0:b1].repeat_interleave(256, output_size=r1 - r0)[:, None]
+        r0, r1 = rows * b0, rows * b1
+        ok = valid[b0:b1].repeat_interleave(rows, output_size=r1 - r0)[:, None]
         a_rows, w = fetch(r0, r1, e_idx[b0:b1])
-        acc = torch.bmm(a_rows.view(b1 - b0, 256, k), w.transpose(1, 2))
+        acc = torch.bmm(a_rows.view(b1 - b0, rows, k), w.transpose(1, 2))
         g0 = (alpha2[b0:b1, None, None] * acc).reshape(-1, n)
         p = prob[r0:r1].to(compute_dtype)[:, None] if prob is not None else 1.0
-        beta_rows = beta[b0:b1].repeat_interleave(256, output_size=r1 - r0)[:, None]
+        beta_rows = beta[b0:b1].repeat_interleave(rows, output_size=r1 - r0)[:, None]
         dgate, dup, act_val = _epilogue(problem, g0, c[r0:r1], beta_rows, p, gate_cols, up_cols)
         if dprob is not None:
             keep_where(dprob[r0:r1], ok[:, 0], dprob[r0:r1] + (g0 * act_val).sum(1).to(dprob.dtype))
         if dbias_acc is not None:
             sums = torch.empty(b1 - b0, two_n, dtype=compute_dtype, device=dev)
-            sums[:, gate_cols] = dgate.view(b1 - b0, 256, n).sum(1)
-            sums[:, up_cols] = dup.view(b1 - b0, 256, n).sum(1)
+            sums[:, gate_cols] = dgate.view(b1 - b0, rows, n).sum(1)
+            sums[:, up_cols] = dup.view(b1 - b0, rows, n).sum(1)
             for i in range(b0, b1):  # one block per add: no two adds race, so the sums are deterministic
                 dbias_acc.index_add_(0, sum_into[i:i + 1], sums[i - b0:i - b0 + 1])
         if activation is not None:

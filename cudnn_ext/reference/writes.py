@@ -1,9 +1,9 @@
 """Output writes that leave every unselected element's bytes as they were.
 
-Owns the one rule the reference's block path writes outputs by: it computes whole 256-row
-blocks (and whole scale-factor atoms), including those past the last offset, and then keeps the
-old value wherever a block belongs to no expert, as the kernels never touch those rows. The
-selection is a device tensor, so the write needs no host read.
+Owns the one rule the reference's block path writes outputs by: it computes whole blocks of
+``m_aligned`` rows (and whole scale-factor atoms), including those past the last offset, and
+then keeps the old value wherever a block belongs to no expert, as the kernels never touch
+those rows. The selection is a device tensor, so the write needs no host read.
 """
 from __future__ import annotations
 

@@ -12,7 +12,9 @@ torch has it, else a per-expert loop that reads the offsets on the host.
 Layout (rows are tokens already permuted into expert order, as in every MoE dispatch):
 
 * ``x`` (M, H) bf16, ``prob`` (M,) fp32 routing probability per row, ``padded_offsets`` (L,)
-  int32 cumulative 256-aligned ends: expert ``e`` owns rows ``[offs[e-1], offs[e])``; rows at
+  int32 cumulative ends, each (and M) a multiple of the layer's ``m_aligned`` (256 by default;
+  8 .. 128 take the fused op's BF16 extension, ``pad_expert_rows(..., align=m_aligned)`` makes
+  such a layout): expert ``e`` owns rows ``[offs[e-1], offs[e])``; rows at
   or past ``offs[-1]`` belong to no expert (output 0, gradients 0). Padding rows inside a range
   are ordinary rows; give them ``prob = 0`` (and ``x = 0``) and they contribute nothing to
   ``y``, ``dx`` or the weight gradients.
@@ -38,7 +40,7 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
-from ..contract.rules import M_ALIGN
+from ..contract.rules import M_ALIGN, check_m_aligned
 from ..runtime.streams import capturing, current_stream_handle
 from . import layer_ops
 from .layer_ops import glu_act, glu_forward, zero_rows_past
@@ -193,7 +195,7 @@ def _unit_scales(L: int, device: torch.device):
 
 class _GroupedGluMLPFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, prob, w1, b1, w2, offsets, cfg):
+    def forward(ctx, x, prob, w1, b1, w2, offsets, cfg, m_aligned):
         c = grouped_mm(x, w1, offsets)
         if b1 is not None:
             # the bias joins in fp32 and C is rounded once, as a fused GEMM epilogue would
@@ -206,6 +208,7 @@ class _GroupedGluMLPFn(torch.autograd.Function):
         y = grouped_mm(h, w2, offsets)
         ctx.save_for_backward(x, p, w1, w2, offsets, c)
         ctx.cfg = cfg
+        ctx.m_aligned = m_aligned
         ctx.has_bias = b1 is not None
         ctx.b1_dtype = b1.dtype if b1 is not None else None
         return y
@@ -223,13 +226,13 @@ class _GroupedGluMLPFn(torch.autograd.Function):
             dy, c, offsets, alpha, beta, p, b=w2.transpose(1, 2),
             act_func=cfg["act_func"], linear_offset=cfg["linear_offset"], geglu_alpha=cfg["geglu_alpha"],
             glu_clamp_max=cfg["clamp_max"], glu_clamp_min=cfg["clamp_min"], generate_dbias=ctx.has_bias,
-            d_dtype=torch.bfloat16)
+            d_dtype=torch.bfloat16, m_aligned=ctx.m_aligned)
         h = glu_forward(c, p, offsets, **cfg)
         dw2 = grouped_wgrad(dy, h, offsets).to(w2.dtype)
         dx = grouped_mm(dc, w1.transpose(1, 2), offsets).to(x.dtype)
         dw1 = grouped_wgrad(dc, x.to(dc.dtype), offsets).to(w1.dtype)
         db1 = db1.to(ctx.b1_dtype) if ctx.has_bias else None
-        return dx, dprob, dw1, db1, dw2, None, None
+        return dx, dprob, dw1, db1, dw2, None, None, None
 
 
 _ACT_NAMES = {"swiglu": "dswiglu", "geglu": "dgeglu", "dswiglu": "dswiglu", "dgeglu": "dgeglu"}
@@ -250,17 +253,19 @@ def glu_config(activation: str = "swiglu", *, geglu_alpha: float = 1.702, clamp_
 
 
 def grouped_glu_mlp(x: Tensor, prob: Tensor, w1: Tensor, w2: Tensor, padded_offsets: Tensor, *,
-                    b1: Optional[Tensor] = None, cfg: Optional[dict] = None) -> Tensor:
+                    b1: Optional[Tensor] = None, cfg: Optional[dict] = None, m_aligned: int = M_ALIGN) -> Tensor:
     """``GroupedGluMLP``'s forward as a function of its weights (same layout, same autograd).
 
     For layers that own their parameters under other names (framework integrations,
     ``cudnn_ext.integrations``). ``cfg`` comes from :func:`glu_config` (default: SwiGLU).
+    ``m_aligned``: the row alignment of ``padded_offsets`` and M, passed to the fused op.
     Operands are cast to bf16, the fused op's operand contract.
     """
     bf = torch.bfloat16
     cfg = glu_config() if cfg is None else cfg
+    check_m_aligned(m_aligned)  # now, not in the backward after the forward has run
     return _GroupedGluMLPFn.apply(x.to(bf), prob.float(), w1.to(bf), b1.to(bf) if b1 is not None else None,
-                                  w2.to(bf), padded_offsets, cfg)
+                                  w2.to(bf), padded_offsets, cfg, m_aligned)
 
 
 class GroupedGluMLP(nn.Module):
@@ -272,18 +277,22 @@ class GroupedGluMLP(nn.Module):
 
     ``activation``: ``"swiglu"`` or ``"geglu"`` (clamped GeGLU: ``geglu_alpha``, ``clamp_max``,
     ``clamp_min``, ``linear_offset``; for DeepSeek-V4 clamped SwiGLU use geglu with alpha 1,
-    offset 0 and clamps ±limit).
+    offset 0 and clamps ±limit). ``m_aligned``: the row alignment of the ``padded_offsets``
+    (and M) the layer is given, one of 8, 16, 32, 64, 128, 256.
     """
 
     def __init__(self, num_experts: int, hidden: int, intermediate: int, *, activation: str = "swiglu",
                  bias: bool = False, geglu_alpha: float = 1.702, clamp_max: float = 7.0, clamp_min: float = -7.0,
-                 linear_offset: Optional[float] = None, device=None, dtype=torch.bfloat16):
+                 linear_offset: Optional[float] = None, m_aligned: int = M_ALIGN, device=None,
+                 dtype=torch.bfloat16):
         super().__init__()
+        check_m_aligned(m_aligned)
         if intermediate <= 0 or intermediate % 32:
             raise ValueError(f"intermediate: must be a positive multiple of 32 (gate/up blocks), got {intermediate}")
         self.num_experts, self.hidden, self.intermediate = num_experts, hidden, intermediate
         self.cfg = glu_config(activation, geglu_alpha=geglu_alpha, clamp_max=clamp_max, clamp_min=clamp_min,
                               linear_offset=linear_offset)
+        self.m_aligned = m_aligned
         kw = dict(device=device, dtype=dtype)
         self.w1 = nn.Parameter(torch.empty(num_experts, 2 * intermediate, hidden, **kw))
         self.w2 = nn.Parameter(torch.empty(num_experts, hidden, intermediate, **kw))
@@ -298,11 +307,12 @@ class GroupedGluMLP(nn.Module):
                 self.b1.zero_()
 
     def forward(self, x: Tensor, prob: Tensor, padded_offsets: Tensor) -> Tensor:
-        return grouped_glu_mlp(x, prob, self.w1, self.w2, padded_offsets, b1=self.b1, cfg=self.cfg)
+        return grouped_glu_mlp(x, prob, self.w1, self.w2, padded_offsets, b1=self.b1, cfg=self.cfg,
+                               m_aligned=self.m_aligned)
 
     def extra_repr(self) -> str:
         return (f"experts={self.num_experts}, hidden={self.hidden}, intermediate={self.intermediate}, "
-                f"act={self.cfg['act_func'][1:]}, bias={self.b1 is not None}")
+                f"act={self.cfg['act_func'][1:]}, bias={self.b1 is not None}, m_aligned={self.m_aligned}")
 
 
 __all__ = ["GroupedGluMLP", "gather_rows", "glu_act", "glu_config", "glu_forward", "grouped_glu_mlp", "grouped_mm", "grouped_wgrad",

@@ -23,7 +23,8 @@ Ops:
 
 Both return ``(d_row (M, 2N), dprob (M,) fp32, dbias)`` where ``dbias`` is ``(L, 2N)`` bf16 when
 ``generate_dbias`` and an empty ``(0, 2N)`` tensor otherwise (schemas cannot return None; the
-Python functions below map it to None).
+Python functions below map it to None). Every op takes ``int m_aligned=256``: M and every
+``padded_offsets`` entry are multiples of it (8, 16, 32, 64, 128 or 256).
 """
 from __future__ import annotations
 
@@ -43,9 +44,9 @@ _LIB = "cudnn_ext"
 
 
 @functools.lru_cache(maxsize=256, typed=True)  # typed: a rejected True must not answer for 1.0
-def _act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min) -> ActArgs:
+def _act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min, m_aligned=256) -> ActArgs:
     # cached: a frozen dataclass costs microseconds to build, and the hot path keys on it
-    return ActArgs(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min)
+    return ActArgs(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min, m_aligned=m_aligned)
 
 
 def _eager() -> bool:
@@ -93,7 +94,7 @@ def _empty_dbias(two_n, device):
 _lib = torch.library.Library(_LIB, "FRAGMENT")
 _ACT_ARGS = ("str act_func='dswiglu', float? linear_offset=None, float geglu_alpha=1.702, "
              "float glu_clamp_max=7.0, float glu_clamp_min=-7.0, bool generate_dbias=False, "
-             "ScalarType? d_dtype=None")
+             "ScalarType? d_dtype=None, int m_aligned=256")
 _lib.define("grouped_gemm_dglu(Tensor a, Tensor b, Tensor c, Tensor padded_offsets, Tensor alpha, Tensor beta, "
             f"Tensor prob, {_ACT_ARGS}) -> (Tensor, Tensor, Tensor)")
 _lib.define("grouped_gemm_dglu_discrete(Tensor a, Tensor b_ptrs, int n, Tensor c, Tensor padded_offsets, "
@@ -130,18 +131,20 @@ def _replayed(sig, ts, c, generate_dbias):
 def _dense_impl(a: Tensor, b: Tensor, c: Tensor, padded_offsets: Tensor, alpha: Tensor, beta: Tensor,
                 prob: Tensor, act_func: str = "dswiglu", linear_offset: Optional[float] = None,
                 geglu_alpha: float = 1.702, glu_clamp_max: float = 7.0, glu_clamp_min: float = -7.0,
-                generate_dbias: bool = False, d_dtype: Optional[torch.dtype] = None, fast=None):
+                generate_dbias: bool = False, d_dtype: Optional[torch.dtype] = None, m_aligned: int = 256,
+                fast=None):
     if fast is None:
         ts = (a, b, c, padded_offsets, alpha, beta, prob)
         if _plain_tensors(ts):
             sig = (_OP_DENSE, act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min,
-                   generate_dbias, d_dtype)
+                   generate_dbias, d_dtype, m_aligned)
             res = _replayed(sig, ts, c, generate_dbias)
             if res is not None:
                 return res
             fast = (sig, ts)
     d_row, dprob, dbias = run(a, c, padded_offsets, alpha, beta, prob, b=_vendor_b(b),
-                              act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min),
+                              act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min,
+                                       m_aligned),
                               generate_dbias=generate_dbias, d_dtype=d_dtype or torch.bfloat16, fast=fast)
     return d_row, dprob, (dbias if dbias is not None else _empty_dbias(c.shape[1], c.device))
 
@@ -150,18 +153,19 @@ def _discrete_impl(a: Tensor, b_ptrs: Tensor, n: int, c: Tensor, padded_offsets:
                    beta: Tensor, prob: Tensor, b_major: str = "k", act_func: str = "dswiglu",
                    linear_offset: Optional[float] = None, geglu_alpha: float = 1.702, glu_clamp_max: float = 7.0,
                    glu_clamp_min: float = -7.0, generate_dbias: bool = False,
-                   d_dtype: Optional[torch.dtype] = None, fast=None):
+                   d_dtype: Optional[torch.dtype] = None, m_aligned: int = 256, fast=None):
     if fast is None:
         ts = (a, b_ptrs, c, padded_offsets, alpha, beta, prob)
         if _plain_tensors(ts):
             sig = (_OP_DISCRETE, n, b_major, act_func, linear_offset, geglu_alpha, glu_clamp_max,
-                   glu_clamp_min, generate_dbias, d_dtype)
+                   glu_clamp_min, generate_dbias, d_dtype, m_aligned)
             res = _replayed(sig, ts, c, generate_dbias)
             if res is not None:
                 return res
             fast = (sig, ts)
     d_row, dprob, dbias = run(a, c, padded_offsets, alpha, beta, prob, b_ptrs=b_ptrs, n=n, b_major=b_major,
-                              act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min),
+                              act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min,
+                                       m_aligned),
                               generate_dbias=generate_dbias, d_dtype=d_dtype or torch.bfloat16, fast=fast)
     return d_row, dprob, (dbias if dbias is not None else _empty_dbias(c.shape[1], c.device))
 
@@ -174,7 +178,7 @@ _lib.impl("grouped_gemm_dglu_discrete", _discrete_impl, "CompositeExplicitAutogr
 # functionalizes the mutation.
 _OUTS = "Tensor(a!) d_row, Tensor(b!) dprob, Tensor(c!)? dbias"
 _OUT_ACT = ("str act_func='dswiglu', float? linear_offset=None, float geglu_alpha=1.702, "
-            "float glu_clamp_max=7.0, float glu_clamp_min=-7.0")
+            "float glu_clamp_max=7.0, float glu_clamp_min=-7.0, int m_aligned=256")
 _lib.define("grouped_gemm_dglu_out(Tensor a, Tensor b, Tensor c, Tensor padded_offsets, Tensor alpha, "
             f"Tensor beta, Tensor prob, {_OUTS}, {_OUT_ACT}) -> ()")
 _lib.define("grouped_gemm_dglu_discrete_out(Tensor a, Tensor b_ptrs, int n, Tensor c, Tensor padded_offsets, "
@@ -197,20 +201,20 @@ def _out_named():
 
 def _dense_out_impl(a, b, c, padded_offsets, alpha, beta, prob, d_row, dprob, dbias=None,
                     act_func="dswiglu", linear_offset=None, geglu_alpha=1.702, glu_clamp_max=7.0,
-                    glu_clamp_min=-7.0, fast=None) -> None:
+                    glu_clamp_min=-7.0, m_aligned=256, fast=None) -> None:
     outs = (d_row, dprob, dbias)
     if fast is None:
         ts = (a, b, c, padded_offsets, alpha, beta, prob, d_row, dprob) + _given(dbias)
         if _plain_tensors(ts):
             sig = (_OP_DENSE_OUT, act_func, linear_offset, geglu_alpha, glu_clamp_max,
-                   glu_clamp_min, dbias is not None)
+                   glu_clamp_min, dbias is not None, m_aligned)
             if run_fast(sig, ts, outs) is not None:
                 _mutated(outs)
                 return
             fast = (sig, ts)
     with _out_named():
         run(a, c, padded_offsets, alpha, beta, prob, b=_vendor_b(b),
-            act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min),
+            act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min, m_aligned),
             generate_dbias=dbias is not None, out=(d_row, dprob, dbias), fast=fast)
     _mutated((d_row, dprob, dbias))
 
@@ -228,20 +232,20 @@ def _mutated(tensors) -> None:
 
 def _discrete_out_impl(a, b_ptrs, n, c, padded_offsets, alpha, beta, prob, d_row, dprob, dbias=None,
                        b_major="k", act_func="dswiglu", linear_offset=None, geglu_alpha=1.702,
-                       glu_clamp_max=7.0, glu_clamp_min=-7.0, fast=None) -> None:
+                       glu_clamp_max=7.0, glu_clamp_min=-7.0, m_aligned=256, fast=None) -> None:
     outs = (d_row, dprob, dbias)
     if fast is None:
         ts = (a, b_ptrs, c, padded_offsets, alpha, beta, prob, d_row, dprob) + _given(dbias)
         if _plain_tensors(ts):
             sig = (_OP_DISCRETE_OUT, n, b_major, act_func, linear_offset, geglu_alpha,
-                   glu_clamp_max, glu_clamp_min, dbias is not None)
+                   glu_clamp_max, glu_clamp_min, dbias is not None, m_aligned)
             if run_fast(sig, ts, outs) is not None:
                 _mutated(outs)
                 return
             fast = (sig, ts)
     with _out_named():
         run(a, c, padded_offsets, alpha, beta, prob, b_ptrs=b_ptrs, n=n, b_major=b_major,
-            act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min),
+            act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min, m_aligned),
             generate_dbias=dbias is not None, out=(d_row, dprob, dbias), fast=fast)
     _mutated((d_row, dprob, dbias))
 
@@ -252,38 +256,40 @@ _lib.impl("grouped_gemm_dglu_discrete_out", _discrete_out_impl, "CompositeExplic
 
 @torch.library.register_fake(f"{_LIB}::grouped_gemm_dglu_out", lib=_lib)
 def _(a, b, c, padded_offsets, alpha, beta, prob, d_row, dprob, dbias=None, act_func="dswiglu",
-      linear_offset=None, geglu_alpha=1.702, glu_clamp_max=7.0, glu_clamp_min=-7.0):
+      linear_offset=None, geglu_alpha=1.702, glu_clamp_max=7.0, glu_clamp_min=-7.0, m_aligned=256):
     with _out_named():
         _fake_check(a, c, padded_offsets, alpha, beta, prob, b=b, generate_dbias=dbias is not None,
-                    act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min),
+                    act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min, m_aligned),
                     out=(d_row, dprob, dbias))
 
 
 @torch.library.register_fake(f"{_LIB}::grouped_gemm_dglu_discrete_out", lib=_lib)
 def _(a, b_ptrs, n, c, padded_offsets, alpha, beta, prob, d_row, dprob, dbias=None, b_major="k",
-      act_func="dswiglu", linear_offset=None, geglu_alpha=1.702, glu_clamp_max=7.0, glu_clamp_min=-7.0):
+      act_func="dswiglu", linear_offset=None, geglu_alpha=1.702, glu_clamp_max=7.0, glu_clamp_min=-7.0,
+      m_aligned=256):
     with _out_named():
         _fake_check(a, c, padded_offsets, alpha, beta, prob, b_ptrs=b_ptrs, n=n, b_major=b_major,
                     generate_dbias=dbias is not None,
-                    act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min),
+                    act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min, m_aligned),
                     out=(d_row, dprob, dbias))
 
 
 @torch.library.register_fake(f"{_LIB}::grouped_gemm_dglu", lib=_lib)
 def _(a, b, c, padded_offsets, alpha, beta, prob, act_func="dswiglu", linear_offset=None, geglu_alpha=1.702,
-      glu_clamp_max=7.0, glu_clamp_min=-7.0, generate_dbias=False, d_dtype=None):
+      glu_clamp_max=7.0, glu_clamp_min=-7.0, generate_dbias=False, d_dtype=None, m_aligned=256):
     problem = _fake_check(a, c, padded_offsets, alpha, beta, prob, b=b, generate_dbias=generate_dbias,
-                          act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min),
+                          act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min, m_aligned),
                           d_dtype=d_dtype)
     return _fake_outputs(c, problem)
 
 
 @torch.library.register_fake(f"{_LIB}::grouped_gemm_dglu_discrete", lib=_lib)
 def _(a, b_ptrs, n, c, padded_offsets, alpha, beta, prob, b_major="k", act_func="dswiglu", linear_offset=None,
-      geglu_alpha=1.702, glu_clamp_max=7.0, glu_clamp_min=-7.0, generate_dbias=False, d_dtype=None):
+      geglu_alpha=1.702, glu_clamp_max=7.0, glu_clamp_min=-7.0, generate_dbias=False, d_dtype=None,
+      m_aligned=256):
     problem = _fake_check(a, c, padded_offsets, alpha, beta, prob, b_ptrs=b_ptrs, n=n, b_major=b_major,
                           generate_dbias=generate_dbias,
-                          act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min),
+                          act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min, m_aligned),
                           d_dtype=d_dtype)
     return _fake_outputs(c, problem)
 
@@ -297,7 +303,7 @@ def _fake_check(a, c, padded_offsets, alpha, beta, prob, *, b=None, b_ptrs=None,
     invalid call fails on meta tensors and while torch.compile traces it, not only when it
     runs. Not the data-pointer alignment: meta and fake tensors have no real address (the
     real run checks it). With symbolic sizes the size rules add guards that only invalid
-    inputs fail (M % 256 == 0, K % 8 == 0, ...)."""
+    inputs fail (M % m_aligned == 0, K % 8 == 0, ...)."""
     ts = dict(a=a, b=b, b_ptrs=b_ptrs, c=c, padded_offsets=padded_offsets, alpha=alpha, beta=beta,
               prob=prob)
     if out is not None:
@@ -325,13 +331,15 @@ def grouped_gemm_dglu(
     act_func: str = "dswiglu", linear_offset: Optional[float] = None, geglu_alpha: float = 1.702,
     glu_clamp_max: float = 7.0, glu_clamp_min: float = -7.0, generate_dbias: bool = False,
     d_dtype: Optional[torch.dtype] = None, out: Optional[Tuple[Tensor, Tensor, Optional[Tensor]]] = None,
+    m_aligned: int = 256,
 ) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
     """Grouped GEMM + dGLU backward as a functional, ``torch.compile``-able op.
 
     ``a`` (M, K) bf16 (the upstream gradient), ``c`` (M, 2N) the saved forward pre-activation
-    (gate/up interleaved in 32-column blocks), ``padded_offsets`` (L,) int32 cumulative
-    256-aligned ends, ``alpha``/``beta`` (L,) fp32, ``prob`` (M,) fp32. Weights: dense
-    ``b`` (L, N, K) bf16, or discrete ``b_ptrs`` (L,) int64 with ``n`` (and ``b_major``).
+    (gate/up interleaved in 32-column blocks), ``padded_offsets`` (L,) int32 cumulative ends,
+    each a multiple of ``m_aligned`` (as M is: 8, 16, 32, 64, 128 or the vendor's 256, the
+    default), ``alpha``/``beta`` (L,) fp32, ``prob`` (M,) fp32. Weights: dense ``b`` (L, N, K)
+    bf16, or discrete ``b_ptrs`` (L,) int64 with ``n`` (and ``b_major``).
 
     Returns ``(d_row (M, 2N), dprob (M,), dbias (L, 2N) bf16 or None)``, all freshly
     zero-initialized (rows at/past ``padded_offsets[-1]`` are zero).
@@ -358,8 +366,8 @@ def grouped_gemm_dglu(
     # equal but validation tells them apart): with the tensors' metadata it identifies a
     # validated call
     sig = (b is None, n, b_major, act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min,
-           generate_dbias, d_dtype, out is None, type(n), type(linear_offset), type(geglu_alpha),
-           type(glu_clamp_max), type(glu_clamp_min), type(generate_dbias))
+           generate_dbias, d_dtype, out is None, m_aligned, type(n), type(linear_offset), type(geglu_alpha),
+           type(glu_clamp_max), type(glu_clamp_min), type(generate_dbias), type(m_aligned))
     w = b if b is not None else b_ptrs
     if out is not None:
         # replay first (a guard hit implies every check of _call_out passed on an earlier call
@@ -376,7 +384,7 @@ def grouped_gemm_dglu(
             return res
     # the validated path (a first call, or one the replay does not cover)
     act = dict(act_func=act_func, linear_offset=linear_offset, geglu_alpha=geglu_alpha,
-               glu_clamp_max=glu_clamp_max, glu_clamp_min=glu_clamp_min)
+               glu_clamp_max=glu_clamp_max, glu_clamp_min=glu_clamp_min, m_aligned=m_aligned)
     if out is not None:
         return _call_out(a, c, padded_offsets, alpha, beta, prob, b, b_ptrs, n, b_major, out,
                          generate_dbias, d_dtype, act, sig)
@@ -443,6 +451,9 @@ def _check_scalars(n, b_major, act: dict, d_dtype) -> None:
         contract.check_float_type(name, act[name])
     if act["linear_offset"] is not None:  # None: the activation's default
         contract.check_float_type("linear_offset", act["linear_offset"])
+    m = act["m_aligned"]
+    if isinstance(m, bool) or not isinstance(m, int):  # the schema would make True 1
+        raise TypeError(f"m_aligned: expected an int, got {type(m).__name__} {m!r}")
     if d_dtype is not None:
         contract.check_d_dtype(d_dtype)
 

@@ -256,7 +256,10 @@ WRAPPER_CASES = [
     ("b-major-x", "discrete", _c(b_major="x"), ValueError, ["b_major", "'x'"]),
     ("cd-major-m", "dense", _c(cd_major="m"), ValueError, ["cd_major"]),
     ("acc-dtype-fp16", "dense", _c(acc_dtype=FP16), TypeError, ["acc_dtype"]),
-    ("m-aligned-128", "dense", _c(m_aligned=128), ValueError, ["m_aligned", "128"]),
+    # m_aligned takes 8 .. 256 (powers of two) with BF16 operands (tests/unit/test_m_aligned.py)
+    ("m-aligned-24", "dense", _c(m_aligned=24), ValueError, ["m_aligned", "24", "[8, 16, 32, 64, 128, 256]"]),
+    ("m-aligned-512", "dense", _c(m_aligned=512), ValueError, ["m_aligned", "512"]),
+    ("m-aligned-float", "dense", _c(m_aligned=8.0), TypeError, ["m_aligned", "8.0"]),
     ("mma-tiler-m-64", "dense", _c(mma_tiler_mn=(64, 256)), ValueError, ["mma_tiler_mn"]),
     ("mma-tiler-n-48", "dense", _c(mma_tiler_mn=(256, 48)), ValueError, ["mma_tiler_mn"]),
     ("mma-tiler-scalar", "dense", _c(mma_tiler_mn=256), ValueError, ["mma_tiler_mn"]),
@@ -323,6 +326,7 @@ def test_base_call_is_valid(mode):
     # and the accepted no-op values of the rejected knobs
     for extra in (dict(epilogue_op="identity"), dict(epilogue_op=None), dict(sf_vec_size=16),
                   dict(acc_dtype=FP32), dict(cluster_shape_mn=(2, 1)), dict(mma_tiler_mn=(128, 64)),
+                  dict(m_aligned=128), dict(m_aligned=8),
                   dict(act_func="dgeglu", glu_clamp_min=-1.0, glu_clamp_max=1.0, geglu_alpha=0.5)):
         cudnn.grouped_gemm_dglu_wrapper(**{**kw, **extra})
 
