@@ -263,7 +263,7 @@ def run_cudnn_ext_discrete(pack, K, N, dbias=True, knobs=None):
 
 
 def build_plan(pack, K, N, knobs=None, dbias=True, weight_mode="dense", act="dswiglu",
-               round_dgrad=False, d_dtype=torch.bfloat16):
+               round_dgrad=False, d_dtype=torch.bfloat16, m_aligned=256):
     """(plan, workspace, knobs, build seconds) of the SM90 engine for the pack's problem
     (``knobs`` None: the engine's choice; a ``Knobs`` of config fields: that config). The
     activation output is generated when the pack holds one."""
@@ -279,7 +279,7 @@ def build_plan(pack, K, N, knobs=None, dbias=True, weight_mode="dense", act="dsw
                           d_dtype=d_dtype, act=ActConfig(act),
                           generate_dbias=dbias, device_type="cuda", device_index=0,
                           generate_activation=pack.get("activation") is not None,
-                          round_dgrad_to_input_dtype=round_dgrad)
+                          round_dgrad_to_input_dtype=round_dgrad, m_aligned=m_aligned)
     if knobs is None:
         knobs = min(eng.knob_space(problem), key=lambda k: eng.cost(problem, k))
     config = config_for(problem, **knobs.as_dict()) if isinstance(knobs, Knobs) else knobs

@@ -519,9 +519,6 @@ class Sm90DgluEngine(Engine):
             why.append("the activation output is defined for dgeglu only")
         if not (problem.has_prob and problem.has_dprob):
             why.append("the BF16 contract needs prob and dprob")
-        if problem.m_aligned != 256:  # units are N-tiles of 256-row slabs, each inside one expert
-            why.append(f"m_aligned {problem.m_aligned} below 256 needs the ragged-M schedule "
-                       f"(this kernel's 256-row slabs would straddle experts)")
         return why + placement_reasons(problem)
 
     def knob_space(self, problem: DgluProblem):

@@ -91,7 +91,12 @@ def sm90_problem(a_shape, c_shape, c_td, b_shape, num_experts: int, d_td, act, g
     except (ValueError, TypeError, NotImplementedError) as e:
         return None, [f"contract: {e}"]
     problem = dataclasses.replace(problem, device_type="cuda", device_index=None)
-    return problem, list(Sm90DgluEngine().check_support(problem))
+    why = list(Sm90DgluEngine().check_support(problem))
+    if problem.m_aligned < 256:
+        # the ragged schedule's tile table needs a scratch that the FFI call does not carry
+        why.append(f"m_aligned {problem.m_aligned}: the FFI call has no scratch for the ragged "
+                   f"schedule's tile table (the host callback runs it)")
+    return problem, why
 
 
 def choose_config(problem):

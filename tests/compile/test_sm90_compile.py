@@ -43,11 +43,12 @@ _DT = {BF16: "bf16", FP16: "fp16", FP32: "fp32"}
 
 
 def _problem(act="dswiglu", c=BF16, d=BF16, dbias=True, n=96, k=200, m=1024, L=4,
-             weight_mode="dense", b_major="k", activation=False, round_dgrad=False):
+             weight_mode="dense", b_major="k", activation=False, round_dgrad=False,
+             m_aligned=256):
     return DgluProblem(n=n, k=k, num_experts=L, m=m, weight_mode=weight_mode, b_major=b_major,
                        ab_dtype=BF16, c_dtype=c, d_dtype=d, act=ActConfig(act_func=act),
                        generate_dbias=dbias, device_type="cuda", generate_activation=activation,
-                       round_dgrad_to_input_dtype=round_dgrad)
+                       round_dgrad_to_input_dtype=round_dgrad, m_aligned=m_aligned)
 
 
 # ---------------------------------------------------------------------- the config
@@ -59,7 +60,7 @@ def test_config_fields_are_pinned():
                      "has_prob", "has_dprob", "generate_amax", "situ_beta1", "situ_beta2",
                      "tile_n", "ab_stages", "c_stages", "c_split",
                      "cluster_m", "cluster_n", "raster_group_m", "cooperative", "split_last",
-                     "init_outputs", "ws_zeroed", "fold_dbias"]
+                     "init_outputs", "ws_zeroed", "fold_dbias", "ragged_m"]
     assert [f.name for f in dataclasses.fields(Sm90TraceConfig)] == names + ["trace"]
 
 
@@ -825,6 +826,25 @@ _CASES = [
      (128, 1, 1, 1), "init_outputs"),
     ("fresh-coop-deep-swiglu-dbias", _problem(k=7168, **_COOP), "coop", "init_outputs"),
     ("zeroed-coop-deep-swiglu-dbias", _problem(k=7168, **_COOP), "coop", "ws_zeroed"),
+    # the ragged schedule (offsets aligned to 8 rows): no clusters along M, the clipping D
+    # store (16-bit D of C's type), register stores (fp32 D), the activation output (tile
+    # 64 only), discrete weights, both cooperative forms, 64-row C entries, fresh outputs
+    ("ragged-t128-1x1-half-swiglu-dbias", _problem(m_aligned=8, **_P), (128, 1, 1, 2), None),
+    ("ragged-t64-1x1-geglu-dbias-Cbf16-Dfp32", _problem(act="dgeglu", d=FP32, m_aligned=8, **_P),
+     (64, 1, 1, 1), None),
+    ("ragged-t64-1x1-geglu-act-round",
+     _problem(act="dgeglu", activation=True, round_dgrad=True, m_aligned=16, **_P),
+     (64, 1, 1, 1), None),
+    ("ragged-discrete-t128-1x1-swiglu-dbias-nmajor-K2056",
+     _problem(weight_mode="discrete", b_major="n", n=96, k=2056, m_aligned=8), (128, 1, 1, 1),
+     None),
+    ("ragged-coop-mid-geglu-dbias", _problem(act="dgeglu", k=4096, m_aligned=8, **_COOP),
+     "coop", None),
+    ("ragged-coop-deep-swiglu-dbias", _problem(k=7168, m_aligned=128, **_COOP), "coop", None),
+    ("fresh-ragged-t128-1x1-half-swiglu-dbias", _problem(m_aligned=8, **_P), (128, 1, 1, 2),
+     "init_outputs"),
+    ("zeroed-ragged-coop-deep-swiglu-dbias", _problem(k=7168, m_aligned=8, **_COOP), "coop",
+     "ws_zeroed"),
 ]
 
 
@@ -856,7 +876,11 @@ def test_selectable_variant_compiles_for_sm90a(problem, entry, variant):
         assert dataclasses.replace(cfg, init_outputs=False, ws_zeroed=False) == \
             cooperative_config(problem)
         assert cfg.split_last == (3 if problem.k >= 5120 else 1)
-    _check_report(cfg, 0 if cfg.cooperative else _max_spill(problem))
+    assert cfg.ragged_m == (problem.m_aligned < 256)
+    spill = 0 if cfg.cooperative else _max_spill(problem)
+    if cfg.ragged_m and cfg.generate_activation:
+        spill = 24  # the masked activation stores (the 128-wide form: 252 B, not offered)
+    _check_report(cfg, spill)
 
 
 def test_cases_cover_the_knob_space_and_the_families():
@@ -864,7 +888,7 @@ def test_cases_cover_the_knob_space_and_the_families():
     entries, both cooperative forms), every C/D type pair, both activations, dbias on and
     off, K- and N-major B, and both launch variants appear among the compiled cases."""
     entries = {(c[1].weight_mode, c[2] if c[2] != "coop" else ("coop", c[1].k >= 5120))
-               for c in _CASES}
+               for c in _CASES if c[1].m_aligned == 256}
     dense = {(t, cm, cn) for cm, cn in ((1, 1), (2, 1), (2, 2)) for t in (64, 128)}
     disc = {(t, cm, 1) for cm in (1, 2) for t in (64, 128)}
     for wm, shapes in (("dense", dense), ("discrete", disc)):
@@ -881,6 +905,26 @@ def test_cases_cover_the_knob_space_and_the_families():
         assert {getattr(p, attr) for p in probs} == values
     assert {p.act.act_func for p in probs} == {"dswiglu", "dgeglu"}
     assert {c[3] for c in _CASES} == {None, "init_outputs", "ws_zeroed"}
+    # the ragged schedule's knob space (tile 64 and 128 in 1x1, both cooperative forms)
+    ragged = {(c[1].weight_mode, c[2] if c[2] != "coop" else ("coop", c[1].k >= 5120))
+              for c in _CASES if c[1].m_aligned < 256}
+    assert {e[1][:3] for e in ragged if e[1][0] != "coop"} == {(64, 1, 1), (128, 1, 1)}
+    assert {e[1] for e in ragged if e[1][0] == "coop"} == {("coop", False), ("coop", True)}
+
+
+def test_ragged_knob_space():
+    """m_aligned below 256: every configuration is ragged, without clusters along M; with the
+    activation output tile 64 only; the cooperative form as at 256, in 1x1 clusters."""
+    eng = Sm90DgluEngine()
+    for p in (_problem(m_aligned=8), _problem(weight_mode="discrete", m_aligned=64),
+              _problem(k=7168, m_aligned=8, **_COOP)):
+        space = eng.knob_space(p)
+        assert space and all(k.ragged_m and k.cluster_m == 1 and k.cluster_n == 1 for k in space)
+    assert any(k.cooperative for k in eng.knob_space(_problem(k=7168, m_aligned=8, **_COOP)))
+    act = eng.knob_space(_problem(act="dgeglu", activation=True, m_aligned=8))
+    assert {k.tile_n for k in act} == {64}
+    assert not any(k.ragged_m for k in eng.knob_space(_problem()))
+    assert eng.check_support(_problem(m_aligned=8)) == []
 
 
 @needs_dsl

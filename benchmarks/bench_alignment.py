@@ -1,0 +1,139 @@
+"""Benchmark: expert groups aligned to 8 rows against the same groups padded to 256 rows.
+
+Frameworks align each expert's token group to 8 rows (TorchTitan's bf16
+``TOKEN_GROUP_ALIGN_SIZE_M``); the vendor's contract pads every group to 256. For each of the
+four benchmark shapes (bench_dglu.SHAPES: experts, mean rows per expert, K, N) the group sizes
+are multiples of 8 and not of 256 (uniform shapes: the mean times a factor in [0.5, 1.5];
+skew: its Pareto draw at 8-row granularity, every 8th expert empty). Rows, side by side in one
+process on the same values, the SM90 engine's choice of configuration, its plan's execute:
+
+  aligned8    m_aligned=8: the groups as they are (the ragged schedule)
+  padded256   each group padded with rows up to a multiple of 256 (m_aligned=256)
+
+Device time (bench_dglu's "gpu" timer: each call issued behind a spin kernel), median of
+--reps calls, round-robin (--rounds). Writes JSON rows {"shape", "impl", "ms", "rows",
+"tflops" (2 x the real rows x N x K), "knobs"} with the command, device and date to
+benchmarks/results/alignment-<device>.json (or --out), replacing the previous one.
+
+  python benchmarks/bench_alignment.py [--shapes dsv3,qwen3,mixtral,skew] [--reps 30]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_dglu  # noqa: E402
+
+IMPLS = ("aligned8", "padded256")
+
+
+def group_sizes(name, L, rows, seed=0):
+    """Multiples of 8, not of 256 (empty groups allowed): see the module docstring."""
+    g = torch.Generator().manual_seed(seed)
+    sizes = []
+    for i in range(L):
+        u = float(torch.rand(1, generator=g))
+        if name.startswith("skew"):
+            if i % 8 == 7:
+                sizes.append(0)
+                continue
+            x = min(rows / 3 / (1 - u) ** (2 / 3), 16 * rows)  # Pareto(1.5), mean `rows`
+        else:
+            x = rows * (0.5 + u)
+        size = max(8, int(math.ceil(x / 8)) * 8)
+        sizes.append(size + 8 if size % 256 == 0 else size)
+    return sizes
+
+
+def padded_pack(pack, sizes):
+    """The same rows, each group padded with zero rows (probability 0) to a multiple of 256."""
+    padded = [-(-s // 256) * 256 for s in sizes]
+    src, dst = [], []
+    s0 = d0 = 0
+    for s, p in zip(sizes, padded):
+        src.append(torch.arange(s0, s0 + s))
+        dst.append(torch.arange(d0, d0 + s))
+        s0, d0 = s0 + s, d0 + p
+    src, dst = torch.cat(src).cuda(), torch.cat(dst).cuda()
+    M = d0
+    out = {}
+    for key in ("a", "c", "d_row"):
+        t = pack[key]
+        z = torch.zeros((M,) + tuple(t.shape[1:]), dtype=t.dtype, device=t.device)
+        z[dst] = t[src]
+        out[key] = z
+    for key in ("prob", "dprob"):
+        z = torch.zeros(M, device="cuda")
+        z[dst] = pack[key][src]
+        out[key] = z
+    out.update(b=pack["b"], alpha=pack["alpha"], beta=pack["beta"], dbias=pack["dbias"].clone(),
+               padded_offsets=torch.tensor(list(bench_dglu._cumsum(padded)), dtype=torch.int32,
+                                           device="cuda"))
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--shapes", default=",".join(bench_dglu.SHAPES))
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    unknown = [s for s in args.shapes.split(",") if s not in bench_dglu.SHAPES]
+    if unknown:
+        ap.error(f"--shapes: unknown {unknown}; known: {sorted(bench_dglu.SHAPES)}")
+    dev_name = torch.cuda.get_device_name()
+    rows = []
+    for name in args.shapes.split(","):
+        L, per, K, N = bench_dglu.SHAPES[name]
+        sizes = group_sizes(name, L, per)
+        torch.manual_seed(0)
+        pack = bench_dglu.make_inputs(sizes, K, N)
+        packs = {"aligned8": (pack, 8), "padded256": (padded_pack(pack, sizes), 256)}
+        fns, shape_rows = {}, {}
+        for impl, (p, align) in packs.items():
+            plan, ws, knobs, _ = bench_dglu.build_plan(p, K, N, m_aligned=align)
+            stream = torch.cuda.current_stream()
+            fns[impl] = (lambda plan=plan, p=p, ws=ws: plan.execute(p, ws, stream))
+            shape_rows[impl] = dict(shape=name, impl=impl, L=L, rows=int(p["a"].shape[0]),
+                                    real_rows=sum(sizes), K=K, N=N, m_aligned=align,
+                                    knobs=knobs.as_dict())
+        timers = {impl: bench_dglu.DeviceTimer() for impl in fns}
+        medians, errors = bench_dglu.bench_round_robin(fns, args.warmup, args.reps, args.rounds,
+                                                       timer=timers)
+        for impl, row in shape_rows.items():
+            if impl in medians:
+                row.update(ms=medians[impl], late_calls=timers[impl].late,
+                           tflops=2.0 * sum(sizes) * N * K / medians[impl] / 1e9)
+            else:
+                row.update(ms=None, error=errors.get(impl))
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        del fns, packs, pack
+        torch.cuda.empty_cache()
+    print(f"\n{'shape':8s} {'aligned8 ms':>12s} {'padded256 ms':>13s} {'ratio':>6s}")
+    for name in args.shapes.split(","):
+        got = {r["impl"]: r for r in rows if r["shape"] == name}
+        a, p = got["aligned8"].get("ms"), got["padded256"].get("ms")
+        if a and p:
+            print(f"{name:8s} {a:12.3f} {p:13.3f} {a / p:6.3f}")
+    date = datetime.date.today().isoformat()
+    out = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
+                                   f"alignment-{dev_name.replace(' ', '_')}.json")
+    command = " ".join([os.path.basename(sys.argv[0])] + (argv or sys.argv[1:]))
+    with open(out, "w") as f:
+        json.dump(dict(command=command, device=dev_name, date=date, torch=torch.__version__,
+                       timer="gpu", rounds=args.rounds, rows=rows), f, indent=1)
+    print("wrote", out)
+
+
+if __name__ == "__main__":
+    main()
