@@ -126,11 +126,8 @@ def cooperative_config(problem: DgluProblem) -> Sm90Config:
     (``Sm90DgluEngine._cooperative_applies``): the deep form at K >= _COOP_MIN_DEEP_K (its
     3 A/B stages next to 4 C stages need 16-bit C, as the schedule does), else the 2-stage
     form (the shallow and mid rules)."""
-    knobs = dict(COOPERATIVE_DEEP_KNOBS if problem.k >= _COOP_MIN_DEEP_K else COOPERATIVE_KNOBS)
-    if problem.m_aligned < 256:
-        # the ragged schedule has no clusters along M (Sm90Config.ragged_m)
-        knobs.update(cluster_m=1, raster_group_m=RASTER_GROUP_M[1])
-    return config_for(problem, **knobs)
+    return config_for(problem, **(COOPERATIVE_DEEP_KNOBS if problem.k >= _COOP_MIN_DEEP_K
+                                  else COOPERATIVE_KNOBS))
 
 
 def placement_reasons(problem: DgluProblem) -> list:
@@ -528,12 +525,10 @@ class Sm90DgluEngine(Engine):
         128 x 256 form where ``_cooperative_applies``."""
         shapes = CLUSTER_SHAPES if problem.weight_mode == "dense" else ((1, 1), (2, 1))
         tile_ns = TILE_NS
-        if problem.m_aligned < 256:
-            # ragged M: no clusters along M; with the activation output the 128-wide
-            # epilogue spills (252 B; 64-wide: 20 B; tests/compile/test_sm90_compile.py)
-            shapes = ((1, 1),)
-            if problem.generate_activation:
-                tile_ns = (64,)
+        if problem.m_aligned < 256 and problem.generate_activation:
+            # the ragged epilogue's masked activation stores spill at tile 128 (252 B; 64:
+            # 20 B; tests/compile/test_sm90_compile.py)
+            tile_ns = (64,)
         space = [config_for(problem, tile_n=t, cluster_m=cm, cluster_n=cn,
                             c_split=2 if self._c_split_applies(problem, t, cn) else 1)
                  for cm, cn in shapes for t in tile_ns]

@@ -826,17 +826,20 @@ _CASES = [
      (128, 1, 1, 1), "init_outputs"),
     ("fresh-coop-deep-swiglu-dbias", _problem(k=7168, **_COOP), "coop", "init_outputs"),
     ("zeroed-coop-deep-swiglu-dbias", _problem(k=7168, **_COOP), "coop", "ws_zeroed"),
-    # the ragged schedule (offsets aligned to 8 rows): no clusters along M, the clipping D
+    # the ragged schedule (offsets aligned to 8 rows): every cluster shape, the clipping D
     # store (16-bit D of C's type), register stores (fp32 D), the activation output (tile
     # 64 only), discrete weights, both cooperative forms, 64-row C entries, fresh outputs
+    ("ragged-t128-2x1-half-swiglu-dbias", _problem(m_aligned=8, **_P), (128, 2, 1, 2), None),
+    ("ragged-t128-2x2-geglu-Cbf16-Dfp16", _problem(act="dgeglu", dbias=False, d=FP16,
+                                                   m_aligned=32, **_P), (128, 2, 2, 1), None),
     ("ragged-t128-1x1-half-swiglu-dbias", _problem(m_aligned=8, **_P), (128, 1, 1, 2), None),
     ("ragged-t64-1x1-geglu-dbias-Cbf16-Dfp32", _problem(act="dgeglu", d=FP32, m_aligned=8, **_P),
      (64, 1, 1, 1), None),
     ("ragged-t64-1x1-geglu-act-round",
      _problem(act="dgeglu", activation=True, round_dgrad=True, m_aligned=16, **_P),
      (64, 1, 1, 1), None),
-    ("ragged-discrete-t128-1x1-swiglu-dbias-nmajor-K2056",
-     _problem(weight_mode="discrete", b_major="n", n=96, k=2056, m_aligned=8), (128, 1, 1, 1),
+    ("ragged-discrete-t128-2x1-swiglu-dbias-nmajor-K2056",
+     _problem(weight_mode="discrete", b_major="n", n=96, k=2056, m_aligned=8), (128, 2, 1, 1),
      None),
     ("ragged-coop-mid-geglu-dbias", _problem(act="dgeglu", k=4096, m_aligned=8, **_COOP),
      "coop", None),
@@ -905,21 +908,24 @@ def test_cases_cover_the_knob_space_and_the_families():
         assert {getattr(p, attr) for p in probs} == values
     assert {p.act.act_func for p in probs} == {"dswiglu", "dgeglu"}
     assert {c[3] for c in _CASES} == {None, "init_outputs", "ws_zeroed"}
-    # the ragged schedule's knob space (tile 64 and 128 in 1x1, both cooperative forms)
+    # the ragged schedule: each cluster shape, tile 64 and 128, both cooperative forms
     ragged = {(c[1].weight_mode, c[2] if c[2] != "coop" else ("coop", c[1].k >= 5120))
               for c in _CASES if c[1].m_aligned < 256}
-    assert {e[1][:3] for e in ragged if e[1][0] != "coop"} == {(64, 1, 1), (128, 1, 1)}
+    assert {e[1][1:3] for e in ragged if e[1][0] != "coop"} == {(1, 1), (2, 1), (2, 2)}
+    assert {e[1][0] for e in ragged if e[1][0] != "coop"} == {64, 128}
     assert {e[1] for e in ragged if e[1][0] == "coop"} == {("coop", False), ("coop", True)}
 
 
 def test_ragged_knob_space():
-    """m_aligned below 256: every configuration is ragged, without clusters along M; with the
-    activation output tile 64 only; the cooperative form as at 256, in 1x1 clusters."""
+    """m_aligned below 256: every configuration is ragged, the same shapes as at 256; with
+    the activation output tile 64 only."""
     eng = Sm90DgluEngine()
     for p in (_problem(m_aligned=8), _problem(weight_mode="discrete", m_aligned=64),
               _problem(k=7168, m_aligned=8, **_COOP)):
         space = eng.knob_space(p)
-        assert space and all(k.ragged_m and k.cluster_m == 1 and k.cluster_n == 1 for k in space)
+        flat = eng.knob_space(dataclasses.replace(p, m_aligned=256))
+        assert space and all(k.ragged_m for k in space)
+        assert [dataclasses.replace(k, ragged_m=False) for k in space] == flat
     assert any(k.cooperative for k in eng.knob_space(_problem(k=7168, m_aligned=8, **_COOP)))
     act = eng.knob_space(_problem(act="dgeglu", activation=True, m_aligned=8))
     assert {k.tile_n for k in act} == {64}

@@ -573,8 +573,10 @@ def ragged_cases() -> list:
     of and one past a tile, empty ones first, in the middle and last; N and K tails; both
     activations and signed beta; fp32 D (register stores) and fp16 C/D; dbias off; the
     activation output; discrete weights, K- and N-major; cooperative 128 x 256 with and
-    without the split last round; 64-row C entries and 2 C stages; L = 128 of 8 rows each;
-    a many-tile walk. A and C rows past the last offset hold NaN."""
+    without the split last round; 64-row C entries and 2 C stages; 2x1 and 2x2 clusters (a
+    pair's second tile wholly past its expert's end: experts of 8 to 256 rows), alone, with
+    discrete weights and cooperative; L = 128 of 8 rows each; a many-tile walk. A and C rows
+    past the last offset hold NaN."""
     co = dict(cooperative=True)
     odd = [8, 0, 136, 120, 264, 0, 504, 8]
     return [
@@ -593,5 +595,16 @@ def ragged_cases() -> list:
         Case(odd * 4, 352, 200, "dswiglu", c_split=2, m_aligned=8),
         Case(odd * 4, 352, 200, "dgeglu", tile_n=64, c_stages=2, m_aligned=8),
         Case([8] * 128, 64, 64, "dswiglu", m_aligned=8),
+        Case(odd, 96, 200, "dswiglu", cluster_m=2, c_split=2, m_aligned=8),
+        Case(odd, 352, 200, "dgeglu", torch.bfloat16, torch.float32, cluster_m=2, cluster_n=2,
+             m_aligned=8),
+        Case(odd, 160, 264, "dgeglu", weight_mode="discrete", b_major="n", cluster_m=2,
+             m_aligned=8),
+        Case(odd, 320, 264, "dswiglu", tile_n=256, cluster_m=2, m_aligned=8, **co),
+        Case([1000, 8, 0, 2040, 520, 1304, 8, 2000], 512, 1416, "dgeglu", tile_n=256,
+             cluster_m=2, split_last=3, extra_rows=16384, m_aligned=8, **co),
+        Case([8] * 128, 64, 64, "dswiglu", cluster_m=2, m_aligned=8),
+        Case([1000, 8, 0, 4088, 1032, 504, 248, 2040], 512, 1416, "dgeglu", cluster_m=2,
+             m_aligned=8),
         Case([1000, 8, 0, 4088, 1032, 504, 248, 2040], 512, 1416, "dgeglu", m_aligned=8),
     ]

@@ -1,9 +1,9 @@
 """The SM90 kernel's ragged schedule (offsets aligned to 8-128 rows, ``Sm90Config.ragged_m``):
 the model the kernel's table and tile lookup follow (``tile_walk.ragged_schedule``,
 ``ragged_units``), on random and edge-case offsets: every row of every expert lies in exactly
-one tile of its own expert, a tile starts inside its expert, no tile starts in another
-expert's rows, tiles past an expert's end are never more than its last one (partial) and the
-tile count is the running sum the helper kernel writes. The GPU tests check the kernel against
+one tile of its own expert, a tile starts inside its expert (a cluster pair's second tile
+possibly wholly past its end, the pair one expert's), and the unit count is the running sum
+the helper kernel writes. The GPU tests check the kernel against
 the float64 reference on such offsets (tests/gpu/test_sm90_correctness.py)."""
 import random
 
@@ -34,20 +34,24 @@ def _cases():
         yield [8 * rng.choice([0, 1, 15, 16, 17, rng.randint(0, 300)]) for _ in range(L)]
 
 
+@pytest.mark.parametrize("cluster_m", [1, 2])
 @pytest.mark.parametrize("groups", list(_cases()), ids=lambda g: f"L{len(g)}-M{sum(g)}")
-def test_every_row_in_one_tile_of_its_expert(groups):
+def test_every_row_in_one_tile_of_its_expert(groups, cluster_m):
     offs = _offsets(groups)
-    tiles = ragged_schedule(offs)
-    # the helper kernel's table: the running sum of each expert's tiles
-    table = _offsets([ragged_units(g, PY_OPS) for g in groups])
-    assert len(tiles) == (table[-1] if table else 0)
+    tiles = ragged_schedule(offs, cluster_m)
+    # the helper kernel's table: the running sum of each expert's units
+    table = _offsets([ragged_units(g, cluster_m, PY_OPS) for g in groups])
+    assert len(tiles) == (table[-1] if table else 0) * cluster_m
     owner = {}
     for t, (e, row0, end) in enumerate(tiles):
         start = offs[e - 1] if e else 0
-        assert end == offs[e] and start <= row0 < end, (t, e, row0, end)
+        assert end == offs[e] and row0 >= start, (t, e, row0, end)
+        # only a pair's second tile may start past the end (an empty tile)
+        assert row0 < end or (t % cluster_m and row0 - TILE_M < end), (t, e, row0, end)
         assert (row0 - start) % TILE_M == 0
-        # the tile's expert by the table: the first e with table[e] > t
-        assert e == next(i for i, c in enumerate(table) if c > t)
+        # the unit's expert by the table: the first e with table[e] > t // cluster_m
+        assert e == next(i for i, c in enumerate(table) if c > t // cluster_m)
+        assert tiles[t - t % cluster_m][0] == e  # a unit's tiles: one expert's
         for r in range(row0, min(row0 + TILE_M, end)):
             assert r not in owner, (r, owner.get(r), t)
             owner[r] = e
@@ -56,15 +60,15 @@ def test_every_row_in_one_tile_of_its_expert(groups):
 
 
 def test_ragged_units():
-    assert [ragged_units(r, PY_OPS) for r in (0, 8, 120, 128, 136, 256, -8)] == [0, 1, 1, 1, 2, 2, 0]
+    assert [ragged_units(r, 1, PY_OPS) for r in (0, 8, 120, 128, 136, 256, -8)] == [0, 1, 1, 1, 2, 2, 0]
+    assert [ragged_units(r, 2, PY_OPS) for r in (0, 8, 256, 264, 512, -8)] == [0, 1, 1, 2, 2, 0]
 
 
 def test_ragged_config_rules_and_scratch():
     base = dict(n=768, k=2048, ab_dtype="bf16", c_dtype="bf16", d_dtype="bf16",
                 act_func="dswiglu", generate_dbias=True, ragged_m=True)
     Sm90Config(**base).check()
-    with pytest.raises(ValueError, match="cluster_m must be 1 with ragged_m"):
-        Sm90Config(**base, cluster_m=2).check()
+    Sm90Config(**base, cluster_m=2, cluster_n=2).check()
     for extra in ({}, dict(cooperative=True, tile_n=256, split_last=3)):
         cfg = Sm90Config(**{**base, **extra})
         L = 13

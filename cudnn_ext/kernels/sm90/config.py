@@ -93,13 +93,13 @@ class Sm90Config:
     Row schedule:
 
     * ``ragged_m``: expert offsets need only be multiples of 8 (``m_aligned`` below 256). Each
-      expert gets ceil(rows / 128) M-tiles of its own, starting at its first row, so a tile
-      may run past its expert's end: those rows are loaded but reach no output (D leaves
-      through a descriptor that clips at the expert's end, the register stores and dprob
-      atomics are predicated, dbias and amax terms are zeroed by select). A helper kernel
-      writes the per-expert cumulative tile counts into the scratch region
-      (``ragged_table_offset``). Clusters along M are off (a pair would multicast one
-      expert's B to a tile of another).
+      expert gets ceil(rows / (128 cluster_m)) units of its own, starting at its first row,
+      so a tile may run past its expert's end: those rows are loaded but reach no output (D
+      leaves through a descriptor that clips at the expert's end, the register stores and
+      dprob atomics are predicated, dbias and amax terms are zeroed by select). A cluster
+      pair along M shares one expert (its B k-tiles), its second tile possibly wholly past
+      the expert's end. A helper kernel writes the per-expert cumulative unit counts into
+      the scratch region (``ragged_table_offset``).
     """
 
     n: int
@@ -187,10 +187,6 @@ class Sm90Config:
             raise ValueError(f"cluster_n must be 1 with discrete B, got {self.cluster_n}")
         if self.init_outputs and self.generate_dbias and not self.fold_dbias:
             raise ValueError("init_outputs with dbias needs fold_dbias (the fold writes dbias)")
-        if self.ragged_m and self.cluster_m != 1:
-            raise ValueError(f"cluster_m must be 1 with ragged_m (a cluster pair along M "
-                             f"shares its B k-tiles, which tiles of two experts do not), got "
-                             f"{self.cluster_m}")
         if self.cluster_n not in (1, 2) or (self.cluster_n == 2 and self.cluster_m != 2):
             raise ValueError(f"cluster_n must be 1, or 2 with cluster_m == 2, got "
                              f"cluster_n={self.cluster_n}, cluster_m={self.cluster_m}")

@@ -163,7 +163,8 @@ class DbiasMixin:
         expert's, among the first ``m_tiles``: (offs[e] - offs[e-1]) / 128 with 256-aligned
         offsets, and still a count every counter reaches when offsets are not 256-aligned
         or negative; decreasing offsets can leave one short; ``ragged_m``: the expert's
-        tiles in the table, table[e] - table[e-1]) folds the
+        units in the table times cluster_m, (table[e] - table[e-1]) cluster_m: a tile past
+        the expert's end is counted too, with nothing in it) folds the
         tile's 2*TILE_N columns: each sum read by atomic exchange with 0 (coherent at L2,
         leaves zero), dbias = bf16(fp32(dbias) + sum), then the counter reset. So every
         launch leaves the dbias region of the workspace zero (``_count_and_fold``). The
@@ -217,8 +218,8 @@ class DbiasMixin:
             hi = Int32(0)
             if cutlass.const_expr(self.cfg.ragged_m):
                 if expert > 0:
-                    lo = mTable[expert - 1]
-                hi = mTable[expert]
+                    lo = mTable[expert - 1] * self.cfg.cluster_m
+                hi = mTable[expert] * self.cfg.cluster_m
             else:
                 if expert > 0:  # (clamped: a negative offset breaks the contract)
                     lo = cutlass.max((mOffs[expert - 1] + (TILE_M - 1)) // TILE_M, Int32(0))

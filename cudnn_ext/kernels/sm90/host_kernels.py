@@ -67,7 +67,7 @@ class HostKernelsMixin:
 
     @cute.kernel
     def ragged_table(self, mOffs: cute.Tensor, mTable: cute.Tensor, num_experts: Int32):
-        """One warp: table[e] = M-tiles of experts 0..e in the ragged schedule (the running
+        """One warp: table[e] = units of experts 0..e in the ragged schedule (the running
         sum of ``tile_walk.ragged_units``), 32 experts per step: each lane counts its
         expert's tiles, a shuffle scan sums them, and lane 31's total carries over. No host
         read of the offsets, so a CUDA graph replay with new offsets gets a new table."""
@@ -82,7 +82,7 @@ class HostKernelsMixin:
                 start = Int32(0)
                 if e > 0:
                     start = mOffs[e - 1]
-                count = ragged_units(mOffs[e] - start, ops)
+                count = ragged_units(mOffs[e] - start, self.cfg.cluster_m, ops)
             for d in cutlass.range_constexpr(5):
                 up = cute.arch.shuffle_sync_up(count, offset=1 << d)
                 if lane >= (1 << d):

@@ -249,8 +249,8 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
         # many CTAs can be resident at once (for clusters: max active clusters x cl).
         max_units = (m // (TILE_M * cm)) * cfg.num_n_units()
         if cutlass.const_expr(cfg.ragged_m):
-            # each expert's last tile may be partial: at most one more tile per expert
-            max_units = (m // TILE_M + num_experts) * cfg.num_n_units()
+            # each expert's last unit may be partial: at most one more unit per expert
+            max_units = (m // (TILE_M * cm) + num_experts) * cfg.num_n_units()
         grid = (cutlass.min(max_units, sm_count // cl) * cl, 1, 1)
         fold = cfg.fold_in_kernel()
         total = num_experts * 2 * n
@@ -594,7 +594,7 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
         schedule's tile (``tile_walk.ragged_tile``), whose rows from ``end`` on are masked."""
         mOffs, mTable, num_experts = walk[4]
         if cutlass.const_expr(self.cfg.ragged_m):
-            return ragged_tile(mTable, mOffs, num_experts, m_tile)
+            return ragged_tile(mTable, mOffs, num_experts, m_tile, self.cfg.cluster_m)
         row0 = m_tile * TILE_M
         return expert_of_row(mOffs, num_experts, row0), row0, row0 + TILE_M
 

@@ -8,11 +8,13 @@ rows, so [row0, row0+128) lies inside one expert's range (docs/vendor_contract.m
 Only the ``offs[L-1] / 128`` M-tiles that hold rows are scheduled, so rows past the last
 offset cost nothing and are never touched; empty experts own no rows and therefore no tiles.
 
-With ``ragged_m`` (offsets multiples of 8) tiles are numbered per expert instead: expert e owns
-ceil(rows_e / 128) tiles, its first one starting at its first row, and a table of cumulative
-counts (``ragged_units``, written on the device each launch) maps tile t to its expert by the
-same search (``ragged_tile``). A tile's rows past its expert's end belong to the next expert
-(or lie past the last offset): the kernel loads them but masks every output of them.
+With ``ragged_m`` (offsets multiples of 8) units are numbered per expert instead: expert e owns
+ceil(rows_e / (128 cluster_m)) units of cluster_m M-tiles, its first one starting at its first
+row, and a table of cumulative counts (``ragged_units``, written on the device each launch)
+maps unit u to its expert by the same search (``ragged_tile``). A tile's rows past its
+expert's end belong to the next expert (or lie past the last offset), and the second tile of
+an expert's last unit may lie wholly past it: the kernel loads such rows but masks every
+output of them. Both CTAs of a cluster pair along M thus share one expert's B k-tiles.
 """
 from __future__ import annotations
 
@@ -63,38 +65,43 @@ def expert_of_row(offs: cute.Tensor, num_experts: Int32, row0: Int32) -> Int32:
     return lo
 
 
-def ragged_units(rows: int, ops: "ScheduleOps"):
-    """M-tiles of an expert of ``rows`` rows in the ragged schedule: ceil(rows / 128), 0 for
-    an empty expert and for a negative count (decreasing offsets break the contract; the
-    schedule must still end)."""
-    return ops.max((rows + (TILE_M - 1)) // TILE_M, 0)
+def ragged_units(rows, cluster_m: int, ops: "ScheduleOps"):
+    """Units (cluster_m M-tiles) of an expert of ``rows`` rows in the ragged schedule:
+    ceil(rows / (128 cluster_m)), 0 for an empty expert and for a negative count (decreasing
+    offsets break the contract; the schedule must still end)."""
+    unit = TILE_M * cluster_m
+    return ops.max((rows + (unit - 1)) // unit, 0)
 
 
 @cute.jit
-def ragged_tile(mTable: cute.Tensor, mOffs: cute.Tensor, num_experts: Int32, t: Int32):
-    """(expert, first row, end row) of ragged tile ``t``: the expert e with
-    table[e-1] <= t < table[e] (table[e]: tiles of experts 0..e), its tile t - table[e-1],
-    so rows [offs[e-1] + 128 (t - table[e-1]), +128) clipped at offs[e]. Only called with
-    t < table[L-1]."""
-    e = expert_of_row(mTable, num_experts, t)
-    first_tile = Int32(0)
+def ragged_tile(mTable: cute.Tensor, mOffs: cute.Tensor, num_experts: Int32, t: Int32,
+                cluster_m: cutlass.Constexpr):
+    """(expert, first row, end row) of ragged M-tile ``t`` (tile t % cluster_m of unit
+    u = t // cluster_m): the expert e with table[e-1] <= u < table[e] (table[e]: units of
+    experts 0..e), so rows [offs[e-1] + 128 (cluster_m (u - table[e-1]) + t % cluster_m),
+    +128) clipped at offs[e] (none of them when the tile lies past it). Only called with
+    u < table[L-1]."""
+    u = t // cluster_m
+    e = expert_of_row(mTable, num_experts, u)
+    first_unit = Int32(0)
     start = Int32(0)
     if e > 0:
-        first_tile = mTable[e - 1]
+        first_unit = mTable[e - 1]
         start = mOffs[e - 1]
-    return e, start + (t - first_tile) * TILE_M, mOffs[e]
+    return e, start + ((u - first_unit) * cluster_m + t % cluster_m) * TILE_M, mOffs[e]
 
 
-def ragged_schedule(offsets):
-    """The ragged tiles of ``offsets`` (Python ints) as the kernel walks them: a list of
-    (expert, first row, end row), tile t at index t. The table the helper kernel writes is
-    the running sum of ``ragged_units``; this model is what the CPU tests check the
-    schedule's promises on (every row of every expert in exactly one tile, no tile
-    starting in another expert)."""
+def ragged_schedule(offsets, cluster_m: int = 1):
+    """The ragged M-tiles of ``offsets`` (Python ints) as the kernel walks them: a list of
+    (expert, first row, end row), tile t at index t (unit t // cluster_m). The table the
+    helper kernel writes is the running sum of ``ragged_units``; this model is what the CPU
+    tests check the schedule's promises on (every row of every expert in exactly one tile,
+    no tile starting in another expert, a unit's tiles one expert's)."""
     tiles, start = [], 0
     for e, end in enumerate(offsets):
-        for u in range(ragged_units(end - start, PY_OPS)):
-            tiles.append((e, start + u * TILE_M, end))
+        for u in range(ragged_units(end - start, cluster_m, PY_OPS)):
+            for h in range(cluster_m):
+                tiles.append((e, start + (u * cluster_m + h) * TILE_M, end))
         start = end
     return tiles
 
