@@ -21,8 +21,8 @@ MAX_EXPERTS = 1024
 #: and every ``padded_offsets`` entry are multiples of it. Block-scaled operands keep it.
 M_ALIGN = 256
 #: The ``m_aligned`` values BF16 operands take, a cudnn_ext extension of the vendor contract
-#: (docs/vendor_contract.md §3.2): frameworks align each expert's tokens to 8 rows (16 bytes of
-#: bf16, ``torch._grouped_mm``'s rule) and padding every group to 256 rows costs GEMM work.
+#: (docs/vendor_contract.md §3.2): frameworks (TorchTitan) align each expert's tokens to 8 rows,
+#: and padding every group to 256 rows computes up to 255 extra rows per expert.
 M_ALIGNED_CHOICES = (8, 16, 32, 64, 128, 256)
 
 #: dtypes of the block-scaled family (FP8, FP4 as packed pairs).
