@@ -332,11 +332,15 @@ def _bf16_problem(align, device_type="cuda"):
     return dataclasses.replace(problem, device_type=device_type, device_index=0)
 
 
-def test_sm90_declines_m_aligned_below_256_with_its_reason():
+def test_sm90_runs_m_aligned_below_256_on_the_ragged_schedule():
+    from cudnn_ext.engines.sm90 import config_for
+
     eng = engine_by_name("sm90_cutedsl")
-    assert eng.check_support(_bf16_problem(256)) == []  # a CUDA problem it runs
-    why = eng.check_support(_bf16_problem(8))
-    assert any("m_aligned 8 below 256 needs the ragged-M schedule" in r for r in why), why
+    for align in CHOICES:
+        problem = _bf16_problem(align)
+        assert eng.check_support(problem) == []  # a CUDA problem it runs
+        assert config_for(problem).ragged_m == (align < 256)
+        assert all(k.ragged_m == (align < 256) for k in eng.knob_space(problem))
 
 
 def test_sm90_blockscaled_declines_m_aligned_below_256():
@@ -367,11 +371,12 @@ def test_reference_runs_every_choice():
         assert eng.check_support(_bf16_problem(align)) == []
 
 
-def test_pinned_engine_reports_the_decline(monkeypatch):
-    """Where the engine is available, its reason reaches the caller (here next to the CPU one)."""
+def test_pinned_engine_reports_only_its_other_reasons(monkeypatch):
+    """Pinned to the SM90 engine with CPU tensors: its reason is the device, never m_aligned."""
     monkeypatch.setattr(type(engine_by_name("sm90_cutedsl")), "available", lambda self: None)
     inp = make_inputs(seed_of("pinned"), [8, 8], n=32, k=64, extra=0)
-    with pytest.raises(NoEngineError, match="ragged-M schedule"):
+    with pytest.raises(NoEngineError, match="not cuda") as err:
         cudnn.grouped_gemm_dglu_wrapper(inp.a, inp.c, None, inp.offsets, inp.alpha, inp.beta, inp.prob,
                                         torch.zeros(inp.m, 1, 1), b_tensor=inp.b, m_aligned=8,
                                         engine="sm90_cutedsl")
+    assert "m_aligned" not in str(err.value)
