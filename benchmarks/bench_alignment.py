@@ -9,6 +9,9 @@ process on the same values, the SM90 engine's choice of configuration, its plan'
 
   aligned8    m_aligned=8: the groups as they are (the ragged schedule)
   padded256   each group padded with rows up to a multiple of 256 (m_aligned=256)
+  aligned8_cm1, aligned8_cm2
+              (--clusters) aligned8's configuration with 1 or 2 CTAs per cluster along M:
+              the evidence of the engine's cluster rule for the ragged schedule
 
 Device time (bench_dglu's "gpu" timer: each call issued behind a spin kernel), median of
 --reps calls, round-robin (--rounds). Writes JSON rows {"shape", "impl", "ms", "rows",
@@ -20,6 +23,7 @@ benchmarks/results/alignment-<device>.json (or --out), replacing the previous on
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import math
@@ -30,8 +34,10 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_dglu  # noqa: E402
+from cudnn_ext.engines.sm90 import RASTER_GROUP_M  # noqa: E402
 
 IMPLS = ("aligned8", "padded256")
+CLUSTER_IMPLS = ("aligned8_cm1", "aligned8_cm2")
 
 
 def group_sizes(name, L, rows, seed=0):
@@ -86,6 +92,8 @@ def main(argv=None):
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--clusters", action="store_true",
+                    help="also time aligned8's configuration in 1x1 and 2x1 clusters")
     args = ap.parse_args(argv)
     unknown = [s for s in args.shapes.split(",") if s not in bench_dglu.SHAPES]
     if unknown:
@@ -98,18 +106,26 @@ def main(argv=None):
         torch.manual_seed(0)
         pack = bench_dglu.make_inputs(sizes, K, N)
         packs = {"aligned8": (pack, 8), "padded256": (padded_pack(pack, sizes), 256)}
+        if args.clusters:
+            packs.update(aligned8_cm1=(pack, 8), aligned8_cm2=(pack, 8))
         fns, shape_rows = {}, {}
         for impl, (p, align) in packs.items():
-            plan, ws, knobs, _ = bench_dglu.build_plan(p, K, N, m_aligned=align)
+            knobs = None
+            if impl.startswith("aligned8_cm"):
+                cm = int(impl[-1])
+                knobs = dataclasses.replace(shape_rows["aligned8"]["config"], cluster_m=cm,
+                                            cluster_n=1, raster_group_m=RASTER_GROUP_M[cm])
+            plan, ws, knobs, _ = bench_dglu.build_plan(p, K, N, knobs=knobs, m_aligned=align)
             stream = torch.cuda.current_stream()
             fns[impl] = (lambda plan=plan, p=p, ws=ws: plan.execute(p, ws, stream))
             shape_rows[impl] = dict(shape=name, impl=impl, L=L, rows=int(p["a"].shape[0]),
                                     real_rows=sum(sizes), K=K, N=N, m_aligned=align,
-                                    knobs=knobs.as_dict())
+                                    knobs=knobs.as_dict(), config=plan.config)
         timers = {impl: bench_dglu.DeviceTimer() for impl in fns}
         medians, errors = bench_dglu.bench_round_robin(fns, args.warmup, args.reps, args.rounds,
                                                        timer=timers)
         for impl, row in shape_rows.items():
+            del row["config"]
             if impl in medians:
                 row.update(ms=medians[impl], late_calls=timers[impl].late,
                            tflops=2.0 * sum(sizes) * N * K / medians[impl] / 1e9)
@@ -119,12 +135,15 @@ def main(argv=None):
             print(json.dumps(row), flush=True)
         del fns, packs, pack
         torch.cuda.empty_cache()
-    print(f"\n{'shape':8s} {'aligned8 ms':>12s} {'padded256 ms':>13s} {'ratio':>6s}")
+    print(f"\n{'shape':8s} {'aligned8 ms':>12s} {'padded256 ms':>13s} {'ratio':>6s}"
+          + ("  cm1 ms  cm2 ms" if args.clusters else ""))
     for name in args.shapes.split(","):
         got = {r["impl"]: r for r in rows if r["shape"] == name}
         a, p = got["aligned8"].get("ms"), got["padded256"].get("ms")
         if a and p:
-            print(f"{name:8s} {a:12.3f} {p:13.3f} {a / p:6.3f}")
+            extra = "".join(f" {got[i].get('ms') or float('nan'):7.3f}" for i in CLUSTER_IMPLS
+                            if i in got)
+            print(f"{name:8s} {a:12.3f} {p:13.3f} {a / p:6.3f} {extra}")
     date = datetime.date.today().isoformat()
     out = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
                                    f"alignment-{dev_name.replace(' ', '_')}.json")
