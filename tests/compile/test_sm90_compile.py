@@ -880,7 +880,10 @@ def test_selectable_variant_compiles_for_sm90a(problem, entry, variant):
             cooperative_config(problem)
         assert cfg.split_last == (3 if problem.k >= 5120 else 1)
     assert cfg.ragged_m == (problem.m_aligned < 256)
-    _check_report(cfg, 0 if cfg.cooperative else _max_spill(problem))
+    spill = 0 if cfg.cooperative else _max_spill(problem)
+    if cfg.ragged_m and cfg.generate_activation:
+        spill = 24  # the masked activation stores (the 128-wide form: 252 B, not offered)
+    _check_report(cfg, spill)
 
 
 def test_cases_cover_the_knob_space_and_the_families():

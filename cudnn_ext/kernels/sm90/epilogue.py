@@ -124,7 +124,7 @@ class DgluEpilogueMixin:
             cur = (m_tile, n_tile, expert, row0, row_end)
             c_tile, tCgC_t = m_tile, tCgC
             if cutlass.const_expr(self.cfg.ragged_m):
-                c_tile, tCgC_t = 0, self._ragged_c(tma_atom_c, c_src, row0, row_end)
+                c_tile, tCgC_t = 0, self._ragged_c(tma_atom_c, c_src, row0)
             for e in cutlass.range_constexpr(self.nent):
                 j, h = e // self.c_split, e % self.c_split
                 st = self.c_state(w, p + e, True)
@@ -242,13 +242,12 @@ class DgluEpilogueMixin:
                         n_tile * self.nblk + e_q // self.c_split)])
         cute.arch.cp_async_bulk_commit_group()
 
-    def _ragged_c(self, tma_atom_c, c_src, row0, row_end):
-        """(``ragged_m``) C's blocks of the 128 rows from ``row0`` on, those from
-        ``row_end`` on out of bounds (zeros), partitioned as the kernel partitions the whole
-        of C: M-tile 0 of the clipping view."""
+    def _ragged_c(self, tma_atom_c, c_src, row0):
+        """(``ragged_m``) C's blocks of the 128 rows from ``row0`` on, partitioned as the
+        kernel partitions the whole of C: M-tile 0 of the offset view."""
         mC, sC = c_src
-        gC = cute.local_tile(self._ragged_rows(mC, row0, row_end - row0),
-                             (self.c_rows, C_BLOCK_COLS), (None, None))
+        gC = cute.local_tile(cute.domain_offset((row0, 0), mC), (self.c_rows, C_BLOCK_COLS),
+                             (None, None))
         _, tCgC = cute.nvgpu.cpasync.tma_partition(
             tma_atom_c, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2),
             cute.group_modes(gC, 0, 2))
@@ -396,10 +395,8 @@ class DgluEpilogueMixin:
         dprob_scale = hoisted * c_scale * c_scale
 
         rows = self._thread_rows(tCcC, row0)
-        # (ragged_m) which of this thread's rows are its expert's. The others were loaded as
-        # zeros (A and C through clipping views), so their accumulator is 0 and so is every
-        # dgate, dup, dbias, amax and dprob term of them; their prob is read at the expert's
-        # last row (they may lie past M) and their stores and dprob atomics are skipped.
+        # (ragged_m) which of this thread's rows are its expert's; the others are read at
+        # the expert's last row (they may lie past M) and every output of them is dropped
         keep = [True] * len(rows)
         if cutlass.const_expr(ragged):
             keep = [r < row_end for r in rows]
@@ -476,7 +473,12 @@ class DgluEpilogueMixin:
                             dg_l, du_l, act = dgeglu_local(gates[c], ups[c], geglu_alpha,
                                                            clamp_max, clamp_min, linear_offset)
                         r = g0[c] * row_scale[slot]
-                        outs.append((r * dg_l, r * du_l))
+                        dg, du = r * dg_l, r * du_l
+                        if cutlass.const_expr(ragged):
+                            # a select, not a product: the dropped rows may hold inf or NaN
+                            dg = Float32(cutlass.select_(keep[slot], dg, Float32(0.0)))
+                            du = Float32(cutlass.select_(keep[slot], du, Float32(0.0)))
+                        outs.append((dg, du))
                         if cutlass.const_expr(cfg.has_dprob):
                             dprob[slot] = dprob[slot] + g0[c] * act
                         if cutlass.const_expr(cfg.generate_amax):

@@ -200,14 +200,8 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
         c_smem_staged = cute.tile_to_shape(
             c_atom, (*c_box, MATH_WARPGROUPS * self.c_stages), order=(0, 1, 2))
         c_smem = cute.slice_(c_smem_staged, (None, None, 0))
-        # ragged_m: A, C and D through clipping views (_ragged_rows_tensor), so a tile's
-        # rows past its expert's end load as zeros (its accumulator rows are exactly 0, so
-        # are their dbias, amax and dprob terms) and are not stored
-        mA_tma, mC_tma = mA, mC
-        if cutlass.const_expr(cfg.ragged_m):
-            mA_tma, mC_tma = self._ragged_rows_tensor(mA), self._ragged_rows_tensor(mC)
         tma_atom_c, tma_c = cute.nvgpu.cpasync.make_tiled_tma_atom(
-            cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp(), mC_tma, c_smem, c_box)
+            cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp(), mC, c_smem, c_box)
         # D blocks go out from the C block's shared memory (same box and layout)
         tma_atom_d, tma_d = tma_atom_c, tma_c  # placeholders: unused without d_via_smem
         if cutlass.const_expr(cfg.d_via_smem()):
@@ -223,7 +217,7 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
         a_op = (cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp() if cn > 1
                 else cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp())
         tma_atom_a, tma_a = cute.nvgpu.cpasync.make_tiled_tma_atom(
-            a_op, mA_tma, a_smem, (TILE_M, TILE_K), num_multicast=cn)
+            a_op, mA, a_smem, (TILE_M, TILE_K), num_multicast=cn)
         b_op = (cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp() if cm > 1
                 else cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp())
         tma_atom_b, tma_b = cute.nvgpu.cpasync.make_tiled_tma_atom(
@@ -439,9 +433,7 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
         )
 
         # (bM, bK, RestM, RestK) and (bN, bK, RestN, RestK, L) tiled global views
-        # (ragged_m: the rank-4 clipping views, partitioned per tile: _ragged_a, _ragged_c)
-        gA = cute.local_tile(self._ragged_rows(mA, 0, 0) if self.cfg.ragged_m else mA,
-                             (TILE_M, TILE_K), (None, None))
+        gA = cute.local_tile(mA, (TILE_M, TILE_K), (None, None))
         gB = cute.local_tile(mB, (self.tile_n, TILE_K), (None, None, None))
         # with a cluster each CTA loads its 1/cn slice of the A tile (multicast to the CTAs
         # of its row) and its 1/cm slice of the B tile (to the CTAs of its column)
@@ -452,8 +444,7 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
         tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
             tma_atom_b, rank_m, cute.make_layout(cm), cute.group_modes(sB, 0, 2),
             cute.group_modes(gB, 0, 2))
-        gC = cute.local_tile(self._ragged_rows(mC_tma, 0, 0) if self.cfg.ragged_m else mC_tma,
-                             (self.c_rows, C_BLOCK_COLS), (None, None))
+        gC = cute.local_tile(mC_tma, (self.c_rows, C_BLOCK_COLS), (None, None))
         tCsC_tma, tCgC_tma = cute.nvgpu.cpasync.tma_partition(
             tma_atom_c, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2),
             cute.group_modes(gC, 0, 2))
@@ -610,14 +601,14 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
     # ------------------------------------------------------------------ ragged rows (TMA)
     @staticmethod
     def _ragged_rows_tensor(mT):
-        """``mT`` (rows, cols), row-major, as the rank-4 tensor a clipping TMA load or store
-        goes through (``ragged_m``): (RAGGED_BIG, cols, E, E) with strides (s, 1, W, s),
+        """``mT`` (rows, cols), row-major, as the rank-4 tensor a clipping TMA store goes
+        through (``ragged_m``): (RAGGED_BIG, cols, E, E) with strides (s, 1, W, s),
         s = the row stride, W = 2^64 / RAGGED_BIG - s elements. At (RAGGED_BIG - len + r, c,
         RAGGED_BIG, row0 + len) the address is base + (row0 + r) s + c + RAGGED_BIG (s + W)
         = base + (row0 + r) s + c modulo 2^64 (RAGGED_BIG (s + W) = 2^64 elements), while the
         first coordinate leaves the tensor exactly where r reaches len: TMA clips the box
-        there (a store writes nothing, a load fills zeros). The base address is the
-        tensor's own, so loads work too (``_ragged_rows`` picks the coordinates)."""
+        there. The base address is the tensor's own (``_ragged_rows`` picks the
+        coordinates)."""
         s = mT.layout.stride[0]
         # (the extra extents dynamic: static ones overflow the layout's size arithmetic)
         return cute.make_tensor(mT.iterator, cute.make_layout(

@@ -66,11 +66,12 @@ class MainloopMixin:
         """Stream k-tiles [kb, kb + kcnt) of this CTA's tile of schedule unit ``unit`` into
         the A/B ring from ``state`` on; returns the state after them."""
         m_tile, n_tile = self.tile_of(unit, walk)
-        expert, row0, row_end = self.tile_rows(m_tile, walk)
+        expert, row0, _ = self.tile_rows(m_tile, walk)
         a_tile = m_tile
         if cutlass.const_expr(self.cfg.ragged_m):
-            # rows past the expert's end load as zeros: their accumulator rows are 0
-            tAgA = self._ragged_a(tma_atom_a, a_src, row0, row_end, walk[3])
+            # rows past the expert's end are loaded too (the next expert's, or zeros past
+            # M): their accumulator rows reach no output
+            tAgA = self._ragged_a(tma_atom_a, a_src, row0, walk[3])
             a_tile = 0
         # (no L2 prefetch of the tile's C window: measured slower with it, docs/kernels.md)
         # dense: the expert is B's L coordinate; discrete: its device-built descriptor
@@ -96,14 +97,14 @@ class MainloopMixin:
             state.advance()
         return state
 
-    def _ragged_a(self, tma_atom_a, a_src, row0, row_end, rank):
-        """(``ragged_m``) A's k-tiles of the 128 rows from ``row0`` on, those from
-        ``row_end`` on out of bounds (zeros), partitioned as the kernel partitions the whole
-        of A: M-tile 0 of the clipping view (any row0: TMA takes element coordinates)."""
+    def _ragged_a(self, tma_atom_a, a_src, row0, rank):
+        """(``ragged_m``) A's k-tiles of the 128 rows from ``row0`` on, partitioned as the
+        kernel partitions the whole of A: M-tile 0 of the offset view (any row0: TMA takes
+        element coordinates)."""
         mA, sA = a_src
         cn = self.cfg.cluster_n
-        gA = cute.local_tile(self._ragged_rows(mA, row0, row_end - row0),
-                             (TILE_M, self.tile_shape_mnk[2]), (None, None))
+        gA = cute.local_tile(cute.domain_offset((row0, 0), mA), (TILE_M, self.tile_shape_mnk[2]),
+                             (None, None))
         _, tAgA = cute.nvgpu.cpasync.tma_partition(
             tma_atom_a, rank // self.cfg.cluster_m, cute.make_layout(cn),
             cute.group_modes(sA, 0, 2), cute.group_modes(gA, 0, 2))
