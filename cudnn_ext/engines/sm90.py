@@ -81,6 +81,11 @@ _COOP_MAX_MID_N = 1024
 #: to this K (slower at K 4096 with them; dense weights: any K): docs/kernels.md
 _C_SPLIT_DISCRETE_MAX_K = 2048
 _INT32_MAX = 2**31 - 1
+#: The ragged schedule (m_aligned below 256) offers clusters along M from this N on, 1x1
+#: below it: a pair's second tile is wasted at each expert's odd end, which B multicast pays
+#: for only with wide experts (H200, bench_alignment --clusters: 1x1 faster on qwen3 and
+#: skew, tied on dsv3, 2x1 18% faster on mixtral's N 14336; docs/kernels.md)
+_RAGGED_MIN_CLUSTER_N = 8192
 
 
 def config_for(problem: DgluProblem, **knobs) -> Sm90Config:
@@ -126,8 +131,15 @@ def cooperative_config(problem: DgluProblem) -> Sm90Config:
     (``Sm90DgluEngine._cooperative_applies``): the deep form at K >= _COOP_MIN_DEEP_K (its
     3 A/B stages next to 4 C stages need 16-bit C, as the schedule does), else the 2-stage
     form (the shallow and mid rules)."""
-    return config_for(problem, **(COOPERATIVE_DEEP_KNOBS if problem.k >= _COOP_MIN_DEEP_K
-                                  else COOPERATIVE_KNOBS))
+    knobs = dict(COOPERATIVE_DEEP_KNOBS if problem.k >= _COOP_MIN_DEEP_K else COOPERATIVE_KNOBS)
+    if _ragged_unclustered(problem):
+        knobs.update(cluster_m=1, raster_group_m=RASTER_GROUP_M[1])
+    return config_for(problem, **knobs)
+
+
+def _ragged_unclustered(problem: DgluProblem) -> bool:
+    """The ragged schedule below _RAGGED_MIN_CLUSTER_N: 1x1 clusters only."""
+    return problem.m_aligned < 256 and problem.n < _RAGGED_MIN_CLUSTER_N
 
 
 def placement_reasons(problem: DgluProblem) -> list:
@@ -525,6 +537,8 @@ class Sm90DgluEngine(Engine):
         128 x 256 form where ``_cooperative_applies``."""
         shapes = CLUSTER_SHAPES if problem.weight_mode == "dense" else ((1, 1), (2, 1))
         tile_ns = TILE_NS
+        if _ragged_unclustered(problem):
+            shapes = ((1, 1),)
         if problem.m_aligned < 256 and problem.generate_activation:
             # the ragged epilogue's masked activation stores spill at tile 128 (252 B; 64:
             # 20 B; tests/compile/test_sm90_compile.py)

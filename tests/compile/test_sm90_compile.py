@@ -829,9 +829,11 @@ _CASES = [
     # the ragged schedule (offsets aligned to 8 rows): every cluster shape, the clipping D
     # store (16-bit D of C's type), register stores (fp32 D), the activation output (tile
     # 64 only), discrete weights, both cooperative forms, 64-row C entries, fresh outputs
-    ("ragged-t128-2x1-half-swiglu-dbias", _problem(m_aligned=8, **_P), (128, 2, 1, 2), None),
+    ("ragged-t128-2x1-half-swiglu-dbias", _problem(m_aligned=8, n=8192, k=200),
+     (128, 2, 1, 2), None),
     ("ragged-t128-2x2-geglu-Cbf16-Dfp16", _problem(act="dgeglu", dbias=False, d=FP16,
-                                                   m_aligned=32, **_P), (128, 2, 2, 1), None),
+                                                   m_aligned=32, n=8224, k=200),
+     (128, 2, 2, 1), None),
     ("ragged-t128-1x1-half-swiglu-dbias", _problem(m_aligned=8, **_P), (128, 1, 1, 2), None),
     ("ragged-t64-1x1-geglu-dbias-Cbf16-Dfp32", _problem(act="dgeglu", d=FP32, m_aligned=8, **_P),
      (64, 1, 1, 1), None),
@@ -839,8 +841,8 @@ _CASES = [
      _problem(act="dgeglu", activation=True, round_dgrad=True, m_aligned=16, **_P),
      (64, 1, 1, 1), None),
     ("ragged-discrete-t128-2x1-swiglu-dbias-nmajor-K2056",
-     _problem(weight_mode="discrete", b_major="n", n=96, k=2056, m_aligned=8), (128, 2, 1, 1),
-     None),
+     _problem(weight_mode="discrete", b_major="n", n=8192, k=2056, m_aligned=8),
+     (128, 2, 1, 1), None),
     ("ragged-coop-mid-geglu-dbias", _problem(act="dgeglu", k=4096, m_aligned=8, **_COOP),
      "coop", None),
     ("ragged-coop-deep-swiglu-dbias", _problem(k=7168, m_aligned=128, **_COOP), "coop", None),
@@ -917,15 +919,22 @@ def test_cases_cover_the_knob_space_and_the_families():
 
 
 def test_ragged_knob_space():
-    """m_aligned below 256: every configuration is ragged, the same shapes as at 256; with
-    the activation output tile 64 only."""
+    """m_aligned below 256: every configuration is ragged; below N 8192 in 1x1 clusters
+    only (the cooperative form too), from N 8192 on the same shapes as at 256; with the
+    activation output tile 64 only."""
     eng = Sm90DgluEngine()
     for p in (_problem(m_aligned=8), _problem(weight_mode="discrete", m_aligned=64),
-              _problem(k=7168, m_aligned=8, **_COOP)):
+              _problem(k=7168, m_aligned=8, **_COOP), _problem(n=8192, m_aligned=8),
+              _problem(n=8192, k=7168, m=32768, m_aligned=8)):
         space = eng.knob_space(p)
         flat = eng.knob_space(dataclasses.replace(p, m_aligned=256))
         assert space and all(k.ragged_m for k in space)
-        assert [dataclasses.replace(k, ragged_m=False) for k in space] == flat
+        if p.n >= 8192:
+            assert [dataclasses.replace(k, ragged_m=False) for k in space] == flat
+        else:
+            assert all(k.cluster_m == 1 and k.cluster_n == 1 for k in space)
+            assert {(k.tile_n, k.cooperative) for k in space} == {(k.tile_n, k.cooperative)
+                                                                  for k in flat}
     assert any(k.cooperative for k in eng.knob_space(_problem(k=7168, m_aligned=8, **_COOP)))
     act = eng.knob_space(_problem(act="dgeglu", activation=True, m_aligned=8))
     assert {k.tile_n for k in act} == {64}

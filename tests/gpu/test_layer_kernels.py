@@ -115,18 +115,23 @@ def test_gather_kernel(dtype, width):
     assert torch.equal(layer_ops.gather_rows(x, idx, valid), want)
 
 
-@pytest.mark.parametrize("act", ["swiglu", "geglu"])
-def test_gpu_mlp_matches_float64_without_syncs(act):
+@pytest.mark.parametrize("act,m_aligned", [("swiglu", 256), ("geglu", 256), ("swiglu", 8),
+                                           ("geglu", 8)])
+def test_gpu_mlp_matches_float64_without_syncs(act, m_aligned):
+    """m_aligned 8: groups of 136, 0 and 864 rows, the backward's fused op on the Hopper
+    kernel's ragged schedule."""
     _needs_hopper()
     from cudnn_ext.torch import GroupedGluMLP
 
     L, H, N, m = 3, 256, 128, 1280
-    offs = (256, 256, 1024)  # an empty expert; rows 1024.. belong to no expert
-    mlp = GroupedGluMLP(L, H, N, activation=act, device="cuda")
+    # an empty expert; rows `last`.. belong to no expert
+    offs = (256, 256, 1024) if m_aligned == 256 else (136, 136, 1000)
+    last = offs[-1]
+    mlp = GroupedGluMLP(L, H, N, activation=act, device="cuda", m_aligned=m_aligned)
     x = torch.randn(m, H, device="cuda").to(BF)
     prob = torch.rand(m, device="cuda")
     dy = torch.randn(m, H, device="cuda").to(BF)
-    x[1024:], prob[1024:], dy[1024:] = float("nan"), float("nan"), float("nan")
+    x[last:], prob[last:], dy[last:] = float("nan"), float("nan"), float("nan")
     offsets = torch.tensor(offs, dtype=torch.int32, device="cuda")
     xi, pi = x.clone().requires_grad_(), prob.clone().requires_grad_()
     mlp(xi, pi, offsets).backward(dy)  # compiles, builds and remembers the plans
@@ -139,17 +144,17 @@ def test_gpu_mlp_matches_float64_without_syncs(act):
         y.backward(dy)
     finally:
         torch.cuda.set_sync_debug_mode(0)
-    leaves = [t.detach().double().requires_grad_() for t in (x[:1024], prob[:1024], mlp.w1, mlp.w2)]
+    leaves = [t.detach().double().requires_grad_() for t in (x[:last], prob[:last], mlp.w1, mlp.w2)]
     xr, pr, w1r, w2r = leaves
     yr = glu_mlp(xr, pr, w1r, None, w2r, offs, act, mlp.cfg)
-    yr.backward(dy[:1024].double())
+    yr.backward(dy[:last].double())
 
     def rel(a, b):
         return ((a.double() - b).norm() / b.norm().clamp_min(1e-30)).item()
 
-    assert not y[1024:].any() and not xi.grad[1024:].any() and not pi.grad[1024:].any()
-    assert rel(y[:1024], yr) < 2e-2
-    for name, got, want in [("dx", xi.grad[:1024], xr.grad), ("dprob", pi.grad[:1024], pr.grad),
+    assert not y[last:].any() and not xi.grad[last:].any() and not pi.grad[last:].any()
+    assert rel(y[:last], yr) < 2e-2
+    for name, got, want in [("dx", xi.grad[:last], xr.grad), ("dprob", pi.grad[:last], pr.grad),
                             ("dw1", mlp.w1.grad, w1r.grad), ("dw2", mlp.w2.grad, w2r.grad)]:
         assert rel(got, want) < 2e-2, name
     assert not mlp.w1.grad[1].any() and not mlp.w2.grad[1].any()
