@@ -3,10 +3,11 @@
 Owns the host policy for that kernel: whether it can run a problem here (decline reasons),
 which configurations it offers (its knob space: :class:`Sm90Config` values), the cost model
 that ranks them, the in-process compile cache (keyed by the config) and turning a canonical
-variant pack of torch tensors into a launch. It never imports the CuTe DSL at module import
-(``import cudnn_ext`` must stay light): ``kernels.sm90.config`` and ``kernels.sm90.launch``
-(imported when a plan is built) have no DSL import, and the DSL is imported when a kernel is
-compiled (a disk-cache miss) or launched in the DSL's own convention.
+variant pack of torch tensors into a launch. It never imports the CuTe DSL itself:
+``kernels.sm90.config`` and ``kernels.sm90.launch`` (imported when a plan is built) have no
+DSL import, the DSL is imported when a kernel is compiled (a disk-cache miss) or launched in
+the DSL's own convention, and the resident-CTA count asks the driver
+(``runtime.occupancy``), so a process whose kernels are on disk launches them without it.
 
 Execute does no validation (the contract layer did), no allocation, no host sync and no torch
 op: one launch of the compiled function, which (with dbias) zeroes the workspace's dbias
@@ -32,6 +33,7 @@ from ..kernels.sm90.config import (DESC_BYTES, SITU_DEFAULTS, TRACE_MAX_CTAS, Sm
                                    Sm90TraceConfig)
 from ..problem import DgluProblem
 from ..quant.formats import FP8_DTYPES
+from ..runtime.occupancy import max_active_clusters
 from ..runtime.streams import current_device_index, current_stream_handle
 from ..runtime.workspace import WorkspaceLayout, WorkspaceRequest
 from .base import CompiledPlan, Engine, compile_deferred
@@ -187,12 +189,11 @@ def resident_ctas(sms: int, cluster_size: int) -> int:
     """CTAs of a persistent launch that can be resident at once on the current device: the
     SM count, or for clusters max active clusters x cluster size (a GPC's SM count need not
     divide by the cluster size, and a cluster that cannot be co-resident would run after the
-    others). Asks the driver under the current CUDA context; raises if it cannot."""
+    others). Asks the driver under the current CUDA context (``runtime.occupancy``); raises
+    if it cannot."""
     if cluster_size == 1:
         return sms
-    from cutlass.utils import HardwareInfo
-
-    return min(sms, HardwareInfo().get_max_active_clusters(cluster_size) * cluster_size)
+    return min(sms, max_active_clusters(cluster_size) * cluster_size)
 
 
 #: The kernel operands a plan may or may not have, in ``Sm90Plan._required`` order.
