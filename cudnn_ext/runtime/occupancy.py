@@ -7,7 +7,8 @@ SMs / cluster_size (the persistent SM90 grid is sized by it). The driver answers
 kernel: an empty one, given as PTX text that the driver compiles once per process, so no
 compiler and no DSL is involved (the DSL's ``HardwareInfo`` compiles one with
 ``cute.compile`` on each call). Needs a current CUDA context (torch and JAX make one) and
-cuda-python's driver bindings; raises RuntimeError on a driver error or without a context.
+cuda-python's driver bindings; raises RuntimeError on a driver error or without a context
+(and cuda-python's own error where no driver is installed).
 """
 from __future__ import annotations
 
