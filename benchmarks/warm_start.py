@@ -139,7 +139,8 @@ def main():
         print(f"{r['row']:<16}{r['median_s']:>10.3f}{r['min_s']:>10.3f}  "
               f"{str(r['cutlass_imported']):<7}  {','.join(r['outcomes'])}")
     device = _device()
-    out = pathlib.Path(args.out) if args.out else ROOT / "benchmarks" / "results" / f"warm-start-{device}.json"
+    out = (pathlib.Path(args.out) if args.out
+           else ROOT / "benchmarks" / "results" / f"warm-start-{device}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({
         "command": " ".join(["python3", "benchmarks/warm_start.py", *sys.argv[1:]]),
