@@ -3,9 +3,11 @@
 Owns the host policy for that kernel: whether it can run a problem here (decline reasons),
 which configurations it offers (its knob space: :class:`Sm90Config` values), the cost model
 that ranks them, the in-process compile cache (keyed by the config) and turning a canonical
-variant pack of torch tensors into a launch. It never imports the CuTe DSL at module import
-(``import cudnn_ext`` must stay light): ``kernels.sm90.config`` has no DSL import, and the
-launcher is imported when a plan is built.
+variant pack of torch tensors into a launch. It never imports the CuTe DSL itself:
+``kernels.sm90.config`` and ``kernels.sm90.launch`` (imported when a plan is built) have no
+DSL import, the DSL is imported when a kernel is compiled (a disk-cache miss) or launched in
+the DSL's own convention, and the resident-CTA count asks the driver
+(``runtime.occupancy``), so a process whose kernels are on disk launches them without it.
 
 Execute does no validation (the contract layer did), no allocation, no host sync and no torch
 op: one launch of the compiled function, which (with dbias) zeroes the workspace's dbias
@@ -31,6 +33,7 @@ from ..kernels.sm90.config import (DESC_BYTES, SITU_DEFAULTS, TRACE_MAX_CTAS, Sm
                                    Sm90TraceConfig)
 from ..problem import DgluProblem
 from ..quant.formats import FP8_DTYPES
+from ..runtime.occupancy import max_active_clusters
 from ..runtime.streams import current_device_index, current_stream_handle
 from ..runtime.workspace import WorkspaceLayout, WorkspaceRequest
 from .base import CompiledPlan, Engine, compile_deferred
@@ -199,12 +202,11 @@ def resident_ctas(sms: int, cluster_size: int) -> int:
     """CTAs of a persistent launch that can be resident at once on the current device: the
     SM count, or for clusters max active clusters x cluster size (a GPC's SM count need not
     divide by the cluster size, and a cluster that cannot be co-resident would run after the
-    others). Asks the driver under the current CUDA context; raises if it cannot."""
+    others). Asks the driver under the current CUDA context (``runtime.occupancy``); raises
+    if it cannot."""
     if cluster_size == 1:
         return sms
-    from cutlass.utils import HardwareInfo
-
-    return min(sms, HardwareInfo().get_max_active_clusters(cluster_size) * cluster_size)
+    return min(sms, max_active_clusters(cluster_size) * cluster_size)
 
 
 #: The kernel operands a plan may or may not have, in ``Sm90Plan._required`` order.
@@ -231,7 +233,8 @@ class Sm90Plan(CompiledPlan):
         # False) fresh outputs, (False, True) the contract on a scratch kept zero
         self._fns = {(False, False): compiled} if compiled is not None else {}
         # the launch helpers, bound once: a relative import inside the launch made
-        # Sm90Plan.execute several microseconds per call more than without
+        # Sm90Plan.execute several microseconds per call more than without (no DSL import:
+        # kernels.sm90.launch)
         from ..kernels.sm90 import launch as _launch_mod
         self._launch_helpers = _launch_mod
         self.tvm_ffi = _launch_mod.TVM_FFI
@@ -383,7 +386,7 @@ class Sm90Plan(CompiledPlan):
 
     def _kernel_addrs(self, a, b, c, offsets, alpha, beta, prob, d_row, dprob, dbias, workspace,
                       activation=0, amax=0):
-        """The 15 kernel addresses in ``launch._ptr_specs`` order from the operands' addresses
+        """The 15 kernel addresses in ``build._ptr_specs`` order from the operands' addresses
         (``b``: the pointer table in discrete mode; ``prob``, ``dprob``, ``dbias``,
         ``workspace``, ``activation``, ``amax`` 0 when absent)."""
         if self._discrete:
@@ -445,9 +448,10 @@ class Sm90Plan(CompiledPlan):
         if self.tvm_ffi:
             self._launch_helpers.launch_tvm_ffi(fn, addrs, m, num_experts, ctas, *self._consts,
                                                 handle)
-        else:
-            self._launch_helpers.launch(fn, self.config, addrs, m, num_experts, ctas,
-                                        *self._consts, handle)
+        else:  # the DSL's own convention takes DSL pointer objects: kernels.sm90.build
+            from ..kernels.sm90.build import launch
+
+            launch(fn, self.config, addrs, m, num_experts, ctas, *self._consts, handle)
 
 
 class Sm90TracePlan(Sm90Plan):

@@ -52,7 +52,7 @@ _FP8_NAMES = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
 def quantize_config(problem: DgluProblem):
     """The D quantizer that turns the kernel's fp32 D into ``problem``'s FP8 outputs, or None
     when D is not FP8 (FP4 operands: the kernel writes D itself)."""
-    from ..kernels.blockscaled.quantize_d import QuantizeDConfig
+    from ..kernels.blockscaled.config import QuantizeDConfig
 
     if problem.d_dtype not in FP8_DTYPES:
         return None
@@ -106,7 +106,7 @@ class Sm90BlockScaledPlan(CompiledPlan):
     """Dequantize A and B into the workspace, then the sm90 kernel's plan on them."""
 
     def __init__(self, problem: DgluProblem, config: Sm90Config):
-        from ..kernels.blockscaled.dequant import DequantConfig
+        from ..kernels.blockscaled.config import DequantConfig
 
         self.engine_name = Sm90BlockScaledEngine.name
         self.problem = problem

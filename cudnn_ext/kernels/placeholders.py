@@ -1,28 +1,21 @@
 """Compile pointer-argument CuTe DSL kernels for sm_90a on placeholder pointers (no GPU), and
-keep them once per process.
+call them in the DSL's own calling convention.
 
 Owns the one ``cute.compile`` call of the kernels that take raw device addresses (the
 block-scaled dequantizer and D quantizer, the layer's kernels): null pointers of the
 kernel's element types and alignments, sample sizes, a fake stream, and the options (TVM-FFI
-calling convention, PTX dumps); and :class:`KernelCache`, their per-process cache over the
-disk cache. Importing it imports the CuTe DSL.
+calling convention, PTX dumps); and the DSL-convention launch of such a kernel on raw
+addresses (without apache-tvm-ffi). Importing it imports the CuTe DSL: only the compile
+modules (``build``) import it; launches of TVM-FFI kernels never do (``kernel_cache``).
 """
 from __future__ import annotations
 
-import importlib.util
-import threading
-
+import cuda.bindings.driver as cuda
 import cutlass.cute as cute
 from cutlass import Int32
 from cutlass.cute.runtime import make_fake_stream, make_ptr
 
-from ..runtime import compile_cache
-
 _GMEM = cute.AddressSpace.gmem
-
-#: The TVM-FFI calling convention converts arguments in C++ (a few microseconds per launch
-#: instead of ~100 us of Python argument packing); used when apache-tvm-ffi is installed.
-TVM_FFI = importlib.util.find_spec("tvm_ffi") is not None
 
 
 def compile_on_placeholders(kernel, ptr_specs, sizes, tvm_ffi: bool, ptx_dir=None):
@@ -35,25 +28,9 @@ def compile_on_placeholders(kernel, ptr_specs, sizes, tvm_ffi: bool, ptx_dir=Non
     return cute.compile(kernel, *ptrs, *(Int32(v) for v in sizes), stream, options=opts)
 
 
-class KernelCache:
-    """Compiled kernels keyed by ``(kind, config)``, once per process (thread-safe), each loaded
-    from the disk cache (``runtime.compile_cache``) when any process compiled it before.
-    ``sources``: the files and folders of the kernels' source (part of the disk cache's key)."""
-
-    def __init__(self, sources):
-        self.sources = tuple(sources)
-        self.compiled = {}
-        self._lock = threading.Lock()
-
-    def get(self, kind: str, cfg, compile_fn):
-        """The compiled kernel ``compile_fn(cfg)`` of ``(kind, cfg)``."""
-        key = (kind, cfg)
-        fn = self.compiled.get(key)
-        if fn is None:
-            with self._lock:
-                fn = self.compiled.get(key)
-                if fn is None:
-                    fn = self.compiled[key] = compile_cache.load_or_compile(
-                        kind, cfg, lambda: compile_fn(cfg), sources=self.sources, arch="sm_90a",
-                        tvm_ffi=TVM_FFI)
-        return fn
+def call_on_addresses(fn, ptr_specs, addrs, sizes, stream_handle: int) -> None:
+    """Launch ``fn``, compiled with the DSL's own convention by ``compile_on_placeholders``,
+    on the device addresses ``addrs`` (typed by ``ptr_specs``), the Int32 ``sizes`` and the
+    raw stream ``stream_handle``."""
+    ptrs = [make_ptr(dt, a, _GMEM, assumed_align=al) for (dt, al), a in zip(ptr_specs, addrs)]
+    fn(*ptrs, *(Int32(v) for v in sizes), cuda.CUstream(stream_handle))

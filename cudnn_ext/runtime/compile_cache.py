@@ -3,17 +3,33 @@
 Owns one job: given a kernel's identity and a function that compiles it, return a callable
 compiled function, loading it from disk when an earlier process (or an earlier run) already
 compiled the same kernel. Every compile site of the library goes through :func:`load_or_compile`
-(the SM90 kernel, the block-scaled dequantizer and D quantizer, the pointer-table gather);
-their per-process dicts sit in front of it.
+(the SM90 kernel, the block-scaled dequantizer and D quantizer, the layer's kernels, the
+pointer-table gather); their per-process dicts sit in front of it.
 
 What is stored: the compiled function exported as an object file (``export_to_c`` for the
-TVM-FFI calling convention, ``dump_to_object`` for the DSL's own), which the DSL loads back
-with ``cutlass.cute.runtime.load_module`` without tracing or compiling anything (a few
-milliseconds instead of seconds). Each entry is two files in the cache folder:
+TVM-FFI calling convention, ``dump_to_object`` for the DSL's own). Each entry is two files in
+the cache folder:
 
-- ``<kind>-<digest>.o``: the object file;
+- ``<kind>-<digest>.o``: the object file (the entry itself: what plan serialization carries);
 - ``<kind>-<digest>.json``: its header: the full key (below), the digest, the object's size
   and SHA-256, written after the object.
+
+How it is loaded: a TVM-FFI object is linked once into a shared library beside it
+(``runtime.shared_library``: the C compiler driver, ``cc -shared``), which
+``tvm_ffi.load_module`` opens in a few milliseconds without importing the DSL, so a process
+whose kernels are all on disk never imports cutlass. Two more files:
+
+- ``<kind>-<digest>.so``: the linked library (run-path: the DSL's and apache-tvm-ffi's
+  runtime library folders);
+- ``<kind>-<digest>.so.json``: its header: the digest, the SHA-256 of the object it was linked
+  from, the runtime libraries, its size and SHA-256, written after the library.
+
+The library is linked by the process that compiles the kernel, or by the first process that
+loads an entry without one (an entry installed from a serialized plan, say), under the
+entry's lock. Linking asks the DSL where its runtime libraries are, so that process imports
+the DSL once. Without a C compiler (no ``$CC``, ``cc`` or ``gcc``), or when linking fails,
+TVM-FFI entries are loaded as DSL-convention ones are: ``cutlass.cute.runtime.load_module``
+links the object in memory (a few milliseconds, but it imports the DSL), after one warning.
 
 The key is everything the object depends on: the site's kind and config (``repr``), a SHA-256
 of the kernel's source files, the target architecture, the calling convention, and the
@@ -22,22 +38,24 @@ cudnn_ext; the digest is the SHA-256 of the key. So an entry built by another DS
 another source, or for another arch is simply never looked up (a miss: compile and store
 beside it). An entry whose header does not match its key, whose object does not match its
 size or checksum, or which the DSL refuses to load is *corrupt*: it is compiled again and
-replaced, with a warning.
+replaced, with a warning. A library whose header is not its object's, whose bytes do not
+match its header, or which the loader refuses is linked again from the object, with a warning.
 
 Concurrency: several processes (eight ranks of one node) asking for the same kernel take an
-exclusive ``flock`` on ``<kind>-<digest>.lock``; the first compiles and stores, the others wait
-and then load. Files are written to a unique temporary name in the same folder and moved into
-place with ``os.replace`` (atomic on POSIX), so a reader sees a whole file or none, even where
-``flock`` is not available (then each process may compile, and the last rename wins with
-identical bytes). In one process, compiles are serialized by a lock (``cute.compile`` is not
-thread-safe).
+exclusive ``flock`` on ``<kind>-<digest>.lock``; the first compiles and stores (and links), the
+others wait and then load. Files are written to a unique temporary name in the same folder and
+moved into place with ``os.replace`` (atomic on POSIX), so a reader sees a whole file or none,
+even where ``flock`` is not available (then each process may compile, and the last rename wins
+with identical bytes). In one process, compiles are serialized by a lock (``cute.compile`` is
+not thread-safe).
 
 Location: ``$CUDNN_EXT_CACHE_DIR``, else ``$XDG_CACHE_HOME/cudnn_ext``, else
 ``~/.cache/cudnn_ext``. ``CUDNN_EXT_CACHE_DISABLE=1`` turns the disk cache off (every process
 compiles). A folder that cannot be created or written disables it with one warning. Clearing
 the cache: delete the folder (``clear()`` does that for the current location).
 
-Importing this module imports no DSL; the DSL is imported when a kernel is compiled or loaded.
+Importing this module imports no DSL; the DSL is imported when a kernel is compiled, linked,
+or loaded through the DSL's own loader.
 """
 from __future__ import annotations
 
@@ -55,9 +73,10 @@ import tempfile
 import threading
 import time
 import warnings
-from typing import Callable, Dict, Iterable, Optional, Tuple
+from typing import Callable, Dict, Iterable, NamedTuple, Optional, Tuple
 
 from ..version import __version__
+from . import shared_library
 
 #: Bumped when the entry layout or the key's fields change (old entries then never match).
 FORMAT = 1
@@ -79,8 +98,9 @@ _loaded: Dict[str, Tuple[dict, pathlib.Path]] = {}
 #: (kind, repr(config)) -> digest of every kernel this process looked up with the disk cache on:
 #: how a compile site's plan names the entries it runs (``digest_for``)
 _site_digests: Dict[Tuple[str, str], str] = {}
-#: What happened to each lookup of this process, in order: (kind, "hit" | "compiled" |
-#: "rebuilt" | "uncached", seconds). Tests and the startup benchmark read it.
+#: What happened to each lookup of this process, in order: (kind, "hit" | "linked" |
+#: "compiled" | "rebuilt" | "uncached", seconds); "linked": loaded after linking the entry's
+#: missing shared library (which imports the DSL). Tests and the startup benchmark read it.
 events: list = []
 
 
@@ -158,9 +178,19 @@ def digest_of(key: dict) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 
 
-def _paths(folder: pathlib.Path, kind: str, digest: str):
+class _Entry(NamedTuple):
+    """The files of one entry (module docstring)."""
+
+    obj: pathlib.Path
+    meta: pathlib.Path
+    lock: pathlib.Path
+    lib: pathlib.Path
+    lib_meta: pathlib.Path
+
+
+def _paths(folder: pathlib.Path, kind: str, digest: str) -> _Entry:
     stem = folder / f"{kind}-{digest[:40]}"
-    return stem.with_suffix(".o"), stem.with_suffix(".json"), stem.with_suffix(".lock")
+    return _Entry(*(stem.with_suffix(s) for s in (".o", ".json", ".lock", ".so", ".so.json")))
 
 
 def _symbol(kind: str, digest: str) -> str:
@@ -194,27 +224,114 @@ def _store(obj: pathlib.Path, meta: pathlib.Path, key: dict, digest: str, data: 
                                     "created": time.time()}, sort_keys=True).encode())
 
 
-def _read_checked(obj: pathlib.Path, meta: pathlib.Path, key: dict, digest: str) -> None:
-    """Raise :class:`CacheEntryError` unless the entry at ``obj``/``meta`` is whole and is
-    ``key``'s; FileNotFoundError when there is none."""
+def _read_header(meta: pathlib.Path) -> dict:
     try:
         header = json.loads(meta.read_bytes())
     except (ValueError, UnicodeDecodeError) as e:
         raise CacheEntryError(f"{meta.name}: unreadable header ({e})") from None
-    if not isinstance(header, dict) or header.get("digest") != digest or header.get("key") != key:
-        raise CacheEntryError(f"{meta.name}: the header is another kernel's")
-    data = obj.read_bytes()
+    if not isinstance(header, dict):
+        raise CacheEntryError(f"{meta.name}: unreadable header (not an object)")
+    return header
+
+
+def _check_bytes(path: pathlib.Path, header: dict) -> None:
+    data = path.read_bytes()
     if len(data) != header.get("size") or hashlib.sha256(data).hexdigest() != header.get("sha256"):
-        raise CacheEntryError(f"{obj.name}: size or checksum does not match its header")
+        raise CacheEntryError(f"{path.name}: size or checksum does not match its header")
 
 
-def _load(obj: pathlib.Path, kind: str, digest: str, tvm_ffi: bool):
+def _read_checked(e: _Entry, key: dict, digest: str) -> dict:
+    """The header of the entry ``e``; raise :class:`CacheEntryError` unless the entry is whole
+    and is ``key``'s; FileNotFoundError when there is none."""
+    header = _read_header(e.meta)
+    if header.get("digest") != digest or header.get("key") != key:
+        raise CacheEntryError(f"{e.meta.name}: the header is another kernel's")
+    _check_bytes(e.obj, header)
+    return header
+
+
+def _load_dsl(obj: pathlib.Path, kind: str, digest: str, tvm_ffi: bool):
+    """The entry's function, linked in memory by the DSL's loader (imports the DSL)."""
     from cutlass.cute import runtime
 
     try:
         return runtime.load_module(str(obj), enable_tvm_ffi=tvm_ffi)[_symbol(kind, digest)]
     except Exception as e:  # the DSL's own errors (JIT link, missing symbol): rebuild
         raise CacheEntryError(f"{obj.name}: the DSL could not load it ({e})") from None
+
+
+def _open_linked(e: _Entry, kind: str, digest: str, obj_sha: str):
+    """The function of the entry's linked library, without the DSL. FileNotFoundError when
+    there is none; :class:`CacheEntryError` when it is not the library of this object (by
+    its header), does not match its header, or the loader refuses it."""
+    header = _read_header(e.lib_meta)
+    if header.get("digest") != digest or header.get("object_sha256") != obj_sha:
+        raise CacheEntryError(f"{e.lib_meta.name}: the header is another object's")
+    _check_bytes(e.lib, header)
+    try:
+        return shared_library.open_function(e.lib, _symbol(kind, digest))
+    except Exception as err:  # tvm_ffi's loader errors (a damaged ELF, a missing runtime)
+        raise CacheEntryError(f"{e.lib.name}: the loader could not open it ({err})") from None
+
+
+def _link(e: _Entry, digest: str, obj_sha: str) -> None:
+    """Link the entry's object into its library, then write the library's header (the
+    caller holds the entry's lock). Raises ``shared_library.LinkError`` or OSError."""
+    libraries = shared_library.runtime_libraries()
+    fd, tmp = tempfile.mkstemp(dir=e.lib.parent, prefix=f".{e.lib.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        shared_library.link(e.obj, pathlib.Path(tmp), libraries)
+        os.chmod(tmp, 0o666 & ~_UMASK)  # the linker may keep mkstemp's 0600 (shared folders)
+        with open(tmp, "rb") as f:
+            data = f.read()
+            os.fsync(f.fileno())
+        os.replace(tmp, e.lib)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _atomic_write(e.lib_meta, json.dumps({
+        "digest": digest, "object_sha256": obj_sha, "libraries": libraries,
+        "size": len(data), "sha256": hashlib.sha256(data).hexdigest(), "created": time.time()},
+        sort_keys=True).encode())
+
+
+def _load(e: _Entry, kind: str, digest: str, obj_sha: str, tvm_ffi: bool, *, locked: bool):
+    """(function, note) of the checked entry ``e``: a TVM-FFI entry through its linked
+    library (linked first when missing or damaged), a DSL-convention one, or a TVM-FFI one
+    that cannot be linked here, through the DSL's loader. ``note``: "linked" or "rebuilt"
+    when this call linked the library (it was missing, or damaged), else None. ``locked``:
+    the caller holds the entry's lock (else linking takes it)."""
+    if not tvm_ffi:
+        return _load_dsl(e.obj, kind, digest, tvm_ffi), None
+    try:
+        return _open_linked(e, kind, digest, obj_sha), None
+    except FileNotFoundError:
+        note = "linked"
+    except CacheEntryError as err:
+        # every time, like a corrupt object: a library that goes bad again is worth seeing
+        warnings.warn(f"cudnn_ext compile cache: {err}; linking it again", RuntimeWarning,
+                      stacklevel=4)
+        note = "rebuilt"
+    if shared_library.compiler() is None:
+        _warn_once("link", "no C compiler (set CC, or install cc or gcc) to link TVM-FFI "
+                           "kernels into shared libraries; loading them through the CuTe DSL, "
+                           "which each process then imports")
+        return _load_dsl(e.obj, kind, digest, tvm_ffi), None
+    with contextlib.ExitStack() as held:
+        if not locked:
+            held.enter_context(_FileLock(e.lock, LOCK_TIMEOUT_S))
+            # another process may have linked it while this one waited
+            with contextlib.suppress(FileNotFoundError, CacheEntryError):
+                return _open_linked(e, kind, digest, obj_sha), None
+        try:
+            _link(e, digest, obj_sha)
+            return _open_linked(e, kind, digest, obj_sha), note
+        except (shared_library.LinkError, OSError, CacheEntryError) as err:
+            _warn_once("link", f"cannot link {e.obj.name} into a shared library ({err}); "
+                               f"loading TVM-FFI kernels through the CuTe DSL")
+    return _load_dsl(e.obj, kind, digest, tvm_ffi), None
 
 
 _runtime_loaded: set = set()
@@ -320,39 +437,45 @@ def load_or_compile(kind: str, config, compile_fn: Callable[[], object], *,
 
     key = make_key(kind, config, sources, arch, tvm_ffi)
     digest = digest_of(key)
-    obj, meta, lock = _paths(folder, kind, digest)
+    e = _paths(folder, kind, digest)
     outcome = "hit"
 
-    def try_load():
+    def try_load(locked: bool):
         nonlocal outcome
         try:
-            _read_checked(obj, meta, key, digest)
-            return _load(obj, kind, digest, tvm_ffi)
+            header = _read_checked(e, key, digest)
+            fn, note = _load(e, kind, digest, header["sha256"], tvm_ffi, locked=locked)
         except FileNotFoundError:
             return None
-        except CacheEntryError as e:
+        except CacheEntryError as err:
             # every time: a rebuilt entry that goes bad again is worth seeing
-            warnings.warn(f"cudnn_ext compile cache: {e}; rebuilding it", RuntimeWarning,
+            warnings.warn(f"cudnn_ext compile cache: {err}; rebuilding it", RuntimeWarning,
                           stacklevel=3)
             outcome = "rebuilt"
             return None
+        if note is not None and outcome == "hit":
+            outcome = note
+        return fn
 
-    fn = try_load()  # without the lock: the common case, a warm cache, takes no lock
+    # without the lock: the common case, a warm cache, takes no lock
+    fn = try_load(locked=False)
     if fn is None:
-        with _compile_lock, _FileLock(lock, LOCK_TIMEOUT_S):
-            fn = try_load() if outcome == "hit" else None  # another process may have stored it
+        with _compile_lock, _FileLock(e.lock, LOCK_TIMEOUT_S):
+            # another process may have stored it
+            fn = try_load(locked=True) if outcome == "hit" else None
             if fn is None:
                 if outcome == "hit":
                     outcome = "compiled"
-                fn = _compile_store_load(compile_fn, key, kind, digest, tvm_ffi, folder,
-                                         obj, meta)
-    _loaded[digest] = (key, obj)
+                fn = _compile_store_load(compile_fn, key, kind, digest, tvm_ffi, folder, e)
+    _loaded[digest] = (key, e.obj)
     _site_digests[(kind, repr(config))] = digest
     events.append((kind, outcome, time.perf_counter() - t0))
     return fn
 
 
-def _compile_store_load(compile_fn, key, kind, digest, tvm_ffi, folder, obj, meta):
+def _compile_store_load(compile_fn, key, kind, digest, tvm_ffi, folder, e: _Entry):
+    """Compile, store and load back (linking a TVM-FFI entry's library) under the entry's
+    lock."""
     fn = compile_fn()
     try:
         data = _export(fn, kind, digest, tvm_ffi, folder)
@@ -361,14 +484,14 @@ def _compile_store_load(compile_fn, key, kind, digest, tvm_ffi, folder, obj, met
                                      f"uncached")
         return fn
     try:
-        _store(obj, meta, key, digest, data)
-    except OSError as e:  # a full or read-only disk: run what was compiled
-        _warn_once("write", f"cannot store {obj.name} ({e})")
+        _store(e.obj, e.meta, key, digest, data)
+    except OSError as err:  # a full or read-only disk: run what was compiled
+        _warn_once("write", f"cannot store {e.obj.name} ({err})")
         return fn
     try:
-        return _load(obj, kind, digest, tvm_ffi)
-    except CacheEntryError as e:
-        _warn_once("reload", f"{e}; using the in-process compile")
+        return _load(e, kind, digest, hashlib.sha256(data).hexdigest(), tvm_ffi, locked=True)[0]
+    except CacheEntryError as err:
+        _warn_once("reload", f"{err}; using the in-process compile")
         return fn
 
 
@@ -412,18 +535,22 @@ def install(key: dict, data: bytes) -> bool:
             {k: v for k, v in expected.items() if k not in ("config", "sources")}:
         return False
     digest = digest_of(key)
-    obj, meta, lock = _paths(folder, key["kind"], digest)
+    e = _paths(folder, key["kind"], digest)
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        with _FileLock(lock, LOCK_TIMEOUT_S):
+        with _FileLock(e.lock, LOCK_TIMEOUT_S):
             try:
-                _read_checked(obj, meta, key, digest)
+                _read_checked(e, key, digest)
                 return True
             except (FileNotFoundError, CacheEntryError):
                 pass
-            _store(obj, meta, key, digest, bytes(data))
-    except OSError as e:
-        _warn_once("write", f"cannot store {obj.name} ({e})")
+            # a library linked from the object replaced here is not this one's: the first
+            # load links it again (without the header, quietly)
+            with contextlib.suppress(FileNotFoundError):
+                e.lib_meta.unlink()
+            _store(e.obj, e.meta, key, digest, bytes(data))
+    except OSError as err:
+        _warn_once("write", f"cannot store {e.obj.name} ({err})")
         return False
     return True
 

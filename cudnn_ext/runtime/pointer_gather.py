@@ -40,7 +40,7 @@ _compile_lock = threading.Lock()  # cute.compile is not thread-safe
 
 def _dsl():
     """Import the DSL. Its target is read once, at its import: without a GPU the DSL would
-    pick sm_100a, so a CPU-only process compiles for sm_90a, as ``kernels.sm90.launch`` does
+    pick sm_100a, so a CPU-only process compiles for sm_90a, as ``kernels.sm90.build`` does
     (one process compiles every kernel for one target); with a GPU it targets that GPU."""
     if not torch.cuda.is_available():
         os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")

@@ -119,7 +119,7 @@ def _glu_impl(c, prob, padded_offsets, act_func="dswiglu", geglu_alpha=1.702, cl
 
 @functools.lru_cache(maxsize=64)
 def _glu_config(act_func, geglu_alpha, clamp_max, clamp_min, linear_offset):
-    from ..kernels.layer.glu import GluConfig
+    from ..kernels.layer.config import GluConfig
     return GluConfig(act=act_func, geglu_alpha=float(geglu_alpha), clamp_max=float(clamp_max),
                      clamp_min=float(clamp_min), linear_offset=float(linear_offset))
 

@@ -10,7 +10,7 @@ lowering of the same program is the host callback. What runs on a GPU is the ``g
 (compared with the float64 oracle), not run yet.
 
 Env: ``CUTE_DSL_ARCH=sm_90a`` must be set before cutlass is imported (as tests/compile/test_sm90_compile.py
-gets it through ``cudnn_ext.kernels.sm90.launch``); ``cute.compile`` is not thread-safe, and
+gets it through ``cudnn_ext.kernels.sm90.build``); ``cute.compile`` is not thread-safe, and
 these tests compile in the same process as the sm90 compile tests, one at a time.
 """
 from __future__ import annotations

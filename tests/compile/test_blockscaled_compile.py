@@ -31,7 +31,7 @@ def test_stored_bytes():
 @pytest.mark.parametrize("tables", [False, True], ids=["dense", "tables"])
 @pytest.mark.parametrize("elem,sf,sf_vec", VALID, ids=["-".join(map(str, c)) for c in VALID])
 def test_dequantizer_compiles_for_sm90a(elem, sf, sf_vec, tables, tmp_path):
-    from cudnn_ext.kernels.blockscaled.launch import compile_dequant
+    from cudnn_ext.kernels.blockscaled.build import compile_dequant
 
     compile_dequant(DequantConfig(elem, sf, sf_vec, tables), ptx_dir=str(tmp_path))
     (ptx,) = list(tmp_path.glob("*.ptx"))

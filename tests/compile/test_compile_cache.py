@@ -3,6 +3,10 @@ compiled for sm_90a on the CPU, across real processes.
 
 - a second process loads what the first compiled instead of compiling (timed and printed, for
   the small gather and for one SM90 kernel: ``-s`` shows the numbers);
+- a TVM-FFI kernel (the layer's tail zeroing) is linked into a shared library when compiled,
+  and a second process gets it without importing the CuTe DSL; a damaged library is linked
+  again with a warning, a missing one linked on load; without a C compiler the kernel loads
+  through the DSL, after one warning;
 - two processes asking for the same kernel at once compile it once, and both get it;
 - a corrupted object, a truncated header and a header of another DSL version under the right
   name are each detected and rebuilt (with a warning);
@@ -11,6 +15,7 @@ compiled for sm_90a on the CPU, across real processes.
   a stale one is refused.
 
 Every test points CUDNN_EXT_CACHE_DIR at its own empty folder."""
+import hashlib
 import importlib.metadata
 import importlib.util
 import json
@@ -22,20 +27,26 @@ import time
 
 import pytest
 
+from cudnn_ext.runtime import shared_library
+
 needs_dsl = pytest.mark.skipif(importlib.util.find_spec("cutlass") is None,
                                reason="nvidia-cutlass-dsl is not installed")
+needs_linking = pytest.mark.skipif(
+    importlib.util.find_spec("tvm_ffi") is None or shared_library.compiler() is None,
+    reason="needs apache-tvm-ffi (the TVM-FFI convention) and a C compiler (cc, gcc or $CC)")
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CHILD = ROOT / "tests" / "support" / "compile_cache_child.py"
 
 
-def _env(cache: pathlib.Path):
-    env = dict(os.environ, CUDNN_EXT_CACHE_DIR=str(cache), PYTHONPATH=str(ROOT))
+def _env(cache: pathlib.Path, **extra):
+    env = dict(os.environ, CUDNN_EXT_CACHE_DIR=str(cache), PYTHONPATH=str(ROOT), **extra)
     env.pop("CUDNN_EXT_CACHE_DISABLE", None)
     return env
 
 
-def _child(cache, kind, *extra):
-    out = subprocess.run([sys.executable, str(CHILD), kind, *extra], env=_env(cache), cwd=ROOT,
+def _child(cache, kind, *extra, env=None):
+    out = subprocess.run([sys.executable, str(CHILD), kind, *extra],
+                         env=_env(cache, **(env or {})), cwd=ROOT,
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -91,7 +102,83 @@ def test_second_process_loads_instead_of_compiling(cache, kind):
     print(f"\n{kind}: first process compiles in {first['seconds']:.3f} s, the second loads "
           f"from the disk cache in {second['seconds']:.3f} s")
     assert second["seconds"] < first["seconds"]
-    assert len(list(cache.glob("*.o"))) == 1 and len(list(cache.glob("*.json"))) == 1
+    headers = [p for p in cache.glob("*.json") if not p.name.endswith(".so.json")]
+    assert len(list(cache.glob("*.o"))) == 1 and len(headers) == 1
+
+
+@needs_dsl
+@needs_linking
+def test_warm_process_gets_a_tvm_ffi_kernel_without_the_dsl(cache):
+    first = _child(cache, "zero_tail")
+    assert _outcomes(first) == ["compiled"] and first["cutlass"]
+    assert len(list(cache.glob("zero_tail-*.so"))) == 1  # linked by the compiling process
+    second = _child(cache, "zero_tail")
+    assert _outcomes(second) == ["hit"] and second["callable"] and not second["warnings"]
+    assert not second["cutlass"], "the warm lookup imported the CuTe DSL"
+    print(f"\nzero_tail: compiled and linked in {first['seconds']:.3f} s; a fresh process gets "
+          f"it without the DSL in {second['seconds']:.3f} s (apache-tvm-ffi's import included)")
+
+
+def _lib_files(cache):
+    lib, = cache.glob("zero_tail-*.so")
+    return lib, lib.with_suffix(".so.json")
+
+
+@needs_dsl
+@needs_linking
+def test_damaged_or_missing_library_is_linked_again(cache):
+    assert _outcomes(_child(cache, "zero_tail")) == ["compiled"]
+    lib, meta = _lib_files(cache)
+    good = lib.read_bytes()
+
+    # a flipped byte: the checksum catches it
+    bad = bytearray(good)
+    bad[len(bad) // 2] ^= 0xFF
+    lib.write_bytes(bytes(bad))
+    got = _child(cache, "zero_tail")
+    assert _outcomes(got) == ["rebuilt"] and got["callable"]
+    assert any("checksum" in w and "linking it again" in w for w in got["warnings"]), got
+    assert lib.read_bytes() == good  # linking is reproducible
+
+    # a library the loader refuses although its header matches (a truncated ELF, checksummed)
+    lib.write_bytes(good[:64])
+    header = json.loads(meta.read_bytes())
+    header.update(size=64, sha256=hashlib.sha256(good[:64]).hexdigest())
+    meta.write_text(json.dumps(header))
+    got = _child(cache, "zero_tail")
+    assert _outcomes(got) == ["rebuilt"] and got["callable"]
+    assert any("could not open" in w for w in got["warnings"]), got
+    got = _child(cache, "zero_tail")
+    assert _outcomes(got) == ["hit"] and not got["cutlass"] and not got["warnings"]
+
+    # a library of another object (its header names another object's checksum)
+    header = json.loads(meta.read_bytes())
+    meta.write_text(json.dumps(dict(header, object_sha256="0" * 64)))
+    got = _child(cache, "zero_tail")
+    assert _outcomes(got) == ["rebuilt"]
+    assert any("another object" in w for w in got["warnings"]), got
+
+    # no library (an entry installed from a serialized plan): linked quietly on load, which
+    # asks the DSL where its runtime libraries are
+    lib.unlink()
+    got = _child(cache, "zero_tail")
+    assert _outcomes(got) == ["linked"] and got["callable"] and not got["warnings"]
+    got = _child(cache, "zero_tail")
+    assert _outcomes(got) == ["hit"] and not got["cutlass"]
+
+
+@needs_dsl
+@needs_linking
+def test_without_a_c_compiler_tvm_ffi_kernels_load_through_the_dsl(cache, tmp_path):
+    no_cc = {"CC": str(tmp_path / "no-such-cc")}
+    first = _child(cache, "zero_tail", env=no_cc)
+    assert _outcomes(first) == ["compiled"] and first["callable"]
+    assert not list(cache.glob("*.so"))
+    second = _child(cache, "zero_tail", env=no_cc)
+    assert _outcomes(second) == ["hit"] and second["callable"] and second["cutlass"]
+    assert len(second["warnings"]) == 1 and "no C compiler" in second["warnings"][0]
+    # with a compiler again, the first lookup links the library
+    assert _outcomes(_child(cache, "zero_tail")) == ["linked"]
 
 
 @needs_dsl
@@ -150,8 +237,6 @@ def test_corrupt_entries_are_rebuilt(cache):
     assert json.loads(meta.read_bytes())["key"]["dsl"] != "0.0.1"
 
     # an object the DSL cannot load although its header matches (a truncated ELF, checksummed)
-    import hashlib
-
     obj.write_bytes(good_obj[:64])
     header = json.loads(meta.read_bytes())
     header.update(size=64, sha256=hashlib.sha256(good_obj[:64]).hexdigest())

@@ -5,7 +5,7 @@ import importlib.util
 
 import pytest
 
-from cudnn_ext.kernels.layer.glu import GluConfig
+from cudnn_ext.kernels.layer.config import GluConfig
 
 needs_dsl = pytest.mark.skipif(importlib.util.find_spec("cutlass") is None,
                                reason="nvidia-cutlass-dsl is not installed")
@@ -22,7 +22,7 @@ def test_config_rule():
 @needs_dsl
 @pytest.mark.parametrize("cfg", SELECTABLE, ids=[c.act for c in SELECTABLE])
 def test_glu_compiles_for_sm90a(cfg, tmp_path):
-    from cudnn_ext.kernels.layer.launch import compile_glu
+    from cudnn_ext.kernels.layer.build import compile_glu
 
     compile_glu(cfg, ptx_dir=str(tmp_path))
     (ptx,) = list(tmp_path.glob("*.ptx"))
@@ -38,7 +38,7 @@ def test_glu_compiles_for_sm90a(cfg, tmp_path):
 
 @needs_dsl
 def test_zero_tail_compiles_for_sm90a(tmp_path):
-    from cudnn_ext.kernels.layer.launch import compile_zero_tail
+    from cudnn_ext.kernels.layer.build import compile_zero_tail
 
     compile_zero_tail(ptx_dir=str(tmp_path))
     (ptx,) = list(tmp_path.glob("*.ptx"))
@@ -48,7 +48,7 @@ def test_zero_tail_compiles_for_sm90a(tmp_path):
 
 @needs_dsl
 def test_gather_compiles_for_sm90a(tmp_path):
-    from cudnn_ext.kernels.layer.launch import compile_gather
+    from cudnn_ext.kernels.layer.build import compile_gather
 
     compile_gather(ptx_dir=str(tmp_path))
     (ptx,) = list(tmp_path.glob("*.ptx"))

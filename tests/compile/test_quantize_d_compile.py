@@ -55,7 +55,7 @@ def test_launch_refuses_bad_arguments_before_compiling(kw, match):
 @needs_dsl
 @pytest.mark.parametrize("cfg", SELECTABLE, ids=[_id(c) for c in SELECTABLE])
 def test_quantizer_compiles_for_sm90a(cfg, tmp_path):
-    from cudnn_ext.kernels.blockscaled.launch import compile_quantize_d
+    from cudnn_ext.kernels.blockscaled.build import compile_quantize_d
 
     compile_quantize_d(cfg, ptx_dir=str(tmp_path))
     (ptx,) = list(tmp_path.glob("*.ptx"))

@@ -174,7 +174,7 @@ def test_selectable_kernels_compile_for_sm90a(kw):
     """The first-ranked configuration of each family compiles (the kernel's own compile tier
     covers the knob space; these add the block-scaled epilogue's fields)."""
     from cudnn_ext.engines.heuristics import ranked_knobs
-    from cudnn_ext.kernels.sm90.launch import compile_kernel
+    from cudnn_ext.kernels.sm90.build import compile_kernel
 
     p = _problem(**kw)
     cfg, _ = ranked_knobs(Sm90BlockScaledEngine(), p)[0]

@@ -491,7 +491,7 @@ def test_c_full_barrier_arrivals(dbias, coop, arrivals):
     that the math warps write once the phase completes: compute-sanitizer racecheck reported
     4 write-after-read hazards with one elected arrival and 0 with 32 (H200). Elsewhere the
     slice does not exist: one arrival."""
-    from cudnn_ext.kernels.sm90.launch import make_kernel
+    from cudnn_ext.kernels.sm90.build import make_kernel
 
     kernel = make_kernel(config_for(_problem(dbias=dbias), tile_n=256 if coop else 128,
                                     cluster_m=2, cooperative=coop))
@@ -545,7 +545,7 @@ def _recording_plan(monkeypatch, problem, knobs, with_cfg=False):
 
 @pytest.mark.parametrize("fresh", [False, True])
 def test_launch_passes_addresses_in_the_kernels_argument_order(monkeypatch, fresh):
-    """The plan's launch: the 15 addresses in ``launch._ptr_specs`` order, then M, L,
+    """The plan's launch: the 15 addresses in ``build._ptr_specs`` order, then M, L,
     resident CTAs, the activation constants and the stream handle; the fresh-outputs variant
     is a separate compiled function."""
     import types
@@ -735,7 +735,7 @@ _COMPILED = {}
 def _compiled(cfg):
     """(ptxas report, PTX) of ``cfg``, compiled for sm_90a once per process."""
     if cfg not in _COMPILED:
-        from cudnn_ext.kernels.sm90.launch import compile_kernel
+        from cudnn_ext.kernels.sm90.build import compile_kernel
 
         with tempfile.TemporaryDirectory() as ptx_dir:
             with _output() as out:

@@ -9,7 +9,7 @@ No formula is restated here: ``cudnn_ext.kernels.sm90.tile_walk``'s ``last_round
 """
 from __future__ import annotations
 
-from cudnn_ext.kernels.sm90 import launch as _launch  # noqa: F401  (CUTE_DSL_ARCH before cutlass)
+from cudnn_ext.kernels.sm90 import build as _build  # noqa: F401  (CUTE_DSL_ARCH before cutlass)
 from cudnn_ext.kernels.sm90.config import SPLIT_SLOTS
 from typing import NamedTuple, Optional, Tuple
 

@@ -1,10 +1,13 @@
 """The runtime's two stores: the call memo (bounded, kinds kept apart) and the workspace pool
-(one buffer per device, stream and size; zero-kept buffers apart)."""
+(one buffer per device, stream and size; zero-kept buffers apart); the occupancy query's
+argument rule (its driver answer: tests/gpu/test_occupancy.py)."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from cudnn_ext.runtime.memo import CallMemo
+from cudnn_ext.runtime.occupancy import max_active_clusters
 from cudnn_ext.runtime.workspace import WorkspacePool
 
 
@@ -71,3 +74,9 @@ def test_pointer_gather_refuses_bad_arguments_before_any_compile():
         gather_pointer_table(table, 16, ends[:2])
     with pytest.raises(ValueError, match="table: the device gather needs a CUDA tensor, got one on cpu"):
         gather_pointer_table(table, 16, ends)
+
+
+@pytest.mark.parametrize("size", [0, 33])
+def test_occupancy_query_refuses_cluster_sizes_outside_1_to_32(size):
+    with pytest.raises(ValueError, match="cluster_size: must be in 1..32"):
+        max_active_clusters(size)

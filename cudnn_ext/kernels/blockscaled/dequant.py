@@ -22,51 +22,14 @@ with the hardware conversion. The multiply does not flush subnormals (``mul.rn.f
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32
 
 from ...quant.sf_layout import ATOM_ELEMS, ATOM_KBLOCKS, ATOM_ROWS
+from .config import DequantConfig
 
-ELEM_FORMATS = ("e4m3", "e5m2", "e2m1")
-SF_FORMATS = ("e8m0", "e4m3")
 THREADS = 256
-
-
-@dataclass(frozen=True)
-class DequantConfig:
-    """What one compiled dequantizer is specialized on: the element and scale formats and the
-    block size (``sf_vec``: 32 for MXFP8/MXFP4, 16 or 32 for NVFP4). Rows, K and the group
-    count are runtime arguments."""
-
-    elem: str
-    sf: str
-    sf_vec: int
-    #: per-expert buffers (discrete weights): ``q`` and ``sf`` are device tables of L
-    #: addresses, one (rows, K) operand and its one-group scales each; experts without rows
-    #: (from the offsets, on the device) are skipped, their pointers never read
-    tables: bool = False
-
-    def check(self) -> None:
-        if self.elem not in ELEM_FORMATS:
-            raise ValueError(f"elem must be one of {ELEM_FORMATS}, got {self.elem!r}")
-        if self.sf not in SF_FORMATS:
-            raise ValueError(f"sf must be one of {SF_FORMATS}, got {self.sf!r}")
-        if self.sf_vec not in (16, 32):
-            raise ValueError(f"sf_vec must be 16 or 32, got {self.sf_vec}")
-        if self.elem != "e2m1" and (self.sf, self.sf_vec) != ("e8m0", 32):
-            raise ValueError(f"FP8 elements take e8m0 scales over 32 elements, got "
-                             f"{self.sf} over {self.sf_vec}")
-
-    @property
-    def fp4(self) -> bool:
-        return self.elem == "e2m1"
-
-    def stored_bytes(self, k: int) -> int:
-        """Bytes of one row of K logical elements."""
-        return k // 2 if self.fp4 else k
 
 
 _ELEM_TYPES = {"e4m3": cutlass.Float8E4M3FN, "e5m2": cutlass.Float8E5M2}

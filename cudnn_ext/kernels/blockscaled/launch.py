@@ -1,34 +1,21 @@
-"""Compile and launch the block-scaled kernels: the dequantizer (``dequant.Dequantizer``) and
-the D quantizer (``quantize_d.QuantizeD``).
+"""Launch the block-scaled kernels: the dequantizer (``dequant.Dequantizer``) and the D
+quantizer (``quantize_d.QuantizeD``).
 
-Owns their jit argument conventions (dequantizer: element bytes or their pointer table, scale
+Owns their argument conventions (dequantizer: element bytes or their pointer table, scale
 bytes or theirs, BF16 out, the int32 offsets, then rows, K, the group count and the stream;
 quantizer: fp32 D, D_row, D_col, SFD_row, SFD_col, the int32 offsets, norm_const, then M, 2N,
-the group count and the stream), compiling with placeholder pointers (no GPU needed), the
-disk cache and a per-process cache keyed by each kernel's config. Importing this module
-imports the CuTe DSL; callers import it lazily. No torch.
+the group count and the stream), the checks a launch makes on its sizes and addresses, and a
+per-process cache keyed by each kernel's config over the disk cache. Imports no DSL: a kernel
+is compiled (``build``, which imports it) only when the disk cache misses, and with the
+TVM-FFI convention a warm process launches without the DSL; the DSL's own convention goes
+through ``build``. No torch.
 """
 from __future__ import annotations
 
 import os
 
-os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")  # see kernels/sm90/launch.py
-
-import cuda.bindings.driver as cuda  # noqa: E402
-
-import cutlass  # noqa: E402
-import cutlass.cute as cute  # noqa: E402
-from cutlass import Int32  # noqa: E402
-from cutlass.cute.runtime import make_ptr  # noqa: E402
-
-from ..placeholders import TVM_FFI, KernelCache, compile_on_placeholders  # noqa: E402
-from .dequant import DequantConfig, Dequantizer  # noqa: E402
-from .quantize_d import QuantizeD, QuantizeDConfig  # noqa: E402
-
-_GMEM = cute.AddressSpace.gmem
-#: (element bytes, scale bytes, bf16 out) and their assumed alignments: a row of K elements
-#: starts 16-byte aligned (K % 128 == 0 for FP8, % 64 for FP4 at least: whole quads)
-_PTRS = ((cutlass.Uint8, 16), (cutlass.Uint8, 16), (cutlass.BFloat16, 32), (cutlass.Int32, 4))
+from ..kernel_cache import TVM_FFI, KernelCache
+from .config import DequantConfig, QuantizeDConfig
 
 #: The kernels' source (part of the disk cache's key): this package, the scale-factor layout
 #: they read, the expert lookup the D quantizer shares with the SM90 kernel and the compile call
@@ -40,14 +27,24 @@ _kernels = KernelCache(SOURCES)
 _compiled = _kernels.compiled  # (kind, config) -> compiled kernel
 
 
-def compile_dequant(cfg: DequantConfig, tvm_ffi: bool = TVM_FFI, ptx_dir: str | None = None):
-    """Compile ``cfg``'s dequantizer for sm_90a without touching a GPU."""
-    return compile_on_placeholders(Dequantizer(cfg), _PTRS, (128, 128, 1), tvm_ffi, ptx_dir)
+def _build():
+    """The DSL side (``build``): imported on a disk-cache miss or for the DSL's convention."""
+    from . import build
+
+    return build
+
+
+def _compile_dequant(cfg):
+    return _build().compile_dequant(cfg)
+
+
+def _compile_quantize_d(cfg):
+    return _build().compile_quantize_d(cfg)
 
 
 def dequant_cached(cfg: DequantConfig):
-    """The compiled dequantizer of ``cfg`` (``placeholders.KernelCache``)."""
-    return _kernels.get("dequant", cfg, compile_dequant)
+    """The compiled dequantizer of ``cfg`` (``kernel_cache.KernelCache``)."""
+    return _kernels.get("dequant", cfg, _compile_dequant)
 
 
 def launch_dequant(cfg: DequantConfig, q: int, sf: int, out: int, rows: int, k: int,
@@ -61,27 +58,13 @@ def launch_dequant(cfg: DequantConfig, q: int, sf: int, out: int, rows: int, k: 
     fn = dequant_cached(cfg)
     if TVM_FFI:
         fn(q, sf, out, offsets, rows, k, groups, stream_handle)
-        return
-    ptrs = [make_ptr(dt, a, _GMEM, assumed_align=al)
-            for (dt, al), a in zip(_PTRS, (q, sf, out, offsets))]
-    fn(*ptrs, Int32(rows), Int32(k), Int32(groups), cuda.CUstream(stream_handle))
-
-
-#: The quantizer's pointers in jit order (fp32 D, D_row, D_col, SFD_row, SFD_col, offsets,
-#: norm_const) and their assumed alignments: D rows of 2N fp32 / FP8 elements (2N % 64 == 0)
-#: start 16- / 4-byte aligned on 16-byte aligned bases; SFD_row is stored in 4-byte words
-_Q_PTRS = ((cutlass.Float32, 16), (cutlass.Uint8, 4), (cutlass.Uint8, 4), (cutlass.Uint8, 4),
-           (cutlass.Uint8, 1), (cutlass.Int32, 4), (cutlass.Float32, 4))
-
-
-def compile_quantize_d(cfg: QuantizeDConfig, tvm_ffi: bool = TVM_FFI, ptx_dir: str | None = None):
-    """Compile ``cfg``'s D quantizer for sm_90a without touching a GPU."""
-    return compile_on_placeholders(QuantizeD(cfg), _Q_PTRS, (256, 128, 1), tvm_ffi, ptx_dir)
+    else:
+        _build().call_dsl("dequant", fn, (q, sf, out, offsets), (rows, k, groups), stream_handle)
 
 
 def quantize_d_cached(cfg: QuantizeDConfig):
-    """The compiled D quantizer of ``cfg`` (``placeholders.KernelCache``)."""
-    return _kernels.get("quantize_d", cfg, compile_quantize_d)
+    """The compiled D quantizer of ``cfg`` (``kernel_cache.KernelCache``)."""
+    return _kernels.get("quantize_d", cfg, _compile_quantize_d)
 
 
 def launch_quantize_d(cfg: QuantizeDConfig, x: int, d_row: int, m: int, two_n: int, groups: int,
@@ -116,6 +99,5 @@ def launch_quantize_d(cfg: QuantizeDConfig, x: int, d_row: int, m: int, two_n: i
     fn = quantize_d_cached(cfg)
     if TVM_FFI:
         fn(*addrs, m, two_n, groups, stream_handle)
-        return
-    ptrs = [make_ptr(dt, a, _GMEM, assumed_align=al) for (dt, al), a in zip(_Q_PTRS, addrs)]
-    fn(*ptrs, Int32(m), Int32(two_n), Int32(groups), cuda.CUstream(stream_handle))
+    else:
+        _build().call_dsl("quantize_d", fn, addrs, (m, two_n, groups), stream_handle)

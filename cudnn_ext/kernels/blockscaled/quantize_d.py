@@ -31,16 +31,14 @@ torch's conversion stores it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32
 
 from ...quant.sf_layout import ATOM_ELEMS
 from ..sm90.tile_walk import expert_of_row
+from .config import QuantizeDConfig
 
-D_FORMATS = ("e4m3", "e5m2")
 WARPS = 4
 THREADS = 32 * WARPS
 #: a warp's tile: one 32-row D_col block high, one 128-column SFD_row k-atom wide
@@ -51,32 +49,6 @@ RCP_E4M3_MAX = 1.0 / 448.0
 _INF_BITS = 0x7F800000
 _FLT_MAX_BITS = 0x7F7FFFFF
 _GMEM = cute.AddressSpace.gmem
-
-
-@dataclass(frozen=True)
-class QuantizeDConfig:
-    """What one compiled quantizer is specialized on. M, 2N and the group count are runtime
-    arguments (M a multiple of 256, 2N of 64: the contract's and the engine's rules)."""
-
-    #: D's element format
-    d: str = "e4m3"
-    #: True: D_row + SFD_row and D_col + SFD_col (e4m3 only); False: the plain conversion,
-    #: D_row only
-    scales: bool = True
-    #: SFD_col laid out per expert (the reference's ``discrete_col_sfd``)
-    discrete_col_sfd: bool = False
-    #: one group ending at M (``use_single_group_runtime_offsets``): the offsets are not read
-    single_group: bool = False
-
-    def check(self) -> None:
-        if self.d not in D_FORMATS:
-            raise ValueError(f"d must be one of {D_FORMATS}, got {self.d!r}")
-        if self.scales and self.d != "e4m3":
-            raise ValueError(f"d: scale generation writes e4m3 D only (the vendor kernel packs "
-                             f"e4m3 alone), got {self.d!r}")
-        if self.discrete_col_sfd and not self.scales:
-            raise ValueError("discrete_col_sfd: needs scales=True (it lays out SFD_col)")
-
 
 _D_TYPES = {"e4m3": cutlass.Float8E4M3FN, "e5m2": cutlass.Float8E5M2}
 

@@ -16,37 +16,17 @@ threads take neighbouring columns, so a warp reads a row's 1 KB of C in two inst
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32
 
 from ..sm90.epilogue_math import LOG2_E, dgeglu_local, dswiglu_unscaled
+from .config import VEC, GluConfig
 
-ACTS = ("dswiglu", "dgeglu")
 THREADS = 256
-#: output columns per thread (16 bytes of bf16)
-VEC = 8
 #: gate/up interleave: in every 2 * BLOCK columns of C the first BLOCK are gate
 BLOCK = 32
 _GMEM = cute.AddressSpace.gmem
-
-
-@dataclass(frozen=True)
-class GluConfig:
-    """What one compiled GLU forward is specialized on (the activation and its constants);
-    M, N and the group count are runtime arguments (N a multiple of 32)."""
-
-    act: str = "dswiglu"
-    geglu_alpha: float = 1.702
-    clamp_max: float = 7.0
-    clamp_min: float = -7.0
-    linear_offset: float = 0.0
-
-    def check(self) -> None:
-        if self.act not in ACTS:
-            raise ValueError(f"act must be one of {ACTS}, got {self.act!r}")
 
 
 class GluForward:

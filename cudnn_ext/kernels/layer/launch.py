@@ -1,37 +1,20 @@
-"""Compile and launch the layer's kernels: the GLU forward (``glu.GluForward``), the tail
-zeroing (``tail.ZeroTail``) and the row gather (``gather.RowGather``).
+"""Launch the layer's kernels: the GLU forward (``glu.GluForward``), the tail zeroing
+(``tail.ZeroTail``) and the row gather (``gather.RowGather``).
 
-Owns their jit argument conventions (GLU: C, prob, offsets, h, then M, N, the group count and
-the stream; tail: the matrix, offsets, then M, the row's 16-byte units, the group count and the
+Owns their argument conventions (GLU: C, prob, offsets, h, then M, N, the group count and the
+stream; tail: the matrix, offsets, then M, the row's 16-byte units, the group count and the
 stream; gather: x, idx, valid, out, then the output rows, the row's 16-byte units and the
-stream), compiling for sm_90a with placeholder pointers (no GPU needed) through the disk cache,
-and a per-process cache keyed by config. Importing this module imports the CuTe DSL; callers
-import it lazily. No torch.
+stream), the checks a launch makes on its sizes and addresses, and a per-process cache keyed
+by config over the disk cache. Imports no DSL: a kernel is compiled (``build``, which
+imports it) only when the disk cache misses, and with the TVM-FFI convention a warm process
+launches without the DSL; the DSL's own convention goes through ``build``. No torch.
 """
 from __future__ import annotations
 
 import os
 
-os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")  # see kernels/sm90/launch.py
-
-import cuda.bindings.driver as cuda  # noqa: E402
-
-import cutlass  # noqa: E402
-import cutlass.cute as cute  # noqa: E402
-from cutlass import Int32  # noqa: E402
-from cutlass.cute.runtime import make_ptr  # noqa: E402
-
-from ..placeholders import TVM_FFI, KernelCache, compile_on_placeholders  # noqa: E402
-from .gather import RowGather  # noqa: E402
-from .glu import VEC, GluConfig, GluForward  # noqa: E402
-from .tail import ZeroTail  # noqa: E402
-
-_GMEM = cute.AddressSpace.gmem
-#: (C, prob, offsets, h) and (matrix, offsets): element types and assumed alignments
-_GLU_PTRS = ((cutlass.BFloat16, 16), (cutlass.Float32, 4), (cutlass.Int32, 4), (cutlass.BFloat16, 16))
-_TAIL_PTRS = ((cutlass.Int32, 16), (cutlass.Int32, 4))
-#: (x, idx, valid, out)
-_GATHER_PTRS = ((cutlass.Int32, 16), (cutlass.Int64, 8), (cutlass.Uint8, 1), (cutlass.Int32, 16))
+from ..kernel_cache import TVM_FFI, KernelCache
+from .config import VEC, GluConfig
 
 #: The kernels' source (part of the disk cache's key): this package, the epilogue math the GLU
 #: shares with the SM90 kernel and the compile call
@@ -45,19 +28,28 @@ _kernels = KernelCache(SOURCES)
 _compiled = _kernels.compiled  # (kind, config) -> compiled kernel
 
 
-def compile_glu(cfg: GluConfig, tvm_ffi: bool = TVM_FFI, ptx_dir: str | None = None):
-    """Compile ``cfg``'s GLU forward for sm_90a without touching a GPU."""
-    return compile_on_placeholders(GluForward(cfg), _GLU_PTRS, (256, 64, 1), tvm_ffi, ptx_dir)
+def _build():
+    """The DSL side (``build``): imported on a disk-cache miss or for the DSL's convention."""
+    from . import build
+
+    return build
 
 
-def compile_zero_tail(_key=None, tvm_ffi: bool = TVM_FFI, ptx_dir: str | None = None):
-    """Compile the tail zeroing for sm_90a without touching a GPU."""
-    return compile_on_placeholders(ZeroTail(), _TAIL_PTRS, (256, 8, 1), tvm_ffi, ptx_dir)
+def _compile_glu(cfg):
+    return _build().compile_glu(cfg)
 
 
-def compile_gather(_key=None, tvm_ffi: bool = TVM_FFI, ptx_dir: str | None = None):
-    """Compile the row gather for sm_90a without touching a GPU."""
-    return compile_on_placeholders(RowGather(), _GATHER_PTRS, (256, 8), tvm_ffi, ptx_dir)
+def _compile_zero_tail(key):
+    return _build().compile_zero_tail(key)
+
+
+def _compile_gather(key):
+    return _build().compile_gather(key)
+
+
+def zero_tail_cached():
+    """The compiled tail zeroing (``kernel_cache.KernelCache``): it has no config."""
+    return _kernels.get("zero_tail", _TAIL_KEY, _compile_zero_tail)
 
 
 def launch_glu(cfg: GluConfig, c: int, prob: int, offsets: int, h: int, m: int, n: int,
@@ -70,12 +62,11 @@ def launch_glu(cfg: GluConfig, c: int, prob: int, offsets: int, h: int, m: int, 
         raise ValueError(f"c, h: must be 16-byte aligned, got {c:#x}, {h:#x}")
     if m == 0:
         return
-    fn = _kernels.get("glu_forward", cfg, compile_glu)
+    fn = _kernels.get("glu_forward", cfg, _compile_glu)
     if TVM_FFI:
         fn(c, prob, offsets, h, m, n, groups, stream_handle)
-        return
-    ptrs = [make_ptr(dt, a, _GMEM, assumed_align=al) for (dt, al), a in zip(_GLU_PTRS, (c, prob, offsets, h))]
-    fn(*ptrs, Int32(m), Int32(n), Int32(groups), cuda.CUstream(stream_handle))
+    else:
+        _build().call_dsl("glu_forward", fn, (c, prob, offsets, h), (m, n, groups), stream_handle)
 
 
 def launch_zero_tail(x: int, offsets: int, m: int, row_bytes: int, groups: int,
@@ -88,12 +79,12 @@ def launch_zero_tail(x: int, offsets: int, m: int, row_bytes: int, groups: int,
         raise ValueError(f"x: must be 16-byte aligned, got {x:#x}")
     if m == 0:
         return
-    fn = _kernels.get("zero_tail", _TAIL_KEY, compile_zero_tail)
+    fn = zero_tail_cached()
     if TVM_FFI:
         fn(x, offsets, m, row_bytes // 16, groups, stream_handle)
-        return
-    ptrs = [make_ptr(dt, a, _GMEM, assumed_align=al) for (dt, al), a in zip(_TAIL_PTRS, (x, offsets))]
-    fn(*ptrs, Int32(m), Int32(row_bytes // 16), Int32(groups), cuda.CUstream(stream_handle))
+    else:
+        _build().call_dsl("zero_tail", fn, (x, offsets), (m, row_bytes // 16, groups),
+                          stream_handle)
 
 
 def launch_gather(x: int, idx: int, valid: int, out: int, rows_out: int, row_bytes: int,
@@ -106,9 +97,9 @@ def launch_gather(x: int, idx: int, valid: int, out: int, rows_out: int, row_byt
         raise ValueError(f"x, out: must be 16-byte aligned, got {x:#x}, {out:#x}")
     if rows_out == 0:
         return
-    fn = _kernels.get("gather_rows", _GATHER_KEY, compile_gather)
+    fn = _kernels.get("gather_rows", _GATHER_KEY, _compile_gather)
     if TVM_FFI:
         fn(x, idx, valid, out, rows_out, row_bytes // 16, stream_handle)
-        return
-    ptrs = [make_ptr(dt, a, _GMEM, assumed_align=al) for (dt, al), a in zip(_GATHER_PTRS, (x, idx, valid, out))]
-    fn(*ptrs, Int32(rows_out), Int32(row_bytes // 16), cuda.CUstream(stream_handle))
+    else:
+        _build().call_dsl("gather_rows", fn, (x, idx, valid, out), (rows_out, row_bytes // 16),
+                          stream_handle)

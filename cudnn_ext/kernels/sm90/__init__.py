@@ -1,6 +1,6 @@
 """Hopper (sm_90a) CuTe DSL kernels for grouped GEMM + dGLU.
 
-Modules (all but ``config`` import the CuTe DSL; ``cudnn_ext.engines.sm90`` and
+Modules (all but ``config`` and ``launch`` import the CuTe DSL; ``cudnn_ext.engines.sm90`` and
 ``cudnn_ext.jax.ffi`` import them lazily):
 
 * ``config``        :class:`~.config.Sm90Config`, the one compile-time configuration (no DSL);
@@ -12,7 +12,9 @@ Modules (all but ``config`` import the CuTe DSL; ``cudnn_ext.engines.sm90`` and
 * ``host_kernels``  helper kernels: workspace zeroing, fresh-outputs prologue, B descriptors;
 * ``tile_walk``     block -> (m_tile, n_tile) rasterization, expert lookup, the split's walk;
 * ``epilogue_math`` per-element dSwiGLU / dGeGLU in fp32 (mirrors ``cudnn_ext.reference``);
-* ``launch``        compile (fake pointers, works without a GPU) and launch by raw address;
+* ``launch``        the compiled function through the disk cache, the TVM-FFI launch by raw
+                    address (no DSL: a warm process launches without it);
+* ``build``         compile (fake pointers, works without a GPU) and the DSL-convention launch;
 * ``jax_entry``     the kernel as a ``cutlass.jax.cutlass_call`` target (XLA FFI);
 * ``trace``         a diagnostic build with per-tile clock stamps (never an engine choice).
 

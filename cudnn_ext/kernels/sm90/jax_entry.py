@@ -26,11 +26,11 @@ Static keyword arguments (compile-time; part of cutlass_call's cache key): ``cfg
 not depend on it) and the four activation constants (runtime kernel arguments, fixed per
 traced call here).
 
-Importing this module imports the CuTe DSL (``launch`` sets ``CUTE_DSL_ARCH=sm_90a`` first).
+Importing this module imports the CuTe DSL (``build`` sets ``CUTE_DSL_ARCH=sm_90a`` first).
 """
 from __future__ import annotations
 
-from .launch import make_kernel  # (first: it sets CUTE_DSL_ARCH before cutlass is imported)
+from .build import make_kernel  # (first: it sets CUTE_DSL_ARCH before cutlass is imported)
 
 import cuda.bindings.driver as cuda  # noqa: E402
 

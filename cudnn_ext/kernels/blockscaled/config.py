@@ -1,0 +1,73 @@
+"""What the block-scaled kernels are compiled on, without the CuTe DSL.
+
+Owns :class:`DequantConfig` and :class:`QuantizeDConfig` (each compiled kernel's
+specialization, part of its disk-cache key) and their validity rules, so that the engine
+builds its plans and a launch from a warm disk cache builds its keys without importing the DSL
+(``launch``). The kernels (``dequant``, ``quantize_d``) read them from here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ELEM_FORMATS = ("e4m3", "e5m2", "e2m1")
+SF_FORMATS = ("e8m0", "e4m3")
+D_FORMATS = ("e4m3", "e5m2")
+
+
+@dataclass(frozen=True)
+class DequantConfig:
+    """What one compiled dequantizer is specialized on: the element and scale formats and the
+    block size (``sf_vec``: 32 for MXFP8/MXFP4, 16 or 32 for NVFP4). Rows, K and the group
+    count are runtime arguments."""
+
+    elem: str
+    sf: str
+    sf_vec: int
+    #: per-expert buffers (discrete weights): ``q`` and ``sf`` are device tables of L
+    #: addresses, one (rows, K) operand and its one-group scales each; experts without rows
+    #: (from the offsets, on the device) are skipped, their pointers never read
+    tables: bool = False
+
+    def check(self) -> None:
+        if self.elem not in ELEM_FORMATS:
+            raise ValueError(f"elem must be one of {ELEM_FORMATS}, got {self.elem!r}")
+        if self.sf not in SF_FORMATS:
+            raise ValueError(f"sf must be one of {SF_FORMATS}, got {self.sf!r}")
+        if self.sf_vec not in (16, 32):
+            raise ValueError(f"sf_vec must be 16 or 32, got {self.sf_vec}")
+        if self.elem != "e2m1" and (self.sf, self.sf_vec) != ("e8m0", 32):
+            raise ValueError(f"FP8 elements take e8m0 scales over 32 elements, got "
+                             f"{self.sf} over {self.sf_vec}")
+
+    @property
+    def fp4(self) -> bool:
+        return self.elem == "e2m1"
+
+    def stored_bytes(self, k: int) -> int:
+        """Bytes of one row of K logical elements."""
+        return k // 2 if self.fp4 else k
+
+
+@dataclass(frozen=True)
+class QuantizeDConfig:
+    """What one compiled quantizer is specialized on. M, 2N and the group count are runtime
+    arguments (M a multiple of 256, 2N of 64: the contract's and the engine's rules)."""
+
+    #: D's element format
+    d: str = "e4m3"
+    #: True: D_row + SFD_row and D_col + SFD_col (e4m3 only); False: the plain conversion,
+    #: D_row only
+    scales: bool = True
+    #: SFD_col laid out per expert (the reference's ``discrete_col_sfd``)
+    discrete_col_sfd: bool = False
+    #: one group ending at M (``use_single_group_runtime_offsets``): the offsets are not read
+    single_group: bool = False
+
+    def check(self) -> None:
+        if self.d not in D_FORMATS:
+            raise ValueError(f"d must be one of {D_FORMATS}, got {self.d!r}")
+        if self.scales and self.d != "e4m3":
+            raise ValueError(f"d: scale generation writes e4m3 D only (the vendor kernel packs "
+                             f"e4m3 alone), got {self.d!r}")
+        if self.discrete_col_sfd and not self.scales:
+            raise ValueError("discrete_col_sfd: needs scales=True (it lays out SFD_col)")

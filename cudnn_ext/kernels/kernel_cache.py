@@ -1,0 +1,44 @@
+"""Compiled pointer-argument kernels, once per process: the calling convention and the cache.
+
+Owns the calling convention the library compiles its kernels for (``TVM_FFI``) and
+:class:`KernelCache`, the per-process dict of the block-scaled and layer kernels in front of
+the disk cache (``runtime.compile_cache``). It imports no DSL, so a process whose kernels are
+all on disk launches them without importing cutlass: a kernel's compile function, which
+imports the DSL, runs only when the disk cache misses.
+"""
+from __future__ import annotations
+
+import importlib.util
+import threading
+
+from ..runtime import compile_cache
+
+#: The TVM-FFI calling convention converts arguments in C++ (a few microseconds per launch
+#: instead of ~100 us of Python argument packing), and the disk cache opens its kernels without
+#: the DSL; used when apache-tvm-ffi is installed.
+TVM_FFI = importlib.util.find_spec("tvm_ffi") is not None
+
+
+class KernelCache:
+    """Compiled kernels keyed by ``(kind, config)``, once per process (thread-safe), each loaded
+    from the disk cache (``runtime.compile_cache``) when any process compiled it before.
+    ``sources``: the files and folders of the kernels' source (part of the disk cache's key)."""
+
+    def __init__(self, sources):
+        self.sources = tuple(sources)
+        self.compiled = {}
+        self._lock = threading.Lock()
+
+    def get(self, kind: str, cfg, compile_fn):
+        """The compiled kernel ``compile_fn(cfg)`` of ``(kind, cfg)`` (``compile_fn`` runs only
+        on a disk-cache miss; it may import the DSL)."""
+        key = (kind, cfg)
+        fn = self.compiled.get(key)
+        if fn is None:
+            with self._lock:
+                fn = self.compiled.get(key)
+                if fn is None:
+                    fn = self.compiled[key] = compile_cache.load_or_compile(
+                        kind, cfg, lambda: compile_fn(cfg), sources=self.sources, arch="sm_90a",
+                        tvm_ffi=TVM_FFI)
+        return fn
