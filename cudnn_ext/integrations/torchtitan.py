@@ -25,10 +25,11 @@ What the swap changes, and why:
   optimizer is built.
 * **Row alignment.** TorchTitan hands the experts its routed rows grouped by expert, any
   number per expert (``num_tokens_per_expert_E``). The fused op needs each expert's group to
-  start on a multiple of 256 rows. The swapped experts copy the rows into a 256-aligned
-  layout and the outputs back (``cudnn_ext.torch.mlp.pad_expert_rows``), on the device and
-  without a host sync; the caller sees the stock shapes. The padded buffer has a static size,
-  ``rows + 255 * E`` rounded down to 256 (padding rows are zero and skipped by the GEMMs).
+  start on a multiple of 8 rows (``m_aligned`` 8: the Hopper kernel's ragged schedule,
+  docs/kernels.md). The swapped experts copy the rows into an 8-aligned layout and the
+  outputs back (``cudnn_ext.torch.mlp.pad_expert_rows``), on the device and without a host
+  sync; the caller sees the stock shapes. The padded buffer has a static size, ``rows + 7 *
+  E`` rounded down to 8 (padding rows are zero, with probability 0).
 * **Initialization.** ``init_states`` runs the stock module's ``w1_EFD``/``w2_EDF``/``w3_EFD``
   initializers (its ``param_init``), in the stock order, and interleaves the result, so a
   seeded swapped model starts from the same weights as a seeded stock one.
@@ -65,6 +66,9 @@ from ..torch.mlp import gather_rows, glu_config, grouped_glu_mlp, pad_expert_row
 
 #: rows of one gate (or up) block in the fused op's interleave
 GATE_UP_BLOCK = 32
+#: each expert's rows padded to a multiple of this (the fused op's ``m_aligned``): the
+#: smallest the op takes, so the padding adds at most 7 rows per expert
+ROW_ALIGN = 8
 
 _STOCK_KEYS = ("w1_EFD", "w3_EFD")
 
@@ -157,10 +161,12 @@ class CudnnGroupedExperts(GroupedExperts):
             # no routed rows (an expert-parallel rank can get none): an empty output that still
             # reaches the weights, so that they get zero gradients like the stock module's
             return x_RD.new_zeros((0, w2.shape[1])) + 0 * (w13.sum() + w2.sum()).to(x_RD.dtype)
-        offsets, src, src_valid, dest, dest_valid = pad_expert_rows(num_tokens_per_expert_E, rows)
+        offsets, src, src_valid, dest, dest_valid = pad_expert_rows(num_tokens_per_expert_E, rows,
+                                                                    align=ROW_ALIGN)
         # padding rows hold 0 and probability 0: they add nothing to any output or gradient
         x_pad = gather_rows(x_RD.bfloat16(), src, src_valid, dest, dest_valid)
-        y_pad = grouped_glu_mlp(x_pad, src_valid.float(), w13, w2, offsets, cfg=self.cfg)
+        y_pad = grouped_glu_mlp(x_pad, src_valid.float(), w13, w2, offsets, cfg=self.cfg,
+                                m_aligned=ROW_ALIGN)
         # a select, never a multiply: rows past the last group may hold anything
         y = gather_rows(y_pad, dest, dest_valid, src, src_valid)
         return y.type_as(x_RD)

@@ -8,7 +8,7 @@ in float64 (``Float64Experts``: the stock module with its forward in float64, on
 inputs that are exact in bf16). Every output and gradient of the swapped layer must be within
 ``BF16_REL`` of the oracle and no further from it than ``STOCK_FACTOR`` times the stock bf16
 layer's own distance: as accurate as the layer it replaces. What the swap adds beyond the
-kernel (the interleave, the 256-row padding, the checkpoint keys) is checked bit for bit.
+kernel (the interleave, the 8-row padding, the checkpoint keys) is checked bit for bit.
 
 CPU tests run the reference engine; the ``gpu`` test runs the plan the heuristics pick.
 """
@@ -116,7 +116,7 @@ def rel_err(got, ref) -> float:
 
 
 def inputs(tokens=75, dtype=torch.float64, device="cpu"):
-    # 2 x 75 tokens x top-2 = 300 routed rows: no expert's group is a multiple of 8 or 256
+    # 2 x 75 tokens x top-2 = 300 routed rows: groups of uneven sizes, most not multiples of 8
     x = torch.randn(2, tokens, D).bfloat16().to(device=device, dtype=dtype)
     return x, torch.randn(2, tokens, D, dtype=dtype, device=device)
 
@@ -128,8 +128,9 @@ def test_swapped_layer_matches_stock_in_every_output_and_gradient(seed):
     m = stock_moe()
     x, dy = inputs()
     counts = routed_counts(m, x)
-    # the case under test: uneven groups (none 256-aligned) and one expert with no token
-    assert counts[DEAD] == 0 and len(set(counts.tolist())) == E and all(c % 256 for c in counts[:DEAD].tolist())
+    # the case under test: uneven groups (some not 8-aligned, so padded) and one expert with
+    # no token
+    assert counts[DEAD] == 0 and len(set(counts.tolist())) == E and any(c % 8 for c in counts[:DEAD].tolist())
     oracle = run(with_experts(m, Float64Experts), x, dy)
     stock = run(m, x, dy)
     swapped_model = ct_titan.swap_experts(copy.deepcopy(m))
@@ -145,9 +146,10 @@ def test_swapped_layer_matches_stock_in_every_output_and_gradient(seed):
         assert not ours[name][DEAD].any(), name
 
 
-def test_swapped_experts_are_grouped_glu_mlp_on_256_aligned_groups():
+def test_swapped_experts_are_grouped_glu_mlp_on_8_aligned_groups():
     """Bit for bit: the swapped experts are GroupedGluMLP (w1 = interleaved w1/w3, w2 =
-    w2_EDF) on the routed rows copied into 256-aligned groups, outputs and gradients."""
+    w2_EDF, m_aligned 8) on the routed rows copied into 8-aligned groups, outputs and
+    gradients."""
     stock = GroupedExperts(GroupedExperts.Config(dim=D, hidden_dim=FF, num_experts=E))
     with torch.no_grad():
         for p in stock.parameters():
@@ -160,19 +162,20 @@ def test_swapped_experts_are_grouped_glu_mlp_on_256_aligned_groups():
     dy = torch.randn_like(y)
     y.backward(dy)
 
-    mlp = GroupedGluMLP(E, D, FF, dtype=torch.float32)  # the stock weights are float32 too
+    mlp = GroupedGluMLP(E, D, FF, dtype=torch.float32, m_aligned=8)  # stock weights: float32 too
     with torch.no_grad():
         mlp.w1.copy_(ours.w13)
         mlp.w2.copy_(ours.w2_EDF)
     starts = [0, 37, 37, 337]
-    rows = [(0, 37), (256, 256), (256, 556), (768, 773)]  # each group at a multiple of 256
-    xp = torch.zeros(1024, D, dtype=torch.bfloat16)
-    prob = torch.zeros(1024)
-    dyp = torch.zeros(1024, D, dtype=torch.bfloat16)
+    rows = [(0, 37), (40, 40), (40, 340), (344, 349)]  # each group at a multiple of 8
+    m = 368  # the static bound: 342 rows + 7 x 4, rounded down to 8
+    xp = torch.zeros(m, D, dtype=torch.bfloat16)
+    prob = torch.zeros(m)
+    dyp = torch.zeros(m, D, dtype=torch.bfloat16)
     for s, (a, b) in zip(starts, rows):
         xp[a:b], prob[a:b], dyp[a:b] = x[s:s + b - a], 1.0, dy[s:s + b - a]
     xp.requires_grad_()
-    yp = mlp(xp, prob, torch.tensor([256, 256, 768, 1024], dtype=torch.int32))
+    yp = mlp(xp, prob, torch.tensor([40, 40, 344, 352], dtype=torch.int32))
     yp.backward(dyp)
     want_y = torch.cat([yp[a:b] for a, b in rows])
     want_dx = torch.cat([xp.grad[a:b] for a, b in rows])
