@@ -10,11 +10,12 @@ pytestmark = pytest.mark.gpu
 
 L, N, K = 3, 64, 128
 COUNTS = (256, 0, 512)  # an empty expert
+COUNTS_8 = (136, 0, 504)  # m_aligned 8: groups that straddle the 256-row blocks
 
 
-def _inputs(device):
+def _inputs(device, counts=COUNTS):
     g = torch.Generator().manual_seed(1234)
-    offs = torch.tensor(COUNTS, dtype=torch.int32).cumsum(0).to(torch.int32)
+    offs = torch.tensor(counts, dtype=torch.int32).cumsum(0).to(torch.int32)
     m = int(offs[-1]) + 256  # rows past the last offset
     t = dict(a=torch.randn(m, K, generator=g), c=torch.randn(m, 2 * N, generator=g) * 2,
              w=torch.randn(L, N, K, generator=g) * 0.1, alpha=torch.rand(L, generator=g) + 0.5,
@@ -26,10 +27,11 @@ def _inputs(device):
     return out
 
 
-def _call(t, mode):
+def _call(t, mode, m_aligned=256):
     kw = dict(a_tensor=t["a"], c_tensor=t["c"], sfa_tensor=None, padded_offsets=t["offs"], alpha_tensor=t["alpha"],
               beta_tensor=t["beta"], prob_tensor=t["prob"], dprob_tensor=torch.zeros_like(t["prob"]),
-              act_func="dgeglu", generate_dbias=True, d_dtype=torch.float32, engine="reference")
+              act_func="dgeglu", generate_dbias=True, d_dtype=torch.float32, engine="reference",
+              m_aligned=m_aligned)
     keep = None
     if mode == "dense":
         kw["b_tensor"] = t["w"].permute(1, 2, 0)
@@ -42,10 +44,12 @@ def _call(t, mode):
     return out["d_row_tensor"][:last].cpu(), out["dprob_tensor"].cpu(), out["dbias_tensor"].cpu(), keep
 
 
+@pytest.mark.parametrize("m_aligned", [256, 8])
 @pytest.mark.parametrize("mode", ["dense", "k", "n"])
-def test_reference_on_cuda_matches_cpu(mode):
-    d_gpu, p_gpu, b_gpu, _ = _call(_inputs("cuda"), mode)
-    d_cpu, p_cpu, b_cpu, _ = _call(_inputs("cpu"), mode)
+def test_reference_on_cuda_matches_cpu(mode, m_aligned):
+    counts = COUNTS if m_aligned == 256 else COUNTS_8
+    d_gpu, p_gpu, b_gpu, _ = _call(_inputs("cuda", counts), mode, m_aligned)
+    d_cpu, p_cpu, b_cpu, _ = _call(_inputs("cpu", counts), mode, m_aligned)
     scale = d_cpu.abs().max()
     assert ((d_gpu - d_cpu).abs().max() / scale) < 1e-4, mode
     assert torch.allclose(p_gpu, p_cpu, rtol=1e-4, atol=1e-4 * p_cpu.abs().max().item())
