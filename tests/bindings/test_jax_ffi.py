@@ -109,6 +109,8 @@ def test_ffi_branch_only_where_the_sm90_kernel_applies(monkeypatch):
     assert _uses_ffi(_fn(act_func="dgeglu", d_dtype=jnp.float32), _avals(jnp.float32))
     assert not _uses_ffi(_fn(), _avals(n=48))  # SM90 declines: N % 32 != 0 -> host callback
     assert not _uses_ffi(_fn(), _avals(m=1000))  # contract: M % 256 -> host callback reports it
+    # m_aligned 8: the SM90 kernel runs it, the FFI call (no scratch for its tile table) does not
+    assert not _uses_ffi(_fn(m_aligned=8), _avals(m=1000))
     monkeypatch.setenv("CUDNN_EXT_JAX_FFI", "0")  # the switch-off
     assert not _uses_ffi(_fn(), _avals())
 
