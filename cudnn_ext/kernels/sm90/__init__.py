@@ -9,8 +9,10 @@ Modules (all but ``config`` and ``launch`` import the CuTe DSL; ``cudnn_ext.engi
 * ``epilogue``      the fused dGLU epilogue and its C ring (C loads, D stores);
 * ``dbias``         dbias column sums: hand-overs and the folder warp;
 * ``stream_k``      the cooperative schedule's split last round;
-* ``host_kernels``  helper kernels: workspace zeroing, fresh-outputs prologue, B descriptors;
-* ``tile_walk``     block -> (m_tile, n_tile) rasterization, expert lookup, the split's walk;
+* ``host_kernels``  helper kernels: workspace zeroing, fresh-outputs prologue, B descriptors,
+                    the ragged schedule's unit table;
+* ``tile_walk``     block -> (m_tile, n_tile) rasterization, expert lookup (256-aligned and
+                    ragged), the split's walk;
 * ``epilogue_math`` per-element dSwiGLU / dGeGLU in fp32 (mirrors ``cudnn_ext.reference``);
 * ``launch``        the compiled function through the disk cache, the TVM-FFI launch by raw
                     address (no DSL: a warm process launches without it);
