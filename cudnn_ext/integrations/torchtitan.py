@@ -25,11 +25,13 @@ What the swap changes, and why:
   optimizer is built.
 * **Row alignment.** TorchTitan hands the experts its routed rows grouped by expert, any
   number per expert (``num_tokens_per_expert_E``). The fused op needs each expert's group to
-  start on a multiple of 8 rows (``m_aligned`` 8: the Hopper kernel's ragged schedule,
-  docs/kernels.md). The swapped experts copy the rows into an 8-aligned layout and the
-  outputs back (``cudnn_ext.torch.mlp.pad_expert_rows``), on the device and without a host
-  sync; the caller sees the stock shapes. The padded buffer has a static size, ``rows + 7 *
-  E`` rounded down to 8 (padding rows are zero, with probability 0).
+  start on a multiple of its ``m_aligned``: 8 on Hopper (the kernel's ragged schedule,
+  docs/kernels.md) and on the reference engine, 256 on Blackwell (the vendor's engine;
+  ``cudnn_ext.torch.mlp.fused_row_alignment``). The swapped experts copy the rows into such
+  a layout and the outputs back (``cudnn_ext.torch.mlp.pad_expert_rows``), on the device and
+  without a host sync; the caller sees the stock shapes. The padded buffer has a static size,
+  ``rows + (a - 1) * E`` rounded down to the alignment a (padding rows are zero, with
+  probability 0).
 * **Initialization.** ``init_states`` runs the stock module's ``w1_EFD``/``w2_EDF``/``w3_EFD``
   initializers (its ``param_init``), in the stock order, and interleaves the result, so a
   seeded swapped model starts from the same weights as a seeded stock one.
@@ -62,13 +64,10 @@ except ImportError as exc:  # the integration is optional; say what to install
         f"imports): pip install 'cudnn-ext[titan]' ({type(exc).__name__}: {exc})") from exc
 
 from ..reference.epilogue import gate_up_columns
-from ..torch.mlp import gather_rows, glu_config, grouped_glu_mlp, pad_expert_rows
+from ..torch.mlp import fused_row_alignment, gather_rows, glu_config, grouped_glu_mlp, pad_expert_rows
 
 #: rows of one gate (or up) block in the fused op's interleave
 GATE_UP_BLOCK = 32
-#: each expert's rows padded to a multiple of this (the fused op's ``m_aligned``): the
-#: smallest the op takes, so the padding adds at most 7 rows per expert
-ROW_ALIGN = 8
 
 _STOCK_KEYS = ("w1_EFD", "w3_EFD")
 
@@ -161,12 +160,13 @@ class CudnnGroupedExperts(GroupedExperts):
             # no routed rows (an expert-parallel rank can get none): an empty output that still
             # reaches the weights, so that they get zero gradients like the stock module's
             return x_RD.new_zeros((0, w2.shape[1])) + 0 * (w13.sum() + w2.sum()).to(x_RD.dtype)
+        align = fused_row_alignment(x_RD.device)
         offsets, src, src_valid, dest, dest_valid = pad_expert_rows(num_tokens_per_expert_E, rows,
-                                                                    align=ROW_ALIGN)
+                                                                    align=align)
         # padding rows hold 0 and probability 0: they add nothing to any output or gradient
         x_pad = gather_rows(x_RD.bfloat16(), src, src_valid, dest, dest_valid)
         y_pad = grouped_glu_mlp(x_pad, src_valid.float(), w13, w2, offsets, cfg=self.cfg,
-                                m_aligned=ROW_ALIGN)
+                                m_aligned=align)
         # a select, never a multiply: rows past the last group may hold anything
         y = gather_rows(y_pad, dest, dest_valid, src, src_valid)
         return y.type_as(x_RD)

@@ -17,7 +17,8 @@ With ``L`` experts over the ``EP`` ranks of a process group, group rank ``r`` ow
    never.
 3. The pairs, sorted stably by expert, are sent (rows of ``x`` and their probabilities, one
    autograd node for both) with ``all_to_all_single``; the receiver places them into local
-   expert order with each expert's rows padded to a multiple of 256 (``padded_offsets``),
+   expert order with each expert's rows padded to a multiple of the local ``GroupedGluMLP``'s
+   ``m_aligned`` (``padded_offsets``; 256 by default, 8 with ``m_aligned=8`` on Hopper),
    padding rows zero with probability 0.
 4. ``GroupedGluMLP`` (which multiplies each row by its probability before the down projection)
    runs the local experts; the rows go back by the reverse ``all_to_all_single`` and each
@@ -35,7 +36,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from ..contract.rules import M_ALIGN as _ROW_ALIGN  # every expert's rows start on such a boundary
+from ..contract.rules import M_ALIGN
 from .mlp import GroupedGluMLP
 
 
@@ -114,7 +115,7 @@ class Routing:
     ``order[i]`` is the ``i``-th row sent. ``send_splits[d]`` / ``recv_splits[s]``: rows sent to
     / received from group rank ``d`` / ``s`` (host ints). ``dest[i]``: the row of the padded
     local layout that received row ``i`` occupies. ``padded_offsets``: the local experts'
-    cumulative 256-aligned ends (int32, on the device). ``rows``: rows of the padded layout.
+    cumulative ends, each a multiple of the layout's alignment (int32, on the device). ``rows``: rows of the padded layout.
     ``local_counts``: rows per local expert before padding (host ints).
     """
 
@@ -127,8 +128,9 @@ class Routing:
     local_counts: List[int]
 
 
-def route(expert_ids: Tensor, num_experts: int, group=None) -> Routing:
-    """Exchange the per-expert pair counts over ``group`` and lay out this rank's received rows.
+def route(expert_ids: Tensor, num_experts: int, group=None, align: int = M_ALIGN) -> Routing:
+    """Exchange the per-expert pair counts over ``group`` and lay out this rank's received rows,
+    each local expert's group padded to a multiple of ``align`` rows (the experts' ``m_aligned``).
 
     Collective: every rank of ``group`` calls it in the same step. Performs the layer's one
     host read (the counts; see the module docstring).
@@ -158,11 +160,11 @@ def route(expert_ids: Tensor, num_experts: int, group=None) -> Routing:
     send_splits = [sum(row[:local]) for row in send_h]
     recv_splits = [sum(row[:local]) for row in recv_h]
     local_counts = [sum(recv_h[s][j] for s in range(ep)) for j in range(local)]
-    rows_used = sum(-(-n // _ROW_ALIGN) * _ROW_ALIGN for n in local_counts)
+    rows_used = sum(-(-n // align) * align for n in local_counts)
     # a rank that receives nothing still runs its experts on one block of rows that belong to no
     # expert (all ends 0), so its backward produces zero weight gradients: an M = 0 layout is
     # not a valid grouped-GEMM problem
-    rows = max(rows_used, _ROW_ALIGN)
+    rows = max(rows_used, align)
 
     order = torch.argsort(ids, stable=True)  # expert-major, then token-major within an expert
     # received rows arrive block by block: source rank s, then local expert j (row-major (s, j));
@@ -170,7 +172,7 @@ def route(expert_ids: Tensor, num_experts: int, group=None) -> Routing:
     # (the offsets are derived on the device from the received counts: building them from the
     # host copies would be a blocking host-to-device copy, a second sync on CUDA)
     c = recv[:, :local]  # (EP, local), device
-    padded = (c.sum(0) + _ROW_ALIGN - 1) // _ROW_ALIGN * _ROW_ALIGN
+    padded = (c.sum(0) + align - 1) // align * align
     ends = torch.cumsum(padded, 0)
     pad_start = ends - padded
     flat = c.reshape(-1)
@@ -244,7 +246,7 @@ class ExpertParallelGluMLP(nn.Module):
     def forward(self, x: Tensor, expert_ids: Tensor, probs: Tensor) -> Tensor:
         _check_inputs(x, expert_ids, probs, self.experts.hidden)
         t, k = expert_ids.shape
-        r = route(expert_ids, self.num_experts, self.group)
+        r = route(expert_ids, self.num_experts, self.group, align=self.experts.m_aligned)
         x_send = _PairRows.apply(x, r.order, k)
         p_send = probs.reshape(-1).index_select(0, r.order)
         x_recv, p_recv = _Exchange.apply(r.send_splits, r.recv_splits, self.group, x_send, p_send)

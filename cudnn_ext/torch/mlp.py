@@ -114,6 +114,26 @@ def gather_rows(x: Tensor, idx: Tensor, valid: Tensor, inv: Tensor, inv_valid: T
     return _RowGather.apply(x, idx, valid, inv, inv_valid)
 
 
+#: The smallest expert-row alignment the fused op takes (its BF16 ``m_aligned`` extension).
+MIN_ROW_ALIGN = 8
+
+
+def fused_row_alignment(device: torch.device) -> int:
+    """The expert-row alignment to lay groups out at for the fused op on ``device``: 8, which
+    the Hopper kernel (its ragged schedule) and the reference engine run, except on Blackwell
+    (compute capability 10.x), whose vendor engine takes 256 only. A compile-time constant
+    under ``torch.compile`` (the device does not change between calls)."""
+    if device.type != "cuda":
+        return MIN_ROW_ALIGN
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _cuda_row_alignment(index)
+
+
+@torch.compiler.assume_constant_result
+def _cuda_row_alignment(index: int) -> int:
+    return M_ALIGN if layer_ops.device_capability(index)[0] == 10 else MIN_ROW_ALIGN
+
+
 def pad_expert_rows(num_rows_per_expert: Tensor, rows: int, align: int = M_ALIGN):
     """Map rows grouped by expert (``num_rows_per_expert`` (L,), any alignment) into the fused
     op's layout, each expert's group padded to a multiple of ``align`` rows; all on the device

@@ -371,3 +371,17 @@ def test_gather_rows_gradients_equal_the_plain_indexing_path():
     assert torch.equal(back, back_plain)
     assert torch.equal(torch.autograd.grad(back, y, gy_out)[0], torch.autograd.grad(back_plain, y, gy_out)[0])
     assert not dest_valid.all()  # rows of no expert (their gradient is 0)
+
+
+def test_row_alignment_follows_the_device(monkeypatch):
+    """8-row groups (the Hopper kernel's ragged schedule, the reference engine), 256 on
+    Blackwell (the vendor's engine takes 256 only); a constant under torch.compile."""
+    from cudnn_ext.torch import layer_ops, mlp
+
+    assert mlp.fused_row_alignment(torch.device("cpu")) == 8
+    for cap, want in (((9, 0), 8), ((10, 0), 256), ((10, 3), 256), ((8, 0), 8)):
+        monkeypatch.setattr(layer_ops, "device_capability", lambda index, cap=cap: cap)
+        assert mlp._cuda_row_alignment(0) == want, cap
+        f = torch.compile(lambda x: x + mlp._cuda_row_alignment(0), fullgraph=True, backend="eager")
+        assert f(torch.zeros(2)).tolist() == [want, want], cap
+        torch._dynamo.reset()

@@ -30,13 +30,12 @@ from cudnn_ext.torch.mlp import GroupedGluMLP
 
 TOL = {"cpu": 0.0, "cuda": 2e-2}
 LOSS_TOL = 1e-12  # the loss is a sum over ranks in another order than the reference's
-ALIGN = 256
 
 
 def reference_moe(full: GroupedGluMLP, x, ids, probs):
     """The single-process layer: every (token, slot) pair of expert ``e`` in token order, each
-    expert's rows padded with zero rows (probability 0) to a multiple of 256, one
-    ``GroupedGluMLP`` call over all experts, each token's ``k`` outputs summed in fp32.
+    expert's rows padded with zero rows (probability 0) to a multiple of the layer's
+    ``m_aligned``, one ``GroupedGluMLP`` call over all experts, each token's ``k`` outputs summed in fp32.
     (Host lists and one gather, on purpose unlike the layer's device-side routing.)"""
     t, k = ids.shape
     flat_ids = ids.reshape(-1).tolist()
@@ -45,7 +44,7 @@ def reference_moe(full: GroupedGluMLP, x, ids, probs):
         pairs = [i for i, v in enumerate(flat_ids) if v == e]
         for j, i in enumerate(pairs):
             row_of_pair[i] = n + j
-        pad = -(-len(pairs) // ALIGN) * ALIGN
+        pad = -(-len(pairs) // full.m_aligned) * full.m_aligned
         src += pairs + [-1] * (pad - len(pairs))  # -1: a padding row
         n += pad
         ends.append(n)
@@ -79,7 +78,11 @@ def make_case(name, ep, device):
         "rank_sends_none": dict(tokens=[0, 130, 70, 33][:ep], k=1, skew=None, act="swiglu", bias=True),
         # top-3 over few experts: several of one token's pairs land on one rank
         "top3": dict(tokens=[64, 64, 64, 64][:ep], k=3, skew=None, act="swiglu", bias=False),
+        # uneven_top2 with experts' groups aligned to 8 rows (m_aligned=8) instead of 256
+        "uneven_top2_a8": dict(tokens=[300, 77, 150, 20][:ep], k=2, skew=[3.0, 0.0], act="geglu", bias=True,
+                               m_aligned=8),
     }[name]
+    align = spec.get("m_aligned", 256)
     T, k, H, N = sum(spec["tokens"]), spec["k"], 64, 64
     scores = torch.rand(T, L, generator=g, dtype=torch.float64)
     if spec["skew"]:
@@ -89,13 +92,15 @@ def make_case(name, ep, device):
     top, ids = scores.topk(k, dim=1)
     probs = torch.softmax(top, dim=1)
     torch.manual_seed(int(torch.randint(0, 2**31, (1,), generator=g)))
-    full = GroupedGluMLP(L, H, N, activation=spec["act"], bias=spec["bias"], dtype=torch.float64)
+    full = GroupedGluMLP(L, H, N, activation=spec["act"], bias=spec["bias"], dtype=torch.float64,
+                         m_aligned=align)
     if full.b1 is not None:
         with torch.no_grad():
             full.b1.normal_(0.0, 0.5)
     x = torch.randn(T, H, generator=g, dtype=torch.float64)
     upstream = torch.randn(T, H, generator=g, dtype=torch.float64)
-    problem = dict(L=L, H=H, N=N, act=spec["act"], bias=spec["bias"], full=full.to(device), x=x.to(device),
+    problem = dict(L=L, H=H, N=N, act=spec["act"], bias=spec["bias"], m_aligned=align, full=full.to(device),
+                   x=x.to(device),
                    ids=ids.to(device), probs=probs.to(device), upstream=upstream.to(device))
     return problem, spec["tokens"]
 
@@ -116,7 +121,7 @@ def run_case(name, group=None, device="cpu"):
         loss_ref.backward()
 
     layer = ExpertParallelGluMLP(P["L"], P["H"], P["N"], group=group, activation=P["act"], bias=P["bias"],
-                                 dtype=torch.float64, device=device)
+                                 dtype=torch.float64, device=device, m_aligned=P["m_aligned"])
     layer.copy_shard_from(full)
     x = P["x"][mine].clone().requires_grad_()
     probs = P["probs"][mine].clone().requires_grad_()
@@ -183,7 +188,7 @@ def run_not_member(device="cpu"):
     return [f"rank {dist.get_rank()}: built a layer over a group it is not in"]
 
 
-CASES = ("uneven_top2", "rank_receives_none", "rank_sends_none", "top3")
+CASES = ("uneven_top2", "rank_receives_none", "rank_sends_none", "top3", "uneven_top2_a8")
 
 
 def run_all(device="cpu"):
