@@ -44,7 +44,8 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
     A persistent, warp-specialized kernel: 3 warpgroups per CTA, one CTA per SM, optionally in
     clusters of cluster_m x cluster_n CTAs (rank = m + cluster_m * n). The schedule walks units
     u = cluster id, + #clusters, ... of the (offs[L-1] / (128 cluster_m)) x
-    ceil(N / (tile_n cluster_n)) grid (``tile_walk``); CTA rank r computes tile r of a unit,
+    ceil(N / (tile_n cluster_n)) grid (``tile_walk``; ``ragged_m``: each expert's own units,
+    from a table a helper kernel builds, ``tile_rows``); CTA rank r computes tile r of a unit,
     128 rows x tile_n accumulator columns. Ping-pong: math warpgroup w takes the CTA's tiles
     w, w + 2, ..., the two mainloops alternating so that one's epilogue runs under the other's
     MMAs. ``cooperative``: both take every tile, 64 rows each (tile_n up to 256), and with
