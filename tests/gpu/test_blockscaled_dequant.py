@@ -11,6 +11,7 @@ import torch
 
 from cudnn_ext.quant import dequantize
 from cudnn_ext.quant.sf_layout import sf_numel
+from gpu_skips import needs_cuda_and_dsl
 
 pytestmark = pytest.mark.gpu
 
@@ -22,19 +23,12 @@ _ELEM = {"e4m3": E4M3, "e5m2": E5M2}
 _SF = {"e8m0": E8M0, "e4m3": E4M3}
 
 
-def _needs_gpu():
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU")
-    try:
-        import cutlass  # noqa: F401
-    except ImportError:
-        pytest.skip("nvidia-cutlass-dsl is not installed")
 
 
 @pytest.mark.parametrize("elem,sf,sf_vec", CONFIGS, ids=["-".join(map(str, c)) for c in CONFIGS])
 @pytest.mark.parametrize("groups,rows,k", [(1, 256, 512), (3, 200, 384), (2, 130, 160)])
 def test_device_dequant_matches_quant_dequantize(elem, sf, sf_vec, groups, rows, k):
-    _needs_gpu()
+    needs_cuda_and_dsl()
     from cudnn_ext.kernels.blockscaled.dequant import DequantConfig
     from cudnn_ext.kernels.blockscaled.launch import launch_dequant
 
@@ -70,7 +64,7 @@ def test_device_dequant_from_pointer_tables(elem, sf, sf_vec):
     """Per-expert operands (discrete weights): each expert's elements and scales at its own
     address; an expert without rows has null pointers, which are not read, and its output
     rows keep their bytes."""
-    _needs_gpu()
+    needs_cuda_and_dsl()
     from cudnn_ext.kernels.blockscaled.dequant import DequantConfig
     from cudnn_ext.kernels.blockscaled.launch import launch_dequant
 

@@ -13,19 +13,13 @@ import torch
 from cudnn_ext.quant import formats as F
 from cudnn_ext.quant.sf_layout import ATOM_ELEMS, empty_sf, sf_numel, sf_shape, storage_of
 from cudnn_ext.reference.blockscaled import quantize_d_col, quantize_d_row
+from gpu_skips import needs_cuda_and_dsl
 
 pytestmark = pytest.mark.gpu
 
 POISON = 0xFF  # e4m3 / e5m2 -NaN, e8m0 NaN: never a value the quantizer writes by accident
 
 
-def _needs_gpu():
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU")
-    try:
-        import cutlass  # noqa: F401
-    except ImportError:
-        pytest.skip("nvidia-cutlass-dsl is not installed")
 
 
 def _hard_input(m, two_n, seed):
@@ -127,7 +121,7 @@ CASES = [  # (2N, offsets, discrete_col_sfd, norm_const)
                          ids=[f"2N{c[0]}-{'discrete' if c[2] else 'global'}-nc{c[3]:g}" for c in CASES])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_quantizer_matches_the_reference_bit_for_bit(two_n, ends, discrete, nc, seed):
-    _needs_gpu()
+    needs_cuda_and_dsl()
     from cudnn_ext.kernels.blockscaled.quantize_d import QuantizeDConfig
 
     m = 1024
@@ -148,7 +142,7 @@ def test_quantizer_matches_the_reference_bit_for_bit(two_n, ends, discrete, nc, 
 def test_single_group_ends_at_m_and_never_reads_the_offsets(discrete):
     """One group of all M rows: the offsets' address is null (a read would fault), and the
     per-expert layout of one group is the global one."""
-    _needs_gpu()
+    needs_cuda_and_dsl()
     from cudnn_ext.kernels.blockscaled.quantize_d import QuantizeDConfig
 
     m, two_n = 512, 192
@@ -168,7 +162,7 @@ def test_plain_conversion_saturates_like_the_reference(fmt, single):
     """FP8 D without scale factors: round to nearest even, saturate at +-qmax (infinities
     too), a NaN stored as its sign and 0x7F (torch's encoding of both formats); only D_row is
     written, rows past the last offset keep their bytes."""
-    _needs_gpu()
+    needs_cuda_and_dsl()
     from cudnn_ext.kernels.blockscaled.quantize_d import QuantizeDConfig
 
     dtype = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[fmt]

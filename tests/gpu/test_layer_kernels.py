@@ -14,6 +14,7 @@ import torch
 
 from cudnn_ext.torch import layer_ops
 from cudnn_ext.torch.layer_ops import glu_forward, zero_rows_past
+from gpu_skips import needs_hopper_and_dsl
 from oracle import glu_h, glu_mlp
 
 pytestmark = pytest.mark.gpu
@@ -21,15 +22,6 @@ pytestmark = pytest.mark.gpu
 BF = torch.bfloat16
 
 
-def _needs_hopper():
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU")
-    if torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip("the layer kernels are compiled for sm_90a")
-    try:
-        import cutlass  # noqa: F401
-    except ImportError:
-        pytest.skip("nvidia-cutlass-dsl is not installed")
 
 
 def oracle_h(c, prob, last, act, lo=0.0):
@@ -53,7 +45,7 @@ def hard_c(m, two_n):
 @pytest.mark.parametrize("m,n,offs", [(1024, 768, (256, 256, 768)), (300, 32, (40, 40, 41)),
                                       (512, 2048, (512,)), (64, 96, (0, 0))])
 def test_glu_kernel_matches_float64(act, m, n, offs):
-    _needs_hopper()
+    needs_hopper_and_dsl()
     from cudnn_ext.kernels.layer.launch import launch_glu
 
     c = hard_c(m, 2 * n)
@@ -83,7 +75,7 @@ def test_glu_kernel_matches_float64(act, m, n, offs):
 @pytest.mark.parametrize("row_bytes", [16, 48, 14336])
 @pytest.mark.parametrize("last", [0, 1, 129, 1000, 1003, 5000])
 def test_zero_tail_kernel(row_bytes, last):
-    _needs_hopper()
+    needs_hopper_and_dsl()
     m = 1003
     x = torch.randint(1, 255, (m, row_bytes), dtype=torch.uint8, device="cuda")
     before = x.clone()
@@ -97,7 +89,7 @@ def test_zero_tail_kernel(row_bytes, last):
 
 @pytest.mark.parametrize("dtype,width", [(torch.bfloat16, 8), (torch.bfloat16, 2048), (torch.float32, 12)])
 def test_gather_kernel(dtype, width):
-    _needs_hopper()
+    needs_hopper_and_dsl()
     from cudnn_ext.kernels.layer.launch import launch_gather
 
     rows_in, rows_out = 777, 1030
@@ -120,7 +112,7 @@ def test_gather_kernel(dtype, width):
 def test_gpu_mlp_matches_float64_without_syncs(act, m_aligned):
     """m_aligned 8: groups of 136, 0 and 864 rows, the backward's fused op on the Hopper
     kernel's ragged schedule."""
-    _needs_hopper()
+    needs_hopper_and_dsl()
     from cudnn_ext.torch import GroupedGluMLP
 
     L, H, N, m = 3, 256, 128, 1280
@@ -161,7 +153,7 @@ def test_gpu_mlp_matches_float64_without_syncs(act, m_aligned):
 
 
 def test_ops_capture_in_a_cuda_graph_and_replay_with_new_offsets():
-    _needs_hopper()
+    needs_hopper_and_dsl()
     m, n = 512, 64
     c = torch.randn(m, 2 * n, device="cuda").to(BF)
     prob = torch.rand(m, device="cuda")
