@@ -330,8 +330,9 @@ class Sm90Plan(CompiledPlan):
     def zeroed_region_bytes(self) -> int:
         """Length of that region: the fp32 sums (L, 2N) and one int32 counter per (expert,
         N-tile) with dbias, and the split last round's flags with split_last; 0 with
-        neither. Past it lie the split's partial-sum slots (never needed zero) and the
-        layout's padding (discrete, trace), which launches never write."""
+        neither. Past it lie the split's partial-sum slots (never needed zero), the ragged
+        schedule's unit table (rewritten by every ragged launch) and the layout's padding
+        (discrete, trace), which launches never write."""
         return 4 * self._zero_ws_elems
 
     def kernel_digests(self):
@@ -428,9 +429,9 @@ class Sm90Plan(CompiledPlan):
         the workspace when this plan needs one). It skips the pack and the per-call lookups of ``execute``.
 
         ``zeroed_workspace`` (the contract variant with dbias): the workspace's bytes from
-        ``zeroed_region`` on are zero, and the launch leaves them zero: one kernel instead
-        of a zeroing kernel and the main one. The caller must keep that scratch for such
-        launches only."""
+        ``zeroed_region`` on (``zeroed_region_bytes`` of them) are zero, and the launch leaves
+        them zero: no zeroing kernel before the main one (the ragged schedule's table helper
+        still runs). The caller must keep that scratch for such launches only."""
         fn = self._fn(init, bool(zeroed_workspace and self._zero_ws_elems and not init))
         num_experts = self.problem.num_experts
         ctas = self._resident_ctas(device_index)

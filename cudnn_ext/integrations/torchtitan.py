@@ -25,9 +25,9 @@ What the swap changes, and why:
   optimizer is built.
 * **Row alignment.** TorchTitan hands the experts its routed rows grouped by expert, any
   number per expert (``num_tokens_per_expert_E``). The fused op needs each expert's group to
-  start on a multiple of its ``m_aligned``: 8 on Hopper (the kernel's ragged schedule,
-  docs/kernels.md) and on the reference engine, 256 on Blackwell (the vendor's engine;
-  ``cudnn_ext.torch.mlp.fused_row_alignment``). The swapped experts copy the rows into such
+  start on a multiple of its ``m_aligned``: 8 on Hopper with the CuTe DSL (the kernel's
+  ragged schedule, docs/kernels.md) and on the CPU, 256 on other GPUs (the vendor's engine
+  takes 256 only; ``cudnn_ext.torch.mlp.fused_row_alignment``). The swapped experts copy the rows into such
   a layout and the outputs back (``cudnn_ext.torch.mlp.pad_expert_rows``), on the device and
   without a host sync; the caller sees the stock shapes. The padded buffer has a static size,
   ``rows + (a - 1) * E`` rounded down to the alignment a (padding rows are zero, with

@@ -262,11 +262,16 @@ def _load_dsl(obj: pathlib.Path, kind: str, digest: str, tvm_ffi: bool):
 
 def _open_linked(e: _Entry, kind: str, digest: str, obj_sha: str):
     """The function of the entry's linked library, without the DSL. FileNotFoundError when
-    there is none; :class:`CacheEntryError` when it is not the library of this object (by
-    its header), does not match its header, or the loader refuses it."""
+    there is none, or when a runtime library it was linked against is gone (another
+    installation linked it, since removed: linked again quietly, for this one);
+    :class:`CacheEntryError` when it is not the library of this object (by its header), does
+    not match its header, or the loader refuses it."""
     header = _read_header(e.lib_meta)
     if header.get("digest") != digest or header.get("object_sha256") != obj_sha:
         raise CacheEntryError(f"{e.lib_meta.name}: the header is another object's")
+    gone = [p for p in header.get("libraries") or () if not os.path.exists(p)]
+    if gone:
+        raise FileNotFoundError(f"{e.lib.name}: linked against {gone[0]}, which is gone")
     _check_bytes(e.lib, header)
     try:
         return shared_library.open_function(e.lib, _symbol(kind, digest))

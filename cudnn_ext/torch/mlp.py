@@ -34,6 +34,7 @@ layer's own forward computes glu from the same bf16 C in fp32.
 """
 from __future__ import annotations
 
+import importlib.util
 import math
 from typing import Optional
 
@@ -119,10 +120,11 @@ MIN_ROW_ALIGN = 8
 
 
 def fused_row_alignment(device: torch.device) -> int:
-    """The expert-row alignment to lay groups out at for the fused op on ``device``: 8, which
-    the Hopper kernel (its ragged schedule) and the reference engine run, except on Blackwell
-    (compute capability 10.x), whose vendor engine takes 256 only. A compile-time constant
-    under ``torch.compile`` (the device does not change between calls)."""
+    """The expert-row alignment to lay groups out at for the fused op on ``device``: 8 on the
+    CPU and on Hopper with the CuTe DSL (the kernel's ragged schedule), 256 on other GPUs: the
+    vendor's engine takes 256 only, and the reference engine's GPU path works in blocks of
+    ``m_aligned`` rows (at 8, 32 times the blocks of 256). A compile-time constant under
+    ``torch.compile`` (the device does not change between calls)."""
     if device.type != "cuda":
         return MIN_ROW_ALIGN
     index = device.index if device.index is not None else torch.cuda.current_device()
@@ -131,7 +133,8 @@ def fused_row_alignment(device: torch.device) -> int:
 
 @torch.compiler.assume_constant_result
 def _cuda_row_alignment(index: int) -> int:
-    return M_ALIGN if layer_ops.device_capability(index)[0] == 10 else MIN_ROW_ALIGN
+    hopper = layer_ops.device_capability(index) == (9, 0)
+    return MIN_ROW_ALIGN if hopper and importlib.util.find_spec("cutlass") is not None else M_ALIGN
 
 
 def pad_expert_rows(num_rows_per_expert: Tensor, rows: int, align: int = M_ALIGN):

@@ -158,6 +158,15 @@ def test_damaged_or_missing_library_is_linked_again(cache):
     assert _outcomes(got) == ["rebuilt"]
     assert any("another object" in w for w in got["warnings"]), got
 
+    # linked by another installation whose runtime libraries are gone (the cache folder is
+    # shared): linked again quietly, against this one's
+    header = json.loads(meta.read_bytes())
+    gone = [str(cache / "gone" / pathlib.Path(p).name) for p in header["libraries"]]
+    meta.write_text(json.dumps(dict(header, libraries=gone)))
+    got = _child(cache, "zero_tail")
+    assert _outcomes(got) == ["linked"] and got["callable"] and not got["warnings"]
+    assert json.loads(meta.read_bytes())["libraries"] == header["libraries"]
+
     # no library (an entry installed from a serialized plan): linked quietly on load, which
     # asks the DSL where its runtime libraries are
     lib.unlink()

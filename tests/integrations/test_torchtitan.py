@@ -374,14 +374,24 @@ def test_gather_rows_gradients_equal_the_plain_indexing_path():
 
 
 def test_row_alignment_follows_the_device(monkeypatch):
-    """8-row groups (the Hopper kernel's ragged schedule, the reference engine), 256 on
-    Blackwell (the vendor's engine takes 256 only); a constant under torch.compile."""
+    """8-row groups on the CPU and on Hopper with the CuTe DSL (the kernel's ragged
+    schedule), 256 on other GPUs (the vendor's engine takes 256 only; the reference engine's
+    GPU path works in m_aligned-row blocks) and on Hopper without the DSL; a constant under
+    torch.compile."""
+    import importlib.util
+
     from cudnn_ext.torch import layer_ops, mlp
 
     assert mlp.fused_row_alignment(torch.device("cpu")) == 8
-    for cap, want in (((9, 0), 8), ((10, 0), 256), ((10, 3), 256), ((8, 0), 8)):
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a, real=importlib.util.find_spec: (
+        object() if name == "cutlass" else real(name, *a)))
+    for cap, want in (((9, 0), 8), ((10, 0), 256), ((10, 3), 256), ((8, 0), 256), ((12, 0), 256)):
         monkeypatch.setattr(layer_ops, "device_capability", lambda index, cap=cap: cap)
         assert mlp._cuda_row_alignment(0) == want, cap
         f = torch.compile(lambda x: x + mlp._cuda_row_alignment(0), fullgraph=True, backend="eager")
         assert f(torch.zeros(2)).tolist() == [want, want], cap
         torch._dynamo.reset()
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a, real=importlib.util.find_spec: (
+        None if name == "cutlass" else real(name, *a)))
+    monkeypatch.setattr(layer_ops, "device_capability", lambda index: (9, 0))
+    assert mlp._cuda_row_alignment(0) == 256
