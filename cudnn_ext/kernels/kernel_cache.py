@@ -8,6 +8,7 @@ imports the DSL, runs only when the disk cache misses.
 """
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import threading
 
@@ -22,16 +23,23 @@ TVM_FFI = importlib.util.find_spec("tvm_ffi") is not None
 class KernelCache:
     """Compiled kernels keyed by ``(kind, config)``, once per process (thread-safe), each loaded
     from the disk cache (``runtime.compile_cache``) when any process compiled it before.
-    ``sources``: the files and folders of the kernels' source (part of the disk cache's key)."""
+    ``sources``: the files and folders of the kernels' source (part of the disk cache's key);
+    ``build_module``: the module that compiles them and holds the DSL's calling convention
+    (it imports the DSL: imported by :meth:`build` only, on a miss or for that convention)."""
 
-    def __init__(self, sources):
+    def __init__(self, sources, build_module: str):
         self.sources = tuple(sources)
+        self.build_module = build_module
         self.compiled = {}
         self._lock = threading.Lock()
 
-    def get(self, kind: str, cfg, compile_fn):
-        """The compiled kernel ``compile_fn(cfg)`` of ``(kind, cfg)`` (``compile_fn`` runs only
-        on a disk-cache miss; it may import the DSL)."""
+    def build(self):
+        """The build module (imported on first use)."""
+        return importlib.import_module(self.build_module)
+
+    def get(self, kind: str, cfg, compile_name: str):
+        """The compiled kernel ``build().<compile_name>(cfg)`` of ``(kind, cfg)`` (compiled
+        only on a disk-cache miss)."""
         key = (kind, cfg)
         fn = self.compiled.get(key)
         if fn is None:
@@ -39,6 +47,6 @@ class KernelCache:
                 fn = self.compiled.get(key)
                 if fn is None:
                     fn = self.compiled[key] = compile_cache.load_or_compile(
-                        kind, cfg, lambda: compile_fn(cfg), sources=self.sources, arch="sm_90a",
-                        tvm_ffi=TVM_FFI)
+                        kind, cfg, lambda: getattr(self.build(), compile_name)(cfg),
+                        sources=self.sources, arch="sm_90a", tvm_ffi=TVM_FFI)
         return fn

@@ -23,28 +23,14 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCES = (_HERE, os.path.join(_HERE, "..", "..", "quant", "sf_layout.py"),
            os.path.join(_HERE, "..", "sm90", "tile_walk.py"), os.path.join(_HERE, "..", "placeholders.py"))
 
-_kernels = KernelCache(SOURCES)
+# (the DSL side, ``build``, is imported on a disk-cache miss or for the DSL's convention)
+_kernels = KernelCache(SOURCES, f"{__package__}.build")
 _compiled = _kernels.compiled  # (kind, config) -> compiled kernel
-
-
-def _build():
-    """The DSL side (``build``): imported on a disk-cache miss or for the DSL's convention."""
-    from . import build
-
-    return build
-
-
-def _compile_dequant(cfg):
-    return _build().compile_dequant(cfg)
-
-
-def _compile_quantize_d(cfg):
-    return _build().compile_quantize_d(cfg)
 
 
 def dequant_cached(cfg: DequantConfig):
     """The compiled dequantizer of ``cfg`` (``kernel_cache.KernelCache``)."""
-    return _kernels.get("dequant", cfg, _compile_dequant)
+    return _kernels.get("dequant", cfg, "compile_dequant")
 
 
 def launch_dequant(cfg: DequantConfig, q: int, sf: int, out: int, rows: int, k: int,
@@ -59,12 +45,12 @@ def launch_dequant(cfg: DequantConfig, q: int, sf: int, out: int, rows: int, k: 
     if TVM_FFI:
         fn(q, sf, out, offsets, rows, k, groups, stream_handle)
     else:
-        _build().call_dsl("dequant", fn, (q, sf, out, offsets), (rows, k, groups), stream_handle)
+        _kernels.build().call_dsl("dequant", fn, (q, sf, out, offsets), (rows, k, groups), stream_handle)
 
 
 def quantize_d_cached(cfg: QuantizeDConfig):
     """The compiled D quantizer of ``cfg`` (``kernel_cache.KernelCache``)."""
-    return _kernels.get("quantize_d", cfg, _compile_quantize_d)
+    return _kernels.get("quantize_d", cfg, "compile_quantize_d")
 
 
 def launch_quantize_d(cfg: QuantizeDConfig, x: int, d_row: int, m: int, two_n: int, groups: int,
@@ -100,4 +86,4 @@ def launch_quantize_d(cfg: QuantizeDConfig, x: int, d_row: int, m: int, two_n: i
     if TVM_FFI:
         fn(*addrs, m, two_n, groups, stream_handle)
     else:
-        _build().call_dsl("quantize_d", fn, addrs, (m, two_n, groups), stream_handle)
+        _kernels.build().call_dsl("quantize_d", fn, addrs, (m, two_n, groups), stream_handle)

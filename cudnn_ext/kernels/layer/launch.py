@@ -24,32 +24,14 @@ SOURCES = (_HERE, os.path.join(_HERE, "..", "sm90", "epilogue_math.py"), os.path
 _TAIL_KEY = "zero_tail"
 _GATHER_KEY = "gather_rows"
 
-_kernels = KernelCache(SOURCES)
+# (the DSL side, ``build``, is imported on a disk-cache miss or for the DSL's convention)
+_kernels = KernelCache(SOURCES, f"{__package__}.build")
 _compiled = _kernels.compiled  # (kind, config) -> compiled kernel
-
-
-def _build():
-    """The DSL side (``build``): imported on a disk-cache miss or for the DSL's convention."""
-    from . import build
-
-    return build
-
-
-def _compile_glu(cfg):
-    return _build().compile_glu(cfg)
-
-
-def _compile_zero_tail(key):
-    return _build().compile_zero_tail(key)
-
-
-def _compile_gather(key):
-    return _build().compile_gather(key)
 
 
 def zero_tail_cached():
     """The compiled tail zeroing (``kernel_cache.KernelCache``): it has no config."""
-    return _kernels.get("zero_tail", _TAIL_KEY, _compile_zero_tail)
+    return _kernels.get("zero_tail", _TAIL_KEY, "compile_zero_tail")
 
 
 def launch_glu(cfg: GluConfig, c: int, prob: int, offsets: int, h: int, m: int, n: int,
@@ -62,11 +44,11 @@ def launch_glu(cfg: GluConfig, c: int, prob: int, offsets: int, h: int, m: int, 
         raise ValueError(f"c, h: must be 16-byte aligned, got {c:#x}, {h:#x}")
     if m == 0:
         return
-    fn = _kernels.get("glu_forward", cfg, _compile_glu)
+    fn = _kernels.get("glu_forward", cfg, "compile_glu")
     if TVM_FFI:
         fn(c, prob, offsets, h, m, n, groups, stream_handle)
     else:
-        _build().call_dsl("glu_forward", fn, (c, prob, offsets, h), (m, n, groups), stream_handle)
+        _kernels.build().call_dsl("glu_forward", fn, (c, prob, offsets, h), (m, n, groups), stream_handle)
 
 
 def launch_zero_tail(x: int, offsets: int, m: int, row_bytes: int, groups: int,
@@ -83,7 +65,7 @@ def launch_zero_tail(x: int, offsets: int, m: int, row_bytes: int, groups: int,
     if TVM_FFI:
         fn(x, offsets, m, row_bytes // 16, groups, stream_handle)
     else:
-        _build().call_dsl("zero_tail", fn, (x, offsets), (m, row_bytes // 16, groups),
+        _kernels.build().call_dsl("zero_tail", fn, (x, offsets), (m, row_bytes // 16, groups),
                           stream_handle)
 
 
@@ -97,9 +79,9 @@ def launch_gather(x: int, idx: int, valid: int, out: int, rows_out: int, row_byt
         raise ValueError(f"x, out: must be 16-byte aligned, got {x:#x}, {out:#x}")
     if rows_out == 0:
         return
-    fn = _kernels.get("gather_rows", _GATHER_KEY, _compile_gather)
+    fn = _kernels.get("gather_rows", _GATHER_KEY, "compile_gather")
     if TVM_FFI:
         fn(x, idx, valid, out, rows_out, row_bytes // 16, stream_handle)
     else:
-        _build().call_dsl("gather_rows", fn, (x, idx, valid, out), (rows_out, row_bytes // 16),
+        _kernels.build().call_dsl("gather_rows", fn, (x, idx, valid, out), (rows_out, row_bytes // 16),
                           stream_handle)
