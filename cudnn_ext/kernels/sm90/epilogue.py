@@ -231,11 +231,8 @@ class DgluEpilogueMixin:
         expert's end as its bound: rows from ``row_end`` on are not written."""
         tma_atom_d, tDsD, tDgD, mD_tma, sC = d_store
         if cutlass.const_expr(self.cfg.ragged_m):
-            gD = cute.local_tile(self._ragged_rows(mD_tma, row0, row_end - row0),
-                                 (self.c_rows, C_BLOCK_COLS), (None, None))
-            _, tDgD = cute.nvgpu.cpasync.tma_partition(
-                tma_atom_d, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2),
-                cute.group_modes(gD, 0, 2))
+            _, tDgD = self.block_partition(
+                tma_atom_d, self._ragged_rows(mD_tma, row0, row_end - row0), sC)
             m_tile = 0
         cute.copy(tma_atom_d, tDsD[(None, st.index)],
                   tDgD[(None, self.c_row_block(m_tile, w, e_q % self.c_split),
@@ -246,12 +243,15 @@ class DgluEpilogueMixin:
         """(``ragged_m``) C's blocks of the 128 rows from ``row0`` on, partitioned as the
         kernel partitions the whole of C: M-tile 0 of the offset view."""
         mC, sC = c_src
-        gC = cute.local_tile(cute.domain_offset((row0, 0), mC), (self.c_rows, C_BLOCK_COLS),
-                             (None, None))
-        _, tCgC = cute.nvgpu.cpasync.tma_partition(
-            tma_atom_c, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2),
-            cute.group_modes(gC, 0, 2))
-        return tCgC
+        return self.block_partition(tma_atom_c, cute.domain_offset((row0, 0), mC), sC)[1]
+
+    def block_partition(self, tma_atom, view, sC):
+        """(shared, global) TMA partitions of the C/D block view ``view`` (TMA coordinates,
+        tiled into c_rows x 64 blocks) for the C ring's stages ``sC``: how the C loads and
+        the D stores address a block (global index (row block, column block))."""
+        g = cute.local_tile(view, (self.c_rows, C_BLOCK_COLS), (None, None))
+        return cute.nvgpu.cpasync.tma_partition(
+            tma_atom, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2), cute.group_modes(g, 0, 2))
 
     # ------------------------------------------------------------------ epilogue
     # Plain-Python helpers: they run while tracing (their loops unroll), building lists of

@@ -433,31 +433,22 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
             defer_sync=False,
         )
 
-        # (bM, bK, RestM, RestK) and (bN, bK, RestN, RestK, L) tiled global views
-        gA = cute.local_tile(mA, (TILE_M, TILE_K), (None, None))
+        # (bN, bK, RestN, RestK, L) tiled global view of B
         gB = cute.local_tile(mB, (self.tile_n, TILE_K), (None, None, None))
         # with a cluster each CTA loads its 1/cn slice of the A tile (multicast to the CTAs
-        # of its row) and its 1/cm slice of the B tile (to the CTAs of its column)
-        rank_m, rank_n = rank % cm, rank // cm
-        tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(
-            tma_atom_a, rank_n, cute.make_layout(cn), cute.group_modes(sA, 0, 2),
-            cute.group_modes(gA, 0, 2))
+        # of its row: a_partition) and its 1/cm slice of the B tile (to the CTAs of its column)
+        rank_m = rank % cm
+        tAsA, tAgA = self.a_partition(tma_atom_a, mA, sA, rank)
         tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
             tma_atom_b, rank_m, cute.make_layout(cm), cute.group_modes(sB, 0, 2),
             cute.group_modes(gB, 0, 2))
-        gC = cute.local_tile(mC_tma, (self.c_rows, C_BLOCK_COLS), (None, None))
-        tCsC_tma, tCgC_tma = cute.nvgpu.cpasync.tma_partition(
-            tma_atom_c, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2),
-            cute.group_modes(gC, 0, 2))
+        tCsC_tma, tCgC_tma = self.block_partition(tma_atom_c, mC_tma, sC)
 
         d_store = None
         if cutlass.const_expr(self.cfg.d_via_smem()):
             # (ragged_m: the rank-4 clipping view, partitioned per tile: _store_d_block)
-            gD = cute.local_tile(self._ragged_rows(mD_tma, 0, 0) if self.cfg.ragged_m
-                                 else mD_tma, (self.c_rows, C_BLOCK_COLS), (None, None))
-            tDsD, tDgD = cute.nvgpu.cpasync.tma_partition(
-                tma_atom_d, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2),
-                cute.group_modes(gD, 0, 2))
+            tDsD, tDgD = self.block_partition(
+                tma_atom_d, self._ragged_rows(mD_tma, 0, 0) if self.cfg.ragged_m else mD_tma, sC)
             d_store = (tma_atom_d, tDsD, tDgD, mD_tma, sC)
 
         if warp_group == 0:

@@ -102,13 +102,16 @@ class MainloopMixin:
         kernel partitions the whole of A: M-tile 0 of the offset view (any row0: TMA takes
         element coordinates)."""
         mA, sA = a_src
-        cn = self.cfg.cluster_n
-        gA = cute.local_tile(cute.domain_offset((row0, 0), mA), (TILE_M, self.tile_shape_mnk[2]),
-                             (None, None))
-        _, tAgA = cute.nvgpu.cpasync.tma_partition(
-            tma_atom_a, rank // self.cfg.cluster_m, cute.make_layout(cn),
-            cute.group_modes(sA, 0, 2), cute.group_modes(gA, 0, 2))
-        return tAgA
+        return self.a_partition(tma_atom_a, cute.domain_offset((row0, 0), mA), sA, rank)[1]
+
+    def a_partition(self, tma_atom_a, view, sA, rank):
+        """(shared, global) TMA partitions of A's view ``view`` (TMA coordinates, tiled into
+        128 x 64 k-tiles: global index (M-tile, k-tile)) for the A stages ``sA``: in a cluster
+        CTA rank ``rank`` loads its 1/cluster_n slice, multicast to the CTAs of its row."""
+        g = cute.local_tile(view, (TILE_M, self.tile_shape_mnk[2]), (None, None))
+        return cute.nvgpu.cpasync.tma_partition(
+            tma_atom_a, rank // self.cfg.cluster_m, cute.make_layout(self.cfg.cluster_n),
+            cute.group_modes(sA, 0, 2), cute.group_modes(g, 0, 2))
 
     @cute.jit
     def mma_mainloop(self, ab_pipe, mmas, tCrA, tCrB, acc, pos: Int32, mine_done,
