@@ -311,3 +311,34 @@ def test_sm90_ragged_graph_replay_with_new_offsets():
     assert rel_err(pack["d_row"][:rows], ref["d_row"][:rows]) < TOL["d_bf16"]
     assert rel_err(pack["dprob"], ref["dprob"]) < TOL["dprob"]
     assert rel_err(pack["dbias"], ref["dbias"]) < TOL["dbias"]
+
+
+def test_sm90_ragged_offsets_past_m_stop_at_m():
+    """Offsets whose last value passes M break the contract, and only the device reads them:
+    the ragged schedule clips the experts at M, so the kernel writes D's and dprob's rows
+    below M as for offsets clipped there, and nothing past them."""
+    skip_unless_sm90()
+    from cudnn_ext.engines.sm90 import Sm90DgluEngine, config_for
+    from cudnn_ext.reference import reference_outputs
+
+    case = Case([8, 136, 120], 96, 200, "dswiglu", m_aligned=8, extra_rows=0)
+    problem, pack = make_pack(case)
+    m, two_n = pack["d_row"].shape
+    plan = Sm90DgluEngine().build(problem, config_for(problem, tile_n=128))
+    d_big = torch.full((m + 384, two_n), float("nan"), dtype=pack["d_row"].dtype, device="cuda")
+    dprob_big = torch.full((m + 384,), 7.0, device="cuda")
+    dprob_big[:m].zero_()
+    pack["d_row"], pack["dprob"] = d_big[:m], dprob_big[:m]
+    pack["dbias"].zero_()
+    pack["padded_offsets"].copy_(torch.tensor([8, 200, m + 256], device="cuda"))
+    ws = torch.full((plan.workspace_size,), 0xA5, dtype=torch.uint8, device="cuda")
+    plan.execute(pack, ws, torch.cuda.current_stream())
+    torch.cuda.synchronize()
+    clipped = dict(pack, padded_offsets=torch.tensor([8, 200, m], dtype=torch.int32,
+                                                     device="cuda"))
+    ref = reference_outputs(problem, clipped, compute_dtype=torch.float64,
+                            dprob_init=torch.zeros(m, device="cuda"))
+    assert torch.isnan(d_big[m:]).all() and (dprob_big[m:] == 7.0).all()
+    assert rel_err(pack["d_row"], ref["d_row"]) < TOL["d_bf16"]
+    assert rel_err(pack["dprob"], ref["dprob"]) < TOL["dprob"]
+    assert rel_err(pack["dbias"], ref["dbias"]) < TOL["dbias"]

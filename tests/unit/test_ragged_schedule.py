@@ -59,6 +59,20 @@ def test_every_row_in_one_tile_of_its_expert(groups, cluster_m):
     assert owner == want
 
 
+@pytest.mark.parametrize("cluster_m", [1, 2])
+@pytest.mark.parametrize("offs,m_rows", [([264, 520], 264), ([64, 400, 800], 136),
+                                         ([0, 1024], 8), ([512], 512)])
+def test_offsets_past_m_clip_at_m(offs, m_rows, cluster_m):
+    """Offsets past M break the contract and only the device reads them: the table kernel
+    and the tile lookup clip them at M, so no tile starts at or writes a row past M."""
+    tiles = ragged_schedule(offs, cluster_m, m_rows)
+    rows = set()
+    for t, (e, row0, end) in enumerate(tiles):
+        assert end <= m_rows and (row0 < end or t % cluster_m), (t, e, row0, end)
+        rows.update(range(row0, min(row0 + TILE_M, end)))
+    assert rows == set(range(m_rows))
+
+
 def test_ragged_units():
     assert [ragged_units(r, 1, PY_OPS) for r in (0, 8, 120, 128, 136, 256, -8)] == [0, 1, 1, 1, 2, 2, 0]
     assert [ragged_units(r, 2, PY_OPS) for r in (0, 8, 256, 264, 512, -8)] == [0, 1, 1, 2, 2, 0]

@@ -207,8 +207,8 @@ class DbiasMixin:
     def _count_and_fold(self, rows, mWs, mCount, mDbOut, expert, n_tile, m_tiles, lane):
         """Lane 0 counts a tile's arrival on (expert, N-tile); the count that completes the
         expert's tiles folds the tile's columns (see ``dbias_folder``). ``rows``: the
-        offsets, the ragged table and the expert count."""
-        mOffs, mTable, _ = rows
+        offsets, the ragged table, the expert count and M."""
+        mOffs, mTable, _, _ = rows
         two_n = 2 * self.cfg.n
         n0 = n_tile * self.tile_n
         counter = (mCount.iterator + (expert * self.num_n_tiles + n_tile)).llvm_ptr

@@ -66,7 +66,8 @@ class HostKernelsMixin:
             _zero_from(mDb, bid * 256 + tidx, step)
 
     @cute.kernel
-    def ragged_table(self, mOffs: cute.Tensor, mTable: cute.Tensor, num_experts: Int32):
+    def ragged_table(self, mOffs: cute.Tensor, mTable: cute.Tensor, num_experts: Int32,
+                     m_rows: Int32):
         """One warp: table[e] = units of experts 0..e in the ragged schedule (the running
         sum of ``tile_walk.ragged_units``), 32 experts per step: each lane counts its
         expert's tiles, a shuffle scan sums them, and lane 31's total carries over. No host
@@ -81,8 +82,10 @@ class HostKernelsMixin:
             if e < num_experts:
                 start = Int32(0)
                 if e > 0:
-                    start = mOffs[e - 1]
-                count = ragged_units(mOffs[e] - start, self.cfg.cluster_m, ops)
+                    start = cutlass.min(mOffs[e - 1], m_rows)
+                # (clipped at M: offsets past it break the contract; no tile may start there)
+                count = ragged_units(cutlass.min(mOffs[e], m_rows) - start, self.cfg.cluster_m,
+                                     ops)
             for d in cutlass.range_constexpr(5):
                 up = cute.arch.shuffle_sync_up(count, offset=1 << d)
                 if lane >= (1 << d):

@@ -273,7 +273,7 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
                 cute.recast_ptr(dbias_ws_ptr + cfg.ragged_table_offset(num_experts), dtype=Int32),
                 cute.make_layout((num_experts,)))
             # same stream, before the main kernel: every CTA reads the complete table
-            self.ragged_table(mOffs, mTable, num_experts).launch(
+            self.ragged_table(mOffs, mTable, num_experts, m).launch(
                 grid=(1, 1, 1), block=[32, 1, 1], stream=stream)
         if cutlass.const_expr(cfg.init_outputs):
             # dprob (M), D's tail rows, dbias and its workspace: a grid-stride pass each
@@ -364,7 +364,7 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
         if cutlass.const_expr(self.cfg.ragged_m):
             valid_m_units = mTable[num_experts - 1]
         num_units = valid_m_units * self.cfg.num_n_units()
-        walk = (nunits, num_units, valid_m_units, rank, (mOffs, mTable, num_experts))
+        walk = (nunits, num_units, valid_m_units, rank, (mOffs, mTable, num_experts, mC.shape[0]))
         split = None
         if cutlass.const_expr(self.cfg.split()):
             split = self.split_walk(num_units, nunits, unit0, rank, mDbias, num_experts)
@@ -584,9 +584,9 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
         """(expert, first row, end row) of M-tile ``m_tile``: its 128 rows lie inside one
         expert with 256-aligned offsets (end = first + 128); ``ragged_m``: the ragged
         schedule's tile (``tile_walk.ragged_tile``), whose rows from ``end`` on are masked."""
-        mOffs, mTable, num_experts = walk[4]
+        mOffs, mTable, num_experts, m_rows = walk[4]
         if cutlass.const_expr(self.cfg.ragged_m):
-            return ragged_tile(mTable, mOffs, num_experts, m_tile, self.cfg.cluster_m)
+            return ragged_tile(mTable, mOffs, num_experts, m_rows, m_tile, self.cfg.cluster_m)
         row0 = m_tile * TILE_M
         return expert_of_row(mOffs, num_experts, row0), row0, row0 + TILE_M
 

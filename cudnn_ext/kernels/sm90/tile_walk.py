@@ -74,13 +74,14 @@ def ragged_units(rows, cluster_m: int, ops: "ScheduleOps"):
 
 
 @cute.jit
-def ragged_tile(mTable: cute.Tensor, mOffs: cute.Tensor, num_experts: Int32, t: Int32,
-                cluster_m: cutlass.Constexpr):
+def ragged_tile(mTable: cute.Tensor, mOffs: cute.Tensor, num_experts: Int32, m_rows: Int32,
+                t: Int32, cluster_m: cutlass.Constexpr):
     """(expert, first row, end row) of ragged M-tile ``t`` (tile t % cluster_m of unit
     u = t // cluster_m): the expert e with table[e-1] <= u < table[e] (table[e]: units of
     experts 0..e), so rows [offs[e-1] + 128 (cluster_m (u - table[e-1]) + t % cluster_m),
-    +128) clipped at offs[e] (none of them when the tile lies past it). Only called with
-    u < table[L-1]."""
+    +128) clipped at min(offs[e], M) (none of them when the tile lies past it). Only called
+    with u < table[L-1]. The clip at M (``m_rows``) keeps offsets past M, which break the
+    contract and which the host cannot see, from steering the clipping D store past D."""
     u = t // cluster_m
     e = expert_of_row(mTable, num_experts, u)
     first_unit = Int32(0)
@@ -88,18 +89,22 @@ def ragged_tile(mTable: cute.Tensor, mOffs: cute.Tensor, num_experts: Int32, t: 
     if e > 0:
         first_unit = mTable[e - 1]
         start = mOffs[e - 1]
-    return e, start + ((u - first_unit) * cluster_m + t % cluster_m) * TILE_M, mOffs[e]
+    return (e, start + ((u - first_unit) * cluster_m + t % cluster_m) * TILE_M,
+            cutlass.min(mOffs[e], m_rows))
 
 
-def ragged_schedule(offsets, cluster_m: int = 1):
+def ragged_schedule(offsets, cluster_m: int = 1, m_rows: int | None = None):
     """The ragged M-tiles of ``offsets`` (Python ints) as the kernel walks them: a list of
-    (expert, first row, end row), tile t at index t (unit t // cluster_m). The table the
+    (expert, first row, end row), tile t at index t (unit t // cluster_m); offsets are
+    clipped at ``m_rows`` (M; default the last offset) as the table kernel clips them. The table the
     helper kernel writes is the running sum of ``ragged_units``; this model is what the CPU
     tests check the schedule's promises on (every row of every expert in exactly one tile,
     no tile starting in another expert, a unit's tiles one expert's)."""
+    m_rows = offsets[-1] if m_rows is None else m_rows
     tiles, start = [], 0
     for e, end in enumerate(offsets):
-        for u in range(ragged_units(end - start, cluster_m, PY_OPS)):
+        end = min(end, m_rows)
+        for u in range(ragged_units(end - min(start, m_rows), cluster_m, PY_OPS)):
             for h in range(cluster_m):
                 tiles.append((e, start + (u * cluster_m + h) * TILE_M, end))
         start = end
