@@ -17,7 +17,10 @@ CUDA the launches are asynchronous, so this is host time):
                       "no replay" rows time the validated path every call takes otherwise)
   custom_op_out       torch.ops.cudnn_ext.grouped_gemm_dglu_out (what torch.compile calls)
   wrapper             cudnn_ext.grouped_gemm_dglu_wrapper (vendor-compatible; validates each call)
+  layer_call          GroupedGluMLP's backward call (python_fn with its N-major weights and keywords)
   zeros_only          the three output allocations alone (a floor for any functional op)
+  empty_only          the same with torch.empty, and empty_strided_only with torch.empty_strided
+                      (what the replay allocates with: a fresh-outputs kernel initializes them)
 and, for context, ``custom_op+reference`` (the real reference engine on this tiny problem).
 
 Goal: <= 15 us for the eager call with a built plan (the vendor's wrapper: 55-68 us).
@@ -121,6 +124,14 @@ def main():
         a, c, offs, alpha, beta, prob, b=b, generate_dbias=True))
     record(f"python_fn+{real_engine} (no dbias)", lambda: ct.grouped_gemm_dglu(
         a, c, offs, alpha, beta, prob, b=b))
+    # GroupedGluMLP's backward call: N-major w2ᵀ view, every keyword it passes, with a bias
+    wt = b.transpose(1, 2).contiguous().transpose(1, 2)
+    mlp_kw = dict(act_func="dswiglu", linear_offset=0.0, geglu_alpha=1.702, glu_clamp_max=7.0,
+                  glu_clamp_min=-7.0, d_dtype=bf, m_aligned=256)
+    record(f"layer_call+{real_engine}", lambda: ct.grouped_gemm_dglu(
+        a, c, offs, alpha, beta, prob, b=wt, generate_dbias=True, **mlp_kw))
+    record(f"layer_call+{real_engine} (no dbias)", lambda: ct.grouped_gemm_dglu(
+        a, c, offs, alpha, beta, prob, b=wt, generate_dbias=False, **mlp_kw))
     # the same calls without the guarded replay (run_fast): every call keys the memo in Python
     # and runs plan.execute (the hot path before the replay existed), side by side
     _guards.AVAILABLE = False  # nothing is remembered, and nothing remembered is replayed
@@ -149,6 +160,13 @@ def main():
     record("zeros_only", lambda: (torch.zeros((M, 2 * N), dtype=bf, device=dev),
                                   torch.zeros((M,), dtype=torch.float32, device=dev),
                                   torch.zeros((L, 2 * N), dtype=bf, device=dev)))
+    record("empty_only", lambda: (torch.empty((M, 2 * N), dtype=bf, device=dev),
+                                  torch.empty((M,), dtype=torch.float32, device=dev),
+                                  torch.empty((L, 2 * N), dtype=bf, device=dev)))
+    record("empty_strided_only", lambda: (
+        torch.empty_strided((M, 2 * N), (2 * N, 1), dtype=bf, device=dev),
+        torch.empty_strided((M,), (1,), dtype=torch.float32, device=dev),
+        torch.empty_strided((L, 2 * N), (2 * N, 1), dtype=bf, device=dev)))
     record("core_run", lambda: _core.run(a, c, offs, alpha, beta, prob, b=bt, generate_dbias=True))
     record("custom_op", lambda: op(a, b, c, offs, alpha, beta, prob, generate_dbias=True))
     record("python_fn", lambda: ct.grouped_gemm_dglu(a, c, offs, alpha, beta, prob, b=b, generate_dbias=True))

@@ -166,15 +166,18 @@ class WorkspacePool:
     def scratch(self, nbytes: int, device: torch.device, stream) -> torch.Tensor:
         """A buffer of ``nbytes`` for work on ``stream`` (any hashable identity of it, e.g.
         ``streams.stream_key``); its bytes are whatever the last user left."""
-        return self._get((device, stream, nbytes, None),
-                         lambda: torch.empty(nbytes, dtype=torch.uint8, device=device))
+        buf = self._d.get((device, stream, nbytes, None))  # (the hit: no closure)
+        return buf if buf is not None else self._get(
+            (device, stream, nbytes, None), lambda: torch.empty(nbytes, dtype=torch.uint8, device=device))
 
     def zeroed(self, nbytes: int, zero_from: int, zero_bytes: int, device: torch.device, stream) -> torch.Tensor:
         """A buffer whose bytes [zero_from, zero_from + zero_bytes) are zero at rest: allocated
         zeroed once, used only by launches that find and leave that range zero (plans'
         ``zeroed_region``); bytes outside it are theirs to overwrite."""
-        return self._get((device, stream, nbytes, (zero_from, zero_bytes)),
-                         lambda: torch.zeros(nbytes, dtype=torch.uint8, device=device))
+        key = (device, stream, nbytes, (zero_from, zero_bytes))
+        buf = self._d.get(key)  # (the hit: no closure)
+        return buf if buf is not None else self._get(
+            key, lambda: torch.zeros(nbytes, dtype=torch.uint8, device=device))
 
     def zeroed_buffers(self) -> list:
         return [b for k, b in self._d.items() if k[3] is not None]
