@@ -436,6 +436,15 @@ class Sm90Plan(CompiledPlan):
         num_experts = self.problem.num_experts
         ctas = self._resident_ctas(device_index)
         kernel_addrs, call, raw_stream = self._kernel_addrs, self._call, current_stream_handle
+        if self.tvm_ffi:
+            bound = self._launch_helpers.bind_tvm_ffi(fn, num_experts, ctas, *self._consts)
+
+            def go(a, b, c, offsets, alpha, beta, prob, d_row, dprob, dbias, workspace, m,
+                   activation=0, amax=0):
+                bound(kernel_addrs(a, b, c, offsets, alpha, beta, prob, d_row, dprob, dbias,
+                                   workspace, activation, amax), m, raw_stream(device_index))
+
+            return go
 
         def go(a, b, c, offsets, alpha, beta, prob, d_row, dprob, dbias, workspace, m,
                activation=0, amax=0):

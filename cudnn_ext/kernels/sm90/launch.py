@@ -40,3 +40,15 @@ def launch_tvm_ffi(compiled, addrs, m: int, num_experts: int, sm_count: int,
     """Launch a kernel compiled with ``tvm_ffi=True``: plain ints/floats, converted in C++."""
     compiled(*addrs, m, num_experts, sm_count, geglu_alpha, clamp_max, clamp_min,
              linear_offset, stream_handle)
+
+
+def bind_tvm_ffi(compiled, num_experts: int, sm_count: int, geglu_alpha: float,
+                 clamp_max: float, clamp_min: float, linear_offset: float):
+    """``launch_tvm_ffi`` with the scalars a plan fixes bound: ``call(addrs, m,
+    stream_handle)`` (the eager hot path's launch: one Python frame less per call)."""
+    tail = (num_experts, sm_count, geglu_alpha, clamp_max, clamp_min, linear_offset)
+
+    def call(addrs, m: int, stream_handle: int) -> None:
+        compiled(*addrs, m, *tail, stream_handle)
+
+    return call
