@@ -307,7 +307,7 @@ def run_fast(sig, ts, out=None):
         if bad & 15:
             return None
         # empty_strided: a third less host time than torch.empty with a shape on the H200's
-        # host (2.1 against 3.2 us a call, docs/torch.md)
+        # host (13.0 against 19.3 us for the three, bench_host_overhead's *_only rows)
         dev = s.device
         d_row = _empty_strided((s.m, s.two_n), (s.two_n, 1), dtype=s.d_dtype, device=dev)
         dprob = _empty_strided((s.m,), (1,), dtype=torch.float32, device=dev)
