@@ -96,15 +96,15 @@ def ragged_tile(mTable: cute.Tensor, mOffs: cute.Tensor, num_experts: Int32, m_r
 def ragged_schedule(offsets, cluster_m: int = 1, m_rows: int | None = None):
     """The ragged M-tiles of ``offsets`` (Python ints) as the kernel walks them: a list of
     (expert, first row, end row), tile t at index t (unit t // cluster_m); offsets are
-    clipped at ``m_rows`` (M; default the last offset) as the table kernel clips them. The table the
-    helper kernel writes is the running sum of ``ragged_units``; this model is what the CPU
-    tests check the schedule's promises on (every row of every expert in exactly one tile,
-    no tile starting in another expert, a unit's tiles one expert's)."""
-    m_rows = offsets[-1] if m_rows is None else m_rows
+    clipped at ``m_rows`` (M; default: no clip) as the table kernel clips them. The table
+    the helper kernel writes is the running sum of ``ragged_units``; this model is what the
+    CPU tests check the schedule's promises on (every row of every expert in exactly one
+    tile, no tile starting in another expert, a unit's tiles one expert's)."""
+    m_rows = max(offsets, default=0) if m_rows is None else m_rows
     tiles, start = [], 0
     for e, end in enumerate(offsets):
-        end = min(end, m_rows)
-        for u in range(ragged_units(end - min(start, m_rows), cluster_m, PY_OPS)):
+        end = min(end, m_rows)  # (start: the previous end, clipped already)
+        for u in range(ragged_units(end - start, cluster_m, PY_OPS)):
             for h in range(cluster_m):
                 tiles.append((e, start + (u * cluster_m + h) * TILE_M, end))
         start = end
