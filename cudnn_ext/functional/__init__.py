@@ -35,8 +35,6 @@ from ..problem import DgluProblem
 from . import guards as _guards
 
 _empty_strided = torch.empty_strided
-#: whether the current CUDA stream is capturing (``streams.capturing`` without its Python layers)
-_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", torch.cuda.is_current_stream_capturing)
 
 
 #: The activation configuration of a call: the contract's own (hashable, frozen) scalar config,
@@ -322,25 +320,23 @@ def run_fast(sig, ts, out=None):
     launch, ws = s.launch, None
     if s.ws_size:
         cuda = s.device_index >= 0
-        if cuda and _capturing():
-            # a graph's scratch is its own (from its pool): replays must not share it with
-            # eager calls, and the zeroing kernel runs in the graph
+        # (a graph's scratch is its own, from its pool: replays must not share it with eager
+        # calls, and the zeroing kernel runs in the graph)
+        pooled = not capturing(cuda)
+        if pooled and s.zero_from is not None:
+            # scratch whose plan's zeroed_region is zero at rest (POOL.zeroed): launches that
+            # find and leave it zero, one kernel; offsets that break the contract can leave it
+            # dirty (clear_memo drops it)
+            if s.launch_zeroed is None:
+                s.launch_zeroed = s.plan.address_launcher(s.m, False, s.device_index,
+                                                          zeroed_workspace=True)
+            launch = s.launch_zeroed
+            ws = POOL.zeroed(s.ws_size, s.zero_from, s.zero_bytes, s.device,
+                             current_stream_handle(s.device_index) if cuda else 0)
+        elif pooled and cuda:
+            ws = POOL.scratch(s.ws_size, s.device, current_stream_handle(s.device_index))
+        else:  # capturing, or on the CPU: a fresh buffer, as _workspace gives
             ws = torch.empty(s.ws_size, dtype=torch.uint8, device=s.device)
-        else:
-            stream = current_stream_handle(s.device_index) if cuda else 0
-            if s.zero_from is not None:
-                # scratch whose plan's zeroed_region is zero at rest (POOL.zeroed): launches
-                # that find and leave it zero, one kernel; offsets that break the contract
-                # can leave it dirty (clear_memo drops it)
-                if s.launch_zeroed is None:
-                    s.launch_zeroed = s.plan.address_launcher(s.m, False, s.device_index,
-                                                              zeroed_workspace=True)
-                launch = s.launch_zeroed
-                ws = POOL.zeroed(s.ws_size, s.zero_from, s.zero_bytes, s.device, stream)
-            elif cuda:
-                ws = POOL.scratch(s.ws_size, s.device, stream)
-            else:  # (CPU: a fresh buffer, as _workspace gives)
-                ws = torch.empty(s.ws_size, dtype=torch.uint8, device=s.device)
     # ws stays referenced until the launch is queued (a fresh scratch is freed after it,
     # stream-ordered)
     launch(pa, pw, pc, po, pal, pbe, ppr, pd, pdp, pdb, ws.data_ptr() if ws is not None else 0, s.m)

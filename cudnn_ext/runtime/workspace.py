@@ -154,30 +154,27 @@ class WorkspacePool:
         self._max = max_entries
         self._lock = threading.Lock()
 
-    def _get(self, slot: tuple, make) -> torch.Tensor:
+    def _get(self, slot: tuple, alloc) -> torch.Tensor:
+        """The buffer of ``slot`` = (device, stream, nbytes, range), made by ``alloc``
+        (``torch.empty`` or ``torch.zeros``) on a miss (no closure: this is the eager hot path)."""
         buf = self._d.get(slot)
         if buf is None:
             with self._lock:
                 if len(self._d) >= self._max:
                     self._d.clear()
-                buf = self._d[slot] = make()
+                buf = self._d[slot] = alloc(slot[2], dtype=torch.uint8, device=slot[0])
         return buf
 
     def scratch(self, nbytes: int, device: torch.device, stream) -> torch.Tensor:
         """A buffer of ``nbytes`` for work on ``stream`` (any hashable identity of it, e.g.
         ``streams.stream_key``); its bytes are whatever the last user left."""
-        buf = self._d.get((device, stream, nbytes, None))  # (the hit: no closure)
-        return buf if buf is not None else self._get(
-            (device, stream, nbytes, None), lambda: torch.empty(nbytes, dtype=torch.uint8, device=device))
+        return self._get((device, stream, nbytes, None), torch.empty)
 
     def zeroed(self, nbytes: int, zero_from: int, zero_bytes: int, device: torch.device, stream) -> torch.Tensor:
         """A buffer whose bytes [zero_from, zero_from + zero_bytes) are zero at rest: allocated
         zeroed once, used only by launches that find and leave that range zero (plans'
         ``zeroed_region``); bytes outside it are theirs to overwrite."""
-        key = (device, stream, nbytes, (zero_from, zero_bytes))
-        buf = self._d.get(key)  # (the hit: no closure)
-        return buf if buf is not None else self._get(
-            key, lambda: torch.zeros(nbytes, dtype=torch.uint8, device=device))
+        return self._get((device, stream, nbytes, (zero_from, zero_bytes)), torch.zeros)
 
     def zeroed_buffers(self) -> list:
         return [b for k, b in self._d.items() if k[3] is not None]
