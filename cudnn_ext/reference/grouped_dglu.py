@@ -101,10 +101,12 @@ def expert_gemm(problem: DgluProblem, pack: Mapping, e: int, r0: int, r1: int, d
 
 
 def _epilogue(problem: DgluProblem, g0, c, beta, p, gate_cols, up_cols):
-    """(dgate, dup, activation value) of rows whose GEMM result (alpha**2 included) is ``g0``:
-    ``c`` their C rows, ``beta`` and ``p`` their expert's beta and their prob (scalars or
-    columns that broadcast over the row). Block-scaled dSwiGLU with a 16-bit beta forms
-    beta * C in 16 bits (``scalars.beta_scaled_c``)."""
+    """(dgate, dup, activation value, dprob's row sums) of rows whose GEMM result (alpha**2
+    included) is ``g0``: ``c`` their C rows, ``beta`` and ``p`` their expert's beta and their
+    prob (scalars or columns that broadcast over the row). With ``round_dgrad_to_input_dtype``
+    every output, dprob's sums included, comes from g0 rounded to bf16, as the kernels form
+    it. Block-scaled dSwiGLU with a 16-bit beta forms beta * C in 16 bits
+    (``scalars.beta_scaled_c``)."""
     act = problem.act
     if problem.round_dgrad_to_input_dtype:
         g0 = g0.to(torch.bfloat16).to(g0.dtype)
@@ -117,7 +119,7 @@ def _epilogue(problem: DgluProblem, g0, c, beta, p, gate_cols, up_cols):
         if act.act_func != "dgeglu" or act.dgeglu_applies_beta:
             gate, up = beta * gate, beta * up
     dgate_l, dup_l, act_val = local_derivatives(act, gate, up)
-    return g0 * p * dgate_l, g0 * p * dup_l, act_val
+    return g0 * p * dgate_l, g0 * p * dup_l, act_val, (g0 * act_val).sum(1)
 
 
 def grouped_dglu_reference(problem: DgluProblem, pack: Mapping, *, compute_dtype=torch.float32) -> None:
@@ -149,10 +151,11 @@ def grouped_dglu_reference(problem: DgluProblem, pack: Mapping, *, compute_dtype
             continue  # an empty group produces nothing
         g0 = alpha2[e] * expert_gemm(problem, pack, e, r0, r1, compute_dtype)
         p = prob[r0:r1].to(compute_dtype)[:, None] if prob is not None else 1.0
-        dgate, dup, act_val = _epilogue(problem, g0, pack["c"][r0:r1], beta[e], p, gate_cols, up_cols)
+        dgate, dup, act_val, dprob_rows = _epilogue(problem, g0, pack["c"][r0:r1], beta[e], p,
+                                                    gate_cols, up_cols)
         outs.append((e, r0, r1, dgate, dup))
         if dprob is not None:
-            dprob[r0:r1] += (g0 * act_val).sum(1).to(dprob.dtype)
+            dprob[r0:r1] += dprob_rows.to(dprob.dtype)
         if dbias_acc is not None:
             dbias_acc[e, gate_cols] += dgate.sum(0)
             dbias_acc[e, up_cols] += dup.sum(0)
@@ -254,9 +257,10 @@ def grouped_dglu_blocks(problem: DgluProblem, pack: Mapping, *, compute_dtype=to
         g0 = (alpha2[b0:b1, None, None] * acc).reshape(-1, n)
         p = prob[r0:r1].to(compute_dtype)[:, None] if prob is not None else 1.0
         beta_rows = beta[b0:b1].repeat_interleave(rows, output_size=r1 - r0)[:, None]
-        dgate, dup, act_val = _epilogue(problem, g0, c[r0:r1], beta_rows, p, gate_cols, up_cols)
+        dgate, dup, act_val, dprob_rows = _epilogue(problem, g0, c[r0:r1], beta_rows, p, gate_cols,
+                                                    up_cols)
         if dprob is not None:
-            keep_where(dprob[r0:r1], ok[:, 0], dprob[r0:r1] + (g0 * act_val).sum(1).to(dprob.dtype))
+            keep_where(dprob[r0:r1], ok[:, 0], dprob[r0:r1] + dprob_rows.to(dprob.dtype))
         if dbias_acc is not None:
             sums = torch.empty(b1 - b0, two_n, dtype=compute_dtype, device=dev)
             sums[:, gate_cols] = dgate.view(b1 - b0, rows, n).sum(1)
