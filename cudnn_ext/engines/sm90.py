@@ -95,7 +95,7 @@ def config_for(problem: DgluProblem, **knobs) -> Sm90Config:
     """The :class:`Sm90Config` of ``problem``'s family with ``knobs`` (the config's other
     fields; ``raster_group_m`` defaults to the cluster's RASTER_GROUP_M). With ``trace`` the
     diagnostic :class:`Sm90TraceConfig`. A block-scaled problem's config is the kernel's
-    that runs it after its operands are dequantized: bf16 A, dense K-major B, bf16 C for
+    that runs it after its operands are dequantized: bf16 A, dense B of the weights' major-ness, bf16 C for
     FP8 C, fp32 D for FP8 D (``engines.sm90_blockscaled``)."""
     knobs.setdefault("raster_group_m", RASTER_GROUP_M.get(knobs.get("cluster_m", 1), 8))
     kind = Sm90TraceConfig if "trace" in knobs else Sm90Config
@@ -120,12 +120,13 @@ def config_for(problem: DgluProblem, **knobs) -> Sm90Config:
 
 def dense_problem(problem: DgluProblem) -> DgluProblem:
     """The BF16 problem the kernel runs for a block-scaled one after its operands are
-    dequantized (``engines.sm90_blockscaled``): bf16 A, dense K-major B; bf16 C for FP8 C
-    (the conversion is exact), fp32 D for FP8 D (quantized afterwards). Where dSwiGLU forms
-    beta * C in 16 bits (``problem.c_beta_dtype``), C is that product, in that dtype."""
+    dequantized (``engines.sm90_blockscaled``): bf16 A, dense B of the weights' own major-ness
+    (the dequantizer keeps their element order); bf16 C for FP8 C (the conversion is exact),
+    fp32 D for FP8 D (quantized afterwards). Where dSwiGLU forms beta * C in 16 bits
+    (``problem.c_beta_dtype``), C is that product, in that dtype."""
     c = problem.c_beta_dtype or (torch.bfloat16 if problem.c_dtype in FP8_DTYPES else problem.c_dtype)
     d = torch.float32 if problem.d_dtype in FP8_DTYPES else problem.d_dtype
-    return dataclasses.replace(problem, ab_dtype=torch.bfloat16, weight_mode="dense", b_major="k",
+    return dataclasses.replace(problem, ab_dtype=torch.bfloat16, weight_mode="dense",
                                c_dtype=c, d_dtype=d, block_scale=None)
 
 

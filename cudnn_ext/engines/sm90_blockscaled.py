@@ -5,7 +5,8 @@ as device steps on the plan's stream, with no host sync:
 
 1. ``kernels.blockscaled`` dequantizes A (with SFA) and every expert's B (with SFB, dense or
    through the ``b_ptrs``/``sfb_ptrs`` tables) into BF16 workspace regions. The products are
-   exact in BF16 within its range (docs/blockscaled.md, "On Hopper"). FP8 C is converted to
+   exact in BF16 within its range (docs/blockscaled.md, "On Hopper"), in the weights' own
+   element order (N-major FP8 weights stay N-major for the kernel). FP8 C is converted to
    bf16 (exact) by a torch cast;
 2. the sm90 kernel (``engines.sm90``) runs the dGLU backward on them with the block-scaled
    epilogue: dGeGLU without beta, dSwiGLU and dSiTU-GLU with it, optional prob/dprob, the
@@ -115,7 +116,8 @@ class Sm90BlockScaledPlan(CompiledPlan):
         elem, sf = _formats(problem)
         vec = problem.block_scale.sf_vec_size
         self._deq_a = DequantConfig(elem, sf, vec)
-        self._deq_b = DequantConfig(elem, sf, vec, tables=problem.weight_mode == "discrete")
+        self._deq_b = DequantConfig(elem, sf, vec, tables=problem.weight_mode == "discrete",
+                                    n_major=problem.b_major == "n")
         self._deq_a.check()
         self._quant = quantize_config(problem)
         if self._quant is not None:
@@ -185,8 +187,10 @@ class Sm90BlockScaledPlan(CompiledPlan):
             c16, alpha, beta = kernel_scalars(p, c, pack["alpha"], pack["beta"], offsets)
             d32 = (torch.empty((m, two_n), dtype=torch.float32, device=c.device)
                    if self._quant is not None else pack["d_row"])
-        b16 = (workspace[self._b_off:self._b_off + 2 * num_experts * p.n * p.k]
-               .view(torch.bfloat16).view(num_experts, p.n, p.k).permute(1, 2, 0))
+        # (N, K, L) in the weights' own element order: K-major (L, N, K) or N-major (L, K, N)
+        b16 = workspace[self._b_off:self._b_off + 2 * num_experts * p.n * p.k].view(torch.bfloat16)
+        b16 = (b16.view(num_experts, p.n, p.k).permute(1, 2, 0) if p.b_major == "k"
+               else b16.view(num_experts, p.k, p.n).permute(2, 1, 0))
         launch_dequant(self._deq_a, pack["a"].data_ptr(), pack["sfa"].data_ptr(),
                        a16.data_ptr(), m, p.k, 1, handle)
         if p.weight_mode == "discrete":

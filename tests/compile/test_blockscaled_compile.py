@@ -4,7 +4,7 @@ import importlib.util
 
 import pytest
 
-from cudnn_ext.kernels.blockscaled.dequant import DequantConfig
+from cudnn_ext.kernels.blockscaled.config import DequantConfig
 
 needs_dsl = pytest.mark.skipif(importlib.util.find_spec("cutlass") is None,
                                reason="nvidia-cutlass-dsl is not installed")
@@ -16,7 +16,8 @@ VALID = [("e4m3", "e8m0", 32), ("e5m2", "e8m0", 32), ("e2m1", "e4m3", 16), ("e2m
 @pytest.mark.parametrize("bad,match", [
     (("e3m4", "e8m0", 32), "elem must be"), (("e4m3", "ue8m0", 32), "sf must be"),
     (("e2m1", "e4m3", 64), "sf_vec must be"), (("e4m3", "e4m3", 32), "FP8 elements take e8m0"),
-    (("e5m2", "e8m0", 16), "FP8 elements take e8m0")])
+    (("e5m2", "e8m0", 16), "FP8 elements take e8m0"),
+    (("e2m1", "e8m0", 32, False, True), "FP4 elements are K-major only")])
 def test_config_rule(bad, match):
     with pytest.raises(ValueError, match=match):
         DequantConfig(*bad).check()
@@ -27,13 +28,20 @@ def test_stored_bytes():
     assert DequantConfig("e4m3", "e8m0", 32).stored_bytes(256) == 256
 
 
+#: every (configuration, tables, n_major) the engine can select: FP8 weights may be N-major
+VARIANTS = [(c, tables, n_major) for c in VALID for tables in (False, True)
+            for n_major in ((False, True) if c[0] != "e2m1" else (False,))]
+
+
 @needs_dsl
-@pytest.mark.parametrize("tables", [False, True], ids=["dense", "tables"])
-@pytest.mark.parametrize("elem,sf,sf_vec", VALID, ids=["-".join(map(str, c)) for c in VALID])
-def test_dequantizer_compiles_for_sm90a(elem, sf, sf_vec, tables, tmp_path):
+@pytest.mark.parametrize("cfg,tables,n_major", VARIANTS,
+                         ids=["-".join(map(str, c)) + ("-tables" if t else "-dense") + ("-n" if n else "")
+                              for c, t, n in VARIANTS])
+def test_dequantizer_compiles_for_sm90a(cfg, tables, n_major, tmp_path):
     from cudnn_ext.kernels.blockscaled.build import compile_dequant
 
-    compile_dequant(DequantConfig(elem, sf, sf_vec, tables), ptx_dir=str(tmp_path))
+    elem = cfg[0]
+    compile_dequant(DequantConfig(*cfg, tables, n_major), ptx_dir=str(tmp_path))
     (ptx,) = list(tmp_path.glob("*.ptx"))
     text = ptx.read_text()
     # 16-byte stores of the BF16 results; no flushing multiply (e8m0 code 0 is a subnormal)

@@ -21,8 +21,8 @@ FP4, E4M3, E5M2, E8M0 = torch.uint8, torch.float8_e4m3fn, torch.float8_e5m2, tor
 
 def _problem(ab=FP4, sf=E4M3, vec=16, act="dgeglu", d=torch.bfloat16, c=torch.bfloat16, prob=True,
              amax=True, dbias=False, mode="dense", k=256, n=96, m=2048, experts=4, beta1=4.0,
-             beta2=25.0, **bs):
-    return DgluProblem(n=n, k=k, num_experts=experts, m=m, weight_mode=mode, b_major="k", ab_dtype=ab,
+             beta2=25.0, b_major="k", **bs):
+    return DgluProblem(n=n, k=k, num_experts=experts, m=m, weight_mode=mode, b_major=b_major, ab_dtype=ab,
                        c_dtype=c, d_dtype=d, act=ActConfig(act_func=act, dgeglu_applies_beta=False,
                                                            situ_beta1=beta1, situ_beta2=beta2),
                        generate_dbias=dbias, has_prob=prob, has_dprob=prob, device_type="cuda",
@@ -162,14 +162,36 @@ def test_workspace_holds_the_kernel_scratch_and_bf16_weights():
 
 
 @needs_dsl
+@pytest.mark.parametrize("mode", ["dense", "discrete"])
+def test_n_major_fp8_weights_stay_n_major(mode):
+    """N-major FP8 weights: the dequantizer keeps their element order (``n_major``) and the
+    kernel reads its BF16 copy N-major; A's dequantizer and K-major weights are unchanged."""
+    from cudnn_ext.engines.base import defer_compile
+
+    eng = Sm90BlockScaledEngine()
+    for b_major in ("k", "n"):
+        p = _mxfp8(mode=mode, b_major=b_major, act="dswiglu")
+        assert dense_problem(p).b_major == b_major and dense_problem(p).weight_mode == "dense"
+        space = eng.knob_space(p)
+        assert space and all(cfg.b_major == b_major for cfg in space)
+        with defer_compile():
+            plan = eng.build(p, space[0])
+        assert plan._deq_b.n_major == (b_major == "n") and not plan._deq_a.n_major
+        assert plan._deq_b.tables == (mode == "discrete")
+        assert plan._inner.problem.b_major == b_major
+
+
+@needs_dsl
 @pytest.mark.parametrize("kw", [dict(), dict(act="dswiglu", prob=False, d=torch.float32, dbias=True),
                                 dict(mode="discrete", sf=E8M0, vec=32, c=torch.float32, amax=False),
                                 dict(ab=E4M3, sf=E8M0, vec=32, d=E4M3, c=E4M3, amax=False,
                                      generate_sfd=True),
                                 dict(act="dswiglu", alpha_dtype=torch.bfloat16,
-                                     beta_dtype=torch.float16)],
+                                     beta_dtype=torch.float16),
+                                dict(ab=E4M3, sf=E8M0, vec=32, d=E4M3, act="dswiglu", amax=False,
+                                     generate_sfd=True, b_major="n")],
                          ids=["geglu-amax", "swiglu-noprob-fp32-dbias", "discrete-Cfp32",
-                              "mxfp8-Cfp8", "swiglu-fp16-beta-Cbf16"])
+                              "mxfp8-Cfp8", "swiglu-fp16-beta-Cbf16", "mxfp8-n-major"])
 def test_selectable_kernels_compile_for_sm90a(kw):
     """The first-ranked configuration of each family compiles (the kernel's own compile tier
     covers the knob space; these add the block-scaled epilogue's fields)."""

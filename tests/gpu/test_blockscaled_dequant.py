@@ -29,7 +29,7 @@ _SF = {"e8m0": E8M0, "e4m3": E4M3}
 @pytest.mark.parametrize("groups,rows,k", [(1, 256, 512), (3, 200, 384), (2, 130, 160)])
 def test_device_dequant_matches_quant_dequantize(elem, sf, sf_vec, groups, rows, k):
     needs_cuda_and_dsl()
-    from cudnn_ext.kernels.blockscaled.dequant import DequantConfig
+    from cudnn_ext.kernels.blockscaled.config import DequantConfig
     from cudnn_ext.kernels.blockscaled.launch import launch_dequant
 
     cfg = DequantConfig(elem, sf, sf_vec)
@@ -65,7 +65,7 @@ def test_device_dequant_from_pointer_tables(elem, sf, sf_vec):
     address; an expert without rows has null pointers, which are not read, and its output
     rows keep their bytes."""
     needs_cuda_and_dsl()
-    from cudnn_ext.kernels.blockscaled.dequant import DequantConfig
+    from cudnn_ext.kernels.blockscaled.config import DequantConfig
     from cudnn_ext.kernels.blockscaled.launch import launch_dequant
 
     cfg = DequantConfig(elem, sf, sf_vec, tables=True)
@@ -91,3 +91,46 @@ def test_device_dequant_from_pointer_tables(elem, sf, sf_vec):
         nan = torch.isnan(want)
         assert torch.equal(torch.isnan(out[e]), nan)
         assert torch.equal(out[e][~nan].view(torch.int16), want[~nan].view(torch.int16))
+
+
+@pytest.mark.parametrize("elem", ["e4m3", "e5m2"])
+@pytest.mark.parametrize("tables", [False, True], ids=["dense", "tables"])
+@pytest.mark.parametrize("groups,rows,k", [(1, 256, 512), (3, 208, 384), (2, 96, 160)])
+def test_device_dequant_n_major(elem, tables, groups, rows, k):
+    """FP8 weights stored N-major, (G, K, rows): the BF16 out keeps that order, and every
+    element takes the scale of its own row's K block; bit-identical to ``dequantize`` of the
+    same values K-major. With tables, each group is its own buffer; a group without rows
+    (offsets) is never read."""
+    needs_cuda_and_dsl()
+    from cudnn_ext.kernels.blockscaled.config import DequantConfig
+    from cudnn_ext.kernels.blockscaled.launch import launch_dequant
+
+    cfg = DequantConfig(elem, "e8m0", 32, tables=tables, n_major=True)
+    g = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"n{elem}{tables}{groups}".encode()))
+    q = torch.randint(0, 256, (groups, k, rows), dtype=torch.uint8, device="cuda", generator=g)
+    sf_bytes = torch.randint(0, 256, (sf_numel(rows, k // 32, groups),), dtype=torch.uint8,
+                             device="cuda", generator=g)
+    sf_bytes[:64] = torch.tensor([0, 1, 254, 255] * 16, dtype=torch.uint8)
+    total = groups * rows * k
+    out = torch.full((total + 64,), float("nan"), dtype=torch.bfloat16, device="cuda")
+    stream = torch.cuda.current_stream().cuda_stream
+    if tables:
+        per = sf_bytes.numel() // groups
+        sf_parts = [sf_bytes[e * per:(e + 1) * per].clone() for e in range(groups)]
+        q_parts = [q[e].clone() for e in range(groups)]
+        q_tab = torch.tensor([t.data_ptr() for t in q_parts], dtype=torch.int64, device="cuda")
+        sf_tab = torch.tensor([t.data_ptr() for t in sf_parts], dtype=torch.int64, device="cuda")
+        offs = torch.arange(1, groups + 1, dtype=torch.int32, device="cuda") * 256
+        launch_dequant(cfg, q_tab.data_ptr(), sf_tab.data_ptr(), out.data_ptr(), rows, k, groups,
+                       stream, offsets=offs.data_ptr())
+    else:
+        launch_dequant(cfg, q.data_ptr(), sf_bytes.data_ptr(), out.data_ptr(), rows, k, groups, stream)
+    torch.cuda.synchronize()
+    got = out[:total].view(groups, k, rows)
+    # the reference on the K-major (rows, K, G) view of the same values
+    want = dequantize(q.view(_ELEM[elem]).permute(2, 1, 0), sf_bytes.view(E8M0), 32,
+                      out_dtype=torch.float64).permute(2, 1, 0).to(torch.bfloat16)
+    nan = torch.isnan(want)
+    assert torch.equal(torch.isnan(got), nan)
+    assert torch.equal(got[~nan].view(torch.int16), want[~nan].view(torch.int16))
+    assert torch.isnan(out[total:]).all()

@@ -9,9 +9,10 @@ tolerances of ``sm90_cases.TOL``. Reproduce one case with
 import pytest
 import torch
 
-from sm90_cases import (TOL, Case, activation_cases, c_half_cases, c_stage_cases, capture_execute,
+from sm90_cases import (ROUND_EFFECT, ROUND_TOL, TOL, Case, activation_cases, c_half_cases, c_stage_cases, capture_execute,
                         cluster_2x2_cases, cluster_cases, cooperative_cases, dense_n_major_cases,
-                        make_pack, ragged_cases, rel_err, run_and_check, skip_unless_sm90,
+                        make_pack, ragged_cases, rel_err, round_dgrad_cases, run_and_check,
+                        skip_unless_sm90,
                         situglu_cases, split_cases, split_unspread_case, standard_cases)
 
 pytestmark = pytest.mark.gpu
@@ -241,33 +242,33 @@ def _frobenius(x, ref):
     return ((x - ref).norm() / ref.norm()).item()
 
 
-@pytest.mark.parametrize("act", ["dswiglu", "dgeglu"])
-def test_sm90_round_dgrad_rounds(act):
-    """round_dgrad_to_input_dtype changes the result by the rounding and by nothing else: fp32
-    D from the kernel is close to the rounded float64 reference and measurably apart from
-    the unrounded one. Rounding to bf16 moves g0 by up to 2^-9 relative (about 1.1e-3 RMS);
-    against the rounded reference only the elements whose fp32 and float64 g0 straddle a
-    rounding boundary differ (one bf16 ulp, a few in 10^4 of them: about 6e-5)."""
+@pytest.mark.parametrize("case", round_dgrad_cases(), ids=lambda c: c.label())
+def test_sm90_round_dgrad_rounds(case):
+    """round_dgrad_to_input_dtype changes D and dprob by the rounding and by nothing else:
+    both are within ROUND_TOL of the rounded float64 reference and further than ROUND_EFFECT
+    from the unrounded one (a dprob from the unrounded g0, as the reference engine once
+    formed it, fails the first check)."""
     import dataclasses
 
     from cudnn_ext.reference import reference_outputs
 
     skip_unless_sm90()
-    case = Case([512, 0, 768], 160, 200, act, torch.float32, torch.float32, round_dgrad=True)
     seen = {}
 
     def inspect(problem, pack, ref):
         rows = int(pack["padded_offsets"][-1])
         plain = dataclasses.replace(problem, round_dgrad_to_input_dtype=False)
         unrounded = reference_outputs(plain, pack, compute_dtype=torch.float64)
-        d = pack["d_row"][:rows]
-        seen["rounded"] = _frobenius(d, ref["d_row"][:rows])
-        seen["unrounded"] = _frobenius(d, unrounded["d_row"][:rows])
+        for name, got, want, other in (
+                ("d", pack["d_row"][:rows], ref["d_row"][:rows], unrounded["d_row"][:rows]),
+                ("dprob", pack["dprob"][:rows], ref["dprob"][:rows], unrounded["dprob"][:rows])):
+            seen[name] = _frobenius(got, want)
+            seen[name + "_unrounded"] = _frobenius(got, other)
 
     run_and_check(case, inspect_outputs=inspect)
-    print(seen)
-    assert seen["rounded"] < 2.5e-4, seen
-    assert seen["unrounded"] > 6e-4, seen
+    print(case.label(), seen)
+    assert seen["d"] < ROUND_TOL and seen["dprob"] < ROUND_TOL, seen
+    assert seen["d_unrounded"] > ROUND_EFFECT and seen["dprob_unrounded"] > ROUND_EFFECT, seen
 
 
 @pytest.mark.parametrize("case", ragged_cases(), ids=lambda c: c.label())

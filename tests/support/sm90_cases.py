@@ -44,6 +44,10 @@ class Case:
     # every offset a multiple of this (below 256: the ragged schedule); with it, A and C rows
     # past the last offset hold NaN (a tile of the last expert reads them)
     m_aligned: int = 256
+    # A and B small integers, alpha a power of two and dprob starting at zero: g0 = alpha^2 *
+    # acc is exact in fp32, so rounding it (round_dgrad) gives the same bf16 on the kernel and
+    # in float64, and only the epilogue's own error is left
+    exact_gemm: bool = False
 
     def label(self) -> str:
         dt = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
@@ -59,15 +63,20 @@ class Case:
                 f"{'-h%d' % self.c_split if self.c_split > 1 else ''}"
                 f"{'-x%d' % self.split_last if self.split_last > 1 else ''}"
                 f"{'-act' if self.activation else ''}{'-rnd' if self.round_dgrad else ''}"
-                f"{'-a%d' % self.m_aligned if self.m_aligned != 256 else ''}")
+                f"{'-a%d' % self.m_aligned if self.m_aligned != 256 else ''}"
+                f"{'-exact' if self.exact_gemm else ''}")
 
 
 def make_pack(case: Case, device="cuda"):
     L, n, k = len(case.groups), case.n, case.k
     offs = torch.tensor(list(_cumsum(case.groups)), dtype=torch.int32, device=device)
     m = sum(case.groups) + case.extra_rows
-    a = torch.randn(m, k, device=device).to(torch.bfloat16)
-    b = (torch.randn(L, n, k, device=device) / math.sqrt(k)).to(torch.bfloat16).permute(1, 2, 0)
+    if case.exact_gemm:
+        a = torch.randint(-8, 9, (m, k), device=device).to(torch.bfloat16)
+        b = torch.randint(-8, 9, (L, n, k), device=device).to(torch.bfloat16).permute(1, 2, 0)
+    else:
+        a = torch.randn(m, k, device=device).to(torch.bfloat16)
+        b = (torch.randn(L, n, k, device=device) / math.sqrt(k)).to(torch.bfloat16).permute(1, 2, 0)
     b_ptrs, keep = None, None
     if case.weight_mode == "dense" and case.b_major == "n":
         # N-major dense: the same values stored (L, K, N) contiguous, viewed as (N, K, L)
@@ -92,6 +101,9 @@ def make_pack(case: Case, device="cuda"):
         "dprob": torch.randn(m, device=device).float(),  # accumulated into, not overwritten
         "dbias": (torch.randn(L, 2 * n, device=device).to(torch.bfloat16) if case.dbias else None),
     }
+    if case.exact_gemm:
+        pack["alpha"] = 2.0 ** torch.randint(-4, -1, (L,), device=device).float()
+        pack["dprob"].zero_()
     if case.activation:
         pack["activation"] = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device=device)
     if case.signed_beta:
@@ -268,6 +280,21 @@ def run_and_check(case: Case, engine=None, knobs=None, fresh: bool = False,
     if inspect_outputs is not None:
         inspect_outputs(problem, pack, ref)
     return out
+
+
+#: round_dgrad_to_input_dtype on an exact GEMM (``Case.exact_gemm``): fp32 D and dprob against
+#: the rounded float64 reference leave only the epilogue's error; the rounding itself moves
+#: both by about 1.7e-3 (relative Frobenius; tests/unit/test_sm90_cases.py checks both bounds
+#: on the reference engine)
+ROUND_TOL, ROUND_EFFECT = 1e-4, 1e-3
+
+
+def round_dgrad_cases() -> list:
+    """round_dgrad with fp32 C and D on an exact GEMM: both activations, dense K-major and
+    discrete N-major weights."""
+    return [Case([512, 0, 768], 160, 256, act, torch.float32, torch.float32, round_dgrad=True,
+                 weight_mode=mode, b_major=bm, exact_gemm=True)
+            for act in ("dswiglu", "dgeglu") for mode, bm in (("dense", "k"), ("discrete", "n"))]
 
 
 def standard_cases() -> list:

@@ -27,6 +27,9 @@ class DequantConfig:
     #: addresses, one (rows, K) operand and its one-group scales each; experts without rows
     #: (from the offsets, on the device) are skipped, their pointers never read
     tables: bool = False
+    #: FP8 elements stored N-major, ``(G, K, rows)`` (a ``b_major="n"`` weight): the BF16 out
+    #: keeps that order, and each element takes the scale of its own row's K block
+    n_major: bool = False
 
     def check(self) -> None:
         if self.elem not in ELEM_FORMATS:
@@ -38,6 +41,8 @@ class DequantConfig:
         if self.elem != "e2m1" and (self.sf, self.sf_vec) != ("e8m0", 32):
             raise ValueError(f"FP8 elements take e8m0 scales over 32 elements, got "
                              f"{self.sf} over {self.sf_vec}")
+        if self.n_major and self.fp4:
+            raise ValueError("n_major: FP4 elements are K-major only (two per byte along K)")
 
     @property
     def fp4(self) -> bool:

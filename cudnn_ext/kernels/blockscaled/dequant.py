@@ -3,17 +3,20 @@
 Owns the device form of ``cudnn_ext.quant.dequantize`` for the operands the Hopper kernel's
 BF16 mainloop can take (docs/blockscaled.md): ``(G, rows, K)`` K-major elements (FP8
 ``e4m3``/``e5m2``, or e2m1 packed two per byte, element ``2j`` in the low nibble of byte
-``j``) and their scales in the 6-D swizzled layout (512-byte atoms of 128 rows x 4 k-blocks,
-``e8m0`` or ``e4m3``), to a contiguous ``(G, rows, K)`` BF16 tensor. Every product
+``j``), or FP8 elements stored N-major as ``(G, K, rows)`` (``DequantConfig.n_major``), and
+their scales in the 6-D swizzled layout (512-byte atoms of 128 rows x 4 k-blocks, ``e8m0`` or
+``e4m3``; blocks run along K in either storage), to a contiguous BF16 tensor in the operand's
+own element order. Every product
 ``element x scale`` is exact in BF16 except where it leaves BF16's range: above its largest
 finite value (e4m3 448 x 2^127, e2m1 6 x 2^127: inf) and below its smallest subnormal
 (e5m2 2^-16 x 2^-127: rounded, to 0 at the extreme). No torch; the caller (the block-scaled
 engine) owns buffers and streams.
 
 One thread per 16 bytes of input (16 FP8 or 32 FP4 elements of one row: half a 32-element
-block, or one or two FP4 blocks), with its block scales (one byte each) and 32 or 64 bytes of
-BF16 out; neighbouring threads take neighbouring chunks of a row, so a warp's loads are 512
-contiguous bytes and its stores 1 or 2 KB.
+block, or one or two FP4 blocks; N-major, 16 rows of one k, each with its own scale), with
+its block scales (one byte each) and 32 or 64 bytes of BF16 out; neighbouring threads take
+neighbouring chunks of a line, so a warp's loads are 512 contiguous bytes and its stores 1 or
+2 KB.
 
 Decoding, all exact in fp32: FP8 elements with the hardware conversion; e2m1 from integer
 fields (``2 x |v|`` is ``m`` for exponent 0, else ``(2 + m) << (e - 1)``); an e8m0 scale
@@ -48,8 +51,10 @@ class Dequantizer:
     @cute.jit
     def __call__(self, q_ptr: cute.Pointer, sf_ptr: cute.Pointer, out_ptr: cute.Pointer,
                  offs_ptr: cute.Pointer, rows: Int32, k: Int32, groups: Int32, stream):
-        chunks = k // self.chunk_elems()
-        total = groups * rows * chunks
+        # a chunk runs along the contiguous dimension: K (K-major) or the rows (N-major)
+        n_major = cutlass.const_expr(self.cfg.n_major)
+        chunks = (rows if n_major else k) // self.chunk_elems()
+        total = groups * (k if n_major else rows) * chunks
         grid = ((total + THREADS - 1) // THREADS, 1, 1)
         self.kernel(q_ptr, sf_ptr, out_ptr, offs_ptr, rows, k, chunks, total).launch(
             grid=grid, block=[THREADS, 1, 1], stream=stream)
@@ -66,10 +71,14 @@ class Dequantizer:
         t = bid * THREADS + tidx
         if t < total:
             c = t % chunks
-            r = (t // chunks) % rows
-            g = t // (chunks * rows)
-            e0 = cutlass.Int64(c * self.chunk_elems())  # the chunk's first element in its row
-            row = cutlass.Int64(g * rows + r) * cutlass.Int64(k)  # out's (and dense q's) row
+            # the chunk's line: a row (K-major) or a k (N-major) of group g
+            lines = k if cutlass.const_expr(self.cfg.n_major) else rows
+            line = (t // chunks) % lines
+            g = t // (chunks * lines)
+            line_len = rows if cutlass.const_expr(self.cfg.n_major) else k
+            # the chunk's first element within its group, the same in q and out
+            elem = cutlass.Int64(line) * cutlass.Int64(line_len) + cutlass.Int64(c * self.chunk_elems())
+            group0 = cutlass.Int64(g) * cutlass.Int64(rows) * cutlass.Int64(k)
             if cutlass.const_expr(self.cfg.tables):
                 offs = cute.make_tensor(offs_ptr, cute.make_layout(g + 1))
                 start = Int32(0)
@@ -80,37 +89,49 @@ class Dequantizer:
                                              cute.make_layout(g + 1))
                     sf_tab = cute.make_tensor(cute.recast_ptr(sf_ptr, dtype=cutlass.Int64),
                                               cute.make_layout(g + 1))
-                    self._chunk(q_tab[g], cutlass.Int64(r) * cutlass.Int64(k) + e0, sf_tab[g],
-                                0, r, rows, k, c, out_ptr, row + e0)
+                    self._chunk(q_tab[g], elem, sf_tab[g], 0, line, c, rows, k, out_ptr,
+                                group0 + elem)
             else:
-                self._chunk(q_ptr.toint(), row + e0, sf_ptr.toint(), g, r, rows, k, c, out_ptr,
-                            row + e0)
+                self._chunk(q_ptr.toint(), group0 + elem, sf_ptr.toint(), g, line, c, rows, k,
+                            out_ptr, group0 + elem)
 
     @cute.jit
-    def _chunk(self, q_base, q_elem, sf_base, g, r, rows, k, c, out_ptr: cute.Pointer, out_elem):
-        """One thread's chunk: elements from logical element ``q_elem`` of the operand at
-        ``q_base``, the scales of its block(s) (row r of group g of the layout at
-        ``sf_base``), BF16 out at element ``out_elem`` of ``out``."""
+    def _chunk(self, q_base, q_elem, sf_base, g, line, c, rows, k, out_ptr: cute.Pointer, out_elem):
+        """One thread's chunk ``c`` of ``line`` (a row, or with ``n_major`` a k): elements from
+        logical element ``q_elem`` of the operand at ``q_base``, each times the scale of its
+        block (group g of the layout at ``sf_base``), BF16 out at element ``out_elem`` of
+        ``out``. K-major, the chunk covers whole or half blocks of one row; N-major, one
+        k of ``ch`` consecutive rows, each with its own scale."""
         v = self.cfg.sf_vec
         ch = self.chunk_elems()
         rmn = (rows + ATOM_ROWS - 1) // ATOM_ROWS
         quads = (k // v + ATOM_KBLOCKS - 1) // ATOM_KBLOCKS  # k-block atoms per row (RK)
         vals = self._load(q_base, q_elem)
         res = cute.make_rmem_tensor((ch,), Float32)
-        for j in cutlass.range_constexpr(max(1, ch // v)):  # the blocks the chunk covers
-            kb = (c * ch) // v + j
-            off = ((g * rmn * quads + (r // ATOM_ROWS) * quads + kb // ATOM_KBLOCKS) * ATOM_ELEMS
-                   + (r % 32) * 16 + ((r // 32) % 4) * 4 + kb % ATOM_KBLOCKS)
-            scale = self._scale(cute.make_tensor(
-                cute.make_ptr(cutlass.Uint8, sf_base + cutlass.Int64(off), cute.AddressSpace.gmem,
-                              assumed_align=1), cute.make_layout(1)))
-            for i in cutlass.range_constexpr(min(ch, v)):
-                res[j * v + i] = vals[j * v + i] * scale
+        if cutlass.const_expr(self.cfg.n_major):
+            for i in cutlass.range_constexpr(ch):
+                scale = self._scale_at(sf_base, g, c * ch + i, line // v, rmn, quads)
+                res[i] = vals[i] * scale
+        else:
+            for j in cutlass.range_constexpr(max(1, ch // v)):  # the blocks the chunk covers
+                scale = self._scale_at(sf_base, g, line, (c * ch) // v + j, rmn, quads)
+                for i in cutlass.range_constexpr(min(ch, v)):
+                    res[j * v + i] = vals[j * v + i] * scale
         dst = cute.make_tensor(
             cute.make_ptr(cutlass.BFloat16, out_ptr.toint() + out_elem * 2,
                           cute.AddressSpace.gmem, assumed_align=32),
             cute.make_layout(ch))
         dst.store(res.load().to(cutlass.BFloat16))
+
+    @cute.jit
+    def _scale_at(self, sf_base, g, r, kb, rmn, quads):
+        """The fp32 scale of row ``r``, k-block ``kb`` of group ``g`` in the 6-D swizzled
+        layout at ``sf_base`` (``rmn`` row atoms, ``quads`` k-block atoms per group)."""
+        off = ((g * rmn * quads + (r // ATOM_ROWS) * quads + kb // ATOM_KBLOCKS) * ATOM_ELEMS
+               + (r % 32) * 16 + ((r // 32) % 4) * 4 + kb % ATOM_KBLOCKS)
+        return self._scale(cute.make_tensor(
+            cute.make_ptr(cutlass.Uint8, sf_base + cutlass.Int64(off), cute.AddressSpace.gmem,
+                          assumed_align=1), cute.make_layout(1)))
 
     @cute.jit
     def _scale(self, sf1):
