@@ -99,8 +99,8 @@ class DgluProblem:
     block_scale: Optional[BlockScaleConfig] = None
     #: Row alignment of every expert's group (and of M): each ``padded_offsets`` entry is a
     #: multiple of it, so an ``m_aligned``-row block lies in one expert. 256 is the vendor's
-    #: value; BF16 problems may have 8 .. 128 (``contract.M_ALIGNED_CHOICES``), which engines
-    #: whose schedule walks 256-row blocks decline.
+    #: value; BF16 problems may have 1 (any size) or 8 .. 128 (``contract.M_ALIGNED_CHOICES``),
+    #: which engines whose schedule walks 256-row blocks decline.
     m_aligned: int = 256
     device_type: str = "cpu"
     device_index: Optional[int] = None

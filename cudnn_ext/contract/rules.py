@@ -21,9 +21,10 @@ MAX_EXPERTS = 1024
 #: and every ``padded_offsets`` entry are multiples of it. Block-scaled operands keep it.
 M_ALIGN = 256
 #: The ``m_aligned`` values BF16 operands take, a cudnn_ext extension of the vendor contract
-#: (docs/vendor_contract.md §3.2): frameworks (TorchTitan) align each expert's tokens to 8 rows,
-#: and padding every group to 256 rows computes up to 255 extra rows per expert.
-M_ALIGNED_CHOICES = (8, 16, 32, 64, 128, 256)
+#: (docs/vendor_contract.md §3.2): routers hand experts groups of any size (1: no alignment,
+#: TorchTitan's own layout) or aligned to 8 rows, and padding every group to 256 rows computes
+#: up to 255 extra rows per expert.
+M_ALIGNED_CHOICES = (1, 8, 16, 32, 64, 128, 256)
 
 #: dtypes of the block-scaled family (FP8, FP4 as packed pairs).
 FP8_DTYPES = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, n))

@@ -43,7 +43,7 @@ class ReferenceEngine(Engine):
         flops = 2.0 * max(problem.m, 1) * problem.n * problem.k
         per_us = 5e4 if problem.device_type == "cpu" else 2e7  # rough FLOP/us of eager torch
         slow = 4.0 if knobs.get("compute") == "float64" else 1.0
-        # Eager torch issues tens of small ops per step of m_aligned-row blocks (CPU: per expert),
+        # Eager torch issues tens of small ops per step of row blocks (CPU: per expert),
         # plus a gather of per-expert weights: on a GPU that fixed cost dominates small
         # problems, so a fused kernel must never rank below it just because the problem is
         # tiny; the per-expert term keeps it above the kernels as the expert count grows.

@@ -190,8 +190,8 @@ class Graph:
         add ``sfa`` and ``sfb`` (dense) or ``sfb_ptrs`` (discrete) scale factors; ``norm_const``
         asks for a quantized D (outputs ``d_col``, ``sfd_row``, ``sfd_col``) and
         ``generate_amax`` for per-expert ``amax``. ``m_aligned``: every ``padded_offsets`` entry
-        and M are multiples of it (256; BF16 operands also 8, 16, 32, 64 or 128, which engines
-        built around 256-row blocks decline). Pre-declared outputs may be passed
+        and M are multiples of it (256; BF16 operands also 1 (any size), 8, 16, 32, 64 or 128,
+        which engines built around 256-row blocks decline). Pre-declared outputs may be passed
         (``d_row=``, ``dprob=`` ...). ``dprob`` and ``dbias`` are accumulated into (bind
         zeros), ``amax`` max-accumulated (bind ``-inf``). Input rules are checked by
         ``validate()``."""

@@ -75,7 +75,7 @@ class GroupedMatmulDgluAttrs(BaseModel):
     #: Block-scaled: bit-identical dprob run to run (engines reducing with atomics decline it).
     deterministic: StrictBool = False
     #: Row alignment of every expert's group and of M (``padded_offsets`` entries are multiples
-    #: of it): 256 (the vendor's), or 8, 16, 32, 64, 128 with BF16 operands.
+    #: of it): 256 (the vendor's), or 1 (any size), 8, 16, 32, 64, 128 with BF16 operands.
     m_aligned: StrictInt = 256
 
     @field_validator("b_dtype", "d_dtype", mode="before")

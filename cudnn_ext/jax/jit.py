@@ -71,7 +71,7 @@ def grouped_gemm_dglu_jax(
     ``prob_tensor`` (M[, 1, 1]) fp32; weights either ``b_ptrs`` (L,) int64 or (8L,) packed uint8
     per-expert addresses of (N, K) bf16 matrices with ``n`` (discrete, as the vendor's), or
     ``b_tensor`` (L, N, K) bf16 (dense). M and every offset are multiples of ``m_aligned``
-    (8, 16, 32, 64, 128 or the vendor's 256; below 256 the CUDA lowering is the host callback:
+    (1, 8, 16, 32, 64, 128 or the vendor's 256; below 256 the CUDA lowering is the host callback:
     the FFI call carries no scratch for the SM90 kernel's ragged tile table). Kernel-shape knobs (tiler, cluster, vector_f32, dynamic
     scheduling) are accepted for vendor compatibility and ignored.
 

@@ -202,6 +202,105 @@ def _operands(problem: DgluProblem, pack: Mapping, ends: torch.Tensor, dtype):
     return lambda r0, r1, experts: (pack["a"][r0:r1].to(dtype), weights[experts].to(dtype))
 
 
+#: Rows of one unit of the ragged block path (``grouped_dglu_units``): each expert's rows are
+#: cut into units of this many from its first row on, one weight gather each.
+_UNIT_ROWS = 256
+
+
+def unit_table(ends: torch.Tensor, m: int, rows: int = _UNIT_ROWS):
+    """The ragged block path's schedule, on the device (no host read): every expert's rows,
+    clipped at M, cut into units of ``rows`` rows from its own first row on. The unit count
+    is bounded by ``(M + L (rows - 1)) // rows`` without reading the offsets; units past the
+    experts' own are invalid.
+
+    Returns ``(row, ok, expert)``: ``row`` (U, rows) int64 each unit's row indices (clamped
+    into [0, M)), ``ok`` (U, rows) whether that row is its expert's, ``expert`` (U,) the
+    unit's expert (L for an invalid unit)."""
+    num_experts = ends.shape[0]
+    units = max(1, (m + num_experts * (rows - 1)) // rows)
+    ends = ends.to(torch.int64).clamp(min=0, max=m)
+    starts = torch.cat([ends.new_zeros(1), ends[:-1]])
+    counts = (ends - starts).clamp(min=0)  # offsets that decrease (a contract break) count 0
+    per = (counts + rows - 1) // rows
+    last = torch.cumsum(per, 0)  # units of experts 0..e
+    u = torch.arange(units, device=ends.device)
+    expert = torch.searchsorted(last, u, right=True)  # L past the experts' units
+    e = expert.clamp(max=num_experts - 1)
+    first = starts[e] + (u - (last[e] - per[e])) * rows
+    row = first[:, None] + torch.arange(rows, device=ends.device)
+    ok = (expert < num_experts)[:, None] & (row < ends[e][:, None])
+    return row.clamp(0, max(m - 1, 0)), ok, expert
+
+
+def grouped_dglu_units(problem: DgluProblem, pack: Mapping, *, compute_dtype=torch.float32) -> None:
+    """The block path for BF16 problems whose offsets need not be multiples of 256
+    (``m_aligned`` below 256, 1 included): the experts' rows in units of ``_UNIT_ROWS`` from
+    each expert's first row (:func:`unit_table`), one weight gather per unit, no host read.
+    Each unit's results land in staging buffers with one extra sink row that takes the rows
+    past its expert's end; the caller's outputs then take the rows some expert owns and keep
+    every other row's bytes, as the kernels do. dbias adds one unit at a time (deterministic
+    sums)."""
+    c, d_row = pack["c"], pack["d_row"]
+    m, two_n = c.shape
+    if m == 0:
+        return
+    dev, n, k, num_experts = c.device, problem.n, problem.k, problem.num_experts
+    gate_cols, up_cols = gate_up_columns(n, dev)
+    ends = pack["padded_offsets"]
+    if dev.type == "cpu":
+        check_pointer_tables(problem, pack, expert_ranges(ends, m, problem.m_aligned))
+    row, ok, expert = unit_table(ends, m)
+    e_idx = expert.clamp(max=num_experts - 1)
+    sink = torch.where(ok, row, m)  # each owned row once; every other row to row M
+    weights = _bf16_weights(problem, pack, ends)
+    alpha2 = alpha_squared(problem, pack["alpha"], compute_dtype)[e_idx]
+    beta = pack["beta"].to(compute_dtype)[e_idx]
+    prob, dprob, dbias = pack.get("prob"), pack.get("dprob"), pack.get("dbias")
+    activation = pack.get("activation")
+    staged_d = torch.zeros(m + 1, two_n, dtype=compute_dtype, device=dev)
+    staged_p = torch.zeros(m + 1, dtype=compute_dtype, device=dev) if dprob is not None else None
+    staged_a = (torch.zeros(m + 1, n, dtype=compute_dtype, device=dev) if activation is not None
+                else None)
+    dbias_acc = None
+    if dbias is not None:
+        dbias_acc = torch.zeros(num_experts + 1, two_n, dtype=compute_dtype, device=dev)
+        dbias_acc[:num_experts] = dbias.to(compute_dtype)
+    rows = row.shape[1]
+    itemsize = torch.empty((), dtype=compute_dtype).element_size()
+    step = max(1, _BLOCK_GATHER_BYTES // max(1, n * k * itemsize))
+    for u0 in range(0, row.shape[0], step):
+        u1 = min(row.shape[0], u0 + step)
+        idx, keep, to = row[u0:u1].reshape(-1), ok[u0:u1].reshape(-1, 1), sink[u0:u1].reshape(-1)
+        acc = torch.bmm(pack["a"][idx].to(compute_dtype).view(u1 - u0, rows, k),
+                        weights[e_idx[u0:u1]].to(compute_dtype).transpose(1, 2))
+        g0 = (alpha2[u0:u1, None, None] * acc).reshape(-1, n)
+        p = prob[idx].to(compute_dtype)[:, None] if prob is not None else 1.0
+        beta_rows = beta[u0:u1].repeat_interleave(rows, output_size=idx.shape[0])[:, None]
+        dgate, dup, act_val, dprob_rows = _epilogue(problem, g0, c[idx], beta_rows, p, gate_cols,
+                                                    up_cols)
+        d = torch.empty(idx.shape[0], two_n, dtype=compute_dtype, device=dev)
+        d[:, gate_cols] = dgate
+        d[:, up_cols] = dup
+        staged_d.index_copy_(0, to, d)
+        if staged_p is not None:
+            staged_p.index_copy_(0, to, dprob_rows)
+        if staged_a is not None:
+            staged_a.index_copy_(0, to, p * act_val)
+        if dbias_acc is not None:
+            # rows past an expert's end may hold inf or NaN: selected out, not multiplied
+            sums = torch.where(keep, d, 0.0).view(u1 - u0, rows, two_n).sum(1)
+            for i in range(u0, u1):  # one unit per add: no two adds race (deterministic sums)
+                dbias_acc.index_add_(0, expert[i:i + 1], sums[i - u0:i - u0 + 1])
+    owned = torch.zeros(m + 1, dtype=torch.bool, device=dev).index_fill_(0, sink.reshape(-1), True)[:m]
+    keep_where(d_row, owned[:, None], _store(staged_d[:m], d_row.dtype))
+    if staged_p is not None:
+        keep_where(dprob, owned, dprob + staged_p[:m].to(dprob.dtype))
+    if staged_a is not None:
+        keep_where(activation, owned[:, None], staged_a[:m])
+    if dbias_acc is not None:
+        dbias.copy_(dbias_acc[:num_experts].to(dbias.dtype))
+
+
 def grouped_dglu_blocks(problem: DgluProblem, pack: Mapping, *, compute_dtype=torch.float32) -> None:
     """:func:`grouped_dglu_reference` without a host read of device data, for every operand
     family and weight mode, so that a GPU call needs no sync and can be captured in a CUDA
@@ -217,7 +316,10 @@ def grouped_dglu_blocks(problem: DgluProblem, pack: Mapping, *, compute_dtype=to
     per-expert sums (dbias, amax) go to an extra row that is dropped. Block-scaled outputs are
     :class:`~.blockscaled_run.BlockScaledOutputs`. On CUDA tensors the offsets' and pointers'
     values are not checked (device data; docs/vendor_contract.md §3.6); on CPU tensors, where
-    host reads are free, they are, before anything is written."""
+    host reads are free, they are, before anything is written. BF16 problems with offsets
+    that need not be multiples of 256 take :func:`grouped_dglu_units`."""
+    if problem.m_aligned < 256:
+        return grouped_dglu_units(problem, pack, compute_dtype=compute_dtype)
     c, d_row = pack["c"], pack["d_row"]
     m, two_n = c.shape
     if m == 0:

@@ -24,7 +24,7 @@ Ops:
 Both return ``(d_row (M, 2N), dprob (M,) fp32, dbias)`` where ``dbias`` is ``(L, 2N)`` bf16 when
 ``generate_dbias`` and an empty ``(0, 2N)`` tensor otherwise (schemas cannot return None; the
 Python functions below map it to None). Every op takes ``int m_aligned=256``: M and every
-``padded_offsets`` entry are multiples of it (8, 16, 32, 64, 128 or 256).
+``padded_offsets`` entry are multiples of it (1: any size, 8, 16, 32, 64, 128 or 256).
 """
 from __future__ import annotations
 
@@ -337,7 +337,7 @@ def grouped_gemm_dglu(
 
     ``a`` (M, K) bf16 (the upstream gradient), ``c`` (M, 2N) the saved forward pre-activation
     (gate/up interleaved in 32-column blocks), ``padded_offsets`` (L,) int32 cumulative ends,
-    each a multiple of ``m_aligned`` (as M is: 8, 16, 32, 64, 128 or the vendor's 256, the
+    each a multiple of ``m_aligned`` (as M is: 1, 8, 16, 32, 64, 128 or the vendor's 256, the
     default), ``alpha``/``beta`` (L,) fp32, ``prob`` (M,) fp32. Weights: dense ``b`` (L, N, K)
     bf16, or discrete ``b_ptrs`` (L,) int64 with ``n`` (and ``b_major``).
 

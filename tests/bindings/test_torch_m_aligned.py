@@ -42,16 +42,20 @@ def args(p):
 
 #: an expert of exactly 8 rows, empty experts first and in the middle, 16 rows of no expert
 OFFS = [0, 8, 8, 32, 40]
+#: groups of any size (m_aligned 1): a 1-row expert, empty ones, 5 rows of no expert (M odd)
+OFFS_ANY = [0, 1, 1, 24, 38]
+ALIGNED = [(8, OFFS, 16), (1, OFFS_ANY, 5)]
 
 
+@pytest.mark.parametrize("align,offs,extra", ALIGNED, ids=["a8", "a1"])
 @pytest.mark.parametrize("weights", ["dense", "discrete"])
-def test_functional_op_matches_the_oracle(weights):
-    p = problem(OFFS, 16)
-    keep = [p["b"][e].contiguous() for e in range(len(OFFS))]  # alive while the op may read them
+def test_functional_op_matches_the_oracle(weights, align, offs, extra):
+    p = problem(offs, extra)
+    keep = [p["b"][e].contiguous() for e in range(len(offs))]  # alive while the op may read them
     kw = dict(b=p["b"]) if weights == "dense" else dict(b_ptrs=ct.expert_pointers(keep), n=32)
-    d, dprob, dbias = ct.grouped_gemm_dglu(*args(p), generate_dbias=True, m_aligned=8, **kw)
+    d, dprob, dbias = ct.grouped_gemm_dglu(*args(p), generate_dbias=True, m_aligned=align, **kw)
     ref = expected(p)
-    end = OFFS[-1]
+    end = offs[-1]
     assert rel_err(d[:end], ref["d"][:end]) < BF16_REL
     assert not d[end:].any() and not dprob[end:].any()  # fresh outputs: rows of no expert are 0
     assert rel_err(dprob, ref["dprob"]) < 1e-4
@@ -59,14 +63,15 @@ def test_functional_op_matches_the_oracle(weights):
     assert not dbias[[0, 2]].any()  # empty experts
 
 
-def test_out_variant_leaves_rows_of_no_expert_and_accumulates():
-    p = problem(OFFS, 16)
-    m, end = p["a"].shape[0], OFFS[-1]
+@pytest.mark.parametrize("align,offs,extra", ALIGNED, ids=["a8", "a1"])
+def test_out_variant_leaves_rows_of_no_expert_and_accumulates(align, offs, extra):
+    p = problem(offs, extra)
+    m, end = p["a"].shape[0], offs[-1]
     d_row = torch.full((m, 64), float("nan"), dtype=BF)
-    dprob0, dbias0 = torch.randn(m), torch.randn(len(OFFS), 64).to(BF)
+    dprob0, dbias0 = torch.randn(m), torch.randn(len(offs), 64).to(BF)
     dprob, dbias = dprob0.clone(), dbias0.clone()
-    ct.grouped_gemm_dglu(*args(p), b=p["b"], generate_dbias=True, m_aligned=8, out=(d_row, dprob, dbias))
-    ref = oracle(p["a"], [p["b"][e] for e in range(len(OFFS))], p["c"], p["offs"], p["alpha"], p["beta"],
+    ct.grouped_gemm_dglu(*args(p), b=p["b"], generate_dbias=True, m_aligned=align, out=(d_row, dprob, dbias))
+    ref = oracle(p["a"], [p["b"][e] for e in range(len(offs))], p["c"], p["offs"], p["alpha"], p["beta"],
                  p["prob"], dprob_init=dprob0, dbias_init=dbias0)
     assert d_row[end:].isnan().all() and torch.equal(dprob[end:], dprob0[end:])
     assert rel_err(d_row[:end], ref["d"][:end]) < BF16_REL
@@ -88,7 +93,7 @@ def test_dispatcher_path_takes_m_aligned():
 
 
 @pytest.mark.parametrize("value,exc,words", [
-    (24, ValueError, "m_aligned: must be one of [8, 16, 32, 64, 128, 256]"),
+    (24, ValueError, "m_aligned: must be one of [1, 8, 16, 32, 64, 128, 256]"),
     (8.0, TypeError, "m_aligned: expected an int"),
     (True, TypeError, "m_aligned: expected an int"),
     (32, ValueError, "M (rows) must be a multiple of 32, got M = 56"),
@@ -111,16 +116,18 @@ def test_a_remembered_call_at_8_is_not_replayed_for_256():
         ct.grouped_gemm_dglu(*args(p), b=p["b"])
 
 
-def test_mlp_with_8_row_groups_matches_plain_autograd():
-    """``GroupedGluMLP(m_aligned=8)`` on ``pad_expert_rows(..., align=8)``'s layout: forward and
-    every gradient against the float64 per-expert layer; rows of no expert get none."""
+@pytest.mark.parametrize("align,ends", [(8, [8, 8, 16, 32]), (1, [5, 5, 13, 24])], ids=["a8", "a1"])
+def test_mlp_with_small_groups_matches_plain_autograd(align, ends):
+    """``GroupedGluMLP(m_aligned=a)`` on ``pad_expert_rows(..., align=a)``'s layout (at 1 the
+    routed rows as they are): forward and every gradient against the float64 per-expert
+    layer; rows of no expert get none."""
     L, H, N = 4, 64, 32
-    mlp = GroupedGluMLP(L, H, N, activation="geglu", bias=True, m_aligned=8)
+    mlp = GroupedGluMLP(L, H, N, activation="geglu", bias=True, m_aligned=align)
     with torch.no_grad():
         mlp.b1.normal_(0.0, 0.5)
     counts = torch.tensor([5, 0, 8, 11])
-    offs, src, src_valid, _, _ = pad_expert_rows(counts, int(counts.sum()), align=8)
-    assert offs.tolist() == [8, 8, 16, 32]
+    offs, src, src_valid, _, _ = pad_expert_rows(counts, int(counts.sum()), align=align)
+    assert offs.tolist() == ends
     m = src.shape[0]
     x = (torch.randn(m, H) * src_valid[:, None]).to(BF).requires_grad_()
     prob = (torch.rand(m) * src_valid).requires_grad_()
@@ -135,7 +142,7 @@ def test_mlp_with_8_row_groups_matches_plain_autograd():
                                (x.grad, prob.grad, mlp.w1.grad, mlp.b1.grad, mlp.w2.grad),
                                (t.grad for t in leaves)):
         assert rel_err(got, want) < 2e-2, name
-    assert not x.grad[32:].any() and not prob.grad[32:].any()
+    assert not x.grad[ends[-1]:].any() and not prob.grad[ends[-1]:].any()
     assert not mlp.w1.grad[1].any() and not mlp.w2.grad[1].any()
 
 

@@ -9,7 +9,7 @@ tolerances of ``sm90_cases.TOL``. Reproduce one case with
 import pytest
 import torch
 
-from sm90_cases import (ROUND_EFFECT, ROUND_TOL, TOL, Case, activation_cases, c_half_cases, c_stage_cases, capture_execute,
+from sm90_cases import (ROUND_EFFECT, ROUND_TOL, TOL, Case, activation_cases, any_size_cases, c_half_cases, c_stage_cases, capture_execute,
                         cluster_2x2_cases, cluster_cases, cooperative_cases, dense_n_major_cases,
                         make_pack, ragged_cases, rel_err, round_dgrad_cases, run_and_check,
                         skip_unless_sm90,
@@ -283,16 +283,31 @@ def test_sm90_ragged_fresh_outputs(case):
     print(case.label(), run_and_check(case, fresh=True))
 
 
-def test_sm90_ragged_graph_replay_with_new_offsets():
-    """A captured ragged launch replayed with other 8-aligned offsets (same M): the tile
-    table is rebuilt on the device, so the replay follows the new experts' rows."""
+@pytest.mark.parametrize("case", any_size_cases(), ids=lambda c: c.label())
+def test_sm90_any_size_groups_match_reference(case):
+    skip_unless_sm90()
+    print(case.label(), run_and_check(case))
+
+
+@pytest.mark.parametrize("case", any_size_cases()[:2], ids=lambda c: c.label())
+def test_sm90_any_size_groups_fresh_outputs(case):
+    skip_unless_sm90()
+    print(case.label(), run_and_check(case, fresh=True))
+
+
+@pytest.mark.parametrize("align,first,second", [
+    (8, [8, 0, 136, 120, 264, 0, 504, 8], [256, 8, 0, 0, 512, 120, 136, 8]),
+    (1, [1, 0, 137, 119, 263, 0, 505, 9], [255, 9, 0, 0, 513, 121, 135, 1])], ids=["a8", "a1"])
+def test_sm90_ragged_graph_replay_with_new_offsets(align, first, second):
+    """A captured ragged launch replayed with other offsets (same M; aligned to 8 rows, or
+    not at all): the tile table is rebuilt on the device, so the replay follows the new
+    experts' rows."""
     skip_unless_sm90()
     from cudnn_ext.engines.sm90 import Sm90DgluEngine, config_for
     from cudnn_ext.reference import reference_outputs
 
-    first, second = [8, 0, 136, 120, 264, 0, 504, 8], [256, 8, 0, 0, 512, 120, 136, 8]
     assert sum(first) == sum(second)
-    case = Case(first, 160, 264, "dswiglu", m_aligned=8)
+    case = Case(first, 160, 264, "dswiglu", m_aligned=align)
     problem, pack = make_pack(case)
     plan = Sm90DgluEngine().build(problem, config_for(problem, tile_n=128))
     ws = torch.full((plan.workspace_size,), 0xA5, dtype=torch.uint8, device="cuda")

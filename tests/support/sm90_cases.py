@@ -635,3 +635,31 @@ def ragged_cases() -> list:
              m_aligned=8),
         Case([1000, 8, 0, 4088, 1032, 504, 248, 2040], 512, 1416, "dgeglu", m_aligned=8),
     ]
+
+
+def any_size_cases() -> list:
+    """Groups of any size (``m_aligned`` 1: the offsets and M need no alignment): 1-row
+    experts, empty ones first, inside and last, an expert one row past a tile and one of
+    several tiles, M odd (rows past the last offset: an odd count, NaN in A and C); both
+    activations, fp32 and fp16 D, the activation output, discrete weights K- and N-major,
+    2x1 and 2x2 clusters, cooperative with the split last round, L = 128 of 1..3 rows."""
+    co = dict(cooperative=True)
+    ones = [1, 0, 129, 3, 257, 0, 500, 1]
+    return [
+        Case(ones, 96, 200, "dswiglu", extra_rows=5, m_aligned=1),
+        Case([0, 1] + ones, 320, 264, "dgeglu", extra_rows=3, m_aligned=1, signed_beta=True),
+        Case([7, 45, 0, 131], 128, 192, "dswiglu", torch.bfloat16, torch.float32, extra_rows=1,
+             m_aligned=1),
+        Case([33, 95, 221, 0], 160, 128, "dgeglu", torch.float16, torch.float16, extra_rows=0,
+             m_aligned=1),
+        Case(ones, 96, 200, "dgeglu", activation=True, tile_n=64, extra_rows=7, m_aligned=1),
+        Case(ones, 96, 200, "dswiglu", weight_mode="discrete", extra_rows=9, m_aligned=1),
+        Case(ones, 160, 264, "dgeglu", weight_mode="discrete", b_major="n", extra_rows=9,
+             m_aligned=1),
+        Case(ones, 352, 200, "dgeglu", torch.bfloat16, torch.float32, cluster_m=2, cluster_n=2,
+             extra_rows=3, m_aligned=1),
+        Case(ones, 96, 200, "dswiglu", cluster_m=2, extra_rows=3, m_aligned=1),
+        Case([999, 1, 0, 2041, 517, 1301, 3, 2001], 512, 1416, "dgeglu", tile_n=256,
+             split_last=3, extra_rows=16383, m_aligned=1, **co),
+        Case([1 + i % 3 for i in range(128)], 64, 64, "dswiglu", extra_rows=1, m_aligned=1),
+    ]

@@ -257,7 +257,7 @@ WRAPPER_CASES = [
     ("cd-major-m", "dense", _c(cd_major="m"), ValueError, ["cd_major"]),
     ("acc-dtype-fp16", "dense", _c(acc_dtype=FP16), TypeError, ["acc_dtype"]),
     # m_aligned takes 8 .. 256 (powers of two) with BF16 operands (tests/unit/test_m_aligned.py)
-    ("m-aligned-24", "dense", _c(m_aligned=24), ValueError, ["m_aligned", "24", "[8, 16, 32, 64, 128, 256]"]),
+    ("m-aligned-24", "dense", _c(m_aligned=24), ValueError, ["m_aligned", "24", "[1, 8, 16, 32, 64, 128, 256]"]),
     ("m-aligned-512", "dense", _c(m_aligned=512), ValueError, ["m_aligned", "512"]),
     ("m-aligned-float", "dense", _c(m_aligned=8.0), TypeError, ["m_aligned", "8.0"]),
     ("mma-tiler-m-64", "dense", _c(mma_tiler_mn=(64, 256)), ValueError, ["mma_tiler_mn"]),

@@ -1,5 +1,5 @@
 """``m_aligned`` below 256 (BF16 operands): the contract's rule, the reference engine against
-the float64 oracle with 8- and 64-row groups, the graph attribute and its plan serialization,
+the float64 oracle with groups of any size (1), 8 and 64 rows, the graph attribute and its plan serialization,
 the plan memo, and the engines that decline it. CPU only, small shapes (M <= 1024).
 
 Each comparison names its seed and sizes (``Inputs.ctx``); rerun one case with
@@ -25,7 +25,7 @@ from test_contract import base_call, expect_rejected
 from test_graph import build_graph, make_case
 from test_reference import ACTS, BF16, FP32, TOL, check, make_inputs, same_bits, seed_of
 
-CHOICES = (8, 16, 32, 64, 128, 256)
+CHOICES = (1, 8, 16, 32, 64, 128, 256)
 
 
 def poison(inp, end):
@@ -70,7 +70,7 @@ def test_numpy_int_is_taken_as_an_int():
 def test_other_values_are_refused_naming_the_rule(value, exc):
     kw, _ = base_call()
     err = expect_rejected(cudnn.grouped_gemm_dglu_wrapper, dict(kw, m_aligned=value), exc,
-                          ["m_aligned", repr(value), "[8, 16, 32, 64, 128, 256]"])
+                          ["m_aligned", repr(value), "[1, 8, 16, 32, 64, 128, 256]"])
     assert type(err) is exc
 
 
@@ -116,6 +116,9 @@ def test_offsets_must_be_multiples_of_m_aligned(values, align, names):
 #: (m_aligned, rows per expert, rows past the last offset): empty experts first, inside and
 #: last; an expert of exactly m_aligned rows; neighbours of one block each
 REF_CASES = [
+    (1, [1, 0, 7, 300, 0, 1, 13], 5),  # 1-row experts, one of more than a 256-row unit
+    (1, [0, 0, 3], 0),  # the last offset at M
+    (1, [513, 1, 0], 3),
     (8, [8, 0, 24, 8, 0, 16], 16),
     (8, [0, 8, 8, 8, 0], 8),
     (64, [64, 0, 128, 64, 0], 64),
@@ -185,9 +188,12 @@ def test_reference_matches_the_oracle(monkeypatch, align, sizes, extra, mode, fo
         check("activation", out["activation"][:end], ref["activation"][:end], TOL["activation"], ctx)
 
 
-def test_block_path_blocks_are_m_aligned_rows(monkeypatch):
-    """The block path's blocks are m_aligned rows high: it multiplies M // m_aligned blocks
-    (one expert each), never a 256-row block that would span several experts."""
+@pytest.mark.parametrize("align,sizes,extra", [(8, [8, 16, 8], 8), (1, [3, 0, 300, 1], 2)],
+                         ids=["a8", "a1"])
+def test_block_path_units_start_at_each_expert(monkeypatch, align, sizes, extra):
+    """Below 256 the block path multiplies units of 256 rows, each starting at its expert's
+    first row (or 256 rows after its previous unit): their number is the static bound
+    (M + L * 255) // 256, which needs no read of the offsets, and no unit spans two experts."""
     seen = []
     real = torch.bmm
 
@@ -195,12 +201,26 @@ def test_block_path_blocks_are_m_aligned_rows(monkeypatch):
         seen.append(tuple(x.shape))
         return real(x, y)
 
-    inp = make_inputs(seed_of("blocks"), [8, 16, 8], n=32, k=64, extra=8)
-    problem, pack = _contract_call(inp, 8, dbias=False)
+    inp = make_inputs(seed_of("units", align), sizes, n=32, k=64, extra=extra)
+    problem, pack = _contract_call(inp, align, dbias=False)
     monkeypatch.setattr(torch, "bmm", spy)
     grouped_dglu.grouped_dglu_blocks(problem, _poisoned_outputs(pack, inp))
-    assert seen and all(s[1] == 8 for s in seen), seen
-    assert sum(s[0] for s in seen) == inp.m // 8
+    assert seen and all(s[1] == 256 for s in seen), seen
+    assert sum(s[0] for s in seen) == (inp.m + len(sizes) * 255) // 256
+    row, ok, expert = grouped_dglu.unit_table(inp.offsets, inp.m)
+    ends = inp.offsets.long().tolist()
+    for u in range(row.shape[0]):
+        e = int(expert[u])
+        if e == len(sizes):
+            assert not ok[u].any()  # past the experts' units
+            continue
+        lo, hi = (ends[e - 1] if e else 0), ends[e]
+        rows = row[u][ok[u]]
+        assert rows.numel() and lo <= int(rows.min()) and int(rows.max()) < hi
+        assert (rows - lo) [0] % 256 == 0  # a unit starts on its expert's grid of 256 rows
+    owned = torch.zeros(inp.m, dtype=torch.int64)
+    owned.index_add_(0, row[ok], torch.ones(int(ok.sum()), dtype=torch.int64))
+    assert owned[:inp.end].eq(1).all() and owned[inp.end:].eq(0).all()  # each expert row once
 
 
 def test_an_expert_never_uses_its_neighbours_weights():
@@ -255,7 +275,7 @@ def test_graph_node_attribute_types_and_values():
         with pytest.raises(ValueError, match="m_aligned"):  # pydantic's ValidationError is a ValueError
             build_graph(t, m_aligned=bad)
     g, _ = build_graph(t, m_aligned=24)
-    with pytest.raises(ValueError, match=r"m_aligned: must be one of \[8, 16, 32, 64, 128, 256\].*got 24"):
+    with pytest.raises(ValueError, match=r"m_aligned: must be one of \[1, 8, 16, 32, 64, 128, 256\].*got 24"):
         g.validate()
     g, _ = build_graph(t)  # 256: M = 48 is refused as it always was
     with pytest.raises(ValueError, match="M = 48"):
@@ -380,3 +400,28 @@ def test_pinned_engine_reports_only_its_other_reasons(monkeypatch):
                                         torch.zeros(inp.m, 1, 1), b_tensor=inp.b, m_aligned=8,
                                         engine="sm90_cutedsl")
     assert "m_aligned" not in str(err.value)
+
+@pytest.mark.parametrize("seed", range(6))
+def test_any_size_block_path_matches_the_walk_on_random_groups(seed):
+    """Random groups of any size (1-row and empty experts, experts of more than one 256-row
+    unit, rows past the last offset): the block path (what a CUDA call runs) equals the CPU
+    walk to fp32 summation order, and leaves every row of no expert untouched."""
+    import random
+
+    rng = random.Random(seed)
+    sizes = [rng.choice([0, 1, 2, 255, 256, 257, rng.randint(0, 600)]) for _ in range(rng.randint(1, 9))]
+    inp = make_inputs(seed_of("any", seed), sizes, n=32, k=64, extra=rng.randint(0, 7), c_dtype=FP32)
+    poison(inp, inp.end)
+    problem, pack = _contract_call(inp, 1, dbias=True)
+    outs = {}
+    for name, fn in (("walk", grouped_dglu.grouped_dglu_reference), ("units", grouped_dglu.grouped_dglu_blocks)):
+        out = _poisoned_outputs(pack, inp)
+        out["dprob"], out["dbias"] = pack["dprob"].clone(), pack["dbias"].clone()
+        fn(problem, out)
+        outs[name] = out
+    walk, units, e = outs["walk"], outs["units"], inp.end
+    ctx = inp.ctx(m_aligned=1)
+    assert same_bits(units["d_row"][e:], walk["d_row"][e:]), ctx
+    check("d_row", units["d_row"][:e], walk["d_row"][:e].double(), TOL["d"][FP32], ctx)
+    check("dprob", units["dprob"], walk["dprob"].double(), TOL["dprob"], ctx)
+    check("dbias", units["dbias"], walk["dbias"].double(), TOL["dbias"], ctx)

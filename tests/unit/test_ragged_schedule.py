@@ -1,4 +1,5 @@
-"""The SM90 kernel's ragged schedule (offsets aligned to 8-128 rows, ``Sm90Config.ragged_m``):
+"""The SM90 kernel's ragged schedule (offsets of any row, or aligned to 8-128 rows,
+``Sm90Config.ragged_m``):
 the model the kernel's table and tile lookup follow (``tile_walk.ragged_schedule``,
 ``ragged_units``), on random and edge-case offsets: every row of every expert lies in exactly
 one tile of its own expert, a tile starts inside its expert (a cluster pair's second tile
@@ -29,9 +30,15 @@ def _cases():
     yield [0, 0, 8, 0]
     yield [120, 128, 136, 256, 264]
     yield [8] * 128
+    yield [1]
+    yield [0, 1, 0, 1, 127, 129, 255, 257, 0]
+    yield [1] * 128
     for _ in range(200):
         L = rng.randint(1, 40)
         yield [8 * rng.choice([0, 1, 15, 16, 17, rng.randint(0, 300)]) for _ in range(L)]
+    for _ in range(200):  # groups of any size (m_aligned 1)
+        L = rng.randint(1, 40)
+        yield [rng.choice([0, 1, 127, 128, 129, rng.randint(0, 2000)]) for _ in range(L)]
 
 
 @pytest.mark.parametrize("cluster_m", [1, 2])
@@ -74,7 +81,8 @@ def test_offsets_past_m_clip_at_m(offs, m_rows, cluster_m):
 
 
 def test_ragged_units():
-    assert [ragged_units(r, 1, PY_OPS) for r in (0, 8, 120, 128, 136, 256, -8)] == [0, 1, 1, 1, 2, 2, 0]
+    assert [ragged_units(r, 1, PY_OPS) for r in (0, 1, 8, 120, 128, 129, 136, 256, -8)] == \
+        [0, 1, 1, 1, 1, 2, 2, 2, 0]
     assert [ragged_units(r, 2, PY_OPS) for r in (0, 8, 256, 264, 512, -8)] == [0, 1, 1, 2, 2, 0]
 
 

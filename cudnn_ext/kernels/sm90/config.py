@@ -92,7 +92,7 @@ class Sm90Config:
 
     Row schedule:
 
-    * ``ragged_m``: expert offsets need only be multiples of 8 (``m_aligned`` below 256). Each
+    * ``ragged_m``: expert offsets of any row (``m_aligned`` below 256, 1 included). Each
       expert gets ceil(rows / (128 cluster_m)) units of its own, starting at its first row,
       so a tile may run past its expert's end: those rows are loaded but reach no output (D
       leaves through a descriptor that clips at the expert's end, the register stores and
