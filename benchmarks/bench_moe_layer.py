@@ -10,17 +10,19 @@ training step's forward and backward (the output's gradient given), device time,
                        6 backward: dh, dw2, dx from gate and from up, dw1, dw3), torch._grouped_mm
   cudnn_ext            cudnn_ext's experts in TorchTitan (cudnn_ext.integrations.torchtitan,
                        CudnnGroupedExperts: interleaved w13, the fused dSwiGLU backward, the
-                       rows copied to 256-row aligned groups and back); eager
+                       routed rows passed through as they come on Hopper); eager
   cudnn_ext_compiled   the same module under torch.compile
-  cudnn_ext_mlp        GroupedGluMLP alone on rows already in 256-aligned groups (no copy in
-                       or out): with cudnn_ext, the price of the alignment copies
+  cudnn_ext_mlp        GroupedGluMLP alone on rows already in 256-aligned groups
   titan_moe            TorchTitan's whole MoE layer (router, permutation, experts, combine
                        with the routing scores), stock experts, eager, on tokens/top_k tokens
   titan_moe_cudnn_ext  the same layer after swap_experts, eager
+  titan_moe_compiled   the stock layer under torch.compile
+  titan_moe_cudnn_ext_compiled  the swapped layer under the same torch.compile
 
 The expert rows have the four benchmark shapes' expert sizes (bench_dglu.SHAPES: experts,
-rows per expert, K = hidden, N = expert width); shape ``skew8`` is skew's Pareto sizes
-rounded to 8 rows instead of 256 (TorchTitan's bf16 alignment), where cudnn_ext pads. The
+rows per expert, K = hidden, N = expert width); shapes ``skew8`` and ``skew1`` are skew's
+Pareto sizes rounded to 8 rows and to 1 row (any count: what TorchTitan's router produces)
+instead of 256. The
 MoE-layer rows route ``rows * experts / top_k`` tokens with top_k 8 (a router decides the
 groups, so they are near, not at, the shape's sizes).
 
@@ -33,7 +35,7 @@ benchmarks/results/moe-layer-<device>.json (or --out), replacing that device's p
 result. ``--smoke`` runs a tiny shape on the CPU (wall time; checks that every row runs).
 Not imported by the library.
 
-  python benchmarks/bench_moe_layer.py [--shapes qwen3,dsv3,mixtral,skew,skew8] [--reps 30]
+  python benchmarks/bench_moe_layer.py [--shapes qwen3,dsv3,mixtral,skew,skew8,skew1] [--reps 30]
 """
 from __future__ import annotations
 
@@ -54,15 +56,18 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_dglu  # noqa: E402  (shapes, group sizes, the timers)
 
-SHAPES = dict(bench_dglu.SHAPES, skew8=bench_dglu.SHAPES["skew"])
+SHAPES = dict(bench_dglu.SHAPES, skew8=bench_dglu.SHAPES["skew"], skew1=bench_dglu.SHAPES["skew"])
+#: skew's Pareto sizes at a finer granularity than 256 rows
+_SKEW_GRANULARITY = {"skew8": 8, "skew1": 1}
 SMOKE_SHAPE = (4, 40, 64, 64)  # experts, rows per expert (mean), K, N
 TOP_K = 8
 IMPLS = ("titan_eager", "titan_compiled", "gemms_only", "cudnn_ext", "cudnn_ext_compiled", "cudnn_ext_mlp",
-         "titan_moe", "titan_moe_cudnn_ext")
+         "titan_moe", "titan_moe_cudnn_ext", "titan_moe_compiled", "titan_moe_cudnn_ext_compiled")
 
 
 def group_sizes(name, L, rows):
-    if name == "skew8":  # skew's Pareto(1.5) draw (same seed, same empty experts), 8-row granularity
+    gran = _SKEW_GRANULARITY.get(name)
+    if gran:  # skew's Pareto(1.5) draw (same seed, same empty experts) at this granularity
         g = torch.Generator().manual_seed(0)
         xm, sizes = rows / 3, []
         for i in range(L):
@@ -70,7 +75,7 @@ def group_sizes(name, L, rows):
                 sizes.append(0)
                 continue
             u = float(torch.rand(1, generator=g))
-            sizes.append(int(math.ceil(min(xm / (1 - u) ** (2 / 3), 16 * rows) / 8)) * 8)
+            sizes.append(int(math.ceil(min(xm / (1 - u) ** (2 / 3), 16 * rows) / gran)) * gran)
         return sizes
     return bench_dglu.group_sizes(name, L, rows)
 
@@ -195,6 +200,10 @@ def build_rows(name, L, per, K, N, dev, impls, top_k, compile_fn=torch.compile):
             fns["titan_moe"] = step(moe, (xt,), dyt)
         if "titan_moe_cudnn_ext" in impls:
             fns["titan_moe_cudnn_ext"] = step(swap_experts(copy.deepcopy(moe)), (xt,), dyt)
+        if "titan_moe_compiled" in impls:
+            fns["titan_moe_compiled"] = step(compile_fn(copy.deepcopy(moe)), (xt,), dyt)
+        if "titan_moe_cudnn_ext_compiled" in impls:
+            fns["titan_moe_cudnn_ext_compiled"] = step(compile_fn(swap_experts(copy.deepcopy(moe))), (xt,), dyt)
         extra["moe_tokens"] = tokens
     return fns, extra
 
@@ -221,7 +230,8 @@ def wall_timer(fn):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n  python")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shapes", default="qwen3,dsv3,mixtral,skew,skew8", help=f"comma-separated, of {sorted(SHAPES)}")
+    ap.add_argument("--shapes", default="qwen3,dsv3,mixtral,skew,skew8,skew1",
+                    help=f"comma-separated, of {sorted(SHAPES)}")
     ap.add_argument("--impls", default=",".join(IMPLS), help="comma-separated rows (see above)")
     ap.add_argument("--reps", type=int, default=30, help="timed steps per row")
     ap.add_argument("--warmup", type=int, default=5, help="untimed steps per row first (compiles too)")
@@ -291,14 +301,14 @@ def main(argv=None):
         if dev == "cuda":
             torch.cuda.empty_cache()
 
-    print(f"\n{'shape':8s} {'impl':22s} {'ms':>9s} {'vs titan_compiled':>18s} {'issue ms':>9s} {'steady':>7s}")
+    print(f"\n{'shape':8s} {'impl':29s} {'ms':>9s} {'vs titan_compiled':>18s} {'issue ms':>9s} {'steady':>7s}")
     for r in rows:
         base = next((x for x in rows if x["shape"] == r["shape"] and x["impl"] == "titan_compiled"), None)
         ratio = base["ms"] / r["ms"] if base and base.get("ms") and r.get("ms") else float("nan")
         ms = f"{r['ms']:.3f}" if r.get("ms") else "ERR"
         issue = f"{r['issue_ms']:.3f}" if r.get("issue_ms") else "-"
         steady = f"{r['steady_issue_ms']:.3f}" if r.get("steady_issue_ms") else "-"
-        print(f"{r['shape']:8s} {r['impl']:22s} {ms:>9s} {ratio:18.2f} {issue:>9s} {steady:>7s}")
+        print(f"{r['shape']:8s} {r['impl']:29s} {ms:>9s} {ratio:18.2f} {issue:>9s} {steady:>7s}")
 
     date = datetime.date.today().isoformat()
     out = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",

@@ -24,14 +24,15 @@ What the swap changes, and why:
   loads into a swapped model and back. Optimizer state is keyed by parameter: swap before the
   optimizer is built.
 * **Row alignment.** TorchTitan hands the experts its routed rows grouped by expert, any
-  number per expert (``num_tokens_per_expert_E``). The fused op needs each expert's group to
-  start on a multiple of its ``m_aligned``: 8 on Hopper with the CuTe DSL (the kernel's
-  ragged schedule, docs/kernels.md) and on the CPU, 256 on other GPUs (the vendor's engine
-  takes 256 only; ``cudnn_ext.torch.mlp.fused_row_alignment``). The swapped experts copy the rows into such
-  a layout and the outputs back (``cudnn_ext.torch.mlp.pad_expert_rows``), on the device and
-  without a host sync; the caller sees the stock shapes. The padded buffer has a static size,
-  ``rows + (a - 1) * E`` rounded down to the alignment a (padding rows are zero, with
-  probability 0).
+  number per expert (``num_tokens_per_expert_E``). On Hopper with the CuTe DSL and on the
+  CPU the fused op takes such groups as they are (``m_aligned`` 1, the kernel's ragged
+  schedule, docs/kernels.md): the swapped experts pass the routed rows straight through,
+  with the groups' end offsets from a cumulative sum on the device; nothing is copied. On
+  other GPUs each group must start on a multiple of 256 (the vendor's engine takes 256 only;
+  ``cudnn_ext.torch.mlp.fused_row_alignment``): there the rows are copied into such a layout
+  and the outputs back (``cudnn_ext.torch.mlp.pad_expert_rows``), on the device and without
+  a host sync, into a buffer of the static size ``rows + 255 E`` rounded down to 256
+  (padding rows are zero, with probability 0). The caller sees the stock shapes either way.
 * **Initialization.** ``init_states`` runs the stock module's ``w1_EFD``/``w2_EDF``/``w3_EFD``
   initializers (its ``param_init``), in the stock order, and interleaves the result, so a
   seeded swapped model starts from the same weights as a seeded stock one.
@@ -161,6 +162,12 @@ class CudnnGroupedExperts(GroupedExperts):
             # reaches the weights, so that they get zero gradients like the stock module's
             return x_RD.new_zeros((0, w2.shape[1])) + 0 * (w13.sum() + w2.sum()).to(x_RD.dtype)
         align = fused_row_alignment(x_RD.device)
+        if align == 1:
+            # groups as they come: rows past the counts' sum belong to no expert (output 0)
+            offsets = torch.cumsum(num_tokens_per_expert_E, 0).clamp(max=rows).to(torch.int32)
+            prob = torch.ones(rows, dtype=torch.float32, device=x_RD.device)
+            y = grouped_glu_mlp(x_RD.bfloat16(), prob, w13, w2, offsets, cfg=self.cfg, m_aligned=1)
+            return y.type_as(x_RD)
         offsets, src, src_valid, dest, dest_valid = pad_expert_rows(num_tokens_per_expert_E, rows,
                                                                     align=align)
         # padding rows hold 0 and probability 0: they add nothing to any output or gradient

@@ -18,7 +18,8 @@ With ``L`` experts over the ``EP`` ranks of a process group, group rank ``r`` ow
 3. The pairs, sorted stably by expert, are sent (rows of ``x`` and their probabilities, one
    autograd node for both) with ``all_to_all_single``; the receiver places them into local
    expert order with each expert's rows padded to a multiple of the local ``GroupedGluMLP``'s
-   ``m_aligned`` (``padded_offsets``; 256 by default, 8 with ``m_aligned=8`` on Hopper),
+   ``m_aligned`` (``padded_offsets``; 256 by default; on Hopper 8 with ``m_aligned=8``, or no
+   padding at all with ``m_aligned=1``),
    padding rows zero with probability 0.
 4. ``GroupedGluMLP`` (which multiplies each row by its probability before the down projection)
    runs the local experts; the rows go back by the reverse ``all_to_all_single`` and each

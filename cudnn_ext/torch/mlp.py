@@ -115,16 +115,16 @@ def gather_rows(x: Tensor, idx: Tensor, valid: Tensor, inv: Tensor, inv_valid: T
     return _RowGather.apply(x, idx, valid, inv, inv_valid)
 
 
-#: The smallest expert-row alignment the fused op takes (its BF16 ``m_aligned`` extension).
-MIN_ROW_ALIGN = 8
+#: The smallest expert-row alignment the fused op takes (its BF16 ``m_aligned`` extension):
+#: groups of any size.
+MIN_ROW_ALIGN = 1
 
 
 def fused_row_alignment(device: torch.device) -> int:
-    """The expert-row alignment to lay groups out at for the fused op on ``device``: 8 on the
-    CPU and on Hopper with the CuTe DSL (the kernel's ragged schedule), 256 on other GPUs: the
-    vendor's engine takes 256 only, and the reference engine's GPU path works in blocks of
-    ``m_aligned`` rows (at 8, 32 times the blocks of 256). A compile-time constant under
-    ``torch.compile`` (the device does not change between calls)."""
+    """The expert-row alignment to lay groups out at for the fused op on ``device``: 1 (groups
+    as they come, no copies) on the CPU and on Hopper with the CuTe DSL (the kernel's ragged
+    schedule), 256 on other GPUs, where the vendor's engine takes 256 only. A compile-time
+    constant under ``torch.compile`` (the device does not change between calls)."""
     if device.type != "cuda":
         return MIN_ROW_ALIGN
     index = device.index if device.index is not None else torch.cuda.current_device()
@@ -301,7 +301,7 @@ class GroupedGluMLP(nn.Module):
     ``activation``: ``"swiglu"`` or ``"geglu"`` (clamped GeGLU: ``geglu_alpha``, ``clamp_max``,
     ``clamp_min``, ``linear_offset``; for DeepSeek-V4 clamped SwiGLU use geglu with alpha 1,
     offset 0 and clamps ±limit). ``m_aligned``: the row alignment of the ``padded_offsets``
-    (and M) the layer is given, one of 8, 16, 32, 64, 128, 256.
+    (and M) the layer is given, one of 1 (groups of any size), 8, 16, 32, 64, 128, 256.
     """
 
     def __init__(self, num_experts: int, hidden: int, intermediate: int, *, activation: str = "swiglu",

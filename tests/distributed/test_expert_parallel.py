@@ -113,14 +113,15 @@ def test_two_gpus_nccl_under_torchrun():
            str(ROOT / "tests" / "support" / "ep_cases.py")]
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-8000:]
-    assert "4 cases + bad id + non-member OK on 2 ranks" in done.stdout
+    assert "6 cases + bad id + non-member OK on 2 ranks" in done.stdout
 
 
 def test_layout_follows_the_experts_alignment(world_of_one):
-    """The local layout pads each expert's rows to the experts' ``m_aligned``: 8 rows with
-    ``m_aligned=8`` (the Hopper kernel's ragged schedule), 256 by default."""
+    """The local layout pads each expert's rows to the experts' ``m_aligned``: none with
+    ``m_aligned=1`` (the received rows only put in expert order), 8 rows with ``m_aligned=8``
+    (both the Hopper kernel's ragged schedule), 256 by default."""
     ids = torch.tensor([[0, 1], [1, 2], [3, 1], [0, 2], [2, 3]])  # counts 2, 3, 3, 2
-    for align, ends in ((8, [8, 16, 24, 32]), (256, [256, 512, 768, 1024])):
+    for align, ends in ((1, [2, 5, 8, 10]), (8, [8, 16, 24, 32]), (256, [256, 512, 768, 1024])):
         layer = ExpertParallelGluMLP(4, 64, 64, dtype=torch.float64, m_aligned=align)
         r = expert_parallel.route(ids, 4, align=layer.experts.m_aligned)
         assert r.padded_offsets.tolist() == ends and r.rows == ends[-1], align

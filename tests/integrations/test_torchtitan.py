@@ -128,7 +128,7 @@ def test_swapped_layer_matches_stock_in_every_output_and_gradient(seed):
     m = stock_moe()
     x, dy = inputs()
     counts = routed_counts(m, x)
-    # the case under test: uneven groups (some not 8-aligned, so padded) and one expert with
+    # the case under test: uneven groups (most not multiples of 8) and one expert with
     # no token
     assert counts[DEAD] == 0 and len(set(counts.tolist())) == E and any(c % 8 for c in counts[:DEAD].tolist())
     oracle = run(with_experts(m, Float64Experts), x, dy)
@@ -146,10 +146,50 @@ def test_swapped_layer_matches_stock_in_every_output_and_gradient(seed):
         assert not ours[name][DEAD].any(), name
 
 
-def test_swapped_experts_are_grouped_glu_mlp_on_8_aligned_groups():
-    """Bit for bit: the swapped experts are GroupedGluMLP (w1 = interleaved w1/w3, w2 =
-    w2_EDF, m_aligned 8) on the routed rows copied into 8-aligned groups, outputs and
-    gradients."""
+def _swapped_and_inputs():
+    stock = GroupedExperts(GroupedExperts.Config(dim=D, hidden_dim=FF, num_experts=E))
+    with torch.no_grad():
+        for p in stock.parameters():
+            p.normal_(0.0, 0.2)
+    ours = ct_titan.swap_experts(stock)
+    counts = torch.tensor([37, 0, 300, 5])
+    return ours, counts, torch.randn(int(counts.sum()), D).bfloat16()
+
+
+def test_swapped_experts_pass_the_routed_rows_straight_through(monkeypatch):
+    """Bit for bit: where the fused op takes groups of any size (here the CPU), the swapped
+    experts are GroupedGluMLP (w1 = interleaved w1/w3, w2 = w2_EDF, m_aligned 1) on the routed
+    rows as they come, with the counts' running sum as offsets: no row is copied (the padding
+    map and its gathers are never called), outputs and gradients."""
+    def refuse(*a, **k):
+        raise AssertionError("the routed rows were copied")
+
+    monkeypatch.setattr(ct_titan, "pad_expert_rows", refuse)
+    monkeypatch.setattr(ct_titan, "gather_rows", refuse)
+    ours, counts, x = _swapped_and_inputs()
+    xo = x.clone().requires_grad_()
+    y = ours(xo, counts)
+    dy = torch.randn_like(y)
+    y.backward(dy)
+
+    mlp = GroupedGluMLP(E, D, FF, dtype=torch.float32, m_aligned=1)  # stock weights: float32 too
+    with torch.no_grad():
+        mlp.w1.copy_(ours.w13)
+        mlp.w2.copy_(ours.w2_EDF)
+    xp = x.clone().requires_grad_()
+    yp = mlp(xp, torch.ones(x.shape[0]), torch.tensor([37, 37, 337, 342], dtype=torch.int32))
+    yp.backward(dy)
+    torch.testing.assert_close(y, yp, rtol=0, atol=0)
+    torch.testing.assert_close(xo.grad, xp.grad, rtol=0, atol=0)
+    torch.testing.assert_close(ours.w13.grad, mlp.w1.grad, rtol=0, atol=0)
+    torch.testing.assert_close(ours.w2_EDF.grad, mlp.w2.grad, rtol=0, atol=0)
+
+
+def test_swapped_experts_are_grouped_glu_mlp_on_aligned_groups(monkeypatch):
+    """Bit for bit: where the fused op needs aligned groups (256 on GPUs other than Hopper;
+    8 here, to keep the shapes small), the swapped experts are GroupedGluMLP (m_aligned 8) on
+    the routed rows copied into 8-aligned groups, outputs and gradients."""
+    monkeypatch.setattr(ct_titan, "fused_row_alignment", lambda device: 8)
     stock = GroupedExperts(GroupedExperts.Config(dim=D, hidden_dim=FF, num_experts=E))
     with torch.no_grad():
         for p in stock.parameters():
@@ -374,18 +414,17 @@ def test_gather_rows_gradients_equal_the_plain_indexing_path():
 
 
 def test_row_alignment_follows_the_device(monkeypatch):
-    """8-row groups on the CPU and on Hopper with the CuTe DSL (the kernel's ragged
-    schedule), 256 on other GPUs (the vendor's engine takes 256 only; the reference engine's
-    GPU path works in m_aligned-row blocks) and on Hopper without the DSL; a constant under
-    torch.compile."""
+    """Groups of any size (no copies) on the CPU and on Hopper with the CuTe DSL (the
+    kernel's ragged schedule), 256 on other GPUs (the vendor's engine takes 256 only) and on
+    Hopper without the DSL; a constant under torch.compile."""
     import importlib.util
 
     from cudnn_ext.torch import layer_ops, mlp
 
-    assert mlp.fused_row_alignment(torch.device("cpu")) == 8
+    assert mlp.fused_row_alignment(torch.device("cpu")) == 1
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a, real=importlib.util.find_spec: (
         object() if name == "cutlass" else real(name, *a)))
-    for cap, want in (((9, 0), 8), ((10, 0), 256), ((10, 3), 256), ((8, 0), 256), ((12, 0), 256)):
+    for cap, want in (((9, 0), 1), ((10, 0), 256), ((10, 3), 256), ((8, 0), 256), ((12, 0), 256)):
         monkeypatch.setattr(layer_ops, "device_capability", lambda index, cap=cap: cap)
         assert mlp._cuda_row_alignment(0) == want, cap
         f = torch.compile(lambda x: x + mlp._cuda_row_alignment(0), fullgraph=True, backend="eager")

@@ -81,6 +81,9 @@ def make_case(name, ep, device):
         # uneven_top2 with experts' groups aligned to 8 rows (m_aligned=8) instead of 256
         "uneven_top2_a8": dict(tokens=[300, 77, 150, 20][:ep], k=2, skew=[3.0, 0.0], act="geglu", bias=True,
                                m_aligned=8),
+        # uneven_top2 with groups of any size (m_aligned=1): no padding rows at all
+        "uneven_top2_a1": dict(tokens=[300, 77, 150, 20][:ep], k=2, skew=[3.0, 0.0], act="geglu", bias=True,
+                               m_aligned=1),
     }[name]
     align = spec.get("m_aligned", 256)
     T, k, H, N = sum(spec["tokens"]), spec["k"], 64, 64
@@ -188,7 +191,7 @@ def run_not_member(device="cpu"):
     return [f"rank {dist.get_rank()}: built a layer over a group it is not in"]
 
 
-CASES = ("uneven_top2", "rank_receives_none", "rank_sends_none", "top3", "uneven_top2_a8")
+CASES = ("uneven_top2", "rank_receives_none", "rank_sends_none", "top3", "uneven_top2_a8", "uneven_top2_a1")
 
 
 def run_all(device="cpu"):

@@ -26,3 +26,14 @@ def test_skew8_groups_are_8_aligned_and_not_all_256_aligned():
     sizes = bench_moe_layer.group_sizes("skew8", L, per)
     assert len(sizes) == L and all(s % 8 == 0 for s in sizes)
     assert sizes[7] == 0 and any(s % 256 for s in sizes)
+
+
+def test_skew1_groups_are_skews_draw_at_any_row_count():
+    """skew1: the same Pareto draw as skew8 (same empty experts, sizes within 8 rows of
+    skew8's), at any row count: most groups are not multiples of 8."""
+    L, per, _, _ = bench_moe_layer.SHAPES["skew1"]
+    sizes = bench_moe_layer.group_sizes("skew1", L, per)
+    eights = bench_moe_layer.group_sizes("skew8", L, per)
+    assert len(sizes) == L and sizes[7] == 0
+    assert all(0 <= e - s < 8 for s, e in zip(sizes, eights))
+    assert sum(s % 8 != 0 for s in sizes) > L // 2
