@@ -190,13 +190,7 @@ def test_swapped_experts_are_grouped_glu_mlp_on_aligned_groups(monkeypatch):
     8 here, to keep the shapes small), the swapped experts are GroupedGluMLP (m_aligned 8) on
     the routed rows copied into 8-aligned groups, outputs and gradients."""
     monkeypatch.setattr(ct_titan, "fused_row_alignment", lambda device: 8)
-    stock = GroupedExperts(GroupedExperts.Config(dim=D, hidden_dim=FF, num_experts=E))
-    with torch.no_grad():
-        for p in stock.parameters():
-            p.normal_(0.0, 0.2)
-    ours = ct_titan.swap_experts(stock)
-    counts = torch.tensor([37, 0, 300, 5])
-    x = torch.randn(int(counts.sum()), D).bfloat16()
+    ours, counts, x = _swapped_and_inputs()
     xo = x.clone().requires_grad_()
     y = ours(xo, counts)
     dy = torch.randn_like(y)
