@@ -1,0 +1,62 @@
+"""benchmarks/train_titan.py's --smoke run: TorchTitan's DeepSeek-V3 debug model trains a few
+steps on the CPU stock and swapped, both checkpoints load into the other kind of model, and
+the result file has the documented form. Times and the curves' agreement on the CPU mean
+nothing and are not checked."""
+import json
+import math
+
+import pytest
+
+pytest.importorskip("torchtitan.models.deepseek_v3", reason="needs torchtitan (pip install '.[titan]')")
+
+import train_titan  # noqa: E402
+
+
+@pytest.mark.filterwarnings("ignore:In CPU autocast:UserWarning")
+def test_smoke_run_trains_both_and_round_trips_checkpoints(tmp_path):
+    out, png = tmp_path / "x.json", tmp_path / "x.png"
+    assert train_titan.main(["--smoke", "--steps", "3", "--out", str(out), "--plot", str(png)]) == 0
+    doc = json.loads(out.read_text())
+    for key in ("command", "device", "date", "torch", "config", "steps", "seed", "stock", "swapped",
+                "max_rel_loss_diff", "agrees", "tolerance", "checkpoint_round_trip"):
+        assert key in doc, key
+    assert doc["device"] == "cpu" and doc["config"] == "debugmodel" and doc["steps"] == 3
+    assert "train_titan.py --smoke" in doc["command"]
+    for kind in ("stock", "swapped"):
+        run = doc[kind]
+        assert len(run["loss"]) == 3 and all(math.isfinite(x) for x in run["loss"]), run["loss"]
+        assert run["tokens_per_s"] > 0 and run["peak_mem_bytes"] is None
+    # same seed, same tokens, same weights: the first step's losses differ only by rounding
+    assert doc["stock"]["loss"][0] == pytest.approx(doc["swapped"]["loss"][0], rel=1e-2)
+    assert isinstance(doc["agrees"], bool) and math.isfinite(doc["max_rel_loss_diff"])
+    assert doc["checkpoint_round_trip"] is True
+    for trip in doc["checkpoint"].values():
+        assert trip["weights_equal"] and trip["logits_rel_diff"] <= doc["tolerance"]["checkpoint_logits_rel"]
+
+
+def test_bigram_stream_is_seeded_and_in_vocab():
+    a = train_titan.token_stream(3, 2, 4, 16, 100)
+    assert a.shape == (2, 4, 17) and int(a.min()) >= 0 and int(a.max()) < 100
+    assert train_titan.token_stream(3, 2, 4, 16, 100).equal(a)
+    assert not train_titan.token_stream(4, 2, 4, 16, 100).equal(a)
+
+
+def test_compare_losses_tolerance():
+    stock = [8.0 - 0.01 * i for i in range(100)]
+    near = [x * 1.01 for x in stock]
+    assert train_titan.compare_losses(stock, near)["agrees"]
+    early_miss = list(near)
+    early_miss[10] = stock[10] * 1.05
+    assert not train_titan.compare_losses(stock, early_miss)["agrees"]
+    drift = stock[:80] + [x * 1.03 for x in stock[80:]]
+    assert not train_titan.compare_losses(stock, drift)["agrees"]
+    assert not train_titan.compare_losses(stock, stock[:-1] + [math.nan])["agrees"]
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(SystemExit):
+        train_titan.parse_args(["--steps", "0", "--device", "cpu"])
+    with pytest.raises(SystemExit):
+        train_titan.parse_args(["--device", "cpu", "--attn", "flex"])
+    with pytest.raises(SystemExit):
+        train_titan.parse_args(["--smoke", "--device", "cuda"])
