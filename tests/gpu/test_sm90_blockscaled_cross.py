@@ -16,4 +16,4 @@ pytestmark = pytest.mark.gpu
 def test_sm90_blockscaled_on_the_cross(pt):
     skip_unless_sm90()
     t = X.make(pt, "cuda")
-    X.check(t, X.run(t, "sm90_blockscaled"))
+    print(pt.label(), X.check(t, X.run(t, "sm90_blockscaled")))

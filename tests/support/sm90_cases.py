@@ -202,9 +202,15 @@ def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
     return max(fro, worst / 4)
 
 
-#: Named tolerance policy per output (see rel_err: Frobenius, and 4x this per element vs max|ref|).
-TOL = {"d_bf16": 1.5e-2, "d_fp16": 4e-3, "d_fp32": 2e-3, "dprob": 2e-3, "dbias": 1.5e-2,
-       "activation": 1.5e-2}
+#: Named tolerance policy per output (see rel_err: Frobenius, and 4x this per element vs max|ref|),
+#: about 2.5x the largest error the GPU suite measures (H100, ``pytest -m gpu -n 8 -rA tests``,
+#: the errors ``run_and_check`` prints): bf16 D 1.7e-3 (its rounding), fp16 and fp32 D 2.3e-4
+#: and dprob 1.2e-4 (round_dgrad cases whose fp32 and float64 g0 straddle a bf16 rounding
+#: boundary; elsewhere ~2e-7), dbias 1.8e-3 and the activation output 1.7e-3 (bf16).
+#: Small-effect options move their outputs by more (a 16-bit rounding of alpha or g0: ~1.8e-3
+#: of dprob).
+TOL = {"d_bf16": 4e-3, "d_fp16": 6e-4, "d_fp32": 6e-4, "dprob": 3e-4, "dbias": 4.5e-3,
+       "activation": 4.5e-3}
 
 
 def run_and_check(case: Case, engine=None, knobs=None, fresh: bool = False,
