@@ -6,11 +6,10 @@ BF16 mainloop can take (docs/blockscaled.md): ``(G, rows, K)`` K-major elements 
 ``j``), or FP8 elements stored N-major as ``(G, K, rows)`` (``DequantConfig.n_major``), and
 their scales in the 6-D swizzled layout (512-byte atoms of 128 rows x 4 k-blocks, ``e8m0`` or
 ``e4m3``; blocks run along K in either storage), to a contiguous BF16 tensor in the operand's
-own element order. Every product
-``element x scale`` is exact in BF16 except where it leaves BF16's range: above its largest
-finite value (e4m3 448 x 2^127, e2m1 6 x 2^127: inf) and below its smallest subnormal
-(e5m2 2^-16 x 2^-127: rounded, to 0 at the extreme). No torch; the caller (the block-scaled
-engine) owns buffers and streams.
+own element order. Every product ``element x scale`` is exact in BF16 except where it leaves
+BF16's range: above its largest finite value (e4m3 448 x 2^127, e2m1 6 x 2^127: inf) and below
+its smallest subnormal (e5m2 2^-16 x 2^-127: rounded, to 0 at the extreme). No torch; the
+caller (the block-scaled engine) owns buffers and streams.
 
 One thread per 16 bytes of input (16 FP8 or 32 FP4 elements of one row: half a 32-element
 block, or one or two FP4 blocks; N-major, 16 rows of one k, each with its own scale), with
