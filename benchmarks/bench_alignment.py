@@ -1,14 +1,17 @@
-"""Benchmark: expert groups aligned to 8 rows against the same groups padded to 256 rows.
+"""Benchmark: expert groups of any size or aligned to 8 rows against the same groups padded
+to 256 rows.
 
-Frameworks align each expert's token group to 8 rows (TorchTitan's bf16
-``TOKEN_GROUP_ALIGN_SIZE_M``); the vendor's contract pads every group to 256. For each of the
-four benchmark shapes (bench_dglu.SHAPES: experts, mean rows per expert, K, N) the group sizes
-are multiples of 8 and not of 256 (uniform shapes: the mean times a factor in [0.5, 1.5];
-skew: its Pareto draw at 8-row granularity, every 8th expert empty). Rows, side by side in one
-process on the same values, the SM90 engine's choice of configuration, its plan's execute:
+Routers hand experts groups of any size (TorchTitan's bf16 dispatcher) or aligned to 8 rows;
+the vendor's contract pads every group to 256. For each of the four benchmark shapes
+(bench_dglu.SHAPES: experts, mean rows per expert, K, N) the group sizes are multiples of the
+granularity (8, or 1 for the ``*1`` rows) and not of 256 (uniform shapes: the mean times a
+factor in [0.5, 1.5]; skew: its Pareto draw, every 8th expert empty). Rows, side by side in
+one process on the same values, the SM90 engine's choice of configuration, its plan's execute:
 
-  aligned8    m_aligned=8: the groups as they are (the ragged schedule)
-  padded256   each group padded with rows up to a multiple of 256 (m_aligned=256)
+  aligned8    m_aligned=8: the 8-row groups as they are (the ragged schedule)
+  padded256   the same groups, each padded with rows up to a multiple of 256 (m_aligned=256)
+  aligned1    m_aligned=1: groups of any size as they are (the ragged schedule)
+  padded256_1 the same any-size groups padded to multiples of 256
   aligned8_cm1, aligned8_cm2
               (--clusters) aligned8's configuration with 1 or 2 CTAs per cluster along M:
               the evidence of the engine's cluster rule for the ragged schedule
@@ -36,12 +39,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_dglu  # noqa: E402
 from cudnn_ext.engines.sm90 import RASTER_GROUP_M  # noqa: E402
 
-IMPLS = ("aligned8", "padded256")
+IMPLS = ("aligned8", "padded256", "aligned1", "padded256_1")
 CLUSTER_IMPLS = ("aligned8_cm1", "aligned8_cm2")
 
 
-def group_sizes(name, L, rows, seed=0):
-    """Multiples of 8, not of 256 (empty groups allowed): see the module docstring."""
+def group_sizes(name, L, rows, seed=0, gran=8):
+    """Multiples of ``gran``, not of 256 (empty groups allowed): see the module docstring."""
     g = torch.Generator().manual_seed(seed)
     sizes = []
     for i in range(L):
@@ -53,8 +56,8 @@ def group_sizes(name, L, rows, seed=0):
             x = min(rows / 3 / (1 - u) ** (2 / 3), 16 * rows)  # Pareto(1.5), mean `rows`
         else:
             x = rows * (0.5 + u)
-        size = max(8, int(math.ceil(x / 8)) * 8)
-        sizes.append(size + 8 if size % 256 == 0 else size)
+        size = max(gran, int(math.ceil(x / gran)) * gran)
+        sizes.append(size + gran if size % 256 == 0 else size)
     return sizes
 
 
@@ -102,14 +105,16 @@ def main(argv=None):
     rows = []
     for name in args.shapes.split(","):
         L, per, K, N = bench_dglu.SHAPES[name]
-        sizes = group_sizes(name, L, per)
+        sizes, sizes1 = group_sizes(name, L, per), group_sizes(name, L, per, gran=1)
         torch.manual_seed(0)
         pack = bench_dglu.make_inputs(sizes, K, N)
-        packs = {"aligned8": (pack, 8), "padded256": (padded_pack(pack, sizes), 256)}
+        pack1 = bench_dglu.make_inputs(sizes1, K, N)
+        packs = {"aligned8": (pack, 8, sizes), "padded256": (padded_pack(pack, sizes), 256, sizes),
+                 "aligned1": (pack1, 1, sizes1), "padded256_1": (padded_pack(pack1, sizes1), 256, sizes1)}
         if args.clusters:
-            packs.update(aligned8_cm1=(pack, 8), aligned8_cm2=(pack, 8))
+            packs.update(aligned8_cm1=(pack, 8, sizes), aligned8_cm2=(pack, 8, sizes))
         fns, shape_rows = {}, {}
-        for impl, (p, align) in packs.items():
+        for impl, (p, align, real) in packs.items():
             knobs = None
             if impl.startswith("aligned8_cm"):
                 cm = int(impl[-1])
@@ -119,7 +124,7 @@ def main(argv=None):
             stream = torch.cuda.current_stream()
             fns[impl] = (lambda plan=plan, p=p, ws=ws: plan.execute(p, ws, stream))
             shape_rows[impl] = dict(shape=name, impl=impl, L=L, rows=int(p["a"].shape[0]),
-                                    real_rows=sum(sizes), K=K, N=N, m_aligned=align,
+                                    real_rows=sum(real), K=K, N=N, m_aligned=align,
                                     knobs=knobs.as_dict(), config=plan.config)
         timers = {impl: bench_dglu.DeviceTimer() for impl in fns}
         medians, errors = bench_dglu.bench_round_robin(fns, args.warmup, args.reps, args.rounds,
@@ -128,22 +133,22 @@ def main(argv=None):
             del row["config"]
             if impl in medians:
                 row.update(ms=medians[impl], late_calls=timers[impl].late,
-                           tflops=2.0 * sum(sizes) * N * K / medians[impl] / 1e9)
+                           tflops=2.0 * row["real_rows"] * N * K / medians[impl] / 1e9)
             else:
                 row.update(ms=None, error=errors.get(impl))
             rows.append(row)
             print(json.dumps(row), flush=True)
-        del fns, packs, pack
+        del fns, packs, pack, pack1
         torch.cuda.empty_cache()
     print(f"\n{'shape':8s} {'aligned8 ms':>12s} {'padded256 ms':>13s} {'ratio':>6s}"
+          f" {'aligned1 ms':>12s} {'padded256 ms':>13s} {'ratio':>6s}"
           + ("  cm1 ms  cm2 ms" if args.clusters else ""))
     for name in args.shapes.split(","):
         got = {r["impl"]: r for r in rows if r["shape"] == name}
-        a, p = got["aligned8"].get("ms"), got["padded256"].get("ms")
-        if a and p:
-            extra = "".join(f" {got[i].get('ms') or float('nan'):7.3f}" for i in CLUSTER_IMPLS
-                            if i in got)
-            print(f"{name:8s} {a:12.3f} {p:13.3f} {a / p:6.3f} {extra}")
+        ms = [got[i].get("ms") or float("nan") for i in IMPLS]
+        extra = "".join(f" {got[i].get('ms') or float('nan'):7.3f}" for i in CLUSTER_IMPLS if i in got)
+        print(f"{name:8s} {ms[0]:12.3f} {ms[1]:13.3f} {ms[0] / ms[1]:6.3f} {ms[2]:12.3f} {ms[3]:13.3f} "
+              f"{ms[2] / ms[3]:6.3f} {extra}")
     date = datetime.date.today().isoformat()
     out = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
                                    f"alignment-{dev_name.replace(' ', '_')}.json")
