@@ -52,8 +52,9 @@ def expert_operands(problem: DgluProblem, pack: Mapping, e: int, r0: int, r1: in
 def _nan_quiet_absmax(x: torch.Tensor, dim=None) -> torch.Tensor:
     # docs/vendor_contract.md §2.5 calls the warp reduce NaN-propagating, but a NaN never reaches it: the
     # kernel's per-thread reduction (amax_reduction_per_thread in the vendor's block-scaled dGLU
-    # kernel) is a MAX reduce from 0.0 then cute.arch.fmax, both NaN-quiet, so NaN is ignored
-    a = torch.nan_to_num(x.abs(), nan=0.0)
+    # kernel) is a MAX reduce from 0.0 then cute.arch.fmax, both NaN-quiet, so NaN is ignored;
+    # an infinite gradient stays inf (nan_to_num's default maps +inf to the largest finite)
+    a = torch.nan_to_num(x.abs(), nan=0.0, posinf=float("inf"))
     return (a.amax() if dim is None else a.amax(dim=dim)).to(torch.float32)
 
 
