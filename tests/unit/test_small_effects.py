@@ -269,16 +269,12 @@ HALF_ALPHAS = {BF16: [1.4921875, 1.0, 0.74609375], FP16: [1.0224609375, 1.0, 1.4
 ALPHA_TOL = 2e-6
 
 
-@pytest.mark.parametrize("alpha_dtype", [BF16, FP16], ids=["bf16", "fp16"])
-def test_alpha_squared_is_rounded_in_alphas_own_16_bit_type(alpha_dtype):
-    """Block-scaled operands take a 16-bit alpha, and the kernel squares it in alpha's own
-    dtype (docs/vendor_contract.md §3.5). MXFP4 operands of the e2m1 grid with unit scales
-    (an exact GEMM), gates of 0 and 40 and dyadic ups keep everything else exact to fp32
-    noise, so D and dprob must match the oracle with that one rounding, and neither the
-    unrounded square nor the square rounded in the other 16-bit type (or alpha converted to it)."""
+def _fp4_exact_operands(g):
+    """MXFP4 operands (e8m0 scales over 32) of exact values, their float64 dequantized forms,
+    and a C of dSwiGLU gates 0 and 40 (sigmoid exactly 0.5 and 1) and dyadic ups:
+    ``(offsets, M, a_q, sfa, b_q, sfb, a_r, b_r, c)``."""
     from exact_operands import exact_values
 
-    g = torch.Generator().manual_seed(7)
     L, k, vec = len(SIZES), 64, 32
     offsets = torch.tensor(SIZES).cumsum(0).to(torch.int32)
     m = int(offsets[-1]) + EXTRA
@@ -289,6 +285,19 @@ def test_alpha_squared_is_rounded_in_alphas_own_16_bit_type(alpha_dtype):
     gate = _pick([0.0, 40.0], (m, N // 32, 32), g)
     up = _pick([-3.5, -1.5, -0.5, 0.5, 1.0, 2.5], (m, N // 32, 32), g)
     c = torch.stack([gate, up], dim=2).reshape(m, 2 * N).to(BF16)
+    return offsets, m, a_q, sfa, b_q, sfb, a_r, b_r, c
+
+
+@pytest.mark.parametrize("alpha_dtype", [BF16, FP16], ids=["bf16", "fp16"])
+def test_alpha_squared_is_rounded_in_alphas_own_16_bit_type(alpha_dtype):
+    """Block-scaled operands take a 16-bit alpha, and the kernel squares it in alpha's own
+    dtype (docs/vendor_contract.md §3.5). MXFP4 operands of the e2m1 grid with unit scales
+    (an exact GEMM), gates of 0 and 40 and dyadic ups keep everything else exact to fp32
+    noise, so D and dprob must match the oracle with that one rounding, and neither the
+    unrounded square nor the square rounded in the other 16-bit type (or alpha converted to it)."""
+    g = torch.Generator().manual_seed(7)
+    L, vec = len(SIZES), 32
+    offsets, m, a_q, sfa, b_q, sfb, a_r, b_r, c = _fp4_exact_operands(g)
     alpha = torch.tensor(HALF_ALPHAS[alpha_dtype]).to(alpha_dtype)
     beta = torch.ones(L)
     prob = torch.randint(0, 17, (m,), generator=g).float() / 16
@@ -324,19 +333,10 @@ def _amax_case(path: str, *, inf: bool):
     ``path``: the wrapper (amax allocated at -inf), or the host walk or the block path on a
     caller's amax holding values above and below the computed ones (the kernel's atomic max
     keeps the larger)."""
-    from exact_operands import exact_values
-
     g = torch.Generator().manual_seed(11)
-    L, k, vec = len(SIZES), 64, 32
-    offsets = torch.tensor(SIZES).cumsum(0).to(torch.int32)
-    m, end = int(offsets[-1]) + EXTRA, int(offsets[-1])
-    a_q, sfa = quantize_nvfp4(exact_values((m, k), True, vec, g), sf_vec_size=vec, sf_dtype=E8M0)
-    b_q, sfb = quantize_nvfp4(exact_values((N, k, L), True, vec, g), sf_vec_size=vec, sf_dtype=E8M0)
-    a_r = dequantize(a_q, sfa, vec, out_dtype=F64)
-    b_r = dequantize(b_q, sfb, vec, out_dtype=F64)
-    gate = _pick([0.0, 40.0], (m, N // 32, 32), g)
-    up = _pick([-3.5, -1.5, -0.5, 0.5, 1.0, 2.5], (m, N // 32, 32), g)
-    c = torch.stack([gate, up], dim=2).reshape(m, 2 * N).to(BF16)
+    L, vec = len(SIZES), 32
+    offsets, m, a_q, sfa, b_q, sfb, a_r, b_r, c = _fp4_exact_operands(g)
+    end = int(offsets[-1])
     alpha, beta = torch.tensor([0.5, 1.0, 2.0]), torch.ones(L)
     prob = torch.randint(1, 17, (m,), generator=g).float() / 16
     d_abs = oracle(a_r, [b_r[:, :, e] for e in range(L)], c, offsets, alpha, beta, prob)["d"][:end].abs()
