@@ -122,6 +122,14 @@ def _epilogue(problem: DgluProblem, g0, c, beta, p, gate_cols, up_cols):
     return g0 * p * dgate_l, g0 * p * dup_l, act_val, (g0 * act_val).sum(1)
 
 
+def _interleaved(dgate, dup, gate_cols, up_cols) -> torch.Tensor:
+    """D's rows (R, 2N) from their gate and up halves, in the 32-column interleave."""
+    d = dgate.new_empty(dgate.shape[0], 2 * dgate.shape[1])
+    d[:, gate_cols] = dgate
+    d[:, up_cols] = dup
+    return d
+
+
 def grouped_dglu_reference(problem: DgluProblem, pack: Mapping, *, compute_dtype=torch.float32) -> None:
     """Run the operation on ``pack`` in ``compute_dtype``; writes/accumulates the output slots.
 
@@ -278,9 +286,7 @@ def grouped_dglu_units(problem: DgluProblem, pack: Mapping, *, compute_dtype=tor
         beta_rows = beta[u0:u1].repeat_interleave(rows, output_size=idx.shape[0])[:, None]
         dgate, dup, act_val, dprob_rows = _epilogue(problem, g0, c[idx], beta_rows, p, gate_cols,
                                                     up_cols)
-        d = torch.empty(idx.shape[0], two_n, dtype=compute_dtype, device=dev)
-        d[:, gate_cols] = dgate
-        d[:, up_cols] = dup
+        d = _interleaved(dgate, dup, gate_cols, up_cols)
         staged_d.index_copy_(0, to, d)
         if staged_p is not None:
             staged_p.index_copy_(0, to, dprob_rows)
@@ -371,9 +377,7 @@ def grouped_dglu_blocks(problem: DgluProblem, pack: Mapping, *, compute_dtype=to
                 dbias_acc.index_add_(0, sum_into[i:i + 1], sums[i - b0:i - b0 + 1])
         if activation is not None:
             keep_where(activation[r0:r1], ok, p * act_val)
-        d = torch.empty(r1 - r0, two_n, dtype=compute_dtype, device=dev)
-        d[:, gate_cols] = dgate
-        d[:, up_cols] = dup
+        d = _interleaved(dgate, dup, gate_cols, up_cols)
         if scaled is not None:
             scaled.add(b0, b1, d, dgate, dup)
         if not quantized_d:
