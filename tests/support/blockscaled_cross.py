@@ -4,7 +4,8 @@ tables) x activation (dSwiGLU, dGeGLU, dSiTU-GLU) x prob/dprob (on: dbias off; o
 
 Each point builds fresh random operands on a device, runs one class-API call on one engine
 with poisoned outputs (D 0xFF bytes or NaN, SFD 0xFF bytes, amax -inf) and checks it against
-the float64 oracle of the dequantized operands. N-major weights hold the same values as the
+the float64 oracle of the dequantized operands. Pointer-table points take beta 0 on the first
+expert and a negative beta and alpha on the last. N-major weights hold the same values as the
 K-major ones (the oracle's), stored (K, N) per expert. The CPU tier runs it on the reference
 engine (tests/unit/test_blockscaled_cross.py), the GPU tier on ``sm90_blockscaled``
 (tests/gpu/test_sm90_blockscaled_cross.py): an engine that reads an N-major or per-expert B
@@ -33,9 +34,11 @@ POISON = 0xFF
 #: rows per expert (an empty one between), N, K, rows past the last offset
 COUNTS, N, K, EXTRA = (256, 0, 512), 64, 128, 256
 #: D and dprob against the float64 oracle (sm90_cases.rel_err: Frobenius and 4x per element).
-#: dprob is fp32 from fp32 sums: the kernel's own error is ~1e-5; a misread B is off by O(1)
+#: The dequantized operands are exact in bf16, so the GEMM is exact to fp32 sums: bf16 D and
+#: dbias carry their one rounding (2^-9 per element), dprob (fp32) only the epilogue's
+#: transcendental approximations (~1e-6); a misread B is off by O(1)
 TOL = {"d_fp8": 0.07,  # dequantized FP8 D: e4m3's half step, 2^-4
-       "d_bf16": 1.5e-2, "dprob": 2e-3, "dbias": 1.5e-2}
+       "d_bf16": 4e-3, "dprob": 1e-4, "dbias": 4.5e-3}
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,8 @@ def make(pt: Point, device) -> dict:
     w = torch.randn(L, N, K, generator=g) * 0.2
     c = (torch.randn(m, 2 * N, generator=g) * 2).to(torch.bfloat16)
     alpha, beta = torch.rand(L, generator=g) + 0.5, torch.rand(L, generator=g) + 0.5
+    if pt.mode == "discrete":  # beta 0 on the first expert, negative on the last, alpha negative
+        beta[0], beta[-1], alpha[-1] = 0.0, -beta[-1], -alpha[-1]
     prob = torch.rand(m, generator=g)
     a_q, sfa = _quantize(a.to(device), pt.fmt)
     b_q, sfb = _quantize(w.permute(1, 2, 0).to(device), pt.fmt)

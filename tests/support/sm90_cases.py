@@ -33,8 +33,8 @@ class Case:
     cluster_n: int = 1  # 2 (with cluster_m 2): 2x2 clusters, A k-tiles multicast too
     raster_group_m: int = 0  # 0: the engine's default for the cluster size
     cooperative: bool = False  # both math warpgroups share each tile (tile_n up to 256)
-    # beta 0 for the first expert and negative for the last (the dSwiGLU epilogue pulls beta
-    # out of its per-element products: that must hold for every sign), alpha negative
+    # beta 0 for the first expert with rows and negative for the last (the dSwiGLU epilogue
+    # pulls beta out of its per-element products: that must hold for every sign), alpha negative
     signed_beta: bool = False
     c_stages: int = 0  # C blocks in flight per math warpgroup (0: the engine's default)
     c_split: int = 1  # ping-pong C ring entries of 128 / c_split rows
@@ -106,10 +106,11 @@ def make_pack(case: Case, device="cuda"):
         pack["dprob"].zero_()
     if case.activation:
         pack["activation"] = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device=device)
-    if case.signed_beta:
-        pack["beta"][0] = 0.0
-        pack["beta"][-1] = -1.3
-        pack["alpha"][-1] = -0.8
+    if case.signed_beta:  # on the first and last experts that have rows
+        live = [e for e, rows in enumerate(case.groups) if rows]
+        pack["beta"][live[0]] = 0.0
+        pack["beta"][live[-1]] = -1.3
+        pack["alpha"][live[-1]] = -0.8
     if b_ptrs is not None:
         pack["b_ptrs"] = b_ptrs
         pack["_b_keep"] = keep  # owns the experts' memory (not a slot; engines ignore it)

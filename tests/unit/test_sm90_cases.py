@@ -10,6 +10,7 @@ import torch
 from cudnn_ext.reference import reference_outputs
 from cudnn_ext.reference.grouped_dglu import grouped_dglu_reference
 from sm90_cases import ROUND_EFFECT, ROUND_TOL, make_pack, round_dgrad_cases
+import sm90_cases
 
 
 def _frobenius(x, ref):
@@ -30,3 +31,22 @@ def test_round_dgrad_bounds_on_the_reference_engine(case):
                              (pack["dprob"][:rows], rounded["dprob"][:rows], unrounded["dprob"][:rows])):
         assert _frobenius(got, want) < ROUND_TOL / 10
         assert _frobenius(got, other) > 1.3 * ROUND_EFFECT
+
+
+def _all_cases():
+    return [c for name in dir(sm90_cases) if name.endswith("_cases") and callable(getattr(sm90_cases, name))
+            for c in getattr(sm90_cases, name)()]
+
+
+def test_signed_beta_lands_on_experts_with_rows():
+    """A zero or negative beta on an empty expert would test nothing: every signed-beta case
+    puts beta 0 on an expert with rows and a negative beta and alpha on another."""
+    cases = [c for c in _all_cases() if c.signed_beta]
+    assert len(cases) >= 8
+    for case in cases:
+        small = dataclasses.replace(case, groups=[min(g, 8) for g in case.groups], n=32, k=8, extra_rows=0,
+                                    m_aligned=1)
+        _, pack = make_pack(small, device="cpu")
+        rows = torch.tensor(case.groups)
+        assert (rows[pack["beta"] == 0] > 0).all() and (pack["beta"] == 0).sum() == 1, case.label()
+        assert (rows[pack["beta"] < 0] > 0).all() and (pack["alpha"] < 0).any(), case.label()
