@@ -129,16 +129,32 @@ def cmd_demo(args) -> int:
     return 0 if ok else 1
 
 
+def _at_least(lo: int):
+    """An argparse type: an int no smaller than ``lo`` (a usage error names the option)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < lo:
+            raise argparse.ArgumentTypeError(f"must be at least {lo}, got {value}")
+        return value
+    return parse
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cudnn_ext", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m cudnn_ext",
+        description="cudnn_ext's command line: 'info' prints the versions, devices and engines that "
+                    "can run here; 'demo' runs an MoE backward step and checks it against the reference.")
     sub = parser.add_subparsers(dest="cmd", required=True)
     sub.add_parser("info", help="versions, devices and which engines can run here")
     demo = sub.add_parser("demo", help="a realistic MoE backward step on the best engine available")
-    demo.add_argument("--experts", type=int, default=8)
-    demo.add_argument("--n", type=int, default=None, help="ffn width N (default 1536 on GPU, 512 on CPU)")
-    demo.add_argument("--k", type=int, default=None, help="hidden size K (default 4096 on GPU, 1024 on CPU)")
-    demo.add_argument("--rows", type=int, default=None, help="mean tokens per expert")
-    demo.add_argument("--iters", type=int, default=5)
+    demo.add_argument("--experts", type=_at_least(1), default=8, help="number of experts (default 8)")
+    demo.add_argument("--n", type=_at_least(32), default=None, help="ffn width N (default 1536 on GPU, 512 on CPU)")
+    demo.add_argument("--k", type=_at_least(8), default=None, help="hidden size K (default 4096 on GPU, 1024 on CPU)")
+    demo.add_argument("--rows", type=_at_least(1), default=None, help="mean tokens per expert")
+    demo.add_argument("--iters", type=_at_least(1), default=5, help="timed runs (default 5)")
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--cpu", action="store_true", help="run on the CPU even if a GPU is present")
     args = parser.parse_args(argv)

@@ -320,6 +320,25 @@ def test_cli_rejects_unknown_command():
     assert r.returncode != 0
 
 
+@pytest.mark.parametrize("option,value", [("--experts", "0"), ("--iters", "0"), ("--rows", "-3"), ("--n", "x")])
+def test_cli_demo_rejects_bad_sizes_with_a_usage_error(option, value):
+    """A usage error naming the option (exit status 2), not a traceback from inside the demo."""
+    from cudnn_ext import cli
+
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["demo", option, value])
+    assert exc.value.code == 2
+
+
+def test_cli_help_is_plain_text(capsys):
+    from cudnn_ext import cli
+
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    out = capsys.readouterr().out
+    assert "``" not in out and "info" in out and "demo" in out
+
+
 def test_class_api_explains_its_engine_choice():
     cudnn = cudnn_ext
     L, N, K, M = 2, 32, 64, 512
