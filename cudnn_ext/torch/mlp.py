@@ -42,6 +42,7 @@ import torch
 from torch import Tensor, nn
 
 from ..contract.rules import M_ALIGN, check_m_aligned
+from ..errors import DtypeError
 from ..runtime.streams import capturing, current_stream_handle
 from . import layer_ops
 from .layer_ops import glu_act, glu_forward, zero_rows_past
@@ -287,8 +288,30 @@ def grouped_glu_mlp(x: Tensor, prob: Tensor, w1: Tensor, w2: Tensor, padded_offs
     bf = torch.bfloat16
     cfg = glu_config() if cfg is None else cfg
     check_m_aligned(m_aligned)  # now, not in the backward after the forward has run
+    prob = _check_layer_inputs(x, prob, w1, w2, padded_offsets)
     return _GroupedGluMLPFn.apply(x.to(bf), prob.float(), w1.to(bf), b1.to(bf) if b1 is not None else None,
                                   w2.to(bf), padded_offsets, cfg, m_aligned)
+
+
+def _check_layer_inputs(x: Tensor, prob: Tensor, w1: Tensor, w2: Tensor, padded_offsets: Tensor) -> Tensor:
+    """The layer's own arguments, checked by name before anything runs; returns prob as (M,)
+    (a (M, 1) or (M, 1, 1) prob, the vendor's shape, is taken as it is)."""
+    if x.dim() != 2 or x.shape[1] != w1.shape[-1]:
+        raise ValueError(f"x: expected (M, hidden={w1.shape[-1]}), got {tuple(x.shape)}")
+    m = x.shape[0]
+    if prob.numel() != m or any(s != 1 for s in prob.shape[1:]) or prob.dim() == 0:
+        raise ValueError(f"prob: expected (M,) = ({m},) (or (M, 1)), got {tuple(prob.shape)}")
+    if not prob.is_floating_point():
+        raise DtypeError(f"prob: must be a floating-point tensor (it is used in fp32), got {prob.dtype}")
+    if padded_offsets.dtype != torch.int32:
+        raise DtypeError(f"padded_offsets: must be int32 (cumulative expert ends), got {padded_offsets.dtype}")
+    if padded_offsets.dim() != 1 or padded_offsets.shape[0] != w1.shape[0]:
+        raise ValueError(f"padded_offsets: expected ({w1.shape[0]},), one end per expert, "
+                         f"got {tuple(padded_offsets.shape)}")
+    if padded_offsets.device != x.device or prob.device != x.device:
+        raise ValueError(f"padded_offsets and prob must be on x's device {x.device}, got "
+                         f"{padded_offsets.device} and {prob.device}")
+    return prob.reshape(m)
 
 
 class GroupedGluMLP(nn.Module):

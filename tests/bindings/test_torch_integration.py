@@ -122,6 +122,35 @@ def test_op_rejects_bad_input_with_named_errors():
     assert not off_dprob.any()
 
 
+@pytest.mark.parametrize("what,err,match", [
+    ("offsets_int64", TypeError, "padded_offsets: must be int32"),
+    ("offsets_short", ValueError, r"padded_offsets: expected \(2,\)"),
+    ("prob_short", ValueError, r"prob: expected \(M,\) = \(512,\)"),
+    ("prob_int", TypeError, "prob: must be a floating-point"),
+    ("x_hidden", ValueError, r"x: expected \(M, hidden=64\)"),
+])
+def test_layer_rejects_bad_input_by_its_own_argument_names(what, err, match):
+    """GroupedGluMLP names its own arguments (not the fused op's, not torch's "Offsets have to
+    be int32") before anything runs."""
+    layer = GroupedGluMLP(2, 64, 64)
+    x, prob, offs = torch.randn(512, 64, dtype=BF), torch.rand(512), torch.tensor([256, 512], dtype=torch.int32)
+    bad = {"offsets_int64": dict(offs=offs.long()), "offsets_short": dict(offs=offs[:1]),
+           "prob_short": dict(prob=prob[:511]), "prob_int": dict(prob=torch.ones(512, dtype=torch.int32)),
+           "x_hidden": dict(x=torch.randn(512, 32, dtype=BF))}[what]
+    args = dict(dict(x=x, prob=prob, offs=offs), **bad)
+    with pytest.raises(err, match=match):
+        layer(args["x"], args["prob"], args["offs"])
+
+
+def test_layer_takes_the_vendors_prob_shape():
+    """prob (M, 1) or (M, 1, 1), the vendor's shape, is the same as (M,)."""
+    layer = GroupedGluMLP(2, 64, 64)
+    x, prob, offs = torch.randn(512, 64, dtype=BF), torch.rand(512), torch.tensor([256, 512], dtype=torch.int32)
+    want = layer(x, prob, offs)
+    for shape in ((512, 1), (512, 1, 1)):
+        torch.testing.assert_close(layer(x, prob.view(shape), offs), want, rtol=0, atol=0)
+
+
 def test_hot_path_does_not_revalidate(monkeypatch):
     p = make_problem()
     call(p, generate_dbias=True)  # builds the memo entry and the plan
