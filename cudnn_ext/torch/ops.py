@@ -28,8 +28,8 @@ Python functions below map it to None). Every op takes ``int m_aligned=256``: M 
 """
 from __future__ import annotations
 
-import contextlib
 import functools
+import re
 from typing import Optional, Tuple
 
 import torch
@@ -101,6 +101,38 @@ _lib.define("grouped_gemm_dglu_discrete(Tensor a, Tensor b_ptrs, int n, Tensor c
             f"Tensor alpha, Tensor beta, Tensor prob, str b_major='k', {_ACT_ARGS}) -> (Tensor, Tensor, Tensor)")
 
 
+_CONTRACT_NAME = re.compile(r"\b(a|b|c|alpha|beta|prob|d_row|dprob|dbias)_tensor\b")
+_OUT_NAME = {"d_row": "out[0] (d_row)", "dprob": "out[1] (dprob)", "dbias": "out[2] (dbias)"}
+
+
+def _in_op_words(fn=None, *, traced: bool = False):
+    """Contract errors raised inside ``fn`` (an op body, real or fake, or the Python entry
+    point) put in the op's own words: its argument names (``a``, not the wrapper's
+    ``a_tensor``; ``out[1] (dprob)`` for an output) and dense ``b``'s shape as the caller passed
+    it, (L, N, K), not the contract's (N, K, L) view. In the fake kernels too, so a compiled
+    call's error (dynamo wraps the fake kernel's) reads the same. ``traced``: ``fn`` is the
+    entry point, which dynamo traces and where it cannot rewrite an exception (there the fake
+    kernel's rewrite is what the caller sees). try/except costs nothing until something
+    raises."""
+    if fn is None:
+        return functools.partial(_in_op_words, traced=traced)
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (ValueError, TypeError) as exc:
+            if (not traced or _eager()) and len(exc.args) == 1 and isinstance(exc.args[0], str):
+                msg = _CONTRACT_NAME.sub(lambda m: _OUT_NAME.get(m.group(1), m.group(1)), exc.args[0])
+                b = kwargs.get("b", args[1] if len(args) > 1 else None)
+                if isinstance(b, Tensor) and b.dim() == 3:
+                    msg = msg.replace(str(tuple(b.permute(1, 2, 0).shape)), str(tuple(b.shape)))
+                if msg != exc.args[0]:
+                    exc.args = (msg,)
+            raise
+    return call
+
+
 def _vendor_b(b: Tensor) -> Tensor:
     """The op's dense (L, N, K) weights as the contract's (N, K, L) view."""
     if b.dim() != 3:
@@ -128,6 +160,7 @@ def _replayed(sig, ts, c, generate_dbias):
     return res[0], res[1], (res[2] if generate_dbias else _empty_dbias(c.shape[1], c.device))
 
 
+@_in_op_words
 def _dense_impl(a: Tensor, b: Tensor, c: Tensor, padded_offsets: Tensor, alpha: Tensor, beta: Tensor,
                 prob: Tensor, act_func: str = "dswiglu", linear_offset: Optional[float] = None,
                 geglu_alpha: float = 1.702, glu_clamp_max: float = 7.0, glu_clamp_min: float = -7.0,
@@ -149,6 +182,7 @@ def _dense_impl(a: Tensor, b: Tensor, c: Tensor, padded_offsets: Tensor, alpha: 
     return d_row, dprob, (dbias if dbias is not None else _empty_dbias(c.shape[1], c.device))
 
 
+@_in_op_words
 def _discrete_impl(a: Tensor, b_ptrs: Tensor, n: int, c: Tensor, padded_offsets: Tensor, alpha: Tensor,
                    beta: Tensor, prob: Tensor, b_major: str = "k", act_func: str = "dswiglu",
                    linear_offset: Optional[float] = None, geglu_alpha: float = 1.702, glu_clamp_max: float = 7.0,
@@ -185,20 +219,7 @@ _lib.define("grouped_gemm_dglu_discrete_out(Tensor a, Tensor b_ptrs, int n, Tens
             f"Tensor alpha, Tensor beta, Tensor prob, {_OUTS}, str b_major='k', {_OUT_ACT}) -> ()")
 
 
-@contextlib.contextmanager
-def _out_named():
-    """An out= op's contract errors on its outputs carry ``out: `` (the contract names them
-    d_row_tensor, dprob_tensor, dbias_tensor). Raised inside the ops, real and fake, so a
-    compiled call's error (dynamo wraps the fake kernel's) reads the same."""
-    try:
-        yield
-    except (ValueError, TypeError) as exc:
-        msg = str(exc)
-        if any(s in msg for s in ("d_row_tensor", "dprob_tensor", "dbias_tensor")):
-            raise type(exc)(f"out: {msg}") from None
-        raise
-
-
+@_in_op_words
 def _dense_out_impl(a, b, c, padded_offsets, alpha, beta, prob, d_row, dprob, dbias=None,
                     act_func="dswiglu", linear_offset=None, geglu_alpha=1.702, glu_clamp_max=7.0,
                     glu_clamp_min=-7.0, m_aligned=256, fast=None) -> None:
@@ -212,10 +233,9 @@ def _dense_out_impl(a, b, c, padded_offsets, alpha, beta, prob, d_row, dprob, db
                 _mutated(outs)
                 return
             fast = (sig, ts)
-    with _out_named():
-        run(a, c, padded_offsets, alpha, beta, prob, b=_vendor_b(b),
-            act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min, m_aligned),
-            generate_dbias=dbias is not None, out=(d_row, dprob, dbias), fast=fast)
+    run(a, c, padded_offsets, alpha, beta, prob, b=_vendor_b(b),
+        act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min, m_aligned),
+        generate_dbias=dbias is not None, out=(d_row, dprob, dbias), fast=fast)
     _mutated((d_row, dprob, dbias))
 
 
@@ -230,6 +250,7 @@ def _mutated(tensors) -> None:
     torch.autograd.graph.increment_version([t for t in tensors if t is not None])
 
 
+@_in_op_words
 def _discrete_out_impl(a, b_ptrs, n, c, padded_offsets, alpha, beta, prob, d_row, dprob, dbias=None,
                        b_major="k", act_func="dswiglu", linear_offset=None, geglu_alpha=1.702,
                        glu_clamp_max=7.0, glu_clamp_min=-7.0, m_aligned=256, fast=None) -> None:
@@ -243,10 +264,9 @@ def _discrete_out_impl(a, b_ptrs, n, c, padded_offsets, alpha, beta, prob, d_row
                 _mutated(outs)
                 return
             fast = (sig, ts)
-    with _out_named():
-        run(a, c, padded_offsets, alpha, beta, prob, b_ptrs=b_ptrs, n=n, b_major=b_major,
-            act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min, m_aligned),
-            generate_dbias=dbias is not None, out=(d_row, dprob, dbias), fast=fast)
+    run(a, c, padded_offsets, alpha, beta, prob, b_ptrs=b_ptrs, n=n, b_major=b_major,
+        act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min, m_aligned),
+        generate_dbias=dbias is not None, out=(d_row, dprob, dbias), fast=fast)
     _mutated((d_row, dprob, dbias))
 
 
@@ -255,26 +275,27 @@ _lib.impl("grouped_gemm_dglu_discrete_out", _discrete_out_impl, "CompositeExplic
 
 
 @torch.library.register_fake(f"{_LIB}::grouped_gemm_dglu_out", lib=_lib)
+@_in_op_words
 def _(a, b, c, padded_offsets, alpha, beta, prob, d_row, dprob, dbias=None, act_func="dswiglu",
       linear_offset=None, geglu_alpha=1.702, glu_clamp_max=7.0, glu_clamp_min=-7.0, m_aligned=256):
-    with _out_named():
-        _fake_check(a, c, padded_offsets, alpha, beta, prob, b=b, generate_dbias=dbias is not None,
-                    act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min, m_aligned),
-                    out=(d_row, dprob, dbias))
+    _fake_check(a, c, padded_offsets, alpha, beta, prob, b=b, generate_dbias=dbias is not None,
+                act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min, m_aligned),
+                out=(d_row, dprob, dbias))
 
 
 @torch.library.register_fake(f"{_LIB}::grouped_gemm_dglu_discrete_out", lib=_lib)
+@_in_op_words
 def _(a, b_ptrs, n, c, padded_offsets, alpha, beta, prob, d_row, dprob, dbias=None, b_major="k",
       act_func="dswiglu", linear_offset=None, geglu_alpha=1.702, glu_clamp_max=7.0, glu_clamp_min=-7.0,
       m_aligned=256):
-    with _out_named():
-        _fake_check(a, c, padded_offsets, alpha, beta, prob, b_ptrs=b_ptrs, n=n, b_major=b_major,
-                    generate_dbias=dbias is not None,
-                    act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min, m_aligned),
-                    out=(d_row, dprob, dbias))
+    _fake_check(a, c, padded_offsets, alpha, beta, prob, b_ptrs=b_ptrs, n=n, b_major=b_major,
+                generate_dbias=dbias is not None,
+                act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min, m_aligned),
+                out=(d_row, dprob, dbias))
 
 
 @torch.library.register_fake(f"{_LIB}::grouped_gemm_dglu", lib=_lib)
+@_in_op_words
 def _(a, b, c, padded_offsets, alpha, beta, prob, act_func="dswiglu", linear_offset=None, geglu_alpha=1.702,
       glu_clamp_max=7.0, glu_clamp_min=-7.0, generate_dbias=False, d_dtype=None, m_aligned=256):
     problem = _fake_check(a, c, padded_offsets, alpha, beta, prob, b=b, generate_dbias=generate_dbias,
@@ -284,6 +305,7 @@ def _(a, b, c, padded_offsets, alpha, beta, prob, act_func="dswiglu", linear_off
 
 
 @torch.library.register_fake(f"{_LIB}::grouped_gemm_dglu_discrete", lib=_lib)
+@_in_op_words
 def _(a, b_ptrs, n, c, padded_offsets, alpha, beta, prob, b_major="k", act_func="dswiglu", linear_offset=None,
       geglu_alpha=1.702, glu_clamp_max=7.0, glu_clamp_min=-7.0, generate_dbias=False, d_dtype=None,
       m_aligned=256):
@@ -325,6 +347,7 @@ def _fake_outputs(c, problem):
 
 
 # --------------------------------------------------------------------------- Python API
+@_in_op_words(traced=True)
 def grouped_gemm_dglu(
     a: Tensor, c: Tensor, padded_offsets: Tensor, alpha: Tensor, beta: Tensor, prob: Tensor, *,
     b: Optional[Tensor] = None, b_ptrs: Optional[Tensor] = None, n: Optional[int] = None, b_major: str = "k",

@@ -221,9 +221,8 @@ def _misaligned(t, elems=1):
     return out
 
 
-@pytest.mark.parametrize("slot,name", [("a", "a_tensor"), ("b", "b_tensor"), ("c", "c_tensor"),
-                                       ("offs", "padded_offsets"), ("alpha", "alpha_tensor"),
-                                       ("beta", "beta_tensor"), ("prob", "prob_tensor")])
+@pytest.mark.parametrize("slot,name", [("a", "a"), ("b", "b"), ("c", "c"), ("offs", "padded_offsets"),
+                                       ("alpha", "alpha"), ("beta", "beta"), ("prob", "prob")])
 def test_misaligned_pointers_are_named_on_the_fast_path(launches, slot, name):
     p = make_problem()
     call(p)
@@ -242,7 +241,7 @@ def test_misaligned_outputs_and_pointer_table_are_named_on_the_fast_path(launche
     call(p, out=outs())
     n0 = len(launches)
     dprob = _misaligned(torch.zeros(1024))
-    with pytest.raises(ValueError, match="out: dprob_tensor: data pointer"):
+    with pytest.raises(ValueError, match=r"out\[1\] \(dprob\): data pointer"):
         call(p, out=(torch.zeros(1024, 128, dtype=BF), dprob, None))
     assert not dprob.any() and len(launches) == n0
     weights = [p["b"][e].contiguous() for e in range(3)]
@@ -454,13 +453,13 @@ def test_dispatcher_op_replay_keeps_the_checks(launches):
     op_call(p)
     assert len(launches) == 1
     bad = dict(p, a=p["a"].float())  # another dtype: no guard matches, the contract names it
-    with pytest.raises(TypeError, match="a_tensor"):
+    with pytest.raises(TypeError, match="a/b: mixed dtype"):
         op_call(bad)
     raw = torch.empty(1024 * 32 * 2 + 2, dtype=torch.uint8)
     off = (16 - raw.data_ptr() % 16) % 16 + 2  # 2 bytes past a 16-byte boundary
     shifted = raw[off:off + 1024 * 32 * 2].view(BF).view(1024, 32)
     shifted.copy_(p["a"])
-    with pytest.raises(ValueError, match="a_tensor"):
+    with pytest.raises(ValueError, match="a: data pointer"):
         op_call(dict(p, a=shifted))
     with pytest.raises(ValueError, match="act_func"):
         op_call(p, act_func="relu")

@@ -93,13 +93,19 @@ def test_discrete_matches_dense(b_major):
 
 def test_op_rejects_bad_input_with_named_errors():
     p = make_problem()
-    with pytest.raises(ValueError, match="a_tensor: M"):
+    with pytest.raises(ValueError, match="a: M"):
         ct.grouped_gemm_dglu(p["a"][:1000], p["c"][:1000], p["offs"], p["alpha"], p["beta"], p["prob"][:1000],
                              b=p["b"])
-    with pytest.raises(TypeError, match="c_tensor: dtype"):
+    with pytest.raises(TypeError, match="c: dtype"):
         ct.grouped_gemm_dglu(p["a"], p["c"].to(torch.int32), p["offs"], p["alpha"], p["beta"], p["prob"], b=p["b"])
     with pytest.raises(ValueError, match="b/b_ptrs"):
         ct.grouped_gemm_dglu(p["a"], p["c"], p["offs"], p["alpha"], p["beta"], p["prob"])
+    # the op's own names and b's shape as passed, (L, N, K), not the contract's (N, K, L) view
+    with pytest.raises(ValueError, match=r"^b: K must equal a's K = 32, got shape \(3, 64, 40\)$"):
+        ct.grouped_gemm_dglu(p["a"], p["c"], p["offs"], p["alpha"], p["beta"], p["prob"],
+                             b=torch.zeros(3, 64, 40, dtype=BF))
+    with pytest.raises(TypeError, match=r"^alpha: dtype must be one of \{float32\}, got float64"):
+        ct.grouped_gemm_dglu(p["a"], p["c"], p["offs"], p["alpha"].double(), p["beta"], p["prob"], b=p["b"])
     with pytest.raises(TypeError, match="generate_dbias: expected a bool, got int"):
         ct.grouped_gemm_dglu(p["a"], p["c"], p["offs"], p["alpha"], p["beta"], p["prob"], b=p["b"],
                              generate_dbias=1)
@@ -111,13 +117,13 @@ def test_op_rejects_bad_input_with_named_errors():
     misaligned = torch.empty(1024 * 32 + 1, dtype=BF)[1:].view(1024, 32)
     misaligned.copy_(p["a"])
     call(p)  # warm the memo for this metadata: alignment is still checked on the hot path
-    with pytest.raises(ValueError, match="a_tensor: data pointer"):
+    with pytest.raises(ValueError, match="a: data pointer"):
         ct.grouped_gemm_dglu(misaligned, p["c"], p["offs"], p["alpha"], p["beta"], p["prob"], b=p["b"])
     # and on the out= hot path, for a caller's output: named, nothing written
     d_row, dprob = torch.zeros(1024, 128, dtype=BF), torch.zeros(1024)
     call(p, out=(d_row, dprob, None))  # warm the memo for this metadata
     off_dprob = torch.zeros(1024 + 1)[1:]
-    with pytest.raises(ValueError, match="out: dprob_tensor: data pointer"):
+    with pytest.raises(ValueError, match=r"out\[1\] \(dprob\): data pointer"):
         call(p, out=(d_row, off_dprob, None))
     assert not off_dprob.any()
 
@@ -288,11 +294,11 @@ def test_out_variant_rejects_bad_outputs_with_named_errors():
         call(p, generate_dbias=True, out=(d_row, dprob, None))
     with pytest.raises(ValueError, match="d_dtype: out"):
         call(p, d_dtype=torch.float32, out=(d_row, dprob, None))
-    with pytest.raises(ValueError, match="out: d_row_tensor: shape"):
+    with pytest.raises(ValueError, match=r"out\[0\] \(d_row\): shape"):
         call(p, out=(d_row[:, :64], dprob, None))
-    with pytest.raises(TypeError, match="out: dprob_tensor: dtype"):
+    with pytest.raises(TypeError, match=r"out\[1\] \(dprob\): dtype"):
         call(p, out=(d_row, dprob.double(), None))
-    with pytest.raises(ValueError, match="out: dbias_tensor"):
+    with pytest.raises(ValueError, match=r"out\[2\] \(dbias\)"):
         call(p, generate_dbias=True, out=(d_row, dprob, dbias[:2]))
     assert torch.isnan(d_row).all()  # nothing was written by the refused calls
 
@@ -535,7 +541,7 @@ def test_meta_discrete_calls_are_validated():
     args = (meta["a"], meta["c"], meta["offs"], meta["alpha"], meta["beta"], meta["prob"])
     d_row, dprob, dbias = ct.grouped_gemm_dglu(*args, b_ptrs=ptrs, n=32, generate_dbias=True)
     assert (d_row.shape, dprob.shape, dbias.shape) == ((512, 64), (512,), (2, 64))
-    with pytest.raises(ValueError, match="c_tensor: shape"):  # N from n, not from c
+    with pytest.raises(ValueError, match="c: shape"):  # N from n, not from c
         ct.grouped_gemm_dglu(*args, b_ptrs=ptrs, n=64)
     with pytest.raises(TypeError, match="b_ptrs: dtype"):
         ct.grouped_gemm_dglu(*args, b_ptrs=ptrs.int(), n=32)
@@ -545,7 +551,7 @@ def test_meta_discrete_calls_are_validated():
         ct.grouped_gemm_dglu(*args, b_ptrs=ptrs, n=True)
     outs = (torch.empty(512, 64, dtype=BF, device="meta"), torch.empty(512, device="meta"),
             torch.empty(2, 64, device="meta"))  # an fp32 dbias
-    with pytest.raises(TypeError, match="out: dbias_tensor: dtype"):
+    with pytest.raises(TypeError, match=r"out\[2\] \(dbias\): dtype"):
         ct.grouped_gemm_dglu(*args, b_ptrs=ptrs, n=32, generate_dbias=True, out=outs)
 
 

@@ -88,7 +88,7 @@ def test_dispatcher_path_takes_m_aligned():
     d, dprob, dbias = torch.ops.cudnn_ext.grouped_gemm_dglu(meta["a"], meta["b"], *args(meta)[1:],
                                                             generate_dbias=True, m_aligned=8)
     assert d.shape == (56, 64) and dprob.shape == (56,) and dbias.shape == (len(OFFS), 64)
-    with pytest.raises(ValueError, match=r"a_tensor: M \(rows\) must be a multiple of 256, got M = 56"):
+    with pytest.raises(ValueError, match=r"a: M \(rows\) must be a multiple of 256, got M = 56"):
         torch.ops.cudnn_ext.grouped_gemm_dglu(meta["a"], meta["b"], *args(meta)[1:])  # the default, 256
 
 
