@@ -36,6 +36,10 @@ _EXPORTS = {
     "data_type": (".graph", "data_type"),
     "deserialize_plan": (".graph.graph", "deserialize_plan"),
     "PlanFormatError": (".graph.serialize", "PlanFormatError"),
+    "interleave_gate_up": (".layout", "interleave_gate_up"),
+    "split_gate_up": (".layout", "split_gate_up"),
+    "halves_to_interleaved": (".layout", "halves_to_interleaved"),
+    "interleaved_to_halves": (".layout", "interleaved_to_halves"),
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
@@ -64,4 +68,5 @@ if TYPE_CHECKING:  # static analysers see the eager imports
                         heur_mode)
     from .graph.graph import deserialize_plan
     from .graph.serialize import PlanFormatError
+    from .layout import halves_to_interleaved, interleave_gate_up, interleaved_to_halves, split_gate_up
     from .problem import ActConfig, DgluProblem

@@ -33,7 +33,11 @@ _SAMPLE_NAMES = re.compile(r"\b(" + "|".join(sorted(map(re.escape, _SAMPLE_OF), 
 
 
 class GroupedGemmDglu:
-    """Grouped GEMM + dGLU backward as a reusable, compiled object (see docs/api.md)."""
+    """Grouped GEMM + dGLU backward as a reusable, compiled object (see docs/api.md).
+
+    C (M, 2N) and D hold gate and up in the vendor's interleave (in every 64 columns, 32 gate
+    then 32 up); a ``[gate | up]`` C gives a wrong D that no check can see: convert it with
+    ``cudnn_ext.halves_to_interleaved``."""
 
     def __init__(
         self, sample_a, sample_c, sample_d_row, sample_d_col, sample_sfa, sample_padded_offsets, sample_alpha,

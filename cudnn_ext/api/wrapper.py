@@ -43,6 +43,9 @@ def grouped_gemm_dglu_wrapper(
     Allocates D (``torch.empty``: rows past ``padded_offsets[-1]`` are unspecified), dbias
     (zeros) when ``generate_dbias``, and the workspace; accumulates into the caller's
     ``dprob_tensor`` (zero it first) and returns it as is. ``engine`` pins an engine by name.
+    ``c_tensor`` (M, 2N) and D hold gate and up in the vendor's interleave (in every 64
+    columns, 32 gate then 32 up); a ``[gate | up]`` C gives a wrong D that no check can see:
+    convert it with ``cudnn_ext.halves_to_interleaved``.
     """
     if type(a_tensor).__module__.split(".")[0] in ("jax", "jaxlib"):  # JAX arrays: DLPack views
         call = dict(locals())

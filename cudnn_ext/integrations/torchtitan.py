@@ -13,7 +13,7 @@ What the swap changes, and why:
 * **Weights.** TorchTitan keeps the gate and up projections apart: ``w1_EFD`` and ``w3_EFD``
   (E, F, D). The fused op reads them as one (E, 2F, D) matrix whose rows are gate and up
   interleaved in 32-row blocks (in every 64 rows the first 32 are gate, the next 32 up:
-  ``cudnn_ext.reference.gate_up_columns``, docs/vendor_contract.md §1.3). The swap converts
+  ``cudnn_ext.layout.gate_up_columns``, docs/vendor_contract.md §1.3). The swap converts
   them once into the parameter ``w13`` and keeps ``w2_EDF`` (E, D, F) as it is (the same
   Parameter object). Converting once, rather than keeping w1/w3 and interleaving every step,
   saves a copy of both weights per forward and of their gradients per backward (0.47 GB each
@@ -64,11 +64,9 @@ except ImportError as exc:  # the integration is optional; say what to install
         "cudnn_ext.integrations.torchtitan needs torchtitan (and triton, which its MoE module "
         f"imports): pip install 'cudnn-ext[titan]' ({type(exc).__name__}: {exc})") from exc
 
-from ..reference.epilogue import gate_up_columns
+from ..layout import GATE_UP_BLOCK, interleave_gate_up as _interleave, split_gate_up as _split
 from ..torch.mlp import fused_row_alignment, gather_rows, glu_config, grouped_glu_mlp, pad_expert_rows
 
-#: rows of one gate (or up) block in the fused op's interleave
-GATE_UP_BLOCK = 32
 
 _STOCK_KEYS = ("w1_EFD", "w3_EFD")
 
@@ -76,11 +74,7 @@ _STOCK_KEYS = ("w1_EFD", "w3_EFD")
 def interleave_gate_up(w1: Tensor, w3: Tensor) -> Tensor:
     """TorchTitan's gate ``w1`` and up ``w3`` (E, F, D) as the fused op's (E, 2F, D) ``w13``."""
     _check_gate_up("w1", w1, "w3", w3)
-    gate, up = gate_up_columns(w1.shape[1], w1.device)
-    out = w1.new_empty((w1.shape[0], 2 * w1.shape[1], w1.shape[2]))
-    out[:, gate] = w1
-    out[:, up] = w3
-    return out
+    return _interleave(w1, w3, dim=1)
 
 
 def split_gate_up(w13: Tensor):
@@ -88,8 +82,8 @@ def split_gate_up(w13: Tensor):
     if w13.dim() != 3 or w13.shape[1] % (2 * GATE_UP_BLOCK):
         raise ValueError(f"w13: must be (E, 2F, D) with F a multiple of {GATE_UP_BLOCK}, got shape "
                          f"{tuple(w13.shape)}")
-    gate, up = gate_up_columns(w13.shape[1] // 2, w13.device)
-    return w13[:, gate], w13[:, up]
+    gate, up = _split(w13, dim=1)
+    return gate.contiguous(), up.contiguous()
 
 
 def _check_gate_up(n1: str, w1: Tensor, n3: str, w3: Tensor) -> None:

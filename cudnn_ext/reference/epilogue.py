@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import torch
 
+from ..layout import gate_up_columns  # noqa: F401  (the reference paths index D through it)
+
 
 def dswiglu(gate: torch.Tensor, up: torch.Tensor):
     """SwiGLU ``out = silu(gate) * up``: d/dgate = up*s*(1 + gate*(1-s)), d/dup = silu(gate)."""
@@ -68,12 +70,3 @@ def local_derivatives(act, gate, up):
     raise ValueError(f"act_func: unknown activation {act.act_func!r}")
 
 
-def gate_up_columns(n: int, device=None):
-    """Column indices into C/D (width 2N) of the gate and up halves of accumulator column n.
-
-    Within every 64-column pair the first 32 columns are gate and the next 32 are up
-    (docs/vendor_contract.md §1.3): gate(n) = 64*(n//32) + n%32, up(n) = gate(n) + 32.
-    """
-    idx = torch.arange(n, device=device)
-    gate = 64 * (idx // 32) + idx % 32
-    return gate, gate + 32

@@ -43,6 +43,7 @@ from torch import Tensor, nn
 
 from ..contract.rules import M_ALIGN, check_m_aligned
 from ..errors import DtypeError
+from ..layout import check_layout, halves_to_interleaved
 from ..runtime.streams import capturing, current_stream_handle
 from . import layer_ops
 from .layer_ops import glu_act, glu_forward, zero_rows_past
@@ -277,18 +278,23 @@ def glu_config(activation: str = "swiglu", *, geglu_alpha: float = 1.702, clamp_
 
 
 def grouped_glu_mlp(x: Tensor, prob: Tensor, w1: Tensor, w2: Tensor, padded_offsets: Tensor, *,
-                    b1: Optional[Tensor] = None, cfg: Optional[dict] = None, m_aligned: int = M_ALIGN) -> Tensor:
+                    b1: Optional[Tensor] = None, cfg: Optional[dict] = None, m_aligned: int = M_ALIGN,
+                    gate_up_layout: str = "interleaved") -> Tensor:
     """``GroupedGluMLP``'s forward as a function of its weights (same layout, same autograd).
 
     For layers that own their parameters under other names (framework integrations,
     ``cudnn_ext.integrations``). ``cfg`` comes from :func:`glu_config` (default: SwiGLU).
     ``m_aligned``: the row alignment of ``padded_offsets`` and M, passed to the fused op.
-    Operands are cast to bf16, the fused op's operand contract.
+    ``gate_up_layout``: how ``w1``'s rows (and ``b1``) hold gate and up, see
+    :class:`GroupedGluMLP`. Operands are cast to bf16, the fused op's operand contract.
     """
     bf = torch.bfloat16
     cfg = glu_config() if cfg is None else cfg
     check_m_aligned(m_aligned)  # now, not in the backward after the forward has run
     prob = _check_layer_inputs(x, prob, w1, w2, padded_offsets)
+    if check_layout(gate_up_layout) == "halves":  # differentiable: the gradients come back as halves
+        w1 = halves_to_interleaved(w1, dim=1, name="w1")
+        b1 = None if b1 is None else halves_to_interleaved(b1, dim=1, name="b1")
     return _GroupedGluMLPFn.apply(x.to(bf), prob.float(), w1.to(bf), b1.to(bf) if b1 is not None else None,
                                   w2.to(bf), padded_offsets, cfg, m_aligned)
 
@@ -325,14 +331,20 @@ class GroupedGluMLP(nn.Module):
     ``clamp_min``, ``linear_offset``; for DeepSeek-V4 clamped SwiGLU use geglu with alpha 1,
     offset 0 and clamps ±limit). ``m_aligned``: the row alignment of the ``padded_offsets``
     (and M) the layer is given, one of 1 (groups of any size), 8, 16, 32, 64, 128, 256.
+
+    ``w1`` (L, 2N, H) holds the gate and up rows in the fused op's interleave (32 gate rows,
+    then 32 up rows, in every 64: ``cudnn_ext.layout``) by default. ``gate_up_layout="halves"``
+    keeps them as ``[gate; up]`` (the usual fused ``gate_up_proj`` of a checkpoint): each
+    forward interleaves a copy, and the gradients come back in the halves layout.
     """
 
     def __init__(self, num_experts: int, hidden: int, intermediate: int, *, activation: str = "swiglu",
                  bias: bool = False, geglu_alpha: float = 1.702, clamp_max: float = 7.0, clamp_min: float = -7.0,
                  linear_offset: Optional[float] = None, m_aligned: int = M_ALIGN, device=None,
-                 dtype=torch.bfloat16):
+                 dtype=torch.bfloat16, gate_up_layout: str = "interleaved"):
         super().__init__()
         check_m_aligned(m_aligned)
+        self.gate_up_layout = check_layout(gate_up_layout)
         if intermediate <= 0 or intermediate % 32:
             raise ValueError(f"intermediate: must be a positive multiple of 32 (gate/up blocks), got {intermediate}")
         self.num_experts, self.hidden, self.intermediate = num_experts, hidden, intermediate
@@ -354,11 +366,12 @@ class GroupedGluMLP(nn.Module):
 
     def forward(self, x: Tensor, prob: Tensor, padded_offsets: Tensor) -> Tensor:
         return grouped_glu_mlp(x, prob, self.w1, self.w2, padded_offsets, b1=self.b1, cfg=self.cfg,
-                               m_aligned=self.m_aligned)
+                               m_aligned=self.m_aligned, gate_up_layout=self.gate_up_layout)
 
     def extra_repr(self) -> str:
         return (f"experts={self.num_experts}, hidden={self.hidden}, intermediate={self.intermediate}, "
-                f"act={self.cfg['act_func'][1:]}, bias={self.b1 is not None}, m_aligned={self.m_aligned}")
+                f"act={self.cfg['act_func'][1:]}, bias={self.b1 is not None}, m_aligned={self.m_aligned}"
+                + (f", gate_up_layout={self.gate_up_layout}" if self.gate_up_layout != "interleaved" else ""))
 
 
 __all__ = ["GroupedGluMLP", "gather_rows", "glu_act", "glu_config", "glu_forward", "grouped_glu_mlp", "grouped_mm", "grouped_wgrad",

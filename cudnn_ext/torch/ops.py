@@ -37,6 +37,7 @@ from torch import Tensor
 
 from .. import contract
 from ..contract import check_same_device
+from ..layout import check_layout, halves_to_interleaved, interleaved_to_halves
 from ..problem import ACT_FUNCS
 from ..functional import ActArgs, run, run_fast, validate
 
@@ -354,7 +355,7 @@ def grouped_gemm_dglu(
     act_func: str = "dswiglu", linear_offset: Optional[float] = None, geglu_alpha: float = 1.702,
     glu_clamp_max: float = 7.0, glu_clamp_min: float = -7.0, generate_dbias: bool = False,
     d_dtype: Optional[torch.dtype] = None, out: Optional[Tuple[Tensor, Tensor, Optional[Tensor]]] = None,
-    m_aligned: int = 256,
+    m_aligned: int = 256, gate_up_layout: str = "interleaved",
 ) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
     """Grouped GEMM + dGLU backward as a functional, ``torch.compile``-able op.
 
@@ -373,7 +374,25 @@ def grouped_gemm_dglu(
     rows of ``d_row`` at/past the last offset are left untouched and ``dprob``/``dbias`` are
     *accumulated into* (zero them for plain results). ``dbias`` must be given exactly when
     ``generate_dbias``. Returns ``out``.
+
+    ``gate_up_layout="halves"``: ``c`` is ``[gate | up]`` (gate columns 0..N-1, up N..2N-1)
+    and ``d_row``/``dbias`` come back the same way; the op converts on the device (a copy of C
+    in and of D out: ``cudnn_ext.layout``). Not with ``out=``: pass interleaved tensors there.
+    A halves C passed as interleaved gives a wrong D that no check can see.
     """
+    if gate_up_layout != "interleaved":
+        check_layout(gate_up_layout)
+        if out is not None:
+            raise ValueError("gate_up_layout: 'halves' is not supported with out= (the outputs are written "
+                             "in place in the fused op's interleave); pass interleaved tensors "
+                             "(cudnn_ext.halves_to_interleaved) or drop out=")
+        d_row, dprob, dbias = grouped_gemm_dglu(
+            a, halves_to_interleaved(c, name="c"), padded_offsets, alpha, beta, prob, b=b, b_ptrs=b_ptrs, n=n,
+            b_major=b_major, act_func=act_func, linear_offset=linear_offset, geglu_alpha=geglu_alpha,
+            glu_clamp_max=glu_clamp_max, glu_clamp_min=glu_clamp_min, generate_dbias=generate_dbias,
+            d_dtype=d_dtype, m_aligned=m_aligned)
+        return (interleaved_to_halves(d_row), dprob,
+                None if dbias is None else interleaved_to_halves(dbias))
     if (b is None) == (b_ptrs is None):
         raise ValueError("b/b_ptrs: provide exactly one of b (dense (L, N, K) weights) or b_ptrs (per-expert pointers)")
     if b is not None and n is not None:

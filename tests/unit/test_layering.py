@@ -12,7 +12,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "cudnn_ext"
 
 #: Bottom to top. A unit of one layer may import units of lower layers only.
 LAYERS = (
-    ("version", "errors", "problem"),
+    ("version", "errors", "problem", "layout"),
     ("quant",),
     ("contract",),
     ("runtime",),
