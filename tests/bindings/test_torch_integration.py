@@ -721,3 +721,20 @@ def test_grouped_glu_mlp_with_no_rows_gives_zero_gradients():
     for w in (m.w1, m.w2, m.b1):
         assert w.grad is not None and w.grad.shape == w.shape and not w.grad.any()
     assert x.grad.shape == (0, 64) and p.grad.shape == (0,)
+
+
+def test_import_does_not_load_the_compiler():
+    """``import cudnn_ext.torch`` leaves torch._dynamo unloaded (a second of import time); the
+    constant-result mark on the row-alignment probe is the one torch's decorator sets."""
+    import subprocess
+    import sys
+
+    code = "import sys, cudnn_ext.torch; print('torch._dynamo' in sys.modules)"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "False", r.stdout + r.stderr
+    from cudnn_ext.torch import mlp
+
+    marked = torch.compiler.assume_constant_result(lambda: 0)
+    mark = [k for k in vars(marked) if k.startswith("_dynamo")]
+    assert mark == ["_dynamo_marked_constant"]
+    assert getattr(mlp._cuda_row_alignment, mark[0]) is getattr(marked, mark[0])
