@@ -65,6 +65,7 @@ def grouped_gemm_dglu_wrapper(
     hit = memo.lookup(key, ops)
     if hit is not None:  # same metadata as a validated call: same problem, same built graph
         problem, graph, pack = hit
+        contract.check_call_offsets(problem, pack, first=False)
     else:
         if not isinstance(generate_dbias, bool):
             raise TypeError(f"generate_dbias: expected a bool, got {type(generate_dbias).__name__}")
@@ -73,6 +74,7 @@ def grouped_gemm_dglu_wrapper(
                                            generate_dbias=generate_dbias)
         graph = graph_for_call(problem, pack, engine=engine)  # decline reasons surface before any allocation
         memo.remember(key, ops, problem, graph, pack)
+        contract.check_call_offsets(problem, pack, first=True)
     plan = graph.execution_plan
     device = pack["c"].device
     stream = launch_stream(current_stream, device)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 from dataclasses import dataclass, fields
 from typing import Any, Dict, Optional, Tuple
 
@@ -489,5 +490,45 @@ __all__ = [
     'check_d_dtype', 'check_float_type', 'check_finite', 'check_expert_count', 'check_n',
     'SCALAR_DTYPES', 'per_expert_vectors', 'dense_b_major', 'pointer_table', 'prob_vectors', 'dbias_view',
     'check_m_aligned', 'check_choice', 'CallConfig', 'resolve_act', 'check_common_config', 'check_bf16_config',
-    'operand_family', 'Operands', 'ARG_NAMES'
+    'operand_family', 'Operands', 'ARG_NAMES', 'CHECK_OFFSETS_ENV', 'offsets_checked_every_call',
+    'check_offsets_on_device', 'check_call_offsets'
 ]
+
+
+#: ``CUDNN_EXT_CHECK_OFFSETS=1``: check ``padded_offsets``' values on the device at every call
+#: (by default only the first call of each call signature of the wrapper and the torch op is)
+CHECK_OFFSETS_ENV = "CUDNN_EXT_CHECK_OFFSETS"
+
+
+def offsets_checked_every_call() -> bool:
+    return os.environ.get(CHECK_OFFSETS_ENV, "0") not in ("", "0")
+
+
+def check_offsets_on_device(offsets: torch.Tensor, m: int, m_aligned: int) -> None:
+    """The value rules of ``padded_offsets`` (non-negative, non-decreasing, multiples of
+    ``m_aligned``, the last at most M) without a host sync: a few small kernels and
+    ``torch._assert_async``, which raises at the next synchronization. On a GPU a failed check
+    is a device-side assert, after which the process's CUDA context is lost (as after any);
+    the kernel itself would have read and written out of bounds. On the CPU it raises at once."""
+    if offsets.numel() == 0:
+        return
+    ok = (offsets[0] >= 0) & (offsets[-1] <= m)
+    if offsets.numel() > 1:
+        ok = ok & (offsets[1:] >= offsets[:-1]).all()
+    if m_aligned > 1:
+        ok = ok & (offsets.remainder(m_aligned) == 0).all()
+    torch._assert_async(ok, f"padded_offsets: must be non-negative, non-decreasing, multiples of "
+                            f"m_aligned={m_aligned} and at most M={m}")
+
+
+def check_call_offsets(problem, pack: Dict[str, Any], first: bool) -> None:
+    """``check_offsets_on_device`` for a CUDA call: on its first (validated) call, or on every
+    call under ``CUDNN_EXT_CHECK_OFFSETS=1``. Not for one group with runtime offsets (the
+    tensor is not read)."""
+    offsets = pack.get("padded_offsets")
+    if offsets is None or offsets.device.type != "cuda" or not (first or offsets_checked_every_call()):
+        return
+    bs = problem.block_scale
+    if bs is not None and bs.single_group_runtime_offsets:
+        return
+    check_offsets_on_device(offsets, pack["c"].shape[0], problem.m_aligned)

@@ -148,8 +148,11 @@ def run(a: torch.Tensor, c: torch.Tensor, offsets: torch.Tensor, alpha: torch.Te
         key += (d_dtype,)
     else:
         key += (_meta(out[0]), _meta(out[1]), _meta(out[2]))
-    e = CALLS.get(key) or _entry(key, a, c, b, b_ptrs, n, b_major, offsets, alpha, beta, prob, act,
-                                 generate_dbias, d_dtype, engine, out)
+    e = CALLS.get(key)
+    first = e is None
+    if first:
+        e = _entry(key, a, c, b, b_ptrs, n, b_major, offsets, alpha, beta, prob, act, generate_dbias, d_dtype,
+                   engine, out)
     # data pointers are not in the key: the contract's 16-byte rule is re-checked here, on
     # all pointers OR-ed together (the per-tensor loop, which names the culprit, only when
     # one is off)
@@ -201,6 +204,7 @@ def run(a: torch.Tensor, c: torch.Tensor, offsets: torch.Tensor, alpha: torch.Te
     else:
         pack["b_ptrs"] = b_ptrs
     plan = e.plan
+    contract.check_call_offsets(problem, pack, first)
     # stream None stays None: engines launch on the device's current stream (no Stream object)
     ws = _workspace(e.ws_size, dev, stream) if e.ws_size else None
     if fresh:  # only ever set without out=
@@ -234,6 +238,7 @@ class _Fast:
     generate_dbias: bool
     ws_size: int
     dense: bool
+    m_aligned: int
     #: the launch on a scratch kept zero in [zero_from, zero_from + zero_bytes) (one kernel
     #: instead of a zeroing kernel + the kernel; the contract with dbias), used outside
     #: graph capture; built on the first replay that can use it (another compiled variant)
@@ -267,7 +272,7 @@ def _remember(fast, e: _Entry, dev, m, two_n, fresh, d_dtype, generate_dbias) ->
     if guard is None:
         return
     slot = _Fast(guard, launch, idx, dev, m, two_n, e.problem.num_experts, d_dtype,
-                 generate_dbias, e.ws_size, e.problem.weight_mode != "discrete")
+                 generate_dbias, e.ws_size, e.problem.weight_mode != "discrete", e.problem.m_aligned)
     if not fresh and e.plan.zeroed_region is not None:
         slot.zero_from, slot.plan = e.plan.zeroed_region, e.plan
         slot.zero_bytes = e.plan.zeroed_region_bytes
@@ -337,6 +342,8 @@ def run_fast(sig, ts, out=None):
             ws = POOL.scratch(s.ws_size, s.device, current_stream_handle(s.device_index))
         else:  # capturing, or on the CPU: a fresh buffer, as _workspace gives
             ws = torch.empty(s.ws_size, dtype=torch.uint8, device=s.device)
+    if s.device_index >= 0 and contract.offsets_checked_every_call():
+        contract.check_offsets_on_device(offsets, s.m, s.m_aligned)
     # ws stays referenced until the launch is queued (a fresh scratch is freed after it,
     # stream-ordered)
     launch(pa, pw, pc, po, pal, pbe, ppr, pd, pdp, pdb, ws.data_ptr() if ws is not None else 0, s.m)

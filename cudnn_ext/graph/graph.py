@@ -15,6 +15,7 @@ from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence
 
 import torch
 
+from ..contract.rules import check_call_offsets, offsets_checked_every_call
 from ..engines import heuristics as heur
 from ..engines.registry import ENGINES, engine_by_id, engine_by_name
 from ..plan.execution import PlanSet
@@ -430,6 +431,8 @@ class Graph:
         """Run the selected plan on a canonical slot pack (what ``bind`` returns, or what the
         contract returns for the wrapper and the class API), with a checked workspace, on
         ``stream`` (a torch stream). The one execute path of every entry point."""
+        if offsets_checked_every_call():
+            check_call_offsets(self.execution_plan.problem, pack, first=False)
         with on_stream(stream):
             self.execution_plan.execute(pack, workspace, stream)
 

@@ -1,0 +1,59 @@
+"""The device-side check of padded_offsets' values (contract.check_offsets_on_device): the
+rules it enforces, and when the entry points run it (the first call of a call signature of
+the wrapper and the torch op, every call under CUDNN_EXT_CHECK_OFFSETS=1). On the CPU
+torch._assert_async raises at once, so the predicate is tested here; the GPU runs the same
+kernels."""
+import pytest
+import torch
+
+from cudnn_ext import contract
+
+
+@pytest.mark.parametrize("offsets,m,aligned,ok", [
+    ([256, 512], 512, 256, True),
+    ([0, 0, 8], 8, 8, True),
+    ([3, 3, 10], 10, 1, True),
+    ([256, 128], 512, 256, False),  # decreasing
+    ([256, 768], 512, 256, False),  # past M
+    ([8, 12], 16, 8, False),  # not a multiple of m_aligned
+    ([-8, 8], 16, 8, False),  # negative
+    ([512], 512, 256, True),
+])
+def test_offsets_rules(offsets, m, aligned, ok):
+    t = torch.tensor(offsets, dtype=torch.int32)
+    if ok:
+        contract.check_offsets_on_device(t, m, aligned)
+    else:
+        with pytest.raises(RuntimeError, match="padded_offsets: must be non-negative, non-decreasing"):
+            contract.check_offsets_on_device(t, m, aligned)
+
+
+class _Problem:
+    block_scale = None
+    m_aligned = 256
+
+
+def test_entry_points_check_on_the_first_call_or_under_the_flag(monkeypatch):
+    """check_call_offsets runs the check for CUDA offsets on a first call, or on every call
+    under the flag (a meta tensor stands in for CUDA: its device type is swapped in)."""
+    seen = []
+    monkeypatch.setattr(contract.rules, "check_offsets_on_device", lambda o, m, a: seen.append((m, a)))
+
+    class Cuda:
+        device = torch.device("cuda", 0)
+
+        def numel(self):
+            return 2
+
+    pack = {"padded_offsets": Cuda(), "c": torch.empty(512, 64)}
+    monkeypatch.delenv(contract.CHECK_OFFSETS_ENV, raising=False)
+    contract.check_call_offsets(_Problem(), pack, first=False)
+    assert seen == []
+    contract.check_call_offsets(_Problem(), pack, first=True)
+    assert seen == [(512, 256)]
+    monkeypatch.setenv(contract.CHECK_OFFSETS_ENV, "1")
+    contract.check_call_offsets(_Problem(), pack, first=False)
+    assert len(seen) == 2
+    cpu = {"padded_offsets": torch.tensor([256, 512]), "c": pack["c"]}
+    contract.check_call_offsets(_Problem(), cpu, first=True)  # the CPU engine checks values itself
+    assert len(seen) == 2
