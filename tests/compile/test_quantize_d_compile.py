@@ -6,7 +6,7 @@ import importlib.util
 
 import pytest
 
-from cudnn_ext.kernels.blockscaled.quantize_d import QuantizeDConfig
+from cudnn_ext.kernels.blockscaled.config import QuantizeDConfig
 
 needs_dsl = pytest.mark.skipif(importlib.util.find_spec("cutlass") is None,
                                reason="nvidia-cutlass-dsl is not installed")

@@ -11,7 +11,7 @@ import torch
 from cudnn_ext.engines.sm90 import config_for
 from cudnn_ext.engines.sm90_blockscaled import (Sm90BlockScaledEngine, Sm90BlockScaledPlan, dense_problem,
                                                 kernel_scalars, quantize_config)
-from cudnn_ext.kernels.blockscaled.quantize_d import QuantizeDConfig
+from cudnn_ext.kernels.blockscaled.config import QuantizeDConfig
 from cudnn_ext.problem import ActConfig, BlockScaleConfig, DgluProblem
 
 needs_dsl = pytest.mark.skipif(importlib.util.find_spec("cutlass") is None,

@@ -122,7 +122,7 @@ CASES = [  # (2N, offsets, discrete_col_sfd, norm_const)
 @pytest.mark.parametrize("seed", [0, 1])
 def test_quantizer_matches_the_reference_bit_for_bit(two_n, ends, discrete, nc, seed):
     needs_cuda_and_dsl()
-    from cudnn_ext.kernels.blockscaled.quantize_d import QuantizeDConfig
+    from cudnn_ext.kernels.blockscaled.config import QuantizeDConfig
 
     m = 1024
     x = _hard_input(m, two_n, seed)
@@ -143,7 +143,7 @@ def test_single_group_ends_at_m_and_never_reads_the_offsets(discrete):
     """One group of all M rows: the offsets' address is null (a read would fault), and the
     per-expert layout of one group is the global one."""
     needs_cuda_and_dsl()
-    from cudnn_ext.kernels.blockscaled.quantize_d import QuantizeDConfig
+    from cudnn_ext.kernels.blockscaled.config import QuantizeDConfig
 
     m, two_n = 512, 192
     x = _hard_input(m * 2, two_n, 3)[:m].contiguous()
@@ -163,7 +163,7 @@ def test_plain_conversion_saturates_like_the_reference(fmt, single):
     too), a NaN stored as its sign and 0x7F (torch's encoding of both formats); only D_row is
     written, rows past the last offset keep their bytes."""
     needs_cuda_and_dsl()
-    from cudnn_ext.kernels.blockscaled.quantize_d import QuantizeDConfig
+    from cudnn_ext.kernels.blockscaled.config import QuantizeDConfig
 
     dtype = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[fmt]
     m, two_n = 1024, 192

@@ -17,7 +17,8 @@ import cutlass  # noqa: E402
 from ..kernel_cache import TVM_FFI  # noqa: E402
 from ..placeholders import call_on_addresses, compile_on_placeholders  # noqa: E402
 from .dequant import DequantConfig, Dequantizer  # noqa: E402
-from .quantize_d import QuantizeD, QuantizeDConfig  # noqa: E402
+from .config import QuantizeDConfig  # noqa: E402
+from .quantize_d import QuantizeD  # noqa: E402
 
 #: (element bytes, scale bytes, bf16 out, offsets) and their assumed alignments: a row of K
 #: elements starts 16-byte aligned (K % 128 == 0 for FP8, % 64 for FP4 at least: whole quads)
