@@ -17,7 +17,7 @@ from cudnn_ext import TupleDict
 from oracle import expert_weights_from_dense, oracle
 
 BF16 = torch.bfloat16
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 KEYS = ("d_row_tensor", "d_col_tensor", "dprob_tensor", "dbias_tensor", "amax_tensor", "sfd_row_tensor",
         "sfd_col_tensor")
 

@@ -152,7 +152,7 @@ def test_cudnn_ext_under_the_vendors_name_is_not_the_vendor(monkeypatch):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only decline")
 def test_cli_info_lists_the_vendor_reason():
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     out = subprocess.run([sys.executable, "-m", "cudnn_ext", "info"], capture_output=True, text=True, check=True,
                          cwd=root, env={**os.environ, "PYTHONPATH": root}).stdout
     line = next(ln for ln in out.splitlines() if ln.strip().startswith("vendor_sm100"))
