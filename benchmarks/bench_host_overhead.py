@@ -18,6 +18,8 @@ CUDA the launches are asynchronous, so this is host time):
   custom_op_out       torch.ops.cudnn_ext.grouped_gemm_dglu_out (what torch.compile calls)
   wrapper             cudnn_ext.grouped_gemm_dglu_wrapper (vendor-compatible; validates each call)
   layer_call          GroupedGluMLP's backward call (python_fn with its N-major weights and keywords)
+  step_op:<op>        each other op the layer's step calls (grouped_mm, glu_forward, grouped_wgrad)
+  step:GroupedGluMLP  the layer's whole eager step, forward and backward through autograd
   zeros_only          the three output allocations alone (a floor for any functional op)
   empty_only          the same with torch.empty, and empty_strided_only with torch.empty_strided
                       (what the replay allocates with: a fresh-outputs kernel initializes them)
@@ -132,6 +134,19 @@ def main():
         a, c, offs, alpha, beta, prob, b=wt, generate_dbias=True, **mlp_kw))
     record(f"layer_call+{real_engine} (no dbias)", lambda: ct.grouped_gemm_dglu(
         a, c, offs, alpha, beta, prob, b=wt, generate_dbias=False, **mlp_kw))
+    # every other op GroupedGluMLP's step calls (the swapped TorchTitan experts' too), on the
+    # real kernels, and the whole step (forward + backward through autograd)
+    from cudnn_ext.torch import layer_ops
+    from cudnn_ext.torch.mlp import GroupedGluMLP, grouped_mm, grouped_wgrad
+    cfg = dict(act_func="dswiglu", geglu_alpha=1.702, clamp_max=7.0, clamp_min=-7.0, linear_offset=0.0)
+    w1 = torch.randn(L, 2 * N, K, device=dev).to(bf)
+    record("step_op:grouped_mm", lambda: grouped_mm(a, w1, offs))
+    record("step_op:glu_forward", lambda: layer_ops.glu_forward(c, prob, offs, **cfg))
+    record("step_op:grouped_wgrad", lambda: grouped_wgrad(a, c, offs))
+    layer = GroupedGluMLP(L, K, N, device=dev)
+    x = torch.randn(M, K, device=dev).to(bf).requires_grad_()
+    grad_y = torch.randn(M, K, device=dev).to(bf)
+    record("step:GroupedGluMLP fwd+bwd", lambda: layer(x, prob, offs).backward(grad_y))
     # the same calls without the guarded replay (run_fast): every call keys the memo in Python
     # and runs plan.execute (the hot path before the replay existed), side by side
     _guards.AVAILABLE = False  # nothing is remembered, and nothing remembered is replayed
