@@ -166,6 +166,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def model_config(name: str, attn: str, *, smoke: bool = False):
     """TorchTitan's DeepSeek-V3 config for ``--config name`` with the ``attn`` backend (its first
     SMOKE_LAYERS layers with ``smoke``)."""
+    _torch_2_11_shim()
     from torchtitan.models.deepseek_v3 import model_registry
 
     cfg = model_registry("debugmodel", attn_backend="flex").model
@@ -175,6 +176,16 @@ def model_config(name: str, attn: str, *, smoke: bool = False):
         cfg = _with_large_experts(cfg)
     _set_attention(cfg, attn)
     return cfg
+
+
+def _torch_2_11_shim() -> None:
+    """TorchTitan 0.3's DeepSeek-V3 package imports ``torch.distributed.fsdp.DataParallelMeshDims``
+    (torch 2.12+) for its multi-token-prediction decoder, which this run never builds; on an
+    older torch (the lent GPU's 2.11) the name gets a placeholder so the package imports."""
+    import torch.distributed.fsdp as fsdp
+
+    if not hasattr(fsdp, "DataParallelMeshDims"):
+        fsdp.DataParallelMeshDims = type("DataParallelMeshDims", (), {})
 
 
 def _with_large_experts(cfg):
@@ -431,12 +442,29 @@ def _check_same_start(model: nn.Module, stock_start: dict) -> None:
 
 # -- one run of each kind ------------------------------------------------------------------------
 
+def training_recipe():
+    """The optimizer, learning-rate schedule and gradient clipping of TorchTitan's debugmodel
+    recipe (``deepseek_v3.config_registry.deepseek_v3_debugmodel``: AdamW at 8e-4, 2 warm-up
+    steps, linear decay over the last 80%), built from TorchTitan's own config classes: the
+    registry module imports the Hugging Face dataset loader (the ``datasets`` package), which a
+    run on synthetic tokens does not need. tests/benchmarks/test_train_titan.py checks it
+    against the registry's where ``datasets`` is installed."""
+    from types import SimpleNamespace
+
+    from torchtitan.components.optimizer import LRSchedulersContainer, default_adamw
+    from torchtitan.config import TrainingConfig
+
+    return SimpleNamespace(
+        optimizer=default_adamw(lr=8e-4),
+        lr_scheduler=LRSchedulersContainer.Config(warmup_steps=2, decay_ratio=0.8, decay_type="linear",
+                                                  min_lr_factor=0.0),
+        training=TrainingConfig(local_batch_size=8, seq_len=2048, steps=10))
+
+
 def run_both(cfg, args, device: torch.device, workdir: Path) -> dict:
     """Stock then swapped, one model on the device at a time; returns the runs and the
     checkpoint round trip."""
-    from torchtitan.models.deepseek_v3.config_registry import deepseek_v3_debugmodel
-
-    recipe = deepseek_v3_debugmodel()
+    recipe = training_recipe()
     tokens = token_stream(args.seed, args.steps, args.batch, args.seq_len, cfg.vocab_size).to(device)
     fixed = _fixed_batch(args, cfg).to(device)
     runs, logits, summary, start = {}, {}, None, None

@@ -60,3 +60,15 @@ def test_bad_arguments_are_refused():
         train_titan.parse_args(["--device", "cpu", "--attn", "flex"])
     with pytest.raises(SystemExit):
         train_titan.parse_args(["--smoke", "--device", "cuda"])
+
+
+def test_recipe_is_the_registrys():
+    """training_recipe() builds what TorchTitan's debugmodel recipe holds for the optimizer, the
+    schedule and clipping (the registry module needs ``datasets``: skipped without it)."""
+    pytest.importorskip("datasets", reason="the registry's recipe imports the datasets package")
+    from torchtitan.models.deepseek_v3.config_registry import deepseek_v3_debugmodel
+
+    want, got = deepseek_v3_debugmodel(), train_titan.training_recipe()
+    assert got.optimizer == want.optimizer
+    assert got.lr_scheduler == want.lr_scheduler
+    assert got.training.max_norm == want.training.max_norm

@@ -289,7 +289,7 @@ def test_sm90_blockscaled_dsituglu(fmt, mode, beta1, beta2, scale, prob, d_dtype
     d = out["d"]
     assert torch.isfinite(d[:last].float()).all()
     assert torch.isnan(d[last:].float()).all()  # never touched
-    tol = dict(D_TOL, **{torch.float32: 1e-4})[d_dtype]
+    tol = {**D_TOL, torch.float32: 1e-4}[d_dtype]
     assert rel_err(d[:last], ref["d"][:last].to(d.device)) < tol
     assert rel_err(d[:last], ref_eng["d"][:last]) < tol
     if prob:
