@@ -296,10 +296,18 @@ def test_kernel_alpha_squares_to_the_16_bit_square(dtype):
     p = _problem(act="dgeglu", experts=alpha.numel(), alpha_dtype=dtype)
     c = torch.zeros(256, 2 * p.n, dtype=torch.bfloat16)
     beta = torch.ones(alpha.numel())
-    _, k_alpha, k_beta = kernel_scalars(p, c, alpha, beta, torch.tensor([256], dtype=torch.int32))
+    # on the calling thread: the squares of the smallest alphas are subnormal, and torch's
+    # worker threads may run in flush-to-zero mode (set by whatever started them; seen once in
+    # a CI process), which flushes them on the CPU whatever the kernel does
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        _, k_alpha, k_beta = kernel_scalars(p, c, alpha, beta, torch.tensor([256], dtype=torch.int32))
+        sq = k_alpha * k_alpha
+        want = (alpha.double() ** 2).to(dtype).float()  # the exact square, rounded once
+    finally:
+        torch.set_num_threads(threads)
     assert k_alpha.dtype == torch.float32 and k_beta is beta
-    sq = k_alpha * k_alpha
-    want = (alpha.double() ** 2).to(dtype).float()  # the exact square, rounded once
     fin = torch.isfinite(want)
     inf = torch.tensor(float("inf"))
     near = (sq == want) | (sq == torch.nextafter(want, inf)) | (sq == torch.nextafter(want, -inf))

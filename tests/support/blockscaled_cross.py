@@ -36,9 +36,10 @@ COUNTS, N, K, EXTRA = (256, 0, 512), 64, 128, 256
 #: D and dprob against the float64 oracle (sm90_cases.rel_err: Frobenius and 4x per element).
 #: The dequantized operands are exact in bf16, so the GEMM is exact to fp32 sums: bf16 D and
 #: dbias carry their one rounding (2^-9 per element), dprob (fp32) only the epilogue's
-#: transcendental approximations (~1e-6); a misread B is off by O(1)
+#: transcendental approximations; a misread B is off by O(1). Measured on sm90_blockscaled
+#: (H200, 2026-12-07): bf16 D 1.7e-3, dbias 1.9e-3, dprob 1.5e-7, FP8 D 0.027
 TOL = {"d_fp8": 0.07,  # dequantized FP8 D: e4m3's half step, 2^-4
-       "d_bf16": 4e-3, "dprob": 1e-4, "dbias": 4.5e-3}
+       "d_bf16": 4e-3, "dprob": 1e-5, "dbias": 4.5e-3}
 
 
 @dataclass(frozen=True)
