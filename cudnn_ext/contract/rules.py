@@ -496,12 +496,14 @@ __all__ = [
 
 
 #: ``CUDNN_EXT_CHECK_OFFSETS=1``: check ``padded_offsets``' values on the device at every call
-#: (by default only the first call of each call signature of the wrapper and the torch op is)
+#: (by default only the first call of each call signature of the wrapper and the torch op is).
+#: Read once, when cudnn_ext is imported (the hot path reads no environment).
 CHECK_OFFSETS_ENV = "CUDNN_EXT_CHECK_OFFSETS"
+_EVERY_CALL = os.environ.get(CHECK_OFFSETS_ENV, "0") not in ("", "0")
 
 
 def offsets_checked_every_call() -> bool:
-    return os.environ.get(CHECK_OFFSETS_ENV, "0") not in ("", "0")
+    return _EVERY_CALL
 
 
 def check_offsets_on_device(offsets: torch.Tensor, m: int, m_aligned: int) -> None:

@@ -106,30 +106,30 @@ _CONTRACT_NAME = re.compile(r"\b(a|b|c|alpha|beta|prob|d_row|dprob|dbias)_tensor
 _OUT_NAME = {"d_row": "out[0] (d_row)", "dprob": "out[1] (dprob)", "dbias": "out[2] (dbias)"}
 
 
-def _in_op_words(fn=None, *, traced: bool = False):
-    """Contract errors raised inside ``fn`` (an op body, real or fake, or the Python entry
-    point) put in the op's own words: its argument names (``a``, not the wrapper's
-    ``a_tensor``; ``out[1] (dprob)`` for an output) and dense ``b``'s shape as the caller passed
-    it, (L, N, K), not the contract's (N, K, L) view. In the fake kernels too, so a compiled
-    call's error (dynamo wraps the fake kernel's) reads the same. ``traced``: ``fn`` is the
-    entry point, which dynamo traces and where it cannot rewrite an exception (there the fake
-    kernel's rewrite is what the caller sees). try/except costs nothing until something
-    raises."""
-    if fn is None:
-        return functools.partial(_in_op_words, traced=traced)
+def _op_words(exc: Exception, b=None) -> None:
+    """A contract error put in the op's own words, in place: its argument names (``a``, not the
+    wrapper's ``a_tensor``; ``out[1] (dprob)`` for an output) and dense ``b``'s shape as the
+    caller passed it, (L, N, K), not the contract's (N, K, L) view. The op bodies, real and
+    fake, call it where the contract raises (so a compiled call's error, which dynamo wraps
+    from the fake kernel, reads the same), in ``except`` clauses: free until something raises."""
+    if len(exc.args) != 1 or not isinstance(exc.args[0], str):  # (built otherwise: as it is)
+        return
+    msg = _CONTRACT_NAME.sub(lambda m: _OUT_NAME.get(m.group(1), m.group(1)), exc.args[0])
+    if isinstance(b, Tensor) and b.dim() == 3:
+        msg = msg.replace(str(tuple(b.permute(1, 2, 0).shape)), str(tuple(b.shape)))
+    if msg != exc.args[0]:
+        exc.args = (msg,)
 
+
+def _in_op_words(fn):
+    """``fn`` (a fake kernel, whose second argument is ``b`` or ``b_ptrs``) with its contract
+    errors in the op's words (``_op_words``)."""
     @functools.wraps(fn)
     def call(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
         except (ValueError, TypeError) as exc:
-            if (not traced or _eager()) and len(exc.args) == 1 and isinstance(exc.args[0], str):
-                msg = _CONTRACT_NAME.sub(lambda m: _OUT_NAME.get(m.group(1), m.group(1)), exc.args[0])
-                b = kwargs.get("b", args[1] if len(args) > 1 else None)
-                if isinstance(b, Tensor) and b.dim() == 3:
-                    msg = msg.replace(str(tuple(b.permute(1, 2, 0).shape)), str(tuple(b.shape)))
-                if msg != exc.args[0]:
-                    exc.args = (msg,)
+            _op_words(exc, args[1] if len(args) > 1 else kwargs.get("b"))
             raise
     return call
 
@@ -161,7 +161,6 @@ def _replayed(sig, ts, c, generate_dbias):
     return res[0], res[1], (res[2] if generate_dbias else _empty_dbias(c.shape[1], c.device))
 
 
-@_in_op_words
 def _dense_impl(a: Tensor, b: Tensor, c: Tensor, padded_offsets: Tensor, alpha: Tensor, beta: Tensor,
                 prob: Tensor, act_func: str = "dswiglu", linear_offset: Optional[float] = None,
                 geglu_alpha: float = 1.702, glu_clamp_max: float = 7.0, glu_clamp_min: float = -7.0,
@@ -176,14 +175,17 @@ def _dense_impl(a: Tensor, b: Tensor, c: Tensor, padded_offsets: Tensor, alpha: 
             if res is not None:
                 return res
             fast = (sig, ts)
-    d_row, dprob, dbias = run(a, c, padded_offsets, alpha, beta, prob, b=_vendor_b(b),
-                              act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min,
-                                       m_aligned),
-                              generate_dbias=generate_dbias, d_dtype=d_dtype or torch.bfloat16, fast=fast)
+    try:
+        d_row, dprob, dbias = run(a, c, padded_offsets, alpha, beta, prob, b=_vendor_b(b),
+                                  act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min,
+                                           m_aligned),
+                                  generate_dbias=generate_dbias, d_dtype=d_dtype or torch.bfloat16, fast=fast)
+    except (ValueError, TypeError) as exc:
+        _op_words(exc, b)
+        raise
     return d_row, dprob, (dbias if dbias is not None else _empty_dbias(c.shape[1], c.device))
 
 
-@_in_op_words
 def _discrete_impl(a: Tensor, b_ptrs: Tensor, n: int, c: Tensor, padded_offsets: Tensor, alpha: Tensor,
                    beta: Tensor, prob: Tensor, b_major: str = "k", act_func: str = "dswiglu",
                    linear_offset: Optional[float] = None, geglu_alpha: float = 1.702, glu_clamp_max: float = 7.0,
@@ -198,10 +200,14 @@ def _discrete_impl(a: Tensor, b_ptrs: Tensor, n: int, c: Tensor, padded_offsets:
             if res is not None:
                 return res
             fast = (sig, ts)
-    d_row, dprob, dbias = run(a, c, padded_offsets, alpha, beta, prob, b_ptrs=b_ptrs, n=n, b_major=b_major,
-                              act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min,
-                                       m_aligned),
-                              generate_dbias=generate_dbias, d_dtype=d_dtype or torch.bfloat16, fast=fast)
+    try:
+        d_row, dprob, dbias = run(a, c, padded_offsets, alpha, beta, prob, b_ptrs=b_ptrs, n=n, b_major=b_major,
+                                  act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min,
+                                           m_aligned),
+                                  generate_dbias=generate_dbias, d_dtype=d_dtype or torch.bfloat16, fast=fast)
+    except (ValueError, TypeError) as exc:
+        _op_words(exc)
+        raise
     return d_row, dprob, (dbias if dbias is not None else _empty_dbias(c.shape[1], c.device))
 
 
@@ -220,7 +226,6 @@ _lib.define("grouped_gemm_dglu_discrete_out(Tensor a, Tensor b_ptrs, int n, Tens
             f"Tensor alpha, Tensor beta, Tensor prob, {_OUTS}, str b_major='k', {_OUT_ACT}) -> ()")
 
 
-@_in_op_words
 def _dense_out_impl(a, b, c, padded_offsets, alpha, beta, prob, d_row, dprob, dbias=None,
                     act_func="dswiglu", linear_offset=None, geglu_alpha=1.702, glu_clamp_max=7.0,
                     glu_clamp_min=-7.0, m_aligned=256, fast=None) -> None:
@@ -234,9 +239,13 @@ def _dense_out_impl(a, b, c, padded_offsets, alpha, beta, prob, d_row, dprob, db
                 _mutated(outs)
                 return
             fast = (sig, ts)
-    run(a, c, padded_offsets, alpha, beta, prob, b=_vendor_b(b),
-        act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min, m_aligned),
-        generate_dbias=dbias is not None, out=(d_row, dprob, dbias), fast=fast)
+    try:
+        run(a, c, padded_offsets, alpha, beta, prob, b=_vendor_b(b),
+            act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min, m_aligned),
+            generate_dbias=dbias is not None, out=(d_row, dprob, dbias), fast=fast)
+    except (ValueError, TypeError) as exc:
+        _op_words(exc, b)
+        raise
     _mutated((d_row, dprob, dbias))
 
 
@@ -251,7 +260,6 @@ def _mutated(tensors) -> None:
     torch.autograd.graph.increment_version([t for t in tensors if t is not None])
 
 
-@_in_op_words
 def _discrete_out_impl(a, b_ptrs, n, c, padded_offsets, alpha, beta, prob, d_row, dprob, dbias=None,
                        b_major="k", act_func="dswiglu", linear_offset=None, geglu_alpha=1.702,
                        glu_clamp_max=7.0, glu_clamp_min=-7.0, m_aligned=256, fast=None) -> None:
@@ -265,9 +273,13 @@ def _discrete_out_impl(a, b_ptrs, n, c, padded_offsets, alpha, beta, prob, d_row
                 _mutated(outs)
                 return
             fast = (sig, ts)
-    run(a, c, padded_offsets, alpha, beta, prob, b_ptrs=b_ptrs, n=n, b_major=b_major,
-        act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min, m_aligned),
-        generate_dbias=dbias is not None, out=(d_row, dprob, dbias), fast=fast)
+    try:
+        run(a, c, padded_offsets, alpha, beta, prob, b_ptrs=b_ptrs, n=n, b_major=b_major,
+            act=_act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min, m_aligned),
+            generate_dbias=dbias is not None, out=(d_row, dprob, dbias), fast=fast)
+    except (ValueError, TypeError) as exc:
+        _op_words(exc)
+        raise
     _mutated((d_row, dprob, dbias))
 
 
@@ -348,7 +360,6 @@ def _fake_outputs(c, problem):
 
 
 # --------------------------------------------------------------------------- Python API
-@_in_op_words(traced=True)
 def grouped_gemm_dglu(
     a: Tensor, c: Tensor, padded_offsets: Tensor, alpha: Tensor, beta: Tensor, prob: Tensor, *,
     b: Optional[Tensor] = None, b_ptrs: Optional[Tensor] = None, n: Optional[int] = None, b_major: str = "k",

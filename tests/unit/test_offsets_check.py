@@ -46,14 +46,26 @@ def test_entry_points_check_on_the_first_call_or_under_the_flag(monkeypatch):
             return 2
 
     pack = {"padded_offsets": Cuda(), "c": torch.empty(512, 64)}
-    monkeypatch.delenv(contract.CHECK_OFFSETS_ENV, raising=False)
+    monkeypatch.setattr(contract.rules, "_EVERY_CALL", False)
     contract.check_call_offsets(_Problem(), pack, first=False)
     assert seen == []
     contract.check_call_offsets(_Problem(), pack, first=True)
     assert seen == [(512, 256)]
-    monkeypatch.setenv(contract.CHECK_OFFSETS_ENV, "1")
+    monkeypatch.setattr(contract.rules, "_EVERY_CALL", True)  # CUDNN_EXT_CHECK_OFFSETS=1 at import
     contract.check_call_offsets(_Problem(), pack, first=False)
     assert len(seen) == 2
     cpu = {"padded_offsets": torch.tensor([256, 512]), "c": pack["c"]}
     contract.check_call_offsets(_Problem(), cpu, first=True)  # the CPU engine checks values itself
     assert len(seen) == 2
+
+
+def test_the_flag_is_read_at_import():
+    import os
+    import subprocess
+    import sys
+
+    code = "from cudnn_ext import contract; print(contract.offsets_checked_every_call())"
+    for value, want in (("1", "True"), ("0", "False"), ("", "False")):
+        env = dict(os.environ, **{contract.CHECK_OFFSETS_ENV: value})
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        assert r.stdout.strip() == want, (value, r.stdout, r.stderr)
