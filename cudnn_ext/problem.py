@@ -16,12 +16,6 @@ from typing import Optional
 
 import torch
 
-#: Activation functions of the backward epilogue.
-ACT_FUNCS = ("dswiglu", "dgeglu", "dsituglu")
-
-#: Default linear_offset per act_func (vendor: 1.0 for dgeglu, 0.0 otherwise).
-DEFAULT_LINEAR_OFFSET = {"dswiglu": 0.0, "dgeglu": 1.0, "dsituglu": 0.0}
-
 #: Canonical variant-pack slot names, as engines receive them. Shapes (views of the caller's
 #: storage, trailing unit dims removed): a (M,K); b (N,K,L); b_ptrs (L,) int64; c, d_row,
 #: d_col (M,2N); padded_offsets, alpha, beta (L,); prob, dprob (M,); dbias (L,2N);
@@ -42,7 +36,8 @@ HALF_DTYPES = (torch.bfloat16, torch.float16)
 
 @dataclass(frozen=True)
 class ActConfig:
-    """Which dGLU derivative the epilogue applies, with its constants fully resolved."""
+    """Which dGLU derivative the epilogue applies (an ``act_func`` of
+    ``cudnn_ext.activations``), with its constants fully resolved."""
 
     act_func: str = "dswiglu"
     geglu_alpha: float = 1.702

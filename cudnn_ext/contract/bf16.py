@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
+from .. import activations
 from ..errors import DtypeError
 from ..problem import DgluProblem
 from .rules import (ARG_NAMES, BF16, CD_DTYPES, CallConfig, Operands, _fmt_dtype, check_aligned, check_d_dtype,
@@ -70,7 +71,8 @@ def normalize_bf16(ops: Operands, cfg: CallConfig, *, mode: str, n, b_dtype, d_d
         generate_dbias = True
 
     if ops.activation is not None:
-        if act.act_func != "dgeglu" or c.dtype != BF16 or d_dtype != BF16:
+        if activations.BF16 not in activations.activation(act.act_func).activation_output or c.dtype != BF16 \
+                or d_dtype != BF16:
             raise ValueError("activation_tensor: activation output requires BF16 C/D and dgeglu (act_func='dgeglu', "
                              "bfloat16 C and D), got "
                              f"act_func={act.act_func!r}, C {_fmt_dtype(c.dtype)}, D {_fmt_dtype(d_dtype)}")

@@ -10,6 +10,7 @@ from typing import Any, Dict
 
 import torch
 
+from ..activations import activation
 from ..errors import DtypeError
 from ..problem import BlockScaleConfig, DgluProblem
 from ..quant.sf_layout import SfGeometry
@@ -60,8 +61,9 @@ def _check_scalars_with_vector_f32(cfg, act_func: str, alpha, beta) -> None:
     16-bit ones (docs/vendor_contract.md §3.5); dSiTU-GLU converts both to fp32 first."""
     if not cfg.vector_f32:
         return
-    for name, t, acts in (("alpha_tensor", alpha, ("dswiglu", "dgeglu")), ("beta_tensor", beta, ("dswiglu",))):
-        if t.dtype != torch.float32 and act_func in acts:
+    f32_only = activation(act_func).packed_f32_scalars
+    for name, t in (("alpha_tensor", alpha), ("beta_tensor", beta)):
+        if t.dtype != torch.float32 and name in f32_only:
             raise DtypeError(f"{name}: {C._fmt_dtype(t.dtype)} with vector_f32=True and act_func={act_func!r} is not "
                              "supported (the packed-f32x2 epilogue takes float32 alpha and beta); pass float32 "
                              "or vector_f32=False")

@@ -13,7 +13,8 @@ from typing import Any, Dict, Optional, Tuple
 import torch
 
 from ..errors import DtypeError
-from ..problem import ACT_FUNCS, DEFAULT_LINEAR_OFFSET, ActConfig
+from .. import activations
+from ..problem import ActConfig
 
 BF16 = torch.bfloat16
 CD_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -344,11 +345,14 @@ class CallConfig:
 
 
 def resolve_act(cfg: CallConfig, *, block_scaled: bool) -> ActConfig:
-    check_choice("act_func", cfg.act_func, ACT_FUNCS)
-    if cfg.act_func == "dsituglu" and not block_scaled:
-        raise ValueError("act_func: 'dsituglu' is supported by the block-scaled contract only "
-                         "(FP8/FP4 operands), got it with BF16 operands")
-    lo = DEFAULT_LINEAR_OFFSET[cfg.act_func] if cfg.linear_offset is None else check_finite("linear_offset", cfg.linear_offset)
+    rec = activations.activation(cfg.act_func)
+    family = activations.BLOCK_SCALED if block_scaled else activations.BF16
+    if family not in rec.contracts:
+        where = {activations.BF16: "BF16 operands", activations.BLOCK_SCALED: "the block-scaled contract (FP8/FP4 operands)"}
+        raise ValueError(f"act_func: {cfg.act_func!r} is supported by "
+                         f"{' and '.join(where[c] for c in sorted(rec.contracts))} only, got it with "
+                         f"{'block-scaled' if block_scaled else 'BF16'} operands")
+    lo = rec.default_linear_offset if cfg.linear_offset is None else check_finite("linear_offset", cfg.linear_offset)
     alpha = check_finite("geglu_alpha", cfg.geglu_alpha, positive=True)
     cmax = check_finite("glu_clamp_max", cfg.glu_clamp_max)
     cmin = check_finite("glu_clamp_min", cfg.glu_clamp_min)
@@ -358,7 +362,7 @@ def resolve_act(cfg: CallConfig, *, block_scaled: bool) -> ActConfig:
     b2 = check_finite("situ_beta2", cfg.situ_beta2, positive=True)
     return ActConfig(act_func=cfg.act_func, geglu_alpha=alpha, clamp_max=cmax, clamp_min=cmin,
                      linear_offset=lo, situ_beta1=b1, situ_beta2=b2,
-                     dgeglu_applies_beta=not block_scaled)
+                     dgeglu_applies_beta=family in activations.DGEGLU.beta_scales_c)
 
 
 def check_common_config(cfg: CallConfig) -> None:

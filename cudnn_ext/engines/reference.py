@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from ..problem import DgluProblem
+from ..reference.epilogue import LOCAL_DERIVATIVES
 from ..reference.grouped_dglu import grouped_dglu_reference
 from .base import CompiledPlan, Engine, Knobs
 
@@ -34,6 +35,8 @@ class ReferenceEngine(Engine):
                        "exact sigmoid; dbias accumulated in fp32 and rounded once; deterministic.")
 
     def check_support(self, problem: DgluProblem) -> list:
+        if problem.act.act_func not in LOCAL_DERIVATIVES:
+            return [f"act_func {problem.act.act_func!r} has no reference derivative"]
         return []
 
     def knob_space(self, problem: DgluProblem):

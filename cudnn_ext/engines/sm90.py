@@ -29,7 +29,8 @@ from typing import Dict, Optional
 
 import torch
 
-from ..kernels.sm90.config import (DESC_BYTES, SITU_DEFAULTS, TRACE_MAX_CTAS, Sm90Config,
+from .. import activations
+from ..kernels.sm90.config import (DESC_BYTES, KERNEL_ACTS, SITU_DEFAULTS, TRACE_MAX_CTAS, Sm90Config,
                                    Sm90TraceConfig)
 from ..problem import DgluProblem
 from ..quant.formats import FP8_DTYPES
@@ -522,7 +523,10 @@ class Sm90DgluEngine(Engine):
         why = []
         if problem.is_block_scaled:
             why.append("block-scaled (FP8/FP4) inputs are not implemented on sm90")
-        if problem.act.act_func not in ("dswiglu", "dgeglu"):
+        act = activations.ACTIVATIONS.get(problem.act.act_func)
+        if problem.act.act_func not in KERNEL_ACTS or act is None:
+            why.append(f"act_func {problem.act.act_func!r} is not implemented on sm90")
+        elif activations.BF16 not in act.contracts:
             why.append(f"act_func {problem.act.act_func!r} belongs to the block-scaled "
                        f"contract (sm90_blockscaled runs it)")
         if problem.act.act_func == "dgeglu" and not problem.act.dgeglu_applies_beta:
@@ -539,8 +543,9 @@ class Sm90DgluEngine(Engine):
             why.append(f"b_major {problem.b_major!r} is not supported")
         if problem.n % 32 or problem.k % 8:
             why.append(f"needs N % 32 == 0 and K % 8 == 0, got N={problem.n}, K={problem.k}")
-        if problem.generate_activation and problem.act.act_func != "dgeglu":
-            why.append("the activation output is defined for dgeglu only")
+        if problem.generate_activation and (act is None or activations.BF16 not in act.activation_output):
+            why.append(f"the activation output is not defined for {problem.act.act_func!r} "
+                       f"(dgeglu only, the contract's)")
         if not (problem.has_prob and problem.has_dprob):
             why.append("the BF16 contract needs prob and dprob")
         return why + placement_reasons(problem)

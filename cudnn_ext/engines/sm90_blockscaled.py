@@ -34,7 +34,7 @@ from typing import Optional
 
 import torch
 
-from ..kernels.sm90.config import Sm90Config
+from ..kernels.sm90.config import KERNEL_ACTS, Sm90Config
 from ..problem import DgluProblem
 from ..quant.formats import FP8_DTYPES, is_fp4
 from ..reference.scalars import alpha_squared, beta_scaled_c
@@ -252,7 +252,7 @@ class Sm90BlockScaledEngine(Engine):
         if problem.c_dtype not in _HALF_FLOAT + FP8_DTYPES:
             why.append(f"C dtype {problem.c_dtype} is not supported on sm90 "
                        f"(bf16, fp16, fp32, FP8)")
-        if problem.act.act_func not in ("dswiglu", "dgeglu", "dsituglu"):
+        if problem.act.act_func not in KERNEL_ACTS:
             why.append(f"act_func {problem.act.act_func!r} is not implemented on sm90")
         if bs.single_group_runtime_offsets and problem.num_experts != 1:
             why.append(f"use_single_group_runtime_offsets needs one expert, got "

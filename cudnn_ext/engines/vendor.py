@@ -37,6 +37,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 import torch
 
+from .. import activations
 from ..problem import DgluProblem
 from ..runtime.workspace import WorkspaceRequest
 from .base import CompiledPlan, Engine, Knobs
@@ -262,6 +263,9 @@ class VendorSm100Engine(Engine):
             elif cap not in _BLACKWELL:
                 why.append(f"{sm} is not an architecture the vendor kernels target (sm_100, sm_103; sm_107 "
                            "block-scaled)")
+        act = activations.ACTIVATIONS.get(problem.act.act_func)
+        if act is None or not act.vendor:
+            why.append(f"act_func {problem.act.act_func!r} is not one of the vendor's activations")
         if problem.weight_mode == "dense" and problem.b_major != "k":
             why.append("N-major dense B: the vendor documents dense B as K-major only ('B must be K-major "
                        "(dense) or K/N-major (discrete)')")

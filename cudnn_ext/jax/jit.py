@@ -22,6 +22,7 @@ from typing import Any, Optional, Tuple
 import numpy as np
 import torch
 
+from .. import activations
 from ..runtime.jax_arrays import as_torch_dtype
 
 _F32 = np.float32
@@ -93,8 +94,9 @@ def grouped_gemm_dglu_jax(
     d_td = as_torch_dtype(d_dtype)
     if d_td not in (torch.bfloat16, torch.float16, torch.float32):
         raise TypeError(f"d_dtype: must be bfloat16, float16 or float32, got {d_dtype!r}")
-    if act_func not in ("dswiglu", "dgeglu"):
-        raise ValueError(f"act_func: must be 'dswiglu' or 'dgeglu' (BF16), got {act_func!r}")
+    if act_func not in activations.names(activations.BF16):
+        raise ValueError(f"act_func: must be one of {list(activations.names(activations.BF16))} (BF16), "
+                         f"got {act_func!r}")
     from ..contract import check_m_aligned
 
     check_m_aligned(m_aligned)  # at trace time; M % m_aligned is the shared contract's, when the call runs

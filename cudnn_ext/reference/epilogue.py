@@ -58,15 +58,22 @@ def dsituglu(gate, up, *, beta1: float, beta2: float):
     return tu * dtg, tg * (1 - u * u), tg * tu
 
 
+#: act_func -> the local derivatives of an :class:`cudnn_ext.problem.ActConfig`'s activation
+#: (``cudnn_ext.activations`` names them; the reference engine declines any other)
+LOCAL_DERIVATIVES = {
+    "dswiglu": lambda act, gate, up: dswiglu(gate, up),
+    "dgeglu": lambda act, gate, up: dgeglu(gate, up, alpha=act.geglu_alpha, clamp_max=act.clamp_max,
+                                           clamp_min=act.clamp_min, linear_offset=act.linear_offset),
+    "dsituglu": lambda act, gate, up: dsituglu(gate, up, beta1=act.situ_beta1, beta2=act.situ_beta2),
+}
+
+
 def local_derivatives(act, gate, up):
     """Dispatch on a :class:`cudnn_ext.problem.ActConfig`."""
-    if act.act_func == "dswiglu":
-        return dswiglu(gate, up)
-    if act.act_func == "dgeglu":
-        return dgeglu(gate, up, alpha=act.geglu_alpha, clamp_max=act.clamp_max,
-                      clamp_min=act.clamp_min, linear_offset=act.linear_offset)
-    if act.act_func == "dsituglu":
-        return dsituglu(gate, up, beta1=act.situ_beta1, beta2=act.situ_beta2)
-    raise ValueError(f"act_func: unknown activation {act.act_func!r}")
+    try:
+        fn = LOCAL_DERIVATIVES[act.act_func]
+    except KeyError:
+        raise ValueError(f"act_func: unknown activation {act.act_func!r}") from None
+    return fn(act, gate, up)
 
 

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .. import activations
 from ..runtime.streams import current_stream_handle
 from .ops import _LIB, _direct_ok
 
@@ -82,13 +83,10 @@ def _kernel_ok(x: Tensor, *others: Tensor) -> bool:
     return all(t.device == x.device and t.is_contiguous() for t in others)
 
 
-#: the activations the GLU forward computes (the fused backward's names)
-_GLU_ACTS = ("dswiglu", "dgeglu")
-
-
 def _check_glu(c: Tensor, prob: Tensor, padded_offsets: Tensor, act_func: str) -> None:
-    if act_func not in _GLU_ACTS:
-        raise ValueError(f"act_func: must be one of {_GLU_ACTS}, got {act_func!r}")
+    acts = activations.layer_names()  # the activations with a forward (the fused backward's names)
+    if act_func not in acts:
+        raise ValueError(f"act_func: must be one of {acts}, got {act_func!r}")
     if c.dim() != 2 or c.dtype != torch.bfloat16 or c.shape[1] % (2 * _BLOCK):
         raise ValueError(f"c: must be a bf16 (M, 2N) matrix with 2N a multiple of {2 * _BLOCK}, got "
                          f"{c.dtype} {tuple(c.shape)}")

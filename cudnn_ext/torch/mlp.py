@@ -41,6 +41,7 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
+from .. import activations
 from ..contract.rules import M_ALIGN, check_m_aligned
 from ..errors import DtypeError
 from ..layout import check_layout, halves_to_interleaved
@@ -265,19 +266,19 @@ class _GroupedGluMLPFn(torch.autograd.Function):
         return dx, dprob, dw1, db1, dw2, None, None, None
 
 
-_ACT_NAMES = {"swiglu": "dswiglu", "geglu": "dgeglu", "dswiglu": "dswiglu", "dgeglu": "dgeglu"}
-
-
 def glu_config(activation: str = "swiglu", *, geglu_alpha: float = 1.702, clamp_max: float = 7.0,
                clamp_min: float = -7.0, linear_offset: Optional[float] = None) -> dict:
     """The activation settings ``grouped_glu_mlp`` takes (``GroupedGluMLP.cfg``), validated."""
-    if activation not in _ACT_NAMES:
-        raise ValueError(f"activation: must be 'swiglu' or 'geglu', got {activation!r}")
-    act = _ACT_NAMES[activation]
+    known = activations.forward_names()
+    if activation not in known:
+        layer = [a.forward_name for a in activations.ACTIVATIONS.values() if a.forward_name]
+        raise ValueError(f"activation: must be one of {layer}, got {activation!r}")
+    rec = activations.activation(known[activation])
+    act = rec.name
     if linear_offset is None:
-        linear_offset = 1.0 if act == "dgeglu" else 0.0
-    elif act == "dswiglu" and linear_offset != 0.0:
-        raise ValueError(f"linear_offset: swiglu has none, got {linear_offset}")
+        linear_offset = rec.default_linear_offset
+    elif "linear_offset" not in rec.params and linear_offset != 0.0:
+        raise ValueError(f"linear_offset: {rec.forward_name} has none, got {linear_offset}")
     return dict(act_func=act, geglu_alpha=float(geglu_alpha), clamp_max=float(clamp_max),
                 clamp_min=float(clamp_min), linear_offset=float(linear_offset))
 

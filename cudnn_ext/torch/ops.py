@@ -38,7 +38,7 @@ from torch import Tensor
 from .. import contract
 from ..contract import check_same_device
 from ..layout import check_layout, halves_to_interleaved, interleaved_to_halves
-from ..problem import ACT_FUNCS
+from .. import activations
 from ..functional import ActArgs, run, run_fast, validate
 
 _LIB = "cudnn_ext"
@@ -499,7 +499,7 @@ def _check_scalars(n, b_major, act: dict, d_dtype) -> None:
     if n is not None and (isinstance(n, bool) or not isinstance(n, int)):
         raise TypeError(f"n: expected an int, got {type(n).__name__}")
     contract.check_choice("b_major", b_major, ("k", "n"))
-    contract.check_choice("act_func", act["act_func"], ACT_FUNCS)
+    contract.check_choice("act_func", act["act_func"], activations.names())
     for name in ("geglu_alpha", "glu_clamp_max", "glu_clamp_min"):
         contract.check_float_type(name, act[name])
     if act["linear_offset"] is not None:  # None: the activation's default

@@ -12,7 +12,8 @@ from typing import Sequence
 
 import torch
 
-from cudnn_ext.problem import ActConfig, DEFAULT_LINEAR_OFFSET, DgluProblem
+from cudnn_ext.activations import activation
+from cudnn_ext.problem import ActConfig, DgluProblem
 from cudnn_ext.reference import reference_outputs
 
 
@@ -114,7 +115,7 @@ def make_pack(case: Case, device="cuda"):
     if b_ptrs is not None:
         pack["b_ptrs"] = b_ptrs
         pack["_b_keep"] = keep  # owns the experts' memory (not a slot; engines ignore it)
-    act = ActConfig(act_func=case.act, linear_offset=DEFAULT_LINEAR_OFFSET[case.act],
+    act = ActConfig(act_func=case.act, linear_offset=activation(case.act).default_linear_offset,
                     geglu_alpha=1.702, clamp_max=7.0, clamp_min=-7.0)
     problem = DgluProblem(n=n, k=k, num_experts=L, m=m, weight_mode=case.weight_mode,
                           b_major=case.b_major,

@@ -19,7 +19,8 @@ from cudnn_ext.engines.heuristics import ranked_knobs
 from cudnn_ext.engines.reference import ReferenceEngine
 from cudnn_ext.engines.sm90 import COOPERATIVE_DEEP_KNOBS, COOPERATIVE_KNOBS, Sm90DgluEngine, config_for
 from cudnn_ext.engines.sm90_blockscaled import Sm90BlockScaledEngine
-from cudnn_ext.problem import ACT_FUNCS, ActConfig, BlockScaleConfig, DgluProblem
+from cudnn_ext.activations import names as act_names
+from cudnn_ext.problem import ActConfig, BlockScaleConfig, DgluProblem
 from sm90_cases import Case
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -291,8 +292,8 @@ def test_the_rows_list_every_contract_value():
         rows.setdefault((table, axis), set()).add(value)
     half, cd = {DT[d] for d in SCALAR_DTYPES["block_scaled"]}, {DT[d] for d in CD_DTYPES}
     want = {(AB, AB): {"bf16", *FORMATS}, (BF, "m_aligned"): {str(a) for a in M_ALIGNED_CHOICES},
-            (BF, "C dtype"): cd, (BF, "D dtype"): cd, (BF, "activation"): set(ACT_FUNCS) - {"dsituglu"},
-            (BS, "C dtype"): {DT[d] for d in BSC.C_DTYPES}, (BS, "activation"): set(ACT_FUNCS),
+            (BF, "C dtype"): cd, (BF, "D dtype"): cd, (BF, "activation"): set(act_names("bf16")),
+            (BS, "C dtype"): {DT[d] for d in BSC.C_DTYPES}, (BS, "activation"): set(act_names("block_scaled")),
             (BS, "alpha dtype"): half, (BS, "beta dtype"): half,
             (BS, "weights"): {"dense K-major", "dense N-major", "discrete K-major", "discrete N-major"}}
     for key, values in want.items():

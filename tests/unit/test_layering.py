@@ -12,7 +12,8 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "cudnn_ext"
 
 #: Bottom to top. A unit of one layer may import units of lower layers only.
 LAYERS = (
-    ("version", "errors", "problem", "layout"),
+    ("version", "errors", "activations", "layout"),
+    ("problem",),
     ("quant",),
     ("contract",),
     ("runtime",),

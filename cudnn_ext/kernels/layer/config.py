@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-ACTS = ("dswiglu", "dgeglu")
+#: the activations whose forward glu.py implements (each keyed by its act_func)
+KERNEL_ACTS = ("dswiglu", "dgeglu")
 #: output columns per thread (16 bytes of bf16): N must be a multiple
 VEC = 8
 
@@ -26,5 +27,5 @@ class GluConfig:
     linear_offset: float = 0.0
 
     def check(self) -> None:
-        if self.act not in ACTS:
-            raise ValueError(f"act must be one of {ACTS}, got {self.act!r}")
+        if self.act not in KERNEL_ACTS:
+            raise ValueError(f"act must be one of {KERNEL_ACTS}, got {self.act!r}")

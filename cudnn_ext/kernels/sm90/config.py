@@ -17,6 +17,8 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
+from ...activations import activation
+
 TILE_M = 128  # one math warpgroup x two 64-row WGMMA halves; 256-aligned offsets => one expert
 TILE_K = 64  # 4 x WGMMA K (16) per k-tile: 128-byte rows => 128B swizzle for 16-bit types
 SMEM_CAPACITY = 232448  # sm_90 max dynamic shared memory per block (227 KB)
@@ -36,7 +38,8 @@ SPLIT_BARRIER = 4  # named barrier of the 256 math threads around a partial's ha
 #: Element dtypes by name (the kernel maps them to CuTe DSL types), with their widths in bits.
 DTYPE_BITS = {"bf16": 16, "fp16": 16, "fp32": 32}
 AB_DTYPES = ("bf16", "fp16")
-ACT_FUNCS = ("dswiglu", "dgeglu", "dsituglu")
+#: the activations whose derivative epilogue.py implements (each keyed by its act_func)
+KERNEL_ACTS = ("dswiglu", "dgeglu", "dsituglu")
 #: dSiTU-GLU's beta1, beta2 in the config of every other activation (one compile key each)
 SITU_DEFAULTS = (4.0, 25.0)
 
@@ -158,7 +161,7 @@ class Sm90Config:
         if self.tile_n % 32 != 0 or not 32 <= self.tile_n <= self.max_tile_n():
             raise ValueError(f"tile_n must be a multiple of 32 in [32, {self.max_tile_n()}] "
                              f"(cooperative={self.cooperative}), got {self.tile_n}")
-        if self.act_func not in ACT_FUNCS:
+        if self.act_func not in KERNEL_ACTS:
             raise ValueError(f"act_func {self.act_func!r} is not supported by the SM90 kernel")
         for name in ("ab_dtype", "c_dtype", "d_dtype"):
             allowed = AB_DTYPES if name == "ab_dtype" else tuple(DTYPE_BITS)
@@ -176,7 +179,7 @@ class Sm90Config:
             # (so that one kernel has one key)
             raise ValueError(f"situ_beta1/situ_beta2 are dSiTU-GLU's: they must stay "
                              f"{SITU_DEFAULTS} with act_func {self.act_func!r}, got {betas}")
-        if self.generate_activation and self.act_func != "dgeglu":
+        if self.generate_activation and not activation(self.act_func).activation_output:
             # (dSiTU-GLU's activation value is the true one too, but its contract has no
             # activation output, and the ping-pong 64-row C entry form spilled 4 B with it)
             raise ValueError(f"generate_activation needs act_func 'dgeglu' (the contract's "
