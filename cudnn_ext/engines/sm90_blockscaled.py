@@ -36,7 +36,7 @@ import torch
 
 from ..kernels.sm90.config import KERNEL_ACTS, Sm90Config
 from ..problem import DgluProblem
-from ..quant.formats import FP8_DTYPES, is_fp4
+from ..quant.formats import FP8_DTYPES, format_of, is_fp4
 from ..reference.scalars import alpha_squared, beta_scaled_c
 from ..runtime.streams import current_stream_handle, on_stream
 from ..runtime.workspace import WorkspaceLayout, WorkspaceRequest
@@ -47,7 +47,6 @@ _HALF_FLOAT = (torch.bfloat16, torch.float16, torch.float32)
 #: Bytes per microsecond of the dequantization, C conversion and D quantization passes (a
 #: guess at ~3 TB/s, not a measurement)
 _DEQUANT_BYTES_PER_US = 3.0e6
-_FP8_NAMES = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
 
 
 def quantize_config(problem: DgluProblem):
@@ -60,7 +59,7 @@ def quantize_config(problem: DgluProblem):
     bs = problem.block_scale
     single = bs.single_group_runtime_offsets
     # a single group's per-expert SFD_col layout is the global one: one kernel variant
-    return QuantizeDConfig(_FP8_NAMES[problem.d_dtype], scales=bs.generate_sfd,
+    return QuantizeDConfig(format_of(problem.d_dtype).name, scales=bs.generate_sfd,
                            discrete_col_sfd=bs.discrete_col_sfd and not single,
                            single_group=single)
 
@@ -98,8 +97,8 @@ def kernel_scalars(problem: DgluProblem, c: torch.Tensor, alpha: torch.Tensor, b
 
 def _formats(problem: DgluProblem):
     """(element format, scale format) names of the dequantizer for ``problem``."""
-    elem = _FP8_NAMES.get(problem.ab_dtype, "e2m1")
-    sf = "e8m0" if problem.block_scale.sf_dtype == torch.float8_e8m0fnu else "e4m3"
+    elem = format_of(problem.ab_dtype).name
+    sf = format_of(problem.block_scale.sf_dtype).name
     return elem, sf
 
 

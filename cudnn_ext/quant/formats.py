@@ -21,31 +21,71 @@ Conventions (checked in tests/unit/test_quant.py):
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Dict, FrozenSet, Tuple
+
 import torch
 
+#: The roles a format plays: an operand or D element, a block scale factor.
+ELEMENT, SCALE = "element", "scale"
+
+
+@dataclass(frozen=True)
+class NumberFormat:
+    """One number format of the block-scaled contract: its name (the kernels' configs and
+    error messages use it), the torch dtypes that store it (the first is its own), its bits,
+    its largest finite magnitude and its roles."""
+
+    name: str
+    dtypes: Tuple[torch.dtype, ...]
+    bits: int
+    max_finite: float
+    roles: FrozenSet[str]
+
+
+#: name -> format, each defined once (the kernels' and engines' lists are lookups here)
+FORMATS: Dict[str, NumberFormat] = {f.name: f for f in (
+    NumberFormat("e4m3", (torch.float8_e4m3fn,), 8, 448.0, frozenset({ELEMENT, SCALE})),
+    NumberFormat("e5m2", (torch.float8_e5m2,), 8, 57344.0, frozenset({ELEMENT})),
+    # packed two per byte: uint8 storage, or torch's float4 dtype of the same bytes
+    NumberFormat("e2m1", (torch.uint8, torch.float4_e2m1fn_x2), 4, 6.0, frozenset({ELEMENT})),
+    NumberFormat("e8m0", (torch.float8_e8m0fnu,), 8, 2.0 ** 127, frozenset({SCALE})),
+)}
+
 #: Largest finite magnitude per element format.
-E4M3_MAX = 448.0
-E5M2_MAX = 57344.0
-E2M1_MAX = 6.0
+E4M3_MAX = FORMATS["e4m3"].max_finite
+E5M2_MAX = FORMATS["e5m2"].max_finite
+E2M1_MAX = FORMATS["e2m1"].max_finite
 #: Largest finite fp32 (the kernel clamps its quantization multiplier to it).
 FLT_MAX = 3.4028234663852886e38
 #: Smallest normal fp32; below it the kernel's ``rcp.approx.ftz`` flushes to zero.
 FLT_MIN_NORMAL = 2.0 ** -126
 
-FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
-SF_DTYPES = (torch.float8_e8m0fnu, torch.float8_e4m3fn)
+FP8_DTYPES = FORMATS["e4m3"].dtypes + FORMATS["e5m2"].dtypes
+SF_DTYPES = FORMATS["e8m0"].dtypes + FORMATS["e4m3"].dtypes
 #: Storage dtypes of packed FP4 (two e2m1 values per byte).
-FP4_DTYPES = (torch.uint8, torch.float4_e2m1fn_x2)
+FP4_DTYPES = FORMATS["e2m1"].dtypes
+
+
+def names(role: str) -> Tuple[str, ...]:
+    """The format names that play ``role`` (:data:`ELEMENT` or :data:`SCALE`)."""
+    return tuple(n for n, f in FORMATS.items() if role in f.roles)
+
+
+def format_of(dtype: torch.dtype) -> NumberFormat:
+    """The format stored in ``dtype``; ``TypeError`` if none is."""
+    for f in FORMATS.values():
+        if dtype in f.dtypes:
+            return f
+    raise TypeError(f"dtype: expected the storage of one of {list(FORMATS)} "
+                    f"({', '.join(str(d).replace('torch.', '') for f in FORMATS.values() for d in f.dtypes)}), "
+                    f"got {dtype}")
 
 
 def max_finite(dtype: torch.dtype) -> float:
     """Largest finite magnitude of an element dtype (fp8, or any FP4 storage dtype)."""
-    if dtype == torch.float8_e4m3fn:
-        return E4M3_MAX
-    if dtype == torch.float8_e5m2:
-        return E5M2_MAX
-    if dtype in FP4_DTYPES:
-        return E2M1_MAX
+    if dtype in FP8_DTYPES or dtype in FP4_DTYPES:
+        return format_of(dtype).max_finite
     raise TypeError(f"dtype: expected one of float8_e4m3fn, float8_e5m2, uint8, float4_e2m1fn_x2 "
                     f"(an element format), got {dtype}")
 

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-ELEM_FORMATS = ("e4m3", "e5m2", "e2m1")
-SF_FORMATS = ("e8m0", "e4m3")
-D_FORMATS = ("e4m3", "e5m2")
+from ...quant import formats
+
+#: the formats the dequantizer reads (elements, scales) and the D quantizer writes
+#: (``quant.formats`` names them; FP4 is element-only, FP8 D)
+ELEM_FORMATS = formats.names(formats.ELEMENT)
+SF_FORMATS = formats.names(formats.SCALE)
+D_FORMATS = tuple(n for n in ELEM_FORMATS if formats.FORMATS[n].bits == 8)
 
 
 @dataclass(frozen=True)
