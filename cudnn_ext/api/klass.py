@@ -23,6 +23,7 @@ from ..runtime.workspace import POOL, check_workspace
 from ..problem import DgluProblem
 from .. import contract
 from ..runtime import memo
+from . import call_memo
 from ..runtime.streams import capturing, launch_stream, on_stream, stream_key
 
 
@@ -62,7 +63,7 @@ class GroupedGemmDglu:
             sfd_col=sample_sfd_col, amax=sample_amax, norm_const=sample_norm_const, activation=sample_activation,
         )
         if _has_jax(vars(self._samples).values()):  # JAX samples (BF16): zero-copy torch views
-            from ..runtime.jax_arrays import as_torch_dtype, torch_args
+            from .jax_arrays import as_torch_dtype, torch_args
 
             self._samples = contract.Operands(**torch_args(vars(self._samples), weights="b"))
             b_dtype = as_torch_dtype(b_dtype)
@@ -204,7 +205,7 @@ class GroupedGemmDglu:
             activation=activation_tensor,
         )
         if _has_jax(vars(ops).values()):  # JAX arrays: outputs are written in place through their views
-            from ..runtime.jax_arrays import torch_args
+            from .jax_arrays import torch_args
 
             ops = contract.Operands(**torch_args(vars(ops), weights="b", outputs=("d_row", "dprob", "dbias")))
         key = memo.call_key(tuple(vars(ops).values()), ())
@@ -212,7 +213,7 @@ class GroupedGemmDglu:
             key = ("object", self._graph, key)  # this object's graph: its validation, not another's
         views = memo.CALLS.get(key) if key is not None else None
         if views is not None:  # metadata validated before by this object: rebuild the views only
-            pack = memo.rebuild(ops, views)
+            pack = call_memo.rebuild(ops, views)
         else:
             n = b_dtype = None
             if problem.weight_mode == "discrete":
@@ -225,7 +226,7 @@ class GroupedGemmDglu:
                 raise ValueError("execute: tensors do not match the compiled problem (only M may change); differing: "
                                  + ", ".join(f"{d}: compiled {getattr(problem, d)!r}, got {getattr(got, d)!r}"
                                              for d in diffs))
-            remembered = memo.views_of(ops, problem, pack) if key is not None else None
+            remembered = call_memo.views_of(ops, problem, pack) if key is not None else None
             if remembered is not None:
                 memo.CALLS.put(key, remembered)
         need = self._plan.workspace_size

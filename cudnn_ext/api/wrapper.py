@@ -17,6 +17,7 @@ from ..problem import DgluProblem
 from .. import contract
 from ..contract import blockscaled as contract_blockscaled
 from ..runtime import memo
+from . import call_memo
 from ..runtime.streams import launch_stream, on_stream
 from .tupledict import TupleDict
 
@@ -49,7 +50,7 @@ def grouped_gemm_dglu_wrapper(
     """
     if type(a_tensor).__module__.split(".")[0] in ("jax", "jaxlib"):  # JAX arrays: DLPack views
         call = dict(locals())
-        from ..runtime.jax_arrays import wrapper_from_jax
+        from .jax_arrays import wrapper_from_jax
 
         return wrapper_from_jax(grouped_gemm_dglu_wrapper, call)
     ops = contract.Operands(
@@ -62,7 +63,7 @@ def grouped_gemm_dglu_wrapper(
                geglu_alpha, glu_clamp_max, glu_clamp_min, situ_beta1, situ_beta2, epilogue_op, use_dynamic_sched,
                use_single_group_runtime_offsets, round_dgrad_to_input_dtype, deterministic, engine)
     key = memo.call_key(tuple(vars(ops).values()), scalars)
-    hit = memo.lookup(key, ops)
+    hit = call_memo.lookup(key, ops)
     if hit is not None:  # same metadata as a validated call: same problem, same built graph
         problem, graph, pack = hit
         contract.check_call_offsets(problem, pack, first=False)
@@ -73,7 +74,7 @@ def grouped_gemm_dglu_wrapper(
         problem, pack = contract.normalize(ops, cfg, n=n, b_dtype=b_dtype, d_dtype=d_dtype,
                                            generate_dbias=generate_dbias)
         graph = graph_for_call(problem, pack, engine=engine)  # decline reasons surface before any allocation
-        memo.remember(key, ops, problem, graph, pack)
+        call_memo.remember(key, ops, problem, graph, pack)
         contract.check_call_offsets(problem, pack, first=True)
     plan = graph.execution_plan
     device = pack["c"].device

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from .. import activations
-from ..runtime.jax_arrays import as_torch_dtype
+from ..api.jax_arrays import as_torch_dtype
 
 _F32 = np.float32
 

@@ -3,7 +3,7 @@
 Owns only the address -> tensor bridge the reference engine needs to read per-expert weights
 given as int64 pointers: one buffer at a known address (``tensor_at``), and every expert's
 buffer of a pointer table stacked into one tensor (``stacked_at``: read on the host for CPU
-tensors, gathered on the device for CUDA tensors, ``cudnn_ext.runtime.pointer_gather``). It
+tensors, gathered on the device for CUDA tensors, ``cudnn_ext.kernels.pointer_gather``). It
 never writes through the addresses it reads.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ import ctypes
 
 import torch
 
-from ..runtime.pointer_gather import gather_pointer_table
+from ..kernels.pointer_gather import gather_pointer_table
 
 # Integer stand-ins with the same itemsize: the CUDA array interface has no bf16/fp8 codes.
 _CARRIER = {1: (torch.uint8, "|u1"), 2: (torch.int16, "<i2"), 4: (torch.int32, "<i4"), 8: (torch.int64, "<i8")}

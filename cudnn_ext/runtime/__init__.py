@@ -1,6 +1,5 @@
-"""Runtime plumbing between the contract and the engines: streams (``streams``), the
-caller-owned workspace's layout and checks (``workspace``), the per-call metadata memo
-(``memo``), the zero-copy bridge from JAX arrays to torch views (``jax_arrays``, which
-imports jax only when a JAX array arrives) and the device gather of the buffers a pointer
-table names (``pointer_gather``, which imports the CuTe DSL only when it runs). Imports
-nothing above ``contract``."""
+"""Runtime plumbing, below everything that knows the operation: streams (``streams``), the
+caller-owned workspace's layout, checks and pool (``workspace``), the generic call memo
+(``memo``), occupancy queries (``occupancy``), the disk compile cache (``compile_cache``) and
+shared libraries (``shared_library``). Imports nothing of the package but ``version``
+(``tests/unit/test_layering.py``)."""

@@ -6,7 +6,8 @@ Keys start with their kind, so entry points never collide:
 
 - ``"graph"``: a call family (problem without M, engine, layouts) -> its built ``Graph``
   (``graph.from_call``; a new token count reuses the plan);
-- ``"wrapper"``: the wrapper's metadata key -> (problem, graph, slot views);
+- ``"wrapper"``: the wrapper's metadata key -> (problem, graph, slot views)
+  (``api.call_memo``, which knows the contract's slots);
 - ``"object"``: (class-API graph, execute-time metadata key) -> slot views;
 - ``"op"``: the functional core's key -> its validated entry; ``"replay"``: (signature, M) ->
   the guarded replays of ``functional.run_fast``.
@@ -25,7 +26,6 @@ from typing import Any, Dict, Hashable, List, Optional, Tuple
 
 import torch
 
-from .. import contract
 
 
 
@@ -91,67 +91,6 @@ def call_key(tensors: Tuple, scalars: Tuple) -> Optional[tuple]:
         return key
     except (_Unhashable, TypeError, RuntimeError):  # RuntimeError: no strides (sparse CSR)
         return None
-
-
-def views_of(ops: contract.Operands, problem, pack: Dict[str, Any]) -> Optional[tuple]:
-    """How each slot of a validated ``pack`` is viewed out of ``ops``: ((slot, unit dims dropped,
-    bytes the view spans), ...), or None when some slot is not such a view (then the call is not
-    memoized). The spans are fixed by the metadata, so a remembered call re-checks that its
-    outputs overlap nothing from the data pointers alone."""
-    if problem.is_block_scaled:
-        return None
-    views = []
-    for slot, t in pack.items():
-        src = getattr(ops, slot, None)
-        if not isinstance(src, torch.Tensor) or not isinstance(t, torch.Tensor):
-            return None
-        drop = src.dim() - t.dim()
-        v = src
-        for _ in range(max(drop, 0)):
-            v = v[..., 0]
-        if drop < 0 or v.shape != t.shape or v.stride() != t.stride() or v.data_ptr() != t.data_ptr():
-            return None
-        r = contract.byte_range(t)
-        views.append((slot, drop, r[1] - r[0] if r is not None else 0))
-    return tuple(views)
-
-
-def rebuild(ops: contract.Operands, views: tuple) -> Dict[str, Any]:
-    """The canonical pack of a call whose metadata matched a validated one; re-checks what
-    metadata cannot tell: 16-byte (b_ptrs: 8-byte) alignment of every data pointer, and that
-    no output overlaps another operand."""
-    pack: Dict[str, Any] = {}
-    spans = []
-    for slot, drop, span in views:
-        t = getattr(ops, slot)
-        p = t.data_ptr()
-        if p & (7 if slot == "b_ptrs" else 15) and t.numel():
-            contract.check_aligned(contract.ARG_NAMES[slot], t, 8 if slot == "b_ptrs" else 16)
-        if span:
-            spans.append((p, p + span, slot))
-        for _ in range(drop):
-            t = t[..., 0]
-        pack[slot] = t
-    contract.check_spans_apart(spans)
-    return pack
-
-
-def lookup(key: Optional[tuple], ops: contract.Operands):
-    """``(problem, graph, pack)`` for a remembered wrapper call (pack rebuilt from ``ops``),
-    else None."""
-    hit = CALLS.get(("wrapper", key)) if key is not None else None
-    if hit is None:
-        return None
-    problem, graph, views = hit
-    return problem, graph, rebuild(ops, views)
-
-
-def remember(key: Optional[tuple], ops: contract.Operands, problem, graph, pack: Dict[str, Any]) -> None:
-    """Memoize a validated wrapper call if every slot of its pack is a unit-dim-dropping view
-    of an argument."""
-    views = views_of(ops, problem, pack) if key is not None else None
-    if views is not None:
-        CALLS.put(("wrapper", key), (problem, graph, views))
 
 
 def clear() -> None:

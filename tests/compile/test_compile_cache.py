@@ -67,7 +67,7 @@ def cache(tmp_path, monkeypatch):
 
 def _gather_build():
     """A compile function of the small gather kernel (bypassing its per-process lru_cache)."""
-    from cudnn_ext.runtime import pointer_gather
+    from cudnn_ext.kernels import pointer_gather
 
     _, cutlass, cute, runtime = pointer_gather._dsl()
 

@@ -1,4 +1,4 @@
-"""The reference engine's pointer-table gather (``cudnn_ext.runtime.pointer_gather``) on the device:
+"""The reference engine's pointer-table gather (``cudnn_ext.kernels.pointer_gather``) on the device:
 every expert with rows copied bit for bit (whole 8-byte words and a tail), every expert without
 rows skipped with its row zero (its pointer null or garbage: reading it would fault), no host
 sync under torch.cuda.set_sync_debug_mode("error"), the current stream honoured, and a CUDA
@@ -6,7 +6,7 @@ graph that captured the gather reads the table's and the offsets' new values on 
 import pytest
 import torch
 
-from cudnn_ext.runtime.pointer_gather import gather_pointer_table
+from cudnn_ext.kernels.pointer_gather import gather_pointer_table
 
 pytestmark = pytest.mark.gpu
 

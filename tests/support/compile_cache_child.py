@@ -53,7 +53,7 @@ def main():
 
         get = launch.zero_tail_cached
     else:
-        from cudnn_ext.runtime import pointer_gather
+        from cudnn_ext.kernels import pointer_gather
 
         pointer_gather._dsl()
         get = lambda: pointer_gather.compile_gather("sm_90a")  # noqa: E731

@@ -25,7 +25,7 @@ class KernelPlan(CompiledPlan):
     reference: what matters here is which compile-cache entry it used."""
 
     def __init__(self, engine, problem, knobs):
-        from cudnn_ext.runtime import pointer_gather
+        from cudnn_ext.kernels import pointer_gather
 
         self.engine_name, self.problem, self.knobs = engine.name, problem, knobs
         pointer_gather.compile_gather("sm_90a")

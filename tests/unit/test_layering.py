@@ -17,8 +17,8 @@ LAYERS = (
     ("quant",),
     ("contract",),
     ("runtime",),
-    ("reference",),
     ("kernels",),
+    ("reference",),
     ("engines",),
     ("plan",),
     ("graph",),
@@ -86,3 +86,11 @@ def test_the_check_sees_a_hidden_upward_import(tmp_path):
     probe.parent.mkdir(parents=True)
     probe.write_text("def f():\n    from ..engines import heuristics\n    from cudnn_ext import graph\n")
     assert list(_imports(probe, tmp_path / "cudnn_ext")) == [(2, "engines"), (3, "graph")]
+
+
+def test_runtime_is_plumbing():
+    """runtime/ imports nothing of the package but ``version``: no contract, no kernels."""
+    bad = [f"{path.relative_to(PACKAGE.parent)}:{line} imports {target}"
+           for path in sorted((PACKAGE / "runtime").rglob("*.py"))
+           for line, target in _imports(path) if target not in ("runtime", "version")]
+    assert not bad, "\n".join(bad)

@@ -63,7 +63,7 @@ def test_pointer_gather_refuses_bad_arguments_before_any_compile():
     checks run before the CuTe DSL is imported (CPU tensors never reach it in the engine)."""
     import pytest
 
-    from cudnn_ext.runtime.pointer_gather import gather_pointer_table
+    from cudnn_ext.kernels.pointer_gather import gather_pointer_table
 
     table, ends = torch.zeros(3, dtype=torch.int64), torch.tensor([256, 256, 512], dtype=torch.int32)
     with pytest.raises(TypeError, match=r"table: expected a 1-D int64 tensor of addresses, got torch.int32"):

@@ -23,8 +23,8 @@ from typing import Optional
 
 import torch
 
-from . import compile_cache
-from .streams import current_stream_handle
+from ..runtime import compile_cache
+from ..runtime.streams import current_stream_handle
 
 #: Threads per CTA of the copy.
 _THREADS = 256
