@@ -34,7 +34,7 @@ from ..kernels.sm90.config import (DESC_BYTES, KERNEL_ACTS, SITU_DEFAULTS, TRACE
                                    Sm90TraceConfig)
 from ..problem import DgluProblem
 from ..quant.formats import FP8_DTYPES
-from ..runtime.occupancy import max_active_clusters
+from ..runtime import caches, occupancy
 from ..runtime.streams import current_device_index, current_stream_handle
 from ..runtime.workspace import WorkspaceLayout, WorkspaceRequest
 from .base import CompiledPlan, Engine, compile_deferred
@@ -174,6 +174,7 @@ def check_family(engine_name: str, problem: DgluProblem, knobs) -> None:
 _compiled: Dict[Sm90Config, object] = {}
 _compile_seconds: Dict[Sm90Config, float] = {}
 _compile_lock = threading.Lock()
+caches.register("sm90 kernels", lambda: (_compiled.clear(), _compile_seconds.clear()), lambda: len(_compiled))
 
 
 def compile_cached(cfg: Sm90Config):
@@ -201,14 +202,10 @@ def compile_seconds(cfg: Sm90Config) -> Optional[float]:
 
 
 def resident_ctas(sms: int, cluster_size: int) -> int:
-    """CTAs of a persistent launch that can be resident at once on the current device: the
-    SM count, or for clusters max active clusters x cluster size (a GPC's SM count need not
-    divide by the cluster size, and a cluster that cannot be co-resident would run after the
-    others). Asks the driver under the current CUDA context (``runtime.occupancy``); raises
-    if it cannot."""
-    if cluster_size == 1:
-        return sms
-    return min(sms, max_active_clusters(cluster_size) * cluster_size)
+    """CTAs of a persistent launch that can be resident at once on the current device
+    (``runtime.occupancy.resident_ctas``, which caches them); raises if the driver query
+    cannot run."""
+    return occupancy.resident_ctas(sms, cluster_size, ("cuda", current_device_index()))
 
 
 #: The kernel operands a plan may or may not have, in ``Sm90Plan._required`` order.
@@ -297,20 +294,14 @@ class Sm90Plan(CompiledPlan):
             return self._layout.size
         return 4 * self._ws_elems
 
-    #: (device index, cluster size) -> resident CTAs, shared by every plan of the process
-    _resident: Dict[tuple, int] = {}
-
     def _resident_ctas(self, idx: int) -> int:
         """CTAs of this plan that can be resident at once on device ``idx`` (the persistent
         grid): the SM count, or for clusters max active clusters x cluster size (a GPC's SM
         count need not divide by the cluster size, so this can be below the SM count)."""
         cl = self.config.cluster_size()
-        n = self._resident.get((idx, cl))
-        if n is None:
-            with torch.cuda.device(idx):
-                n = resident_ctas(torch.cuda.get_device_properties(idx).multi_processor_count, cl)
-            self._resident[(idx, cl)] = n
-        return n
+        with torch.cuda.device(idx):
+            return occupancy.resident_ctas(torch.cuda.get_device_properties(idx).multi_processor_count, cl,
+                                           ("cuda", idx))
 
     def _fn(self, init: bool, ws_zeroed: bool = False):
         fn = self._fns.get((init, ws_zeroed))

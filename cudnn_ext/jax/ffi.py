@@ -28,6 +28,8 @@ from typing import Optional, Tuple
 
 import torch
 
+from ..runtime import caches
+
 #: Set to "0" to never use the FFI path (always the host callback).
 FFI_ENV = "CUDNN_EXT_JAX_FFI"
 #: SM count assumed when no CUDA device is visible at trace time (H100/H200 SXM). The grid of
@@ -122,7 +124,7 @@ def _sm_count() -> int:
     return int(n) if n else DEFAULT_SM_COUNT
 
 
-_RESIDENT: dict = {}
+caches.lru("JAX device SM count", _sm_count)
 
 
 def _resident_ctas(cluster_size: int) -> int:
@@ -130,15 +132,13 @@ def _resident_ctas(cluster_size: int) -> int:
     (a GPC's SM count need not divide by it; a cluster that cannot be co-resident would run
     after the others and double the time of its tiles). Falls back to the SM count when the
     driver query cannot run here (no current CUDA context on this thread)."""
-    from ..engines.sm90 import resident_ctas
+    from ..runtime.occupancy import resident_ctas
 
     sms = _sm_count()
-    if cluster_size not in _RESIDENT:
-        try:
-            _RESIDENT[cluster_size] = resident_ctas(sms, cluster_size)
-        except Exception:  # not cached: a later trace may have a context; a grid too
-            return sms     # large is still correct, it only costs time
-    return _RESIDENT[cluster_size]
+    try:
+        return resident_ctas(sms, cluster_size, "jax")
+    except Exception:  # not cached: a later trace may have a context; a grid too
+        return sms     # large is still correct, it only costs time
 
 
 def ffi_config(config):

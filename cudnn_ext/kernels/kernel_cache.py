@@ -12,7 +12,7 @@ import importlib
 import importlib.util
 import threading
 
-from ..runtime import compile_cache
+from ..runtime import caches, compile_cache
 
 #: The TVM-FFI calling convention converts arguments in C++ (a few microseconds per launch
 #: instead of ~100 us of Python argument packing), and the disk cache opens its kernels without
@@ -32,6 +32,7 @@ class KernelCache:
         self.build_module = build_module
         self.compiled = {}
         self._lock = threading.Lock()
+        caches.register(f"kernels of {build_module}", self.compiled.clear, lambda: len(self.compiled))
 
     def build(self):
         """The build module (imported on first use)."""

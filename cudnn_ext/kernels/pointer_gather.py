@@ -23,7 +23,7 @@ from typing import Optional
 
 import torch
 
-from ..runtime import compile_cache
+from ..runtime import caches, compile_cache
 from ..runtime.streams import current_stream_handle
 
 #: Threads per CTA of the copy.
@@ -130,6 +130,9 @@ def compile_gather(arch: Optional[str] = None):
     with _compile_lock:
         return compile_cache.load_or_compile("gather", "pointer_gather", build,
                                              sources=(__file__,), arch=arch, tvm_ffi=False)
+
+
+caches.lru("pointer gather kernel", compile_gather)
 
 
 def _check(table, nbytes, ends) -> None:

@@ -76,7 +76,7 @@ import warnings
 from typing import Callable, Dict, Iterable, NamedTuple, Optional, Tuple
 
 from ..version import __version__
-from . import shared_library
+from . import caches, shared_library
 
 #: Bumped when the entry layout or the key's fields change (old entries then never match).
 FORMAT = 1
@@ -558,6 +558,17 @@ def install(key: dict, data: bytes) -> bool:
         _warn_once("write", f"cannot store {e.obj.name} ({err})")
         return False
     return True
+
+
+def _clear_in_process() -> None:
+    for d in (_loaded, _site_digests, _source_digests, _versions):
+        d.clear()
+
+
+# what this process has loaded from the folder and the digests of the sources it hashed
+# (the loaded shared libraries stay: they are loaded once per process)
+caches.register("compile cache entries", _clear_in_process,
+                lambda: len(_loaded) + len(_site_digests) + len(_source_digests) + len(_versions))
 
 
 def clear() -> None:

@@ -26,6 +26,8 @@ from typing import Any, Dict, Hashable, List, Optional, Tuple
 
 import torch
 
+from . import caches
+
 
 
 
@@ -66,6 +68,7 @@ class CallMemo:
 
 #: Every entry point's call state. Bounded: a miss only re-validates.
 CALLS = CallMemo(4096)
+caches.register("calls", CALLS.clear, lambda: len(CALLS._d))
 
 
 class _Unhashable(Exception):

@@ -13,7 +13,9 @@ cuda-python's driver bindings; raises RuntimeError on a driver error or without 
 from __future__ import annotations
 
 import threading
-from typing import Dict
+from typing import Dict, Hashable
+
+from . import caches
 
 #: An empty kernel (PTX 7.8: the first ISA with sm_90 and clusters)
 _PTX = (b".version 7.8\n.target sm_90\n.address_size 64\n"
@@ -88,3 +90,23 @@ def max_active_clusters(cluster_size: int) -> int:
     config.numAttrs = 1
     config.attrs = [cluster]
     return int(_ok(driver.cuOccupancyMaxActiveClusters(fn, config)))
+
+
+#: (device, SM count, cluster size) -> resident CTAs: the process's one such cache
+_RESIDENT: Dict[tuple, int] = {}
+caches.register("resident CTAs", _RESIDENT.clear, lambda: len(_RESIDENT))
+
+
+def resident_ctas(sms: int, cluster_size: int, device: Hashable = None) -> int:
+    """CTAs of a persistent launch that can be resident at once on the current device: the
+    SM count, or for clusters max active clusters x cluster size (a GPC's SM count need not
+    divide by the cluster size, and a cluster that cannot be co-resident would run after the
+    others). Asks the driver under the current CUDA context once per (``device``, SM count,
+    cluster size); raises if it cannot (nothing is cached then)."""
+    if cluster_size == 1:
+        return sms
+    key = (device, sms, cluster_size)
+    n = _RESIDENT.get(key)
+    if n is None:
+        n = _RESIDENT[key] = min(sms, max_active_clusters(cluster_size) * cluster_size)
+    return n

@@ -20,6 +20,8 @@ from typing import Dict, Iterable, Mapping, NamedTuple, Optional, Tuple
 
 import torch
 
+from . import caches
+
 
 class WorkspaceRequest(NamedTuple):
     """One named region of a plan's workspace: ``nbytes`` at an ``align``-byte boundary.
@@ -186,3 +188,4 @@ class WorkspacePool:
 
 #: The library's scratch for calls that pass no workspace.
 POOL = WorkspacePool(64)
+caches.register("workspace pool", POOL.clear, lambda: len(POOL._d))

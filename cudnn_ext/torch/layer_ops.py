@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .. import activations
+from ..runtime import caches
 from ..runtime.streams import current_stream_handle
 from .ops import _LIB, _direct_ok
 
@@ -71,6 +72,9 @@ def device_capability(index: int):
     """``torch.cuda.get_device_capability(index)``, asked once per device (a device-properties
     query per launch otherwise)."""
     return torch.cuda.get_device_capability(index)
+
+
+caches.lru("device capabilities", device_capability)
 
 
 def _kernel_ok(x: Tensor, *others: Tensor) -> bool:
@@ -120,6 +124,9 @@ def _glu_config(act_func, geglu_alpha, clamp_max, clamp_min, linear_offset):
     from ..kernels.layer.config import GluConfig
     return GluConfig(act=act_func, geglu_alpha=float(geglu_alpha), clamp_max=float(clamp_max),
                      clamp_min=float(clamp_min), linear_offset=float(linear_offset))
+
+
+caches.lru("layer GLU configs", _glu_config)
 
 
 def _zero_impl(x, padded_offsets):

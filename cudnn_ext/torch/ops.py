@@ -37,6 +37,7 @@ from torch import Tensor
 
 from .. import contract
 from ..contract import check_same_device
+from ..runtime import caches
 from ..layout import check_layout, halves_to_interleaved, interleaved_to_halves
 from .. import activations
 from ..functional import ActArgs, run, run_fast, validate
@@ -48,6 +49,9 @@ _LIB = "cudnn_ext"
 def _act(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min, m_aligned=256) -> ActArgs:
     # cached: a frozen dataclass costs microseconds to build, and the hot path keys on it
     return ActArgs(act_func, linear_offset, geglu_alpha, glu_clamp_max, glu_clamp_min, m_aligned=m_aligned)
+
+
+caches.lru("torch op activation arguments", _act)
 
 
 def _eager() -> bool:

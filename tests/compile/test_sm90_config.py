@@ -506,7 +506,7 @@ def _recording_plan(monkeypatch, problem, knobs, with_cfg=False):
     calls = []
     monkeypatch.setattr(sm90, "compile_cached", lambda cfg: (
         lambda *args: calls.append((cfg, args) if with_cfg else args)))
-    monkeypatch.setitem(sm90.Sm90Plan._resident, (-1, 1), 132)
+    monkeypatch.setattr(sm90.Sm90Plan, "_resident_ctas", lambda self, idx: 132)
     plan = Sm90DgluEngine().build(problem, knobs)
     if not plan.tvm_ffi:
         pytest.skip("apache-tvm-ffi is not installed: the launch packs DSL pointer objects")
