@@ -1,8 +1,8 @@
 """``grouped_gemm_dglu_jax`` (alias ``grouped_gemm_dglu_jax_sm100``): the ``jax.jit`` entry point.
 
-Owns the traced-call contract: static validation of shapes and dtypes at trace time (values of
-``padded_offsets`` cannot be checked then), the output signature, and the host callback that
-runs the operation. The computation is ``cudnn_ext.functional.run`` (contract + built plan),
+Owns the traced call: the one contract (``contract.normalize``, the wrapper's rules) applied
+at trace time to meta tensors of the arrays' shapes and dtypes (values of ``padded_offsets``
+cannot be checked then), the output signature, and the host callback that runs the operation. The computation is ``cudnn_ext.functional.run`` (contract + built plan),
 the same functional path as the torch custom op, on host copies of the operands.
 
 On CUDA, for problems the SM90 engine supports (dense weights or discrete ``b_ptrs``), the call
@@ -22,7 +22,6 @@ from typing import Any, Optional, Tuple
 import numpy as np
 import torch
 
-from .. import activations
 from ..api.jax_arrays import as_torch_dtype
 
 _F32 = np.float32
@@ -49,11 +48,57 @@ def _host_array(t: torch.Tensor, np_dtype) -> np.ndarray:
     return t.numpy()
 
 
-def _check(name: str, x, shape: Tuple[int, ...], dtypes) -> None:
-    if tuple(x.shape) != tuple(shape):
-        raise ValueError(f"{name}: shape must be {tuple(shape)}, got {tuple(x.shape)}")
-    if np.dtype(x.dtype).name not in dtypes:
-        raise TypeError(f"{name}: dtype must be one of {sorted(dtypes)}, got {np.dtype(x.dtype).name}")
+def _meta(name: str, x, shape=None, dtype=None) -> torch.Tensor:
+    """A meta tensor with the shape and dtype of the JAX array (or abstract value) ``x``: what
+    the contract checks at trace time (``shape``/``dtype``: another view of the same bytes)."""
+    try:
+        td = as_torch_dtype(x.dtype) if dtype is None else dtype
+    except (TypeError, ValueError, AttributeError):
+        raise TypeError(f"{name}: expected a JAX array, got {type(x).__name__}") from None
+    return torch.empty(tuple(x.shape) if shape is None else shape, dtype=td, device="meta")
+
+
+def _validated(a_tensor, c_tensor, padded_offsets, alpha_tensor, beta_tensor, b_ptrs, n, prob_tensor, d_td,
+               acc_dtype, vector_f32, act_func, linear_offset, generate_dbias, b_tensor, b_major, geglu_alpha,
+               glu_clamp_max, glu_clamp_min, m_aligned):
+    """The call's ``(problem, (M, K))`` from the one contract (``contract.normalize``, the
+    wrapper's rules with the vendor's argument names) applied to meta tensors of the traced
+    arrays, plus this door's own limits: BF16 operands, a prob. Values (the offsets) are not
+    known at trace time and are not checked here."""
+    from .. import contract
+
+    if prob_tensor is None:
+        raise ValueError("prob_tensor: required for the BF16 contract, got None")
+    a = _meta("a_tensor", a_tensor)
+    if a.dtype != torch.bfloat16:
+        raise TypeError(f"a_tensor: dtype must be bfloat16 (the JAX entry takes BF16 operands), got "
+                        f"{str(a.dtype).replace('torch.', '')}")
+    if b_tensor is not None:
+        b = _meta("b_tensor", b_tensor)
+        if b.dim() != 3:
+            raise ValueError(f"b_tensor: shape must be (L, N, K), got {tuple(b.shape)}")
+        weights = dict(b=b.permute(1, 2, 0))  # the contract's (N, K, L) view
+        extra = {}
+    else:
+        name = np.dtype(b_ptrs.dtype).name
+        if name == "uint8" and len(b_ptrs.shape) == 1 and b_ptrs.shape[0] % 8 == 0:
+            table = _meta("b_ptrs", b_ptrs, (b_ptrs.shape[0] // 8,), torch.int64)
+        elif name == "int64" and len(b_ptrs.shape) == 1:
+            table = _meta("b_ptrs", b_ptrs)
+        else:
+            raise TypeError(f"b_ptrs: must be (L,) int64 or (8L,) uint8, got {tuple(b_ptrs.shape)} {name}")
+        weights = dict(b_ptrs=table)
+        extra = dict(n=n, b_dtype=torch.bfloat16)
+    m = a.shape[0] if a.dim() else 0
+    ops = contract.Operands(a=a, c=_meta("c_tensor", c_tensor), padded_offsets=_meta("padded_offsets", padded_offsets),
+                            alpha=_meta("alpha_tensor", alpha_tensor), beta=_meta("beta_tensor", beta_tensor),
+                            prob=_meta("prob_tensor", prob_tensor),
+                            dprob=torch.empty(m, dtype=torch.float32, device="meta"), **weights)
+    cfg = contract.CallConfig(act_func=act_func, linear_offset=linear_offset, geglu_alpha=geglu_alpha,
+                              glu_clamp_max=glu_clamp_max, glu_clamp_min=glu_clamp_min, b_major=b_major,
+                              acc_dtype=as_torch_dtype(acc_dtype), vector_f32=vector_f32, m_aligned=m_aligned)
+    problem, pack = contract.normalize(ops, cfg, d_dtype=d_td, generate_dbias=generate_dbias, pointers=False, **extra)
+    return problem, tuple(pack["a"].shape)
 
 
 def grouped_gemm_dglu_jax(
@@ -87,54 +132,18 @@ def grouped_gemm_dglu_jax(
 
     if (b_ptrs is None) == (b_tensor is None):
         raise ValueError("b_ptrs/b_tensor: provide exactly one: b_ptrs (discrete, with n) or b_tensor (dense (L, N, K))")
-    if prob_tensor is None:
-        raise ValueError("prob_tensor: required for the BF16 contract, got None")
-    if as_torch_dtype(acc_dtype) != torch.float32:
-        raise TypeError(f"acc_dtype: must be float32, got {acc_dtype!r}")
+    if b_tensor is not None and n is not None:
+        raise ValueError(f"n: dense weights (b_tensor) forbid n, got {n!r}")
+    if b_ptrs is not None and (isinstance(n, bool) or not isinstance(n, int)):
+        raise ValueError(f"n: discrete weights (b_ptrs) require an int n, got {n!r}")
     d_td = as_torch_dtype(d_dtype)
-    if d_td not in (torch.bfloat16, torch.float16, torch.float32):
-        raise TypeError(f"d_dtype: must be bfloat16, float16 or float32, got {d_dtype!r}")
-    if act_func not in activations.names(activations.BF16):
-        raise ValueError(f"act_func: must be one of {list(activations.names(activations.BF16))} (BF16), "
-                         f"got {act_func!r}")
-    from ..contract import check_m_aligned
-
-    check_m_aligned(m_aligned)  # at trace time; M % m_aligned is the shared contract's, when the call runs
-
-    a_shape = tuple(a_tensor.shape)
-    if len(a_shape) == 3 and a_shape[2] == 1:
-        a_shape = a_shape[:2]
-    if len(a_shape) != 2:
-        raise ValueError(f"a_tensor: shape must be (M, K) or (M, K, 1), got {tuple(a_tensor.shape)}")
+    problem, a_shape = _validated(a_tensor, c_tensor, padded_offsets, alpha_tensor, beta_tensor, b_ptrs, n,
+                                  prob_tensor, d_td, acc_dtype, vector_f32, act_func, linear_offset,
+                                  generate_dbias, b_tensor, b_major, geglu_alpha, glu_clamp_max, glu_clamp_min,
+                                  m_aligned)
     m, k = a_shape
-    _check("a_tensor", a_tensor, tuple(a_tensor.shape), {"bfloat16"})
-    if b_tensor is not None:
-        if n is not None:
-            raise ValueError(f"n: dense weights (b_tensor) forbid n, got {n!r}")
-        if len(b_tensor.shape) != 3 or b_tensor.shape[2] != k:
-            raise ValueError(f"b_tensor: shape must be (L, N, K) with K = {k}, got {tuple(b_tensor.shape)}")
-        num_experts, n = int(b_tensor.shape[0]), int(b_tensor.shape[1])
-        _check("b_tensor", b_tensor, tuple(b_tensor.shape), {"bfloat16"})
-    else:
-        if isinstance(n, bool) or not isinstance(n, int):
-            raise ValueError(f"n: discrete weights (b_ptrs) require an int n, got {n!r}")
-        name = np.dtype(b_ptrs.dtype).name
-        if name == "uint8" and len(b_ptrs.shape) == 1 and b_ptrs.shape[0] % 8 == 0:
-            num_experts = b_ptrs.shape[0] // 8
-        elif name == "int64" and len(b_ptrs.shape) == 1:
-            num_experts = b_ptrs.shape[0]
-        else:
-            raise TypeError(f"b_ptrs: must be (L,) int64 or (8L,) uint8, got {tuple(b_ptrs.shape)} {name}")
+    n, num_experts = problem.n, problem.num_experts
     two_n = 2 * n
-    if tuple(c_tensor.shape) not in ((m, two_n), (m, two_n, 1)):
-        raise ValueError(f"c_tensor: shape must be ({m}, {two_n}) or ({m}, {two_n}, 1), got {tuple(c_tensor.shape)}")
-    _check("c_tensor", c_tensor, tuple(c_tensor.shape), {"bfloat16", "float16", "float32"})
-    _check("padded_offsets", padded_offsets, (num_experts,), {"int32"})
-    _check("alpha_tensor", alpha_tensor, (num_experts,), {"float32"})
-    _check("beta_tensor", beta_tensor, (num_experts,), {"float32"})
-    if tuple(prob_tensor.shape) not in ((m,), (m, 1, 1)):
-        raise ValueError(f"prob_tensor: shape must be ({m},) or ({m}, 1, 1), got {tuple(prob_tensor.shape)}")
-    _check("prob_tensor", prob_tensor, tuple(prob_tensor.shape), {"float32"})
 
     from ..functional import ActArgs, run  # the shared functional path (imports torch only)
 

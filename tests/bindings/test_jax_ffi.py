@@ -107,8 +107,11 @@ def test_jit_takes_the_engines_choice_at_deep_k():
 def test_ffi_branch_only_where_the_sm90_kernel_applies(monkeypatch):
     assert _uses_ffi(_fn(generate_dbias=True), _avals())
     assert _uses_ffi(_fn(act_func="dgeglu", d_dtype=jnp.float32), _avals(jnp.float32))
-    assert not _uses_ffi(_fn(), _avals(n=48))  # SM90 declines: N % 32 != 0 -> host callback
-    assert not _uses_ffi(_fn(), _avals(m=1000))  # contract: M % 256 -> host callback reports it
+    # what the contract refuses fails at trace time (contract.normalize on the arrays' metadata)
+    with pytest.raises(ValueError, match="b_tensor: N must be a positive multiple of 32"):
+        _uses_ffi(_fn(), _avals(n=48))
+    with pytest.raises(ValueError, match="a_tensor: M .* multiple of 256"):
+        _uses_ffi(_fn(), _avals(m=1000))
     # m_aligned 8: the SM90 kernel runs it, the FFI call (no scratch for its tile table) does not
     assert not _uses_ffi(_fn(m_aligned=8), _avals(m=1000))
     monkeypatch.setenv("CUDNN_EXT_JAX_FFI", "0")  # the switch-off
