@@ -492,6 +492,21 @@ class Sm90TracePlan(Sm90Plan):
         return rows[:grid]
 
 
+@dataclasses.dataclass(frozen=True)
+class XlaLaunch:
+    """What an XLA FFI custom call of the SM90 kernel needs (``jax.ffi``): the compile-time
+    config, the zeroed scratch output beside D, dprob and the fp32 dbias workspace (the
+    device-built B descriptors of a discrete problem; 0 bytes otherwise), and the adapter's
+    entry, compile key, buffer alignment and static keyword arguments (``cutlass_call``'s)."""
+
+    config: Sm90Config
+    scratch_bytes: int
+    entry: object
+    compile_key: str
+    buffer_align: int
+    static_kwargs: dict
+
+
 class Sm90DgluEngine(Engine):
     name = "sm90_cutedsl"
     engine_id = 20100
@@ -540,6 +555,43 @@ class Sm90DgluEngine(Engine):
         if not (problem.has_prob and problem.has_dprob):
             why.append("the BF16 contract needs prob and dprob")
         return why + placement_reasons(problem)
+
+    def xla_reasons(self, problem: DgluProblem) -> list:
+        """Why the kernel cannot run ``problem`` as an XLA FFI custom call (empty: it can): the
+        engine's own reasons on a CUDA device, and the ragged schedule, whose tile table needs
+        a scratch the custom call does not carry."""
+        why = list(self.check_support(dataclasses.replace(problem, device_type="cuda", device_index=None)))
+        if problem.m_aligned < 256:
+            why.append(f"m_aligned {problem.m_aligned}: the FFI call has no scratch for the ragged "
+                       f"schedule's tile table (the host callback runs it)")
+        return why
+
+    @staticmethod
+    def xla_form(config: Sm90Config) -> Sm90Config:
+        """The config the FFI call compiles from an engine ``config``: dbias left unfolded (XLA
+        owns the zeroed fp32 workspace, an aliased output; JAX rounds it) and no split last
+        round (its flags and partial sums would need a scratch of their own)."""
+        return dataclasses.replace(config, fold_dbias=False, split_last=1)
+
+    def xla_launch(self, problem: DgluProblem, config: Sm90Config, sm_count: int,
+                   grid: Optional[int] = None) -> XlaLaunch:
+        """The FFI call of ``config`` (an engine config of ``problem``) on a device of
+        ``sm_count`` SMs: the persistent grid (``grid`` CTAs if given) from the resident CTAs
+        of its cluster size, or the SM count when the driver cannot be asked here. Imports
+        the CuTe DSL."""
+        from ..kernels.sm90 import jax_entry
+
+        cfg = self.xla_form(config)
+        if grid is None:
+            try:
+                grid = occupancy.resident_ctas(sm_count, cfg.cluster_size(), "xla")
+            except Exception:  # no current CUDA context on this thread: a grid too large is
+                grid = sm_count  # still correct, it only costs time (nothing is cached)
+        act = problem.act
+        scratch = (problem.num_experts + 1) * DESC_BYTES if problem.weight_mode == "discrete" else 0
+        return XlaLaunch(cfg, scratch, jax_entry.dglu_ffi_entry, jax_entry.COMPILE_KEY, jax_entry.BUFFER_ALIGN,
+                         jax_entry.static_kwargs(cfg, grid, act.geglu_alpha, act.clamp_max, act.clamp_min,
+                                                 act.linear_offset))
 
     def knob_space(self, problem: DgluProblem):
         """Ping-pong tile_n x cluster shape (1x1; 2x1: B multicast; 2x2: A and B multicast,

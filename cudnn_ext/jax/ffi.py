@@ -8,8 +8,9 @@ the ``cutlass.jax.cutlass_call`` with zero-initialized ``jnp.zeros`` inputs alia
 ``d_row`` / ``dprob`` / fp32 dbias-workspace outputs. ``dbias`` is the workspace rounded once
 to bf16 (``ws.astype(bfloat16)``): the engine's semantics with a fresh zero dbias.
 
-The kernel adapter is ``cudnn_ext.kernels.sm90.jax_entry``; this module imports it (and the
-CuTe DSL) only when a traced call is eligible. Dense ``b`` (L, N, K) and discrete ``b_ptrs``
+What the launch needs (the config's FFI form, the grid, the scratch, the kernel adapter
+``kernels.sm90.jax_entry``) the SM90 engine says (``Sm90DgluEngine.xla_launch``); the adapter
+and the CuTe DSL are imported only when a traced call is eligible. Dense ``b`` (L, N, K) and discrete ``b_ptrs``
 (a device pointer table, read by the kernel on the device; its descriptors are built into a
 zeroed scratch buffer that is one more aliased output, dropped).
 
@@ -59,57 +60,32 @@ def ffi_available() -> Optional[str]:
     return None
 
 
-def _meta(shape, td: torch.dtype) -> torch.Tensor:
-    return torch.empty(tuple(shape), dtype=td, device="meta")
+def _engine():
+    from ..engines.registry import engine_by_name
+
+    return engine_by_name("sm90_cutedsl")
 
 
-def sm90_problem(a_shape, c_shape, c_td, b_shape, num_experts: int, d_td, act, generate_dbias: bool,
-                 *, discrete_n: Optional[int] = None, b_major: str = "k"):
-    """``(problem, reasons)``: the BF16 problem of a traced call, as the contract builds it,
-    and the SM90 engine's decline reasons (empty: the kernel runs it). Contract errors are
-    reasons too (the host-callback path reports them when it runs). Dense: ``b_shape`` is the
-    JAX (L, N, K) shape; discrete: ``discrete_n`` is N, ``b_major`` the experts' layout."""
-    from .. import contract
-    from ..engines.sm90 import Sm90DgluEngine
-
-    m = a_shape[0]
-    ops = contract.Operands(
-        a=_meta(a_shape, torch.bfloat16), c=_meta(c_shape, c_td),
-        padded_offsets=_meta((num_experts,), torch.int32), alpha=_meta((num_experts,), torch.float32),
-        beta=_meta((num_experts,), torch.float32), prob=_meta((m,), torch.float32),
-        dprob=_meta((m,), torch.float32))
-    if discrete_n is None:
-        ops.b = _meta(b_shape, torch.bfloat16).permute(1, 2, 0)  # JAX (L, N, K) -> contract (N, K, L)
-        weights = {}
-    else:
-        ops.b_ptrs = _meta((num_experts,), torch.int64)
-        weights = dict(n=discrete_n, b_dtype=torch.bfloat16)
-    cfg = contract.CallConfig(act_func=act.act_func, linear_offset=act.linear_offset,
-                              geglu_alpha=act.geglu_alpha, glu_clamp_max=act.glu_clamp_max,
-                              glu_clamp_min=act.glu_clamp_min, m_aligned=act.m_aligned, b_major=b_major)
-    try:
-        problem, _ = contract.normalize(ops, cfg, d_dtype=d_td, generate_dbias=generate_dbias,
-                                        **weights)
-    except (ValueError, TypeError, NotImplementedError) as e:
-        return None, [f"contract: {e}"]
-    problem = dataclasses.replace(problem, device_type="cuda", device_index=None)
-    why = list(Sm90DgluEngine().check_support(problem))
-    if problem.m_aligned < 256:
-        # the ragged schedule's tile table needs a scratch that the FFI call does not carry
-        why.append(f"m_aligned {problem.m_aligned}: the FFI call has no scratch for the ragged "
-                   f"schedule's tile table (the host callback runs it)")
-    return problem, why
+def ffi_reasons(problem) -> list:
+    """Why the SM90 kernel cannot run the traced call's ``problem`` (the contract's, built at
+    trace time) as an XLA FFI custom call; empty: it can (``Sm90DgluEngine.xla_reasons``)."""
+    return _engine().xla_reasons(problem)
 
 
 def choose_config(problem):
     """The SM90 engine's first-ranked configuration for ``problem`` (its knob space and cost
     model, ranked as heuristic mode A ranks them: ``heuristics.ranked_knobs``), an
-    ``Sm90Config``. The unfolded-dbias form (``ffi_config``) of every form the engine picks
-    has run on the GPU (tests/bindings/test_jax_ffi.py's GPU test)."""
+    ``Sm90Config``. The FFI form (``ffi_config``) of every form the engine picks has run on
+    the GPU (tests/bindings/test_jax_ffi.py's GPU test)."""
     from ..engines.heuristics import ranked_knobs
-    from ..engines.sm90 import Sm90DgluEngine
 
-    return ranked_knobs(Sm90DgluEngine(), problem)[0][0]
+    return ranked_knobs(_engine(), dataclasses.replace(problem, device_type="cuda", device_index=None))[0][0]
+
+
+def ffi_config(config):
+    """The compile-time config the FFI call builds from the engine's ``config``
+    (``Sm90DgluEngine.xla_form``: dbias unfolded, no split last round)."""
+    return _engine().xla_form(config)
 
 
 @functools.lru_cache(maxsize=None)
@@ -127,37 +103,15 @@ def _sm_count() -> int:
 caches.lru("JAX device SM count", _sm_count)
 
 
-def _resident_ctas(cluster_size: int) -> int:
-    """The persistent grid: the SM count, or for clusters max active clusters x cluster size
-    (a GPC's SM count need not divide by it; a cluster that cannot be co-resident would run
-    after the others and double the time of its tiles). Falls back to the SM count when the
-    driver query cannot run here (no current CUDA context on this thread)."""
-    from ..runtime.occupancy import resident_ctas
-
-    sms = _sm_count()
-    try:
-        return resident_ctas(sms, cluster_size, "jax")
-    except Exception:  # not cached: a later trace may have a context; a grid too
-        return sms     # large is still correct, it only costs time
-
-
-def ffi_config(config):
-    """The compile-time config the FFI call builds from the engine's ``config``: dbias left
-    unfolded (XLA owns the zeroed fp32 workspace, an aliased output; JAX rounds it) and no
-    split last round (its flags and partial sums would need a scratch of their own)."""
-    return dataclasses.replace(config, fold_dbias=False, split_last=1)
-
-
 def dglu_ffi(a2, b, c2, offs, alpha, beta, prob1, *, problem, config, sm_count: Optional[int] = None
              ) -> Tuple:
     """``(d_row (M, 2N), dprob (M,), dbias (L, 2N) bf16 or None)`` by the SM90 kernel as an XLA
     FFI custom call. Operands in canonical 2-D/1-D form: ``a2`` (M, K), ``b`` (L, N, K) or,
     for a discrete problem, the pointer table ((L,) int64 or (8L,) uint8), ``c2`` (M, 2N),
-    ``prob1`` (M,). Lowers for CUDA only."""
+    ``prob1`` (M,). ``sm_count``: the persistent grid (default: the resident CTAs of the
+    device JAX sees). Lowers for CUDA only."""
     import jax
     import jax.numpy as jnp
-
-    from ..kernels.sm90.config import DESC_BYTES
 
     m, two_n, num_experts = problem.m, 2 * problem.n, problem.num_experts
     d_np = _jnp_dtype(problem.d_dtype)
@@ -167,37 +121,29 @@ def dglu_ffi(a2, b, c2, offs, alpha, beta, prob1, *, problem, config, sm_count: 
     if dbias_on:
         zeros.append(jnp.zeros((num_experts, two_n), jnp.float32))
         out_shapes.append(jax.ShapeDtypeStruct((num_experts, two_n), jnp.float32))
-    if problem.weight_mode == "discrete":
-        # the device-built B descriptors (a scratch output, dropped): DESC_BYTES per expert
-        # plus DESC_BYTES for the adapter to round the address up to a DESC_BYTES boundary
-        nbytes = (num_experts + 1) * DESC_BYTES
-        zeros.append(jnp.zeros((nbytes,), jnp.uint8))
-        out_shapes.append(jax.ShapeDtypeStruct((nbytes,), jnp.uint8))
     if m == 0:  # nothing to launch (an empty grid): the zeros are the answer
         outs = zeros
     else:
         from cutlass.jax import TensorSpec, cutlass_call
 
-        from ..kernels.sm90 import jax_entry
         from ..runtime.compile_cache import preload_runtime
 
         # cutlass_call exports the kernel to an object file, which fails to link in a process
         # whose DSL target is another arch unless the runtime is loaded first
         preload_runtime(tvm_ffi=False)
 
-        cfg = ffi_config(config)
-        act = problem.act
-        kw = jax_entry.static_kwargs(cfg, sm_count or _resident_ctas(cfg.cluster_size()),
-                                     act.geglu_alpha, act.clamp_max, act.clamp_min,
-                                     act.linear_offset)
+        launch = _engine().xla_launch(problem, config, _sm_count(), grid=sm_count)
+        if launch.scratch_bytes:  # (the device-built B descriptors: a scratch output, dropped)
+            zeros.append(jnp.zeros((launch.scratch_bytes,), jnp.uint8))
+            out_shapes.append(jax.ShapeDtypeStruct((launch.scratch_bytes,), jnp.uint8))
         inputs = [a2, b, c2, offs, alpha, beta, prob1, *zeros]
         first = len(inputs) - len(zeros)
-        spec = TensorSpec(ptr_assumed_align=jax_entry.BUFFER_ALIGN)
+        spec = TensorSpec(ptr_assumed_align=launch.buffer_align)
         call = cutlass_call(
-            jax_entry.dglu_ffi_entry, output_shape_dtype=tuple(out_shapes),
+            launch.entry, output_shape_dtype=tuple(out_shapes),
             input_output_aliases={first + i: i for i in range(len(zeros))},
             input_spec=[spec] * len(inputs), output_spec=[spec] * len(out_shapes),
-            compile_options="--gpu-arch sm_90a", compile_key=jax_entry.COMPILE_KEY, **kw)
+            compile_options="--gpu-arch sm_90a", compile_key=launch.compile_key, **launch.static_kwargs)
         outs = list(call(*inputs))
     dbias = outs[2].astype(jnp.bfloat16) if dbias_on else None  # the one rounding to bf16
     return outs[0], outs[1], dbias

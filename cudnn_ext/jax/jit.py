@@ -175,9 +175,8 @@ def grouped_gemm_dglu_jax(
                                        vmap_method="sequential"))
 
     operands = (a_tensor, c_tensor, weights, padded_offsets, alpha_tensor, beta_tensor, prob_tensor)
-    problem = _ffi_problem(dense, m, k, n, b_major, c_tensor, weights, num_experts, d_td, act,
-                           generate_dbias)
-    if problem is None and not dense and jax.default_backend() != "cpu":
+    ffi_problem = _ffi_problem(problem)
+    if ffi_problem is None and not dense and jax.default_backend() != "cpu":
         from .ffi import ffi_available
 
         why = ffi_available() or "the SM90 engine or the contract declines this problem"
@@ -185,16 +184,16 @@ def grouped_gemm_dglu_jax(
             "b_ptrs under grouped_gemm_dglu_jax on a GPU backend: the host callback would read device "
             f"addresses, and the XLA FFI custom call of the SM90 kernel cannot run it here ({why}). Use "
             "b_tensor, or the eager wrapper with JAX arrays.")
-    if problem is None:
+    if ffi_problem is None:
         res = callback(*operands)
     else:
         from .ffi import choose_config, dglu_ffi
 
-        config = choose_config(problem)
+        config = choose_config(ffi_problem)
 
         def on_cuda(a, c, w, offs, alpha, beta, prob):
             d_row, dprob, dbias = dglu_ffi(a.reshape(m, k), w, c.reshape(m, two_n), offs, alpha, beta,
-                                           prob.reshape(m), problem=problem, config=config)
+                                           prob.reshape(m), problem=ffi_problem, config=config)
             outs = (d_row.reshape(m, two_n, 1), dprob.reshape(m, 1, 1))
             return outs + ((dbias.reshape(num_experts, two_n, 1),) if generate_dbias else ())
 
@@ -225,18 +224,14 @@ def _sequential_vmap(fn):
     return wrapped
 
 
-def _ffi_problem(dense, m, k, n, b_major, c_tensor, weights, num_experts, d_td, act, generate_dbias):
-    """The SM90 problem when the CUDA lowering may use the FFI custom call, else None (the CuTe
-    DSL or cutlass.jax missing, switched off, or the SM90 engine declines the problem)."""
-    from .ffi import ffi_available, sm90_problem
+def _ffi_problem(problem):
+    """``problem`` (the contract's) when the CUDA lowering may use the FFI custom call, else
+    None (the CuTe DSL or cutlass.jax missing, switched off, or the SM90 engine declines it)."""
+    from .ffi import ffi_available, ffi_reasons
 
-    if ffi_available() is not None:
+    if ffi_available() is not None or ffi_reasons(problem):
         return None
-    problem, reasons = sm90_problem(
-        (m, k), (m, c_tensor.shape[1]), as_torch_dtype(c_tensor.dtype),
-        tuple(weights.shape) if dense else None, num_experts, d_td, act, generate_dbias,
-        discrete_n=None if dense else n, b_major=b_major)
-    return None if reasons else problem
+    return problem
 
 
 #: The vendor's name.

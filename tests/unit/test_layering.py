@@ -94,3 +94,19 @@ def test_runtime_is_plumbing():
            for path in sorted((PACKAGE / "runtime").rglob("*.py"))
            for line, target in _imports(path) if target not in ("runtime", "version")]
     assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("binding", ["jax", "torch"])
+def test_bindings_ask_the_engine_not_its_modules(binding):
+    """The framework bindings reach the SM90 kernel through the engine registry and its
+    methods (``Sm90DgluEngine.xla_launch``), never ``engines.sm90`` or ``kernels.sm90`` (the
+    engine owns what a launch needs)."""
+    bad = []
+    for path in sorted((PACKAGE / binding).rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                mod = node.module.split(".")
+                if any(mod[i:i + 2] in (["engines", "sm90"], ["kernels", "sm90"]) for i in range(len(mod))):
+                    bad.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} imports {node.module}")
+    assert not bad, "\n".join(bad)
