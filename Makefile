@@ -13,6 +13,8 @@ TORCH_INDEX ?= $(if $(HAS_GPU),,https://download.pytorch.org/whl/cpu)
 # tensorboard, ...): the package and what its model and MoE modules import. Python 3.11+.
 TITAN      ?= torchtitan>=0.3,<0.4
 TITAN_DEPS ?= spmd_types tyro triton
+# pytest workers for the CPU suite: one per core, at most 4 (each compiles kernels on the CPU)
+JOBS   ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
 
 .PHONY: demo test test-fast info venv clean bench test-gpu vendor-suite
 
@@ -33,12 +35,12 @@ demo: $(VENV)/.installed
 # Everything the CPU can run, the compile tier included (it compiles every Hopper kernel
 # variant the engines can select, on the CPU: most of the time). --durations says where it goes.
 test: $(VENV)/.installed
-	$(PY) -m pytest -q --durations=15
+	$(PY) -m pytest -q -n $(JOBS) --durations=15
 
 # The same without the compile tier (tests/compile): the contract, the reference engine,
 # planning, the graph API, torch/JAX bindings and TorchTitan, in a few minutes.
 test-fast: $(VENV)/.installed
-	$(PY) -m pytest -q --durations=10 --ignore=tests/compile
+	$(PY) -m pytest -q -n $(JOBS) --durations=10 --ignore=tests/compile
 
 info: $(VENV)/.installed
 	$(PY) -m cudnn_ext info
