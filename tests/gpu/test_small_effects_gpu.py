@@ -11,8 +11,8 @@ these problems, so each would fail here."""
 import pytest
 import torch
 
-from exact_cases import (ACTS, ALPHA_TOL, BF16, CONSTANTS, FP16, SIZES, alpha_squared_case, amax_case,
-                         bit_exact_outputs, constants_case, expert_rows, rel_err)
+from exact_cases import (ACTS, BF16, CONSTANTS, FP16, SIZES, alpha_squared_case, amax_case, bit_exact_outputs,
+                         check_alpha_squared, check_constants, constants_case)
 from sm90_cases import skip_unless_sm90
 
 pytestmark = pytest.mark.gpu
@@ -46,14 +46,7 @@ def test_sm90_blockscaled_outputs_are_bit_exact(act, api):
 @pytest.mark.parametrize("alpha_dtype", [BF16, FP16], ids=["bf16", "fp16"])
 def test_sm90_blockscaled_squares_alpha_in_its_own_16_bit_type(alpha_dtype):
     skip_unless_sm90()
-    d, dprob, want, wrong = alpha_squared_case(alpha_dtype, device="cuda", engine="sm90_blockscaled")
-    for e, r0, r1 in expert_rows(dict(sizes=SIZES)):
-        if r1 == r0:
-            continue
-        assert rel_err(d[r0:r1], want["d"][r0:r1]) <= ALPHA_TOL, e
-        assert rel_err(dprob[r0:r1], want["dprob"][r0:r1]) <= ALPHA_TOL, e
-        for name, r in wrong.items():
-            assert rel_err(r["d"][r0:r1].float(), want["d"][r0:r1]) > 100 * ALPHA_TOL, (e, name)
+    check_alpha_squared(*alpha_squared_case(alpha_dtype, device="cuda", engine="sm90_blockscaled"))
 
 
 @pytest.mark.parametrize("inf", [False, True], ids=["finite", "inf"])
@@ -68,12 +61,4 @@ def test_sm90_blockscaled_amax_is_exact_nan_quiet_and_per_half(path, inf):
 def test_sm90_activation_constants_keep_fp32_precision(act):
     """BF16 dGeGLU on sm90_cutedsl, block-scaled dSiTU-GLU on sm90_blockscaled."""
     skip_unless_sm90()
-    d, dprob, ref = constants_case(act, device="cuda", engine="sm90_blockscaled")
-    want = ref()
-    end = d.shape[0]
-    assert rel_err(d, want["d"][:end]) <= CONSTANT_TOL
-    assert rel_err(dprob, want["dprob"][:end]) <= CONSTANT_TOL
-    for name, value in CONSTANTS[act].items():
-        if name != "act_func":
-            rounded = float(torch.tensor(value).to(BF16))
-            assert rel_err(ref(**{name: rounded})["d"][:end], want["d"][:end]) > 20 * CONSTANT_TOL, name
+    check_constants(act, *constants_case(act, device="cuda", engine="sm90_blockscaled"), tol=CONSTANT_TOL, effect=20)

@@ -281,6 +281,18 @@ def alpha_squared_case(alpha_dtype, device="cpu", engine="reference"):
     return d, dprob.cpu(), ref(alpha, alpha_dtype), wrong
 
 
+def check_alpha_squared(d, dprob, want, wrong) -> None:
+    """``alpha_squared_case``'s outputs match the oracle with alpha**2 rounded in alpha's type
+    within ALPHA_TOL per expert with rows, and every wrong rule is 100x that away."""
+    for e, r0, r1 in expert_rows(dict(sizes=SIZES)):
+        if r1 == r0:
+            continue
+        assert rel_err(d[r0:r1], want["d"][r0:r1]) <= ALPHA_TOL, e
+        assert rel_err(dprob[r0:r1], want["dprob"][r0:r1]) <= ALPHA_TOL, e
+        for name, r in wrong.items():
+            assert rel_err(r["d"][r0:r1].float(), want["d"][r0:r1]) > 100 * ALPHA_TOL, (e, name)
+
+
 # --------------------------------------------------------------------------- amax
 def amax_case(path: str, *, inf: bool, device="cpu", engine="reference"):
     """(amax from the engine, the exact expected amax) of FP4 operands on an exact GEMM, bf16
@@ -391,6 +403,20 @@ def constants_case(act: str, device="cpu", engine="reference"):
         return oracle(a64, ws, c, offsets, alpha, beta, prob, **dict(kw, **consts))
 
     return out["d_row_tensor"][..., 0][:end].cpu(), dprob[:end].cpu(), ref
+
+
+def check_constants(act: str, d, dprob, ref, tol: float, effect: float) -> None:
+    """``constants_case``'s D and dprob within ``tol`` of the oracle, while each constant
+    rounded to bf16 moves D by more than ``effect`` x ``tol``."""
+    want = ref()
+    end = d.shape[0]
+    assert rel_err(d, want["d"][:end]) <= tol
+    assert rel_err(dprob, want["dprob"][:end]) <= tol
+    for name, value in CONSTANTS[act].items():
+        if name != "act_func":
+            rounded = float(torch.tensor(value).to(BF16))
+            assert rounded != value
+            assert rel_err(ref(**{name: rounded})["d"][:end], want["d"][:end]) > effect * tol, name
 
 
 # --------------------------------------------------------------------------- FP8 D saturation

@@ -14,9 +14,9 @@ import torch
 from cudnn_ext import contract
 from cudnn_ext.reference.grouped_dglu import grouped_dglu_blocks
 
-from exact_cases import (ACTS, BF16, CONSTANTS, FP16, N, SIZES, ALPHA_TOL, alpha_squared_case, amax_case,
-                         assert_exact, bit_exact_outputs, constants_case, exact_case, expert_rows, initial_buffers,
-                         ref_of, rel_err, same, to_bf16, truncate_bf16)
+from exact_cases import (ACTS, BF16, CONSTANTS, FP16, N, SIZES, alpha_squared_case, amax_case, assert_exact,
+                         bit_exact_outputs, check_alpha_squared, check_constants, constants_case, exact_case,
+                         expert_rows, initial_buffers, ref_of, same, to_bf16, truncate_bf16)
 
 CONSTANT_TOL = 2e-6
 
@@ -126,14 +126,7 @@ def test_alpha_squared_is_rounded_in_alphas_own_16_bit_type(alpha_dtype):
     (an exact GEMM), gates of 0 and 40 and dyadic ups keep everything else exact to fp32
     noise, so D and dprob must match the oracle with that one rounding, and neither the
     unrounded square nor the square rounded in the other 16-bit type (or alpha converted to it)."""
-    d, dprob, want, wrong = alpha_squared_case(alpha_dtype)
-    for e, r0, r1 in expert_rows(dict(sizes=SIZES)):
-        if r1 == r0:
-            continue
-        assert rel_err(d[r0:r1], want["d"][r0:r1]) <= ALPHA_TOL, e
-        assert rel_err(dprob[r0:r1], want["dprob"][r0:r1]) <= ALPHA_TOL, e
-        for name, r in wrong.items():
-            assert rel_err(r["d"][r0:r1].float(), want["d"][r0:r1]) > 100 * ALPHA_TOL, (e, name)
+    check_alpha_squared(*alpha_squared_case(alpha_dtype))
 
 
 # --------------------------------------------------------------------------- amax
@@ -172,13 +165,4 @@ def test_activation_constants_keep_fp32_precision(act):
     here) and block-scaled dSiTU-GLU on an exact GEMM: D and dprob within fp32 noise of the
     oracle (about 5e-7 here), while each constant rounded to bf16 moves D by 2e-4 to 1.2 of
     max |D| (the clamps most: some C sit at 6.90625, past 6.9 but not past its rounding)."""
-    d, dprob, ref = constants_case(act)
-    want = ref()
-    end = d.shape[0]
-    assert rel_err(d, want["d"][:end]) <= CONSTANT_TOL
-    assert rel_err(dprob, want["dprob"][:end]) <= CONSTANT_TOL
-    for name, value in CONSTANTS[act].items():
-        if name != "act_func":
-            rounded = float(torch.tensor(value).to(BF16))
-            assert rounded != value
-            assert rel_err(ref(**{name: rounded})["d"][:end], want["d"][:end]) > 50 * CONSTANT_TOL, name
+    check_constants(act, *constants_case(act), tol=CONSTANT_TOL, effect=50)
