@@ -51,10 +51,19 @@ def to_jax(t: torch.Tensor):
     return jax.dlpack.from_dlpack(t.contiguous() if not t.is_contiguous() else t)
 
 
+#: the CuTe DSL's numeric types the vendor's JAX entry takes for dtypes (``cutlass.BFloat16``),
+#: by class name (no DSL import)
+_CUTLASS_DTYPES = {"BFloat16": torch.bfloat16, "Float16": torch.float16, "Float32": torch.float32,
+                   "Float8E4M3FN": torch.float8_e4m3fn, "Float8E5M2": torch.float8_e5m2}
+
+
 def as_torch_dtype(dt):
-    """torch dtype from a torch, numpy/ml_dtypes or jnp dtype (or its name); None stays None."""
+    """torch dtype from a torch, numpy/ml_dtypes or jnp dtype (or its name), or a CuTe DSL
+    numeric type (``cutlass.BFloat16``, the vendor's JAX defaults); None stays None."""
     if dt is None or isinstance(dt, torch.dtype):
         return dt
+    if isinstance(dt, type) and dt.__module__.split(".")[0] == "cutlass" and dt.__name__ in _CUTLASS_DTYPES:
+        return _CUTLASS_DTYPES[dt.__name__]
     try:
         name = np.dtype(dt).name  # numpy, ml_dtypes (jnp.bfloat16) and their names
     except TypeError:

@@ -107,8 +107,9 @@ def grouped_gemm_dglu_jax(
     mma_tiler_mn: Tuple[int, int] = (256, 256), cluster_shape_mn: Optional[Tuple[int, int]] = None,
     vector_f32: bool = False, act_func: str = "dswiglu", linear_offset: Optional[float] = None,
     generate_dbias: bool = False, use_dynamic_sched: bool = False, *, b_tensor: Any = None,
-    b_major: str = "k", geglu_alpha: float = 1.702, glu_clamp_max: float = 7.0, glu_clamp_min: float = -7.0,
-    m_aligned: int = 256,
+    sfa_tensor: Any = None, sfb_tensor: Any = None, norm_const_tensor: Any = None, discrete_col_sfd: bool = False,
+    geglu_alpha: float = 1.702, glu_clamp_max: float = 7.0, glu_clamp_min: float = -7.0, sf_vec_size: int = 32,
+    b_major: str = "k", m_aligned: int = 256,
 ):
     """Grouped GEMM + dGLU backward for traced JAX programs (works eagerly too).
 
@@ -119,7 +120,10 @@ def grouped_gemm_dglu_jax(
     ``b_tensor`` (L, N, K) bf16 (dense). M and every offset are multiples of ``m_aligned``
     (1, 8, 16, 32, 64, 128 or the vendor's 256; below 256 the CUDA lowering is the host callback:
     the FFI call carries no scratch for the SM90 kernel's ragged tile table). Kernel-shape knobs (tiler, cluster, vector_f32, dynamic
-    scheduling) are accepted for vendor compatibility and ignored.
+    scheduling) are accepted for vendor compatibility and ignored. The signature is the vendor's
+    (nvidia-cudnn-frontend 1.32's ``grouped_gemm_dglu_jax_sm100``; ``cutlass`` numeric types for
+    the dtypes too); its block-scaled (MXFP8) keywords raise ``NotImplementedError``.
+    ``b_major`` and ``m_aligned`` are ours.
 
     Returns ``(d_row (M, 2N, 1), dprob (M, 1, 1) fp32, dbias (L, 2N, 1) bf16 or None)``: new
     arrays, zero-initialized then accumulated (rows at/past ``padded_offsets[-1]`` are zero).
@@ -130,6 +134,13 @@ def grouped_gemm_dglu_jax(
     import jax
     import jax.numpy as jnp
 
+    given = [name for name, v in (("sfa_tensor", sfa_tensor), ("sfb_tensor", sfb_tensor),
+                                  ("norm_const_tensor", norm_const_tensor)) if v is not None]
+    if given or discrete_col_sfd:
+        raise NotImplementedError(
+            f"{', '.join(given) or 'discrete_col_sfd'}: block-scaled (MXFP8) operands are not supported by "
+            "cudnn_ext's JAX entry, which takes BF16 operands (the vendor's signature is kept so that its "
+            "calls with BF16 operands run as they are)")
     if (b_ptrs is None) == (b_tensor is None):
         raise ValueError("b_ptrs/b_tensor: provide exactly one: b_ptrs (discrete, with n) or b_tensor (dense (L, N, K))")
     if b_tensor is not None and n is not None:

@@ -212,3 +212,40 @@ def test_eager_wrapper_on_gpu_matches_the_float64_oracle(weights):
     assert rel(dprob, ref["dprob"]) < 2e-3
     db = torch.from_numpy(np.array(dbias, dtype=np.float32)).view(L, 2 * N)
     assert rel(db, ref["dbias"]) < 1.5e-2 and (db[1] == 0).all()  # expert 1 is empty
+
+
+#: nvidia-cudnn-frontend 1.32's grouped_gemm_dglu_jax_sm100 (gemm/cutedsl/grouped/dglu/jax_api.py):
+#: its positional parameters in order, then its keyword-only ones
+VENDOR_POSITIONAL = ("a_tensor", "c_tensor", "padded_offsets", "alpha_tensor", "beta_tensor", "b_ptrs", "n",
+                     "prob_tensor", "d_dtype", "acc_dtype", "mma_tiler_mn", "cluster_shape_mn", "vector_f32",
+                     "act_func", "linear_offset", "generate_dbias", "use_dynamic_sched")
+VENDOR_KEYWORD_ONLY = ("b_tensor", "sfa_tensor", "sfb_tensor", "norm_const_tensor", "discrete_col_sfd",
+                       "geglu_alpha", "glu_clamp_max", "glu_clamp_min", "sf_vec_size")
+
+
+def test_the_vendor_jax_name_has_the_vendors_signature():
+    """Every vendor parameter, positional ones in the vendor's order and keyword-only ones by
+    name; ours (b_major, m_aligned) are keyword-only after them. cutlass dtypes are taken."""
+    import inspect
+
+    params = inspect.signature(grouped_gemm_dglu_jax_sm100).parameters
+    positional = [n for n, p in params.items() if p.kind is p.POSITIONAL_OR_KEYWORD]
+    keyword_only = [n for n, p in params.items() if p.kind is p.KEYWORD_ONLY]
+    assert tuple(positional) == VENDOR_POSITIONAL
+    assert keyword_only[:len(VENDOR_KEYWORD_ONLY)] == list(VENDOR_KEYWORD_ONLY)
+    assert keyword_only[len(VENDOR_KEYWORD_ONLY):] == ["b_major", "m_aligned"]
+    assert params["sf_vec_size"].default == 32 and params["discrete_col_sfd"].default is False
+
+
+def test_block_scaled_keywords_are_refused_by_name():
+    p = inputs()
+    with pytest.raises(NotImplementedError, match="sfa_tensor: block-scaled .* not supported"):
+        grouped_gemm_dglu_jax(p["a"], p["c"], p["offs"], p["alpha"], p["beta"], prob_tensor=p["prob"],
+                              b_tensor=jnp.stack(p["ws"]), sfa_tensor=p["a"])
+
+
+def test_cutlass_dtypes_are_taken():
+    from cudnn_ext.api.jax_arrays import as_torch_dtype
+
+    cutlass = pytest.importorskip("cutlass")
+    assert as_torch_dtype(cutlass.BFloat16) is torch.bfloat16 and as_torch_dtype(cutlass.Float32) is torch.float32
