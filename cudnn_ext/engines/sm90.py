@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import threading
 import time
 from types import MappingProxyType
 from typing import Dict, Optional
@@ -30,6 +29,7 @@ from typing import Dict, Optional
 import torch
 
 from .. import activations
+from ..kernels.kernel_cache import KernelCache
 from ..kernels.sm90.config import (DESC_BYTES, KERNEL_ACTS, SITU_DEFAULTS, TRACE_MAX_CTAS, Sm90Config,
                                    Sm90TraceConfig)
 from ..problem import DgluProblem
@@ -171,27 +171,25 @@ def check_family(engine_name: str, problem: DgluProblem, knobs) -> None:
         raise ValueError(f"knobs: the config is for another problem: {', '.join(wrong)}")
 
 
-_compiled: Dict[Sm90Config, object] = {}
+_kernels = KernelCache(name="sm90 kernels")
+_compiled = _kernels.compiled  # config -> compiled kernel
 _compile_seconds: Dict[Sm90Config, float] = {}
-_compile_lock = threading.Lock()
-caches.register("sm90 kernels", lambda: (_compiled.clear(), _compile_seconds.clear()), lambda: len(_compiled))
+caches.register("sm90 compile times", _compile_seconds.clear, lambda: len(_compile_seconds))
 
 
 def compile_cached(cfg: Sm90Config):
     """The compiled kernel for ``cfg``, once per process (thread-safe): loaded from the disk
     cache (``runtime.compile_cache``) when any process compiled it before."""
     fn = _compiled.get(cfg)
-    if fn is not None:
-        return fn
-    with _compile_lock:
-        fn = _compiled.get(cfg)
-        if fn is None:
-            from ..kernels.sm90.launch import compile_kernel_cached
+    return fn if fn is not None else _kernels.load(cfg, lambda: _compile_timed(cfg))
 
-            t0 = time.perf_counter()
-            fn = compile_kernel_cached(cfg)
-            _compile_seconds[cfg] = time.perf_counter() - t0
-            _compiled[cfg] = fn
+
+def _compile_timed(cfg: Sm90Config):
+    from ..kernels.sm90.launch import compile_kernel_cached
+
+    t0 = time.perf_counter()
+    fn = compile_kernel_cached(cfg)
+    _compile_seconds[cfg] = time.perf_counter() - t0
     return fn
 
 

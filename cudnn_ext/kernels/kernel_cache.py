@@ -21,18 +21,31 @@ TVM_FFI = importlib.util.find_spec("tvm_ffi") is not None
 
 
 class KernelCache:
-    """Compiled kernels keyed by ``(kind, config)``, once per process (thread-safe), each loaded
-    from the disk cache (``runtime.compile_cache``) when any process compiled it before.
-    ``sources``: the files and folders of the kernels' source (part of the disk cache's key);
-    ``build_module``: the module that compiles them and holds the DSL's calling convention
-    (it imports the DSL: imported by :meth:`build` only, on a miss or for that convention)."""
+    """Compiled kernels, once per process (thread-safe: one compile at a time, which the DSL
+    needs), each loaded from the disk cache (``runtime.compile_cache``) when any process
+    compiled it before; every compiled kernel of the package lives in one of these. ``get``
+    keys by ``(kind, config)`` and compiles through ``build_module`` (the module that holds
+    the DSL's calling convention; it imports the DSL: imported by :meth:`build` only, on a
+    miss or for that convention) from ``sources`` (the files and folders of the kernels'
+    source, part of the disk cache's key); ``load`` takes any key and a loader of its own.
+    ``name``: the store's name in ``runtime.caches``."""
 
-    def __init__(self, sources, build_module: str):
+    def __init__(self, sources=(), build_module: str = None, *, name: str = None):
         self.sources = tuple(sources)
         self.build_module = build_module
         self.compiled = {}
         self._lock = threading.Lock()
-        caches.register(f"kernels of {build_module}", self.compiled.clear, lambda: len(self.compiled))
+        caches.register(name or f"kernels of {build_module}", self.compiled.clear, lambda: len(self.compiled))
+
+    def load(self, key, loader):
+        """The kernel under ``key``, from ``loader()`` on the first request of the process."""
+        fn = self.compiled.get(key)
+        if fn is None:
+            with self._lock:
+                fn = self.compiled.get(key)
+                if fn is None:
+                    fn = self.compiled[key] = loader()
+        return fn
 
     def build(self):
         """The build module (imported on first use)."""
@@ -41,13 +54,6 @@ class KernelCache:
     def get(self, kind: str, cfg, compile_name: str):
         """The compiled kernel ``build().<compile_name>(cfg)`` of ``(kind, cfg)`` (compiled
         only on a disk-cache miss)."""
-        key = (kind, cfg)
-        fn = self.compiled.get(key)
-        if fn is None:
-            with self._lock:
-                fn = self.compiled.get(key)
-                if fn is None:
-                    fn = self.compiled[key] = compile_cache.load_or_compile(
-                        kind, cfg, lambda: getattr(self.build(), compile_name)(cfg),
-                        sources=self.sources, arch="sm_90a", tvm_ffi=TVM_FFI)
-        return fn
+        return self.load((kind, cfg), lambda: compile_cache.load_or_compile(
+            kind, cfg, lambda: getattr(self.build(), compile_name)(cfg), sources=self.sources, arch="sm_90a",
+            tvm_ffi=TVM_FFI))

@@ -16,15 +16,14 @@ The kernel knows no dtype or size, so it compiles once per process (per target a
 and launches on the current torch stream of the table's device. The CuTe DSL is imported only
 when a gather compiles, so the package imports without it.
 """
-import functools
 import os
-import threading
 from typing import Optional
 
 import torch
 
-from ..runtime import caches, compile_cache
+from ..runtime import compile_cache
 from ..runtime.streams import current_stream_handle
+from .kernel_cache import KernelCache
 
 #: Threads per CTA of the copy.
 _THREADS = 256
@@ -35,7 +34,6 @@ _MAX_CTAS = 128
 #: Rows of the stacked tensor start 16 bytes apart (the destination's 8-byte stores stay aligned).
 _ROW_ALIGN = 16
 
-_compile_lock = threading.Lock()  # cute.compile is not thread-safe
 
 
 def _dsl():
@@ -107,11 +105,18 @@ def _ptr_specs(cutlass):
     return ((cutlass.Int64, 8), (cutlass.Int32, 4), (cutlass.Uint8, _ROW_ALIGN))
 
 
-@functools.lru_cache(maxsize=None)
+_kernels = KernelCache(name="pointer gather kernel")
+
+
 def compile_gather(arch: Optional[str] = None):
     """The compiled gather (placeholder addresses and stream: no GPU needed). ``arch``: the
     target, e.g. ``"sm_90a"`` (None: the DSL's own target). Cached: one compile per target
     and process, loaded from the disk cache (``compile_cache``) when compiled before."""
+    fn = _kernels.compiled.get(("gather", arch))
+    return fn if fn is not None else _kernels.load(("gather", arch), lambda: _compile_gather(arch))
+
+
+def _compile_gather(arch: Optional[str]):
     _, cutlass, cute, runtime = _dsl()
     if not arch:
         # the DSL's own target (CUTE_DSL_ARCH, else the GPU's), named for the cache's key
@@ -127,12 +132,8 @@ def compile_gather(arch: Optional[str] = None):
         return cute.compile(_gather_fn(), *ptrs, *scalars, runtime.make_fake_stream(),
                             options=f"--gpu-arch {arch}")
 
-    with _compile_lock:
-        return compile_cache.load_or_compile("gather", "pointer_gather", build,
-                                             sources=(__file__,), arch=arch, tvm_ffi=False)
-
-
-caches.lru("pointer gather kernel", compile_gather)
+    return compile_cache.load_or_compile("gather", "pointer_gather", build, sources=(__file__,), arch=arch,
+                                         tvm_ffi=False)
 
 
 def _check(table, nbytes, ends) -> None:
