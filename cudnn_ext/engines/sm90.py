@@ -180,8 +180,7 @@ caches.register("sm90 compile times", _compile_seconds.clear, lambda: len(_compi
 def compile_cached(cfg: Sm90Config):
     """The compiled kernel for ``cfg``, once per process (thread-safe): loaded from the disk
     cache (``runtime.compile_cache``) when any process compiled it before."""
-    fn = _compiled.get(cfg)
-    return fn if fn is not None else _kernels.load(cfg, lambda: _compile_timed(cfg))
+    return _kernels.load(cfg, lambda: _compile_timed(cfg))
 
 
 def _compile_timed(cfg: Sm90Config):
@@ -197,13 +196,6 @@ def compile_seconds(cfg: Sm90Config) -> Optional[float]:
     """Wall time of the first compile (or load from the disk cache) of ``cfg`` in this process
     (None if neither happened)."""
     return _compile_seconds.get(cfg)
-
-
-def resident_ctas(sms: int, cluster_size: int) -> int:
-    """CTAs of a persistent launch that can be resident at once on the current device
-    (``runtime.occupancy.resident_ctas``, which caches them); raises if the driver query
-    cannot run."""
-    return occupancy.resident_ctas(sms, cluster_size, ("cuda", current_device_index()))
 
 
 #: The kernel operands a plan may or may not have, in ``Sm90Plan._required`` order.
@@ -555,10 +547,10 @@ class Sm90DgluEngine(Engine):
         return why + placement_reasons(problem)
 
     def xla_reasons(self, problem: DgluProblem) -> list:
-        """Why the kernel cannot run ``problem`` as an XLA FFI custom call (empty: it can): the
-        engine's own reasons on a CUDA device, and the ragged schedule, whose tile table needs
-        a scratch the custom call does not carry."""
-        why = list(self.check_support(dataclasses.replace(problem, device_type="cuda", device_index=None)))
+        """Why the kernel cannot run ``problem`` (on a CUDA device) as an XLA FFI custom call
+        (empty: it can): the engine's own reasons, and the ragged schedule, whose tile table
+        needs a scratch the custom call does not carry."""
+        why = list(self.check_support(problem))
         if problem.m_aligned < 256:
             why.append(f"m_aligned {problem.m_aligned}: the FFI call has no scratch for the ragged "
                        f"schedule's tile table (the host callback runs it)")

@@ -21,7 +21,6 @@ the path off (host callback only).
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import importlib.util
 import os
@@ -79,7 +78,7 @@ def choose_config(problem):
     the GPU (tests/bindings/test_jax_ffi.py's GPU test)."""
     from ..engines.heuristics import ranked_knobs
 
-    return ranked_knobs(_engine(), dataclasses.replace(problem, device_type="cuda", device_index=None))[0][0]
+    return ranked_knobs(_engine(), problem)[0][0]
 
 
 def ffi_config(config):

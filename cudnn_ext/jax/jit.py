@@ -17,6 +17,7 @@ docs/jax.md for what ran where.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Optional, Tuple
 
 import numpy as np
@@ -236,13 +237,15 @@ def _sequential_vmap(fn):
 
 
 def _ffi_problem(problem):
-    """``problem`` (the contract's) when the CUDA lowering may use the FFI custom call, else
-    None (the CuTe DSL or cutlass.jax missing, switched off, or the SM90 engine declines it)."""
+    """``problem`` (the contract's, built on meta tensors) on a CUDA device when the CUDA
+    lowering may use the FFI custom call, else None (the CuTe DSL or cutlass.jax missing,
+    switched off, or the SM90 engine declines it)."""
     from .ffi import ffi_available, ffi_reasons
 
-    if ffi_available() is not None or ffi_reasons(problem):
+    if ffi_available() is not None:
         return None
-    return problem
+    problem = dataclasses.replace(problem, device_type="cuda", device_index=None)
+    return None if ffi_reasons(problem) else problem
 
 
 #: The vendor's name.

@@ -35,7 +35,6 @@ _MAX_CTAS = 128
 _ROW_ALIGN = 16
 
 
-
 def _dsl():
     """Import the DSL. Its target is read once, at its import: without a GPU the DSL would
     pick sm_100a, so a CPU-only process compiles for sm_90a, as ``kernels.sm90.build`` does
@@ -112,8 +111,7 @@ def compile_gather(arch: Optional[str] = None):
     """The compiled gather (placeholder addresses and stream: no GPU needed). ``arch``: the
     target, e.g. ``"sm_90a"`` (None: the DSL's own target). Cached: one compile per target
     and process, loaded from the disk cache (``compile_cache``) when compiled before."""
-    fn = _kernels.compiled.get(("gather", arch))
-    return fn if fn is not None else _kernels.load(("gather", arch), lambda: _compile_gather(arch))
+    return _kernels.load(("gather", arch), lambda: _compile_gather(arch))
 
 
 def _compile_gather(arch: Optional[str]):
