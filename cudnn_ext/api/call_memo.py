@@ -65,9 +65,17 @@ def lookup(key: Optional[tuple], ops: contract.Operands):
     return problem, graph, rebuild(ops, views)
 
 
-def remember(key: Optional[tuple], ops: contract.Operands, problem, graph, pack: Dict[str, Any]) -> None:
+def remember(key: Optional[tuple], ops: contract.Operands, problem, graph, pack: Dict[str, Any]) -> bool:
     """Memoize a validated wrapper call if every slot of its pack is a unit-dim-dropping view
-    of an argument."""
-    views = views_of(ops, problem, pack) if key is not None else None
+    of an argument. True when the call is the first of its metadata key (or has none): a call
+    that is validated every time (block-scaled) still counts as seen once remembered."""
+    if key is None:
+        return True
+    views = views_of(ops, problem, pack)
     if views is not None:
         CALLS.put(("wrapper", key), (problem, graph, views))
+        return True
+    if CALLS.get(("seen", key)) is not None:
+        return False
+    CALLS.put(("seen", key), True)
+    return True

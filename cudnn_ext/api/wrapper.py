@@ -73,8 +73,9 @@ def grouped_gemm_dglu_wrapper(
         problem, pack = contract.normalize(ops, cfg, n=n, b_dtype=b_dtype, d_dtype=d_dtype,
                                            generate_dbias=generate_dbias)
         graph = graph_for_call(problem, pack, engine=engine)  # decline reasons surface before any allocation
-        call_memo.remember(key, ops, problem, graph, pack)
-        contract.check_call_offsets(problem, pack, first=True)
+        # the device check of the offsets' values: once per call signature (a few launches)
+        first = call_memo.remember(key, ops, problem, graph, pack)
+        contract.check_call_offsets(problem, pack, first=first)
     plan = graph.execution_plan
     device = pack["c"].device
     stream = launch_stream(current_stream, device)

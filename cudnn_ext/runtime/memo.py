@@ -7,7 +7,8 @@ Keys start with their kind, so entry points never collide:
 - ``"graph"``: a call family (problem without M, engine, layouts) -> its built ``Graph``
   (``graph.from_call``; a new token count reuses the plan);
 - ``"wrapper"``: the wrapper's metadata key -> (problem, graph, slot views)
-  (``api.call_memo``, which knows the contract's slots);
+  (``api.call_memo``, which knows the contract's slots); ``"seen"``: the metadata key of a
+  wrapper call validated every time (block-scaled) -> True once its first call ran;
 - ``"object"``: (class-API graph, execute-time metadata key) -> slot views;
 - ``"op"``: the functional core's key -> its validated entry; ``"replay"``: (signature, M) ->
   the guarded replays of ``functional.run_fast``.
