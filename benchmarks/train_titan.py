@@ -18,8 +18,9 @@ What is TorchTitan's and what is not:
   Built as the trainer builds it: on the meta device, ``to_empty`` on the device,
   ``init_weights`` after ``torch.manual_seed(seed)``.
 * **Attention.** ``--attn auto`` is FlexAttention on CUDA (TorchTitan's default backend, the
-  causal + per-document block mask from ``model.get_attention_masks``) and TorchTitan's
-  ``ScaledDotProductAttention`` (causal) on the CPU: FlexAttention has no CPU backward and
+  causal + per-document block mask from ``model.get_attention_masks``) where this torch builds
+  TorchTitan's block masks, else TorchTitan's ``ScaledDotProductAttention`` (causal), as on
+  the CPU: FlexAttention has no CPU backward and
   varlen attention (flash) is CUDA-only. With one document per row (positions ``0..L-1``),
   as here, the document mask is the causal mask, so the two compute the same attention.
 * **Precision.** What TorchTitan does on one GPU: it always applies FSDP2, on a one-rank mesh,
@@ -154,11 +155,21 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.device == "cuda" and not torch.cuda.is_available():
         ap.error("--device cuda: no CUDA GPU here (run with --device cpu or --smoke)")
     if args.attn == "auto":
-        args.attn = "flex" if args.device == "cuda" else "sdpa"
+        args.attn = "flex" if args.device == "cuda" and flex_usable() else "sdpa"
     if args.device == "cpu" and args.attn in ("flex", "varlen"):
         ap.error(f"--attn {args.attn}: needs CUDA (FlexAttention has no CPU backward; varlen is flash "
                  "attention); use --attn sdpa on the CPU")
     return args
+
+
+def flex_usable() -> bool:
+    """Whether TorchTitan's FlexAttention masks build with this torch (its block mask passes
+    ``separate_full_blocks``, which torch 2.11's ``create_block_mask`` lacks)."""
+    import inspect
+
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    return "separate_full_blocks" in inspect.signature(create_block_mask).parameters
 
 
 # -- the model -----------------------------------------------------------------------------------
