@@ -52,7 +52,9 @@ gate/up block) parts them within a few steps, and a slightly wrong one shows as 
 the end. So: every loss finite, within a relative 2% of the stock loss at each of
 the first 50 steps, and the mean of the last 20 losses within a relative 2% of the stock
 mean. (On the CPU, 100 steps of the debug model at batch 8 x 64 tokens, the curves stayed
-within 0.04% of each other.) The script exits 1 if the curves do not agree or a checkpoint
+within 0.04% of each other.) ``--control`` also trains the stock model from weights perturbed by a
+bf16 rounding's size and reports how far it parts from stock by the same measures
+(``control`` in the JSON, a dotted curve in the plot): what rounding alone does to the run. The script exits 1 if the curves do not agree or a checkpoint
 does not round-trip; with ``--smoke`` only the second counts (the mechanics, on the CPU).
 
 Checkpoints (``checkpoint_round_trip``): each trained model's ``state_dict`` is saved with
@@ -104,6 +106,8 @@ DEFAULT_SHAPE = {"debugmodel": (8, 2048), "experts": (4, 2048)}
 SMOKE_SHAPE = (2, 16)
 SMOKE_STEPS = 3
 SMOKE_LAYERS = 2  # the debug model's dense first layer and one MoE layer: every kind of block, 3x faster
+#: the control run's start: the stock weights times 1 + 2^CONTROL_LOG2 N(0, 1) (bf16's half ulp is 2^-9)
+CONTROL_LOG2 = -9
 WARMUP_STEPS = 5  # steps left out of tokens/s: flex's compile, the fused op's plans, the allocator
 
 #: the chain's successors per token and their probabilities (entropy about 1.2 nats)
@@ -140,6 +144,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--out", default=None,
                     help="JSON path (default: benchmarks/results/train-titan-<device>.json, replaced)")
     ap.add_argument("--plot", default=None, help="PNG path (default: docs/training.png)")
+    ap.add_argument("--control", action="store_true",
+                    help="also train the stock model from weights perturbed by a bf16 rounding's size "
+                         f"(x (1 + 2^{CONTROL_LOG2} N(0, 1))): how far two correct runs part")
     args = ap.parse_args(argv)
 
     batch, seq_len = SMOKE_SHAPE if args.smoke else DEFAULT_SHAPE[args.config]
@@ -256,6 +263,18 @@ def build_model(cfg, seed: int, device: torch.device, *, swapped: bool) -> nn.Mo
 
         model = swap_experts(model)
     return model
+
+
+def perturb(model: nn.Module, seed: int) -> None:
+    """Every floating parameter times ``1 + 2^CONTROL_LOG2 x N(0, 1)`` (a generator of its own):
+    a change of the size of one bf16 rounding, which a correct run of other arithmetic makes
+    too, so the control's parting from stock is what rounding alone does to this training."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.is_floating_point():
+                noise = torch.randn(p.shape, generator=g, dtype=torch.float32).to(p.device)
+                p.mul_(1 + noise.to(p.dtype) * 2.0 ** CONTROL_LOG2)
 
 
 def routed_expert_share(cfg, model: nn.Module, seq_len: int) -> dict:
@@ -479,21 +498,24 @@ def run_both(cfg, args, device: torch.device, workdir: Path) -> dict:
     tokens = token_stream(args.seed, args.steps, args.batch, args.seq_len, cfg.vocab_size).to(device)
     fixed = _fixed_batch(args, cfg).to(device)
     runs, logits, summary, start = {}, {}, None, None
-    for kind in ("stock", "swapped"):
+    for kind in ("stock", "swapped") + (("control",) if args.control else ()):
         _free(device)
         model = build_model(cfg, args.seed, device, swapped=kind == "swapped")
         if kind == "stock":
             start = _snapshot(model)
             summary = routed_expert_share(cfg, model, args.seq_len)
-        else:
+        elif kind == "swapped":
             _check_same_start(model, start)
             start = None
+        else:
+            perturb(model, args.seed + 1)
         print(f"{kind}: training {args.steps} steps", flush=True)
         runs[kind] = train(model, cfg, recipe, tokens, args, device)
         print(f"{kind}: loss {runs[kind]['loss'][0]:.4f} -> {runs[kind]['loss'][-1]:.4f}, "
               f"{runs[kind]['tokens_per_s']:.0f} tokens/s", flush=True)
-        torch.save(model.state_dict(), workdir / f"{kind}.pt")
-        logits[kind] = eval_logits(model, fixed, args.attn, device)
+        if kind != "control":
+            torch.save(model.state_dict(), workdir / f"{kind}.pt")
+            logits[kind] = eval_logits(model, fixed, args.attn, device)
         del model
     _free(device)
     trips = {"stock_to_swapped": cross_load(workdir / "stock.pt", fixed, logits["stock"], cfg, args, device,
@@ -530,9 +552,12 @@ def plot(doc: dict, path: Path) -> None:
         return
     fig, ax = plt.subplots(figsize=(7, 4))
     # the curves lie on each other: the stock one wide underneath, the swapped one dashed on top
-    for kind, label, style in (("stock", "TorchTitan GroupedExperts", dict(linewidth=2.4, alpha=0.6)),
-                               ("swapped", "cudnn_ext (swap_experts)", dict(linewidth=1.0, linestyle="--"))):
-        loss = doc[kind]["loss"]
+    curves = [(doc["stock"]["loss"], "TorchTitan GroupedExperts", dict(linewidth=2.4, alpha=0.6)),
+              (doc["swapped"]["loss"], "cudnn_ext (swap_experts)", dict(linewidth=1.0, linestyle="--"))]
+    if "control" in doc:
+        curves.append((doc["control"]["run"]["loss"], "TorchTitan, perturbed start (control)",
+                       dict(linewidth=1.0, linestyle=":")))
+    for loss, label, style in curves:
         ax.plot(range(1, len(loss) + 1), loss, label=label, **style)
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
@@ -560,6 +585,11 @@ def main(argv=None) -> int:
 
     stock, swapped = result["runs"]["stock"], result["runs"]["swapped"]
     agreement = compare_losses(stock["loss"], swapped["loss"])
+    control = None
+    if args.control:  # the same measures between stock and its perturbed twin
+        control = {"run": result["runs"]["control"], "perturbation_log2": CONTROL_LOG2,
+                   **{k: v for k, v in compare_losses(stock["loss"], result["runs"]["control"]["loss"]).items()
+                      if k != "agrees"}}
     round_trip = all(t["ok"] for t in result["checkpoint"].values())
     name = device_name(device)
     argv_list = list(sys.argv[1:] if argv is None else argv)
@@ -571,6 +601,8 @@ def main(argv=None) -> int:
            "tolerance": {"early_steps": EARLY_STEPS, "early_rel": EARLY_RTOL, "final_window": FINAL_WINDOW,
                          "final_window_rel": FINAL_RTOL, "checkpoint_logits_rel": LOGITS_RTOL},
            "checkpoint_round_trip": round_trip, "checkpoint": result["checkpoint"]}
+    if control is not None:
+        doc["control"] = control
 
     out = Path(args.out) if args.out else (None if args.smoke else default_out(name))
     if out is not None:
@@ -584,6 +616,11 @@ def main(argv=None) -> int:
     print(f"max rel. loss diff {agreement['max_rel_loss_diff']:.3%}, final-window rel. diff "
           f"{agreement['final_window_rel_loss_diff']:.3%}: {'agree' if agreement['agrees'] else 'DO NOT AGREE'}; "
           f"checkpoint round trip {'ok' if round_trip else 'FAILED'}", flush=True)
+    if control is not None:
+        early = max(abs(b - a) / abs(a) for a, b in zip(stock["loss"][:EARLY_STEPS], control["run"]["loss"][:EARLY_STEPS]))
+        print(f"control (stock from perturbed weights): early max rel. diff {early:.3%}, max rel. diff "
+              f"{control['max_rel_loss_diff']:.3%}, final-window rel. diff {control['final_window_rel_loss_diff']:.3%}",
+              flush=True)
     if not round_trip:
         return 1
     return 0 if agreement["agrees"] or args.smoke else 1

@@ -75,3 +75,16 @@ def test_recipe_is_the_registrys():
     assert got.optimizer == want.optimizer
     assert got.lr_scheduler == want.lr_scheduler
     assert got.training.max_norm == want.training.max_norm
+
+
+@pytest.mark.filterwarnings("ignore:In CPU autocast:UserWarning")
+def test_control_run_is_recorded(tmp_path):
+    """--control trains the stock model once more from perturbed weights: the JSON holds its
+    curve and its distances from stock, which the perturbation makes nonzero."""
+    out = tmp_path / "c.json"
+    assert train_titan.main(["--smoke", "--steps", "2", "--control", "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    control = doc["control"]
+    assert control["perturbation_log2"] == train_titan.CONTROL_LOG2
+    assert len(control["run"]["loss"]) == 2 and all(math.isfinite(x) for x in control["run"]["loss"])
+    assert control["max_abs_loss_diff"] > 0 and "agrees" not in control
