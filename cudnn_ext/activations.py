@@ -14,8 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, FrozenSet, Optional, Tuple
 
-#: The two operand contracts (``DgluProblem.is_block_scaled``): BF16 operands, block-scaled ones.
-BF16, BLOCK_SCALED = "bf16", "block_scaled"
+#: The operand contracts: BF16 operands, block-scaled ones (``DgluProblem.is_block_scaled``), and
+#: cudnn_ext's FP8 operands with blockwise fp32 scales (``DgluProblem.recipe``), whose epilogue is
+#: the BF16 contract's (beta scales C for every activation).
+BF16, BLOCK_SCALED, FP8_BLOCKWISE = "bf16", "block_scaled", "fp8_blockwise"
+CONTRACTS = (BF16, BLOCK_SCALED, FP8_BLOCKWISE)
 
 
 @dataclass(frozen=True)
@@ -32,7 +35,7 @@ class Activation:
     activation_output: FrozenSet[str] = frozenset()
     #: the contracts where beta scales C before the activation (block-scaled dGeGLU reads C
     #: as it is: docs/vendor_contract.md §2.4)
-    beta_scales_c: FrozenSet[str] = frozenset({BF16, BLOCK_SCALED})
+    beta_scales_c: FrozenSet[str] = frozenset(CONTRACTS)
     #: the scalars (``alpha_tensor``, ``beta_tensor``) the vendor's packed-f32x2 epilogue
     #: (``vector_f32``) takes in float32 only for this activation (docs/vendor_contract.md §3.5)
     packed_f32_scalars: Tuple[str, ...] = ()
@@ -50,7 +53,7 @@ def register(act: Activation) -> Activation:
     """Add ``act`` (a new name) to :data:`ACTIVATIONS`; returns it."""
     if act.name in ACTIVATIONS:
         raise ValueError(f"activation {act.name!r} is already registered")
-    unknown = set(act.contracts) - {BF16, BLOCK_SCALED}
+    unknown = set(act.contracts) - set(CONTRACTS)
     if unknown:
         raise ValueError(f"contracts: unknown {sorted(unknown)}")
     ACTIVATIONS[act.name] = act
@@ -89,12 +92,13 @@ def forward_names() -> Dict[str, str]:
 
 _GEGLU_PARAMS = ("geglu_alpha", "glu_clamp_max", "glu_clamp_min", "linear_offset")
 
-DSWIGLU = register(Activation("dswiglu", frozenset({BF16, BLOCK_SCALED}),
+DSWIGLU = register(Activation("dswiglu", frozenset(CONTRACTS),
                               packed_f32_scalars=("alpha_tensor", "beta_tensor"), forward_name="swiglu"))
-DGEGLU = register(Activation("dgeglu", frozenset({BF16, BLOCK_SCALED}), default_linear_offset=1.0,
-                             params=_GEGLU_PARAMS, activation_output=frozenset({BF16}), beta_scales_c=frozenset({BF16}),
+DGEGLU = register(Activation("dgeglu", frozenset(CONTRACTS), default_linear_offset=1.0,
+                             params=_GEGLU_PARAMS, activation_output=frozenset({BF16, FP8_BLOCKWISE}),
+                             beta_scales_c=frozenset({BF16, FP8_BLOCKWISE}),
                              packed_f32_scalars=("alpha_tensor",), forward_name="geglu"))
-DSITUGLU = register(Activation("dsituglu", frozenset({BLOCK_SCALED}), params=("situ_beta1", "situ_beta2")))
+DSITUGLU = register(Activation("dsituglu", frozenset({BLOCK_SCALED, FP8_BLOCKWISE}), params=("situ_beta1", "situ_beta2")))
 
-__all__ = ["Activation", "ACTIVATIONS", "BF16", "BLOCK_SCALED", "DGEGLU", "DSITUGLU", "DSWIGLU", "activation",
+__all__ = ["Activation", "ACTIVATIONS", "BF16", "BLOCK_SCALED", "CONTRACTS", "FP8_BLOCKWISE", "DGEGLU", "DSITUGLU", "DSWIGLU", "activation",
            "forward_names", "layer_names", "names", "register", "unregister"]

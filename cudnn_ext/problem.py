@@ -97,6 +97,10 @@ class DgluProblem:
     #: value; BF16 problems may have 1 (any size) or 8 .. 128 (``contract.M_ALIGNED_CHOICES``),
     #: which engines whose schedule walks 256-row blocks decline.
     m_aligned: int = 256
+    #: None, or a cudnn_ext recipe (``contract.RECIPES``): "fp8_blockwise" is e4m3 A and B
+    #: with fp32 scales per 1x128 (``sfa``) and 128x128 (``sfb``/``sfb_ptrs``) block, and the
+    #: BF16 contract's epilogue on the dequantized operands (``block_scale`` stays None)
+    recipe: Optional[str] = None
     device_type: str = "cpu"
     device_index: Optional[int] = None
 

@@ -37,15 +37,16 @@ def views_of(ops: contract.Operands, problem, pack: Dict[str, Any]) -> Optional[
 
 def rebuild(ops: contract.Operands, views: tuple) -> Dict[str, Any]:
     """The canonical pack of a call whose metadata matched a validated one; re-checks what
-    metadata cannot tell: 16-byte (b_ptrs: 8-byte) alignment of every data pointer, and that
+    metadata cannot tell: 16-byte (pointer tables: 8-byte) alignment of every data pointer, and that
     no output overlaps another operand."""
     pack: Dict[str, Any] = {}
     spans = []
     for slot, drop, span in views:
         t = getattr(ops, slot)
         p = t.data_ptr()
-        if p & (7 if slot == "b_ptrs" else 15) and t.numel():
-            contract.check_aligned(contract.ARG_NAMES[slot], t, 8 if slot == "b_ptrs" else 16)
+        table = slot in ("b_ptrs", "sfb_ptrs")  # pointer tables: 8-byte aligned
+        if p & (7 if table else 15) and t.numel():
+            contract.check_aligned(contract.ARG_NAMES[slot], t, 8 if table else 16)
         if span:
             spans.append((p, p + span, slot))
         for _ in range(drop):

@@ -53,7 +53,7 @@ class GroupedGemmDglu:
         linear_offset: Optional[float] = None, geglu_alpha: float = 1.702, glu_clamp_max: float = 7.0,
         glu_clamp_min: float = -7.0, situ_beta1: float = 4.0, situ_beta2: float = 25.0,
         round_dgrad_to_input_dtype: bool = False, sample_activation=None, _deterministic: bool = False,
-        *, engine: Optional[str] = None,
+        *, engine: Optional[str] = None, recipe: Optional[str] = None,
     ):
         self._cfg = contract.CallConfig.of(locals())
         self._samples = contract.Operands(

@@ -37,13 +37,15 @@ def grouped_gemm_dglu_wrapper(
     glu_clamp_min: float = -7.0, situ_beta1: float = 4.0, situ_beta2: float = 25.0, epilogue_op=None,
     use_dynamic_sched: bool = False, use_single_group_runtime_offsets: bool = False, current_stream=None,
     round_dgrad_to_input_dtype: bool = False, activation_tensor=None, deterministic: bool = False,
-    *, engine: Optional[str] = None,
+    *, engine: Optional[str] = None, recipe: Optional[str] = None,
 ) -> TupleDict:
     """Grouped GEMM + dGLU backward in one call (see docs/api.md).
 
     Allocates D (``torch.empty``: rows past ``padded_offsets[-1]`` are unspecified), dbias
     (zeros) when ``generate_dbias``, and the workspace; accumulates into the caller's
     ``dprob_tensor`` (zero it first) and returns it as is. ``engine`` pins an engine by name.
+    ``recipe="fp8_blockwise"`` (cudnn_ext's, docs/blockscaled.md): e4m3 A and B with fp32
+    ``sfa_tensor`` per 1x128 block and ``sfb_tensor``/``sfb_ptrs`` per 128x128 block.
     ``c_tensor`` (M, 2N) and D hold gate and up in the vendor's interleave (in every 64
     columns, 32 gate then 32 up); a ``[gate | up]`` C gives a wrong D that no check can see:
     convert it with ``cudnn_ext.halves_to_interleaved``.
@@ -61,7 +63,7 @@ def grouped_gemm_dglu_wrapper(
     scalars = (generate_dbias, n, b_dtype, b_major, acc_dtype, d_dtype, cd_major, mma_tiler_mn, cluster_shape_mn,
                sf_vec_size, sf_fp8_dtype_override, vector_f32, m_aligned, discrete_col_sfd, act_func, linear_offset,
                geglu_alpha, glu_clamp_max, glu_clamp_min, situ_beta1, situ_beta2, epilogue_op, use_dynamic_sched,
-               use_single_group_runtime_offsets, round_dgrad_to_input_dtype, deterministic, engine)
+               use_single_group_runtime_offsets, round_dgrad_to_input_dtype, deterministic, engine, recipe)
     key = memo.call_key(tuple(vars(ops).values()), scalars)
     hit = call_memo.lookup(key, ops)
     if hit is not None:  # same metadata as a validated call: same problem, same built graph

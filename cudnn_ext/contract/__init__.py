@@ -16,6 +16,7 @@ import torch
 
 from .bf16 import normalize_bf16
 from .blockscaled import normalize_block_scaled
+from .fp8_blockwise import normalize_fp8_blockwise
 from .rules import *  # noqa: F401,F403  the contract's public checks and types
 from .rules import (ARG_NAMES, CallConfig, Operands, _weight_mode, check_bf16_config, check_common_config,
                     check_outputs_apart, check_strided, operand_family, require_tensor)
@@ -40,6 +41,13 @@ def normalize(ops: Operands, cfg: CallConfig, *, n: Optional[int] = None, b_dtyp
     a = require_tensor("a_tensor", ops.a)
     mode = _weight_mode(ops, n, b_dtype)
     bd = ops.b.dtype if mode == "dense" else b_dtype
+    if cfg.recipe is not None:  # cudnn_ext's recipes name themselves; the dtypes cannot tell them apart
+        check_common_config(cfg)
+        problem, pack = normalize_fp8_blockwise(ops, cfg, mode=mode, n=n, b_dtype=bd, d_dtype=d_dtype,
+                                                generate_dbias=generate_dbias, pointers=pointers)
+        if pointers:
+            check_outputs_apart(pack)
+        return problem, pack
     family = operand_family(a, bd, "b_tensor" if mode == "dense" else "b_dtype")
     check_common_config(cfg)
     if family == "block_scaled":

@@ -14,10 +14,12 @@ from .rules import (ARG_NAMES, BF16, CD_DTYPES, CallConfig, Operands, _fmt_dtype
 
 
 def normalize_bf16(ops: Operands, cfg: CallConfig, *, mode: str, n, b_dtype, d_dtype, generate_dbias,
-                   pointers: bool):
-    """Validate a BF16 call; ``(problem, pack)`` as :func:`cudnn_ext.contract.normalize` returns."""
+                   pointers: bool, family: str = activations.BF16, ab_dtype=BF16, k_multiple: int = 8):
+    """Validate a BF16 call; ``(problem, pack)`` as :func:`cudnn_ext.contract.normalize` returns.
+    ``family``/``ab_dtype``/``k_multiple``: the rules of a recipe with the BF16 contract's
+    epilogue on other operands (``contract.fp8_blockwise``, which checks its scales itself)."""
     a = ops.a  # a tensor: normalize checked it
-    act = resolve_act(cfg, block_scaled=False)
+    act = resolve_act(cfg, family=family)
 
     # A: (M, K) or (M, K, 1), K-major, bf16
     a2 = drop_unit_dims("a_tensor", a, 2, "(M, K) or (M, K, 1)")
@@ -26,19 +28,21 @@ def normalize_bf16(ops: Operands, cfg: CallConfig, *, mode: str, n, b_dtype, d_d
     align = int(cfg.m_aligned)  # one of M_ALIGNED_CHOICES: check_common_config ran
     if m % align:
         raise ValueError(f"a_tensor: M (rows) must be a multiple of {align}, got M = {m} (m_aligned = {align})")
-    if k <= 0 or k % 8:
-        raise ValueError(f"a_tensor: K must be a positive multiple of 8 (16-byte rows of bf16), got K = {k}")
+    if k <= 0 or k % k_multiple:
+        why = "16-byte rows of bf16" if ab_dtype == BF16 else "whole 128-element scale blocks"
+        raise ValueError(f"a_tensor: K must be a positive multiple of {k_multiple} ({why}), got K = {k}")
 
     # B: dense (N, K, L) K- or N-major, or discrete pointers
     if mode == "dense":
         b = require_tensor("b_tensor", ops.b)
-        check_dtype("b_tensor", b, (BF16,))
+        check_dtype("b_tensor", b, (ab_dtype,))
         b_major = dense_b_major(b, k)
         n, _, num_experts = b.shape
     else:
         bp = pointer_table("b_ptrs", ops.b_ptrs, pointers)
-        if b_dtype != BF16:
-            raise DtypeError(f"b_dtype: must be bfloat16 with bfloat16 a_tensor, got {_fmt_dtype(b_dtype)}")
+        if b_dtype != ab_dtype:
+            raise DtypeError(f"b_dtype: must be {_fmt_dtype(ab_dtype)} with {_fmt_dtype(ab_dtype)} a_tensor, "
+                             f"got {_fmt_dtype(b_dtype)}")
         num_experts = bp.shape[0]
         check_expert_count("b_ptrs", num_experts)
         b_major = cfg.b_major
@@ -71,7 +75,7 @@ def normalize_bf16(ops: Operands, cfg: CallConfig, *, mode: str, n, b_dtype, d_d
         generate_dbias = True
 
     if ops.activation is not None:
-        if activations.BF16 not in activations.activation(act.act_func).activation_output or c.dtype != BF16 \
+        if family not in activations.activation(act.act_func).activation_output or c.dtype != BF16 \
                 or d_dtype != BF16:
             raise ValueError("activation_tensor: activation output requires BF16 C/D and dgeglu (act_func='dgeglu', "
                              "bfloat16 C and D), got "
@@ -98,9 +102,10 @@ def normalize_bf16(ops: Operands, cfg: CallConfig, *, mode: str, n, b_dtype, d_d
 
     problem = DgluProblem(
         n=n, k=k, num_experts=num_experts, m=m, weight_mode=mode, b_major=b_major,
-        ab_dtype=BF16, c_dtype=c.dtype, d_dtype=d_dtype, act=act, generate_dbias=bool(generate_dbias),
+        ab_dtype=ab_dtype, c_dtype=c.dtype, d_dtype=d_dtype, act=act, generate_dbias=bool(generate_dbias),
         has_prob=True, has_dprob=True, generate_activation="activation" in pack,
         round_dgrad_to_input_dtype=cfg.round_dgrad_to_input_dtype, use_dynamic_sched=cfg.use_dynamic_sched,
-        m_aligned=align, device_type=device.type, device_index=device.index,
+        m_aligned=align, recipe=None if family == activations.BF16 else family, device_type=device.type,
+        device_index=device.index,
     )
     return problem, pack

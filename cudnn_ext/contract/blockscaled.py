@@ -96,8 +96,10 @@ def normalize_block_scaled(ops, cfg, *, mode: str, n, b_dtype, d_dtype, generate
     sfa = C.require_tensor("sfa_tensor", ops.sfa)
     sf_dtype = sfa.dtype
     if sf_dtype not in SF_DTYPES:
+        hint = ("; float32 scales per 1x128 block are cudnn_ext's fp8_blockwise recipe: pass "
+                "recipe='fp8_blockwise'" if sf_dtype == torch.float32 else "")
         raise DtypeError(f"sfa_tensor: scale-factor dtype must be one of {C._dtypes(SF_DTYPES)}, got "
-                         f"{C._fmt_dtype(sf_dtype)}")
+                         f"{C._fmt_dtype(sf_dtype)}{hint}")
     if sf_dtype == E4M3 and cfg.sf_vec_size != 16:
         raise ValueError(f"sf_vec_size: float8_e4m3fn scale factors require sf_vec_size=16, got {cfg.sf_vec_size}")
     if not fp4 and cfg.sf_vec_size != 32:

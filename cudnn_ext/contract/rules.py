@@ -316,6 +316,8 @@ class CallConfig:
     use_single_group_runtime_offsets: bool = False
     round_dgrad_to_input_dtype: bool = False
     deterministic: bool = False
+    #: None (the vendor's operand families), or a cudnn_ext recipe of :data:`RECIPES`
+    recipe: Optional[str] = None
 
     @classmethod
     def of(cls, kwargs: Dict[str, Any]) -> "CallConfig":
@@ -344,14 +346,20 @@ class CallConfig:
         return state
 
 
-def resolve_act(cfg: CallConfig, *, block_scaled: bool) -> ActConfig:
+def resolve_act(cfg: CallConfig, *, block_scaled: bool = False, family: Optional[str] = None) -> ActConfig:
+    """The call's activation, checked against its operand contract ``family`` (an
+    ``activations.CONTRACTS`` name; by default BF16, or block-scaled with ``block_scaled``)."""
     rec = activations.activation(cfg.act_func)
-    family = activations.BLOCK_SCALED if block_scaled else activations.BF16
+    if family is None:
+        family = activations.BLOCK_SCALED if block_scaled else activations.BF16
     if family not in rec.contracts:
-        where = {activations.BF16: "BF16 operands", activations.BLOCK_SCALED: "the block-scaled contract (FP8/FP4 operands)"}
+        where = {activations.BF16: "BF16 operands", activations.BLOCK_SCALED: "the block-scaled contract (FP8/FP4 operands)",
+                 activations.FP8_BLOCKWISE: "the fp8_blockwise recipe"}
+        got = {activations.BF16: "BF16 operands", activations.BLOCK_SCALED: "block-scaled operands",
+               activations.FP8_BLOCKWISE: "the fp8_blockwise recipe"}[family]
         raise ValueError(f"act_func: {cfg.act_func!r} is supported by "
-                         f"{' and '.join(where[c] for c in sorted(rec.contracts))} only, got it with "
-                         f"{'block-scaled' if block_scaled else 'BF16'} operands")
+                         f"{' and '.join(where[c] for c in activations.CONTRACTS if c in rec.contracts)} only, got it "
+                         f"with {got}")
     lo = rec.default_linear_offset if cfg.linear_offset is None else check_finite("linear_offset", cfg.linear_offset)
     alpha = check_finite("geglu_alpha", cfg.geglu_alpha, positive=True)
     cmax = check_finite("glu_clamp_max", cfg.glu_clamp_max)
@@ -365,7 +373,14 @@ def resolve_act(cfg: CallConfig, *, block_scaled: bool) -> ActConfig:
                      dgeglu_applies_beta=family in activations.DGEGLU.beta_scales_c)
 
 
+#: cudnn_ext's operand recipes beyond the vendor contract (``recipe=``): FP8 e4m3 operands with
+#: fp32 scales per 1x128 (A) and 128x128 (B) block, DeepSeek-V3's (``cudnn_ext.quant.blockwise``)
+RECIPES = ("fp8_blockwise",)
+
+
 def check_common_config(cfg: CallConfig) -> None:
+    if cfg.recipe is not None:
+        check_choice("recipe", cfg.recipe, RECIPES)
     check_choice("b_major", cfg.b_major, ("k", "n"))
     check_choice("cd_major", cfg.cd_major, ("n",))
     if cfg.acc_dtype not in (None, torch.float32):
@@ -494,7 +509,7 @@ __all__ = [
     'check_d_dtype', 'check_float_type', 'check_finite', 'check_expert_count', 'check_n',
     'SCALAR_DTYPES', 'per_expert_vectors', 'dense_b_major', 'pointer_table', 'prob_vectors', 'dbias_view',
     'check_m_aligned', 'check_choice', 'CallConfig', 'resolve_act', 'check_common_config', 'check_bf16_config',
-    'operand_family', 'Operands', 'ARG_NAMES', 'CHECK_OFFSETS_ENV', 'offsets_checked_every_call',
+    'operand_family', 'Operands', 'ARG_NAMES', 'RECIPES', 'CHECK_OFFSETS_ENV', 'offsets_checked_every_call',
     'check_offsets_on_device', 'check_call_offsets'
 ]
 

@@ -519,6 +519,8 @@ class Sm90DgluEngine(Engine):
         why = []
         if problem.is_block_scaled:
             why.append("block-scaled (FP8/FP4) inputs are not implemented on sm90")
+        if problem.recipe is not None:
+            why.append(f"recipe {problem.recipe!r} is not implemented on sm90 (the reference engine runs it)")
         act = activations.ACTIVATIONS.get(problem.act.act_func)
         if problem.act.act_func not in KERNEL_ACTS or act is None:
             why.append(f"act_func {problem.act.act_func!r} is not implemented on sm90")

@@ -263,6 +263,8 @@ class VendorSm100Engine(Engine):
             elif cap not in _BLACKWELL:
                 why.append(f"{sm} is not an architecture the vendor kernels target (sm_100, sm_103; sm_107 "
                            "block-scaled)")
+        if problem.recipe is not None:
+            why.append(f"recipe {problem.recipe!r} is cudnn_ext's, not the vendor's")
         act = activations.ACTIVATIONS.get(problem.act.act_func)
         if act is None or not act.vendor:
             why.append(f"act_func {problem.act.act_func!r} is not one of the vendor's activations")

@@ -87,7 +87,7 @@ def declare_call_graph(problem: DgluProblem, pack: Mapping[str, torch.Tensor], *
         b_dtype=problem.ab_dtype if discrete else None, b_major=problem.b_major if discrete else "k",
         d_dtype=problem.d_dtype, use_dynamic_sched=problem.use_dynamic_sched,
         round_dgrad_to_input_dtype=problem.round_dgrad_to_input_dtype, m_aligned=problem.m_aligned,
-        name="dglu", **block,
+        recipe=problem.recipe, name="dglu", **block,
     )
     for d in outs.values():
         d.set_output(True)

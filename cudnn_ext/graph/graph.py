@@ -181,7 +181,7 @@ class Graph:
         round_dgrad_to_input_dtype: bool = False, generate_activation: bool = False, generate_dprob: bool = True,
         generate_amax: bool = False, sf_vec_size: int = 16, discrete_col_sfd: bool = False,
         use_single_group_runtime_offsets: bool = False, epilogue_op: Optional[str] = None,
-        deterministic: bool = False, m_aligned: int = 256,
+        deterministic: bool = False, m_aligned: int = 256, recipe: Optional[str] = None,
         d_row=None, dprob=None, dbias=None, activation=None, d_col=None, amax=None, sfd_row=None, sfd_col=None,
         name: Optional[str] = None,
     ) -> DgluOutputs:
@@ -192,7 +192,9 @@ class Graph:
         asks for a quantized D (outputs ``d_col``, ``sfd_row``, ``sfd_col``) and
         ``generate_amax`` for per-expert ``amax``. ``m_aligned``: every ``padded_offsets`` entry
         and M are multiples of it (256; BF16 operands also 1 (any size), 8, 16, 32, 64 or 128,
-        which engines built around 256-row blocks decline). Pre-declared outputs may be passed
+        which engines built around 256-row blocks decline). ``recipe="fp8_blockwise"``: e4m3
+        ``a``/``b`` with fp32 ``sfa`` (1x128 blocks) and ``sfb``/``sfb_ptrs`` (128x128), cudnn_ext's
+        recipe (docs/blockscaled.md). Pre-declared outputs may be passed
         (``d_row=``, ``dprob=`` ...). ``dprob`` and ``dbias`` are accumulated into (bind
         zeros), ``amax`` max-accumulated (bind ``-inf``). Input rules are checked by
         ``validate()``."""
@@ -207,7 +209,7 @@ class Graph:
             round_dgrad_to_input_dtype=round_dgrad_to_input_dtype, generate_dprob=generate_dprob,
             generate_amax=generate_amax, sf_vec_size=sf_vec_size, discrete_col_sfd=discrete_col_sfd,
             use_single_group_runtime_offsets=use_single_group_runtime_offsets, epilogue_op=epilogue_op,
-            deterministic=deterministic, m_aligned=m_aligned,
+            deterministic=deterministic, m_aligned=m_aligned, recipe=recipe,
         )
         given = dict(a=a, b=b, b_ptrs=b_ptrs, sfa=sfa, sfb=sfb, sfb_ptrs=sfb_ptrs, c=c, padded_offsets=padded_offsets,
                      alpha=alpha, beta=beta, prob=prob, norm_const=norm_const)

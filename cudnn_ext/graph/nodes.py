@@ -77,6 +77,9 @@ class GroupedMatmulDgluAttrs(BaseModel):
     #: Row alignment of every expert's group and of M (``padded_offsets`` entries are multiples
     #: of it): 256 (the vendor's), or 1 (any size), 8, 16, 32, 64, 128 with BF16 operands.
     m_aligned: StrictInt = 256
+    #: None, or a cudnn_ext recipe: "fp8_blockwise" (e4m3 ``a``/``b`` with fp32 ``sfa`` per 1x128
+    #: and ``sfb``/``sfb_ptrs`` per 128x128 block; the contract checks the name)
+    recipe: Optional[str] = None
 
     @field_validator("b_dtype", "d_dtype", mode="before")
     @classmethod

@@ -19,6 +19,7 @@ import torch
 
 from .. import contract
 from ..contract.blockscaled import problem_sf_geometry
+from ..contract.fp8_blockwise import problem_scale_geometry
 from ..quant.sf_layout import SfGeometry
 from ..problem import DgluProblem
 from .nodes import GroupedMatmulDgluAttrs, Node
@@ -33,13 +34,15 @@ def call_config(attrs: GroupedMatmulDgluAttrs, acc_dtype: Optional[torch.dtype])
         use_dynamic_sched=attrs.use_dynamic_sched, round_dgrad_to_input_dtype=attrs.round_dgrad_to_input_dtype,
         sf_vec_size=attrs.sf_vec_size, discrete_col_sfd=attrs.discrete_col_sfd, epilogue_op=attrs.epilogue_op,
         use_single_group_runtime_offsets=attrs.use_single_group_runtime_offsets,
-        deterministic=attrs.deterministic, m_aligned=attrs.m_aligned,
+        deterministic=attrs.deterministic, m_aligned=attrs.m_aligned, recipe=attrs.recipe,
     )
 
 
 def sf_geometry(problem: DgluProblem, port: str) -> SfGeometry:
-    """The scale-factor geometry of ``port`` for a validated block-scaled ``problem`` (the
-    contract's table), which the binder re-derives at the bound M."""
+    """The scale-factor geometry of ``port`` for a validated block-scaled or fp8_blockwise
+    ``problem`` (the contract's tables), which the binder re-derives at the bound M."""
+    if problem.recipe is not None:
+        return problem_scale_geometry(problem, port)
     return problem_sf_geometry(problem, port)
 
 

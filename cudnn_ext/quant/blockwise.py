@@ -32,14 +32,15 @@ device quantizer.
 from __future__ import annotations
 
 import math
-from typing import Tuple
+from dataclasses import dataclass
+from typing import Optional, Tuple
 
 import torch
 
 from . import formats as F
 
 __all__ = ["BLOCKS", "FP8_BLOCKWISE_DTYPE", "SCALE_FLOOR", "quantize_fp8_blockwise", "dequantize_fp8_blockwise",
-           "blockwise_scales", "scale_shape"]
+           "blockwise_scales", "scale_shape", "BlockwiseScaleGeometry"]
 
 #: The block shapes (rows, columns) of the recipe.
 BLOCKS = ((1, 128), (128, 128), (128, 1))
@@ -138,3 +139,47 @@ def dequantize_fp8_blockwise(q: torch.Tensor, scales: torch.Tensor, block=(1, 12
     rows, k = q.shape[0], q.shape[1]
     s = scales.to(torch.float64).repeat_interleave(br, dim=0)[:rows].repeat_interleave(bk, dim=1)[:, :k]
     return (q.to(torch.float64) * s).to(out_dtype)
+
+
+@dataclass(frozen=True)
+class BlockwiseScaleGeometry:
+    """Which blockwise scale matrix a tensor holds, with the token count M left symbolic
+    (``rows=None``): the fp32 scales of ``rows x k`` values in ``block``s, one matrix per group
+    (``groups``; 0: a 2-D matrix), stored MN-major as :func:`quantize_fp8_blockwise` returns
+    them. The contract's table says which slot has which; this object re-derives the shape at
+    a given M, so a plan built at one M judges scales bound at another by the same rule."""
+
+    rows: Optional[int]
+    k: int
+    block: Tuple[int, int]
+    groups: int = 0
+
+    def shape(self, m: int) -> Tuple[int, ...]:
+        rows = m if self.rows is None else self.rows
+        return scale_shape((rows, self.k) + ((self.groups,) if self.groups else ()), self.block)
+
+    def strides(self, m: int) -> Tuple[int, ...]:
+        s = self.shape(m)
+        return (1, s[0]) + ((s[0] * s[1],) if self.groups else ())
+
+    def view(self, t, m: int, name: str = "scales") -> torch.Tensor:
+        """``t`` judged at token count ``m``: fp32, the shape of :meth:`shape`, MN-major."""
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+        if t.dtype != torch.float32:
+            raise TypeError(f"{name}: fp8_blockwise scales must be float32, got {t.dtype}")
+        want = self.shape(m)
+        if tuple(t.shape) != want:
+            raise ValueError(f"{name}: expected shape {want} (one fp32 scale per {self.block[0]}x{self.block[1]} "
+                             f"block), got {tuple(t.shape)}")
+        strides = self.strides(m)
+        if any(n > 1 and st != ex for n, st, ex in zip(want, t.stride(), strides)):
+            raise ValueError(f"{name}: scales must be MN-major (strides {strides}, as quantize_fp8_blockwise "
+                             f"returns them), got {tuple(t.stride())}")
+        return t
+
+    def empty(self, m: int, *, dtype: torch.dtype = torch.float32, device=None, fill=None) -> torch.Tensor:
+        """An MN-major tensor of this geometry at token count ``m`` (``fill``: a value, or None)."""
+        shape = self.shape(m)
+        t = torch.empty_strided(shape, self.strides(m), dtype=dtype, device=device)
+        return t if fill is None else t.fill_(fill)

@@ -30,6 +30,7 @@ from ..problem import OUTPUT_SLOTS, DgluProblem
 from ..quant.formats import FP8_DTYPES, encode_fp8
 from .blockscaled_run import BlockScaledOutputs, block_scaled_operands, expert_operands, finish_outputs
 from .epilogue import gate_up_columns, local_derivatives
+from .fp8_blockwise import dense_equivalent
 from .memory import stacked_at, tensor_at
 from .scalars import alpha_squared, beta_scaled_c
 from .writes import keep_where
@@ -135,6 +136,8 @@ def grouped_dglu_reference(problem: DgluProblem, pack: Mapping, *, compute_dtype
 
     CUDA tensors take :func:`grouped_dglu_blocks`, which never reads device data on the host;
     CPU tensors walk the experts' row ranges on the host."""
+    if problem.recipe is not None:  # fp8_blockwise: the BF16 contract on the dequantized operands
+        problem, pack = dense_equivalent(problem, pack, compute_dtype)
     if pack["c"].device.type == "cuda":
         return grouped_dglu_blocks(problem, pack, compute_dtype=compute_dtype)
     m = pack["c"].shape[0]

@@ -1,0 +1,93 @@
+"""The ``fp8_blockwise`` recipe (a cudnn_ext extension, ``recipe="fp8_blockwise"``): e4m3 A and B
+with fp32 scales per 1x128 block of A (``sfa``, (M, K/128)) and per 128x128 block of each
+expert's B (dense ``sfb`` (ceil(N/128), K/128, L), or ``sfb_ptrs``: one (ceil(N/128), K/128)
+matrix per expert), all MN-major as ``cudnn_ext.quant.quantize_fp8_blockwise`` returns them.
+The epilogue and every other rule are the BF16 contract's (``contract.bf16``), with dSiTU-GLU
+too; D is bf16, fp16 or fp32.
+
+Owns the recipe's own rules and the table of its scale slots' geometry; allocates nothing.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+import torch
+
+from .. import activations
+from ..errors import DtypeError
+from ..quant.blockwise import FP8_BLOCKWISE_DTYPE, BlockwiseScaleGeometry
+from . import rules as C
+from .bf16 import normalize_bf16
+
+RECIPE = activations.FP8_BLOCKWISE
+#: K runs in whole scale blocks (the kernel applies each block's scales once per 128-K step)
+K_BLOCK = 128
+#: scale slots of the recipe
+SCALE_SLOTS = ("sfa", "sfb")
+#: slots the recipe does not produce or read (FP8 D with blockwise scales is not offered yet)
+_REFUSED = ("d_col", "sfd_row", "sfd_col", "amax", "norm_const")
+
+
+def scale_geometry(slot: str, *, n: int, k: int, num_experts: int) -> BlockwiseScaleGeometry:
+    """The geometry of scale slot ``slot`` (M symbolic); ``sfb_ptrs`` entries point at one
+    expert's ``sfb`` matrix (``groups`` 0)."""
+    return {
+        "sfa": BlockwiseScaleGeometry(None, k, (1, K_BLOCK)),
+        "sfb": BlockwiseScaleGeometry(n, k, (K_BLOCK, K_BLOCK), num_experts),
+        "sfb_expert": BlockwiseScaleGeometry(n, k, (K_BLOCK, K_BLOCK)),
+    }[slot]
+
+
+def problem_scale_geometry(problem, slot: str) -> BlockwiseScaleGeometry:
+    return scale_geometry(slot, n=problem.n, k=problem.k, num_experts=problem.num_experts)
+
+
+def normalize_fp8_blockwise(ops, cfg, *, mode: str, n, b_dtype: Optional[torch.dtype], d_dtype, generate_dbias,
+                            pointers: bool):
+    """Validate an fp8_blockwise call; ``(problem, pack)`` as ``contract.normalize`` returns."""
+    e4m3 = FP8_BLOCKWISE_DTYPE
+    if ops.a.dtype != e4m3:
+        raise DtypeError(f"a_tensor: recipe='fp8_blockwise' takes float8_e4m3fn A, got {C._fmt_dtype(ops.a.dtype)}")
+    bd = ops.b.dtype if mode == "dense" else b_dtype
+    if bd != e4m3:
+        name = "b_tensor" if mode == "dense" else "b_dtype"
+        raise DtypeError(f"{name}: recipe='fp8_blockwise' takes float8_e4m3fn B, got {C._fmt_dtype(bd)}")
+    for slot in _REFUSED:
+        if getattr(ops, slot) is not None:
+            raise ValueError(f"{C.ARG_NAMES[slot]}: recipe='fp8_blockwise' has no {C.ARG_NAMES[slot]} (D is bf16, fp16 "
+                             f"or fp32, with no scales of its own), got a {type(getattr(ops, slot)).__name__}")
+    if cfg.round_dgrad_to_input_dtype:
+        raise ValueError("round_dgrad_to_input_dtype: recipe='fp8_blockwise' does not round the gradient to its FP8 "
+                         "input dtype, got True")
+    if cfg.deterministic:
+        raise NotImplementedError("deterministic: not offered with recipe='fp8_blockwise' (got True)")
+    if cfg.use_single_group_runtime_offsets or cfg.discrete_col_sfd or cfg.sf_fp8_dtype_override is not None:
+        raise ValueError("use_single_group_runtime_offsets/discrete_col_sfd/sf_fp8_dtype_override: block-scaled "
+                         "options; recipe='fp8_blockwise' takes none of them")
+    if cfg.epilogue_op not in (None, "none", "identity"):
+        raise ValueError(f"epilogue_op: recipe='fp8_blockwise' takes no epilogue_op, got {cfg.epilogue_op!r}")
+    if mode == "dense" and ops.sfb_ptrs is not None:
+        raise ValueError("sfb_ptrs: dense mode (b_tensor) takes sfb_tensor, not sfb_ptrs")
+    if mode == "discrete" and ops.sfb is not None:
+        raise ValueError("sfb_tensor: discrete mode (b_ptrs) takes sfb_ptrs, not sfb_tensor")
+    sfa = C.require_tensor("sfa_tensor", ops.sfa)
+    sfb = C.require_tensor("sfb_tensor", ops.sfb) if mode == "dense" else None
+    sfb_ptrs = C.pointer_table("sfb_ptrs", ops.sfb_ptrs, pointers) if mode == "discrete" else None
+
+    problem, pack = normalize_bf16(ops, cfg, mode=mode, n=n, b_dtype=b_dtype, d_dtype=d_dtype,
+                                   generate_dbias=generate_dbias, pointers=pointers, family=RECIPE, ab_dtype=e4m3,
+                                   k_multiple=K_BLOCK)
+    m = pack["a"].shape[0]
+    extra: Dict[str, Any] = {"sfa": problem_scale_geometry(problem, "sfa").view(sfa, m, "sfa_tensor")}
+    if mode == "dense":
+        extra["sfb"] = problem_scale_geometry(problem, "sfb").view(sfb, m, "sfb_tensor")
+    else:
+        if tuple(sfb_ptrs.shape) != (problem.num_experts,):
+            raise ValueError(f"sfb_ptrs: shape must be (L,) = ({problem.num_experts},), got {tuple(sfb_ptrs.shape)}")
+        extra["sfb_ptrs"] = sfb_ptrs
+    C.check_same_device({**{C.ARG_NAMES[s]: t for s, t in extra.items()}, "a_tensor": pack["a"]})
+    if pointers:
+        for slot, t in extra.items():
+            C.check_aligned(C.ARG_NAMES[slot], t, 8 if slot == "sfb_ptrs" else 16)
+    pack.update(extra)
+    return problem, pack

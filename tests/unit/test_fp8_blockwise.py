@@ -1,0 +1,209 @@
+"""The fp8_blockwise recipe (``recipe="fp8_blockwise"``) on the reference engine: e4m3 operands
+with fp32 1x128 / 128x128 block scales through the wrapper, the class API and a graph, against
+the float64 oracle on the dequantized operands (exact products), dense K- and N-major and
+per-expert pointer weights, every activation, any-size groups; its errors; the engines that
+decline it."""
+from __future__ import annotations
+
+import pytest
+import torch
+from oracle import oracle
+
+import cudnn_ext as cudnn
+from cudnn_ext import contract
+from cudnn_ext.engines.registry import engine_by_name
+from cudnn_ext.errors import DtypeError
+from cudnn_ext.quant import dequantize_fp8_blockwise, quantize_fp8_blockwise
+
+E4M3 = torch.float8_e4m3fn
+N, K, L = 160, 384, 3
+#: fp32 compute against the float64 oracle, the worst row (measured below 1e-5); a scale applied
+#: to another block or expert moves a row by far more
+TOL = 2e-5
+
+
+def case(sizes=(256, 0, 512), *, n=N, k=K, extra_rows=256, n_major=False, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    offsets = torch.tensor(sizes).cumsum(0).to(torch.int32)
+    m = int(offsets[-1]) + extra_rows
+    # block magnitudes spread over 2^-6 .. 2^6 (A) and 2^-4 .. 2^4 (B) so that a misplaced scale shows
+    x = torch.randn(m, k, generator=g) * torch.pow(2.0, torch.randint(-6, 7, (m, k // 128), generator=g)
+                                                   .float()).repeat_interleave(128, 1) / 8
+    w = torch.randn(n, k, L, generator=g) * torch.pow(2.0, torch.randint(-4, 5, (1, k // 128, 1), generator=g)
+                                                       .float()).repeat_interleave(128, 1) / 16
+    a_q, sfa = quantize_fp8_blockwise(x, (1, 128))
+    b_q, sfb = quantize_fp8_blockwise(w, (128, 128))
+    if n_major:
+        b_q = b_q.permute(2, 1, 0).contiguous().permute(2, 1, 0)  # (N, K, L) stored (L, K, N)
+    return dict(a=a_q, sfa=sfa, b=b_q, sfb=sfb, c=(torch.randn(m, 2 * n, generator=g) * 2).bfloat16(),
+                offsets=offsets, alpha=torch.rand(L, generator=g) + 0.5, beta=torch.rand(L, generator=g) + 0.5,
+                prob=torch.rand(m, generator=g), m=m)
+
+
+def reference(t, act="dswiglu", **kw):
+    a64 = dequantize_fp8_blockwise(t["a"], t["sfa"], (1, 128), out_dtype=torch.float64)
+    b64 = dequantize_fp8_blockwise(t["b"], t["sfb"], (128, 128), out_dtype=torch.float64)
+    return oracle(a64, [b64[..., e] for e in range(L)], t["c"], t["offsets"], t["alpha"], t["beta"], t["prob"],
+                  act_func=act, **kw)
+
+
+def rel(got, want, rows):
+    """The largest relative error of a row (of a vector: of the whole), rows below ``rows``."""
+    got, want = got[:rows].double(), want[:rows]
+    if want.dim() == 1:
+        return ((got - want).norm() / want.norm()).item()
+    return ((got - want).norm(dim=1) / want.norm(dim=1).clamp_min(1e-300)).max().item()
+
+
+def run_wrapper(t, act="dswiglu", **kw):
+    dprob = torch.zeros(t["m"])
+    out = cudnn.grouped_gemm_dglu_wrapper(
+        a_tensor=t["a"], c_tensor=t["c"], sfa_tensor=t["sfa"], padded_offsets=t["offsets"], alpha_tensor=t["alpha"],
+        beta_tensor=t["beta"], prob_tensor=t["prob"], dprob_tensor=dprob, generate_dbias=True,
+        d_dtype=torch.float32, act_func=act, recipe="fp8_blockwise", **({"b_tensor": t["b"], "sfb_tensor": t["sfb"]}
+                                                                     | kw))
+    return out["d_row_tensor"][..., 0], out["dprob_tensor"], out["dbias_tensor"][..., 0]
+
+
+@pytest.mark.parametrize("act", ["dswiglu", "dgeglu", "dsituglu"])
+@pytest.mark.parametrize("n_major", [False, True], ids=["k_major", "n_major"])
+def test_wrapper_dense_matches_the_oracle(act, n_major):
+    t = case(n_major=n_major)
+    d, dprob, dbias = run_wrapper(t, act)
+    ref = reference(t, act)
+    end = int(t["offsets"][-1])
+    assert rel(d, ref["d"], end) < TOL
+    assert rel(dprob, ref["dprob"], end) < TOL
+    assert ((dbias.double() - ref["dbias"]).abs() <= 1e-2 * ref["dbias"].abs() + 1e-3).all()  # bf16 dbias
+
+
+def test_a_misplaced_scale_moves_d_past_the_tolerance():
+    """The tolerance is tighter than the effects it guards: one A row's scale block, or one
+    expert's B scales, applied elsewhere change D by orders of magnitude more."""
+    t = case()
+    end = int(t["offsets"][-1])
+    ref = reference(t)
+    moved = dict(t, sfa=t["sfa"].clone())
+    moved["sfa"][0, 0], moved["sfa"][0, 1] = t["sfa"][0, 1], t["sfa"][0, 0]
+    assert rel(run_wrapper(moved)[0], ref["d"], end) > 100 * TOL
+    flipped = torch.empty_strided(t["sfb"].shape, t["sfb"].stride()).copy_(t["sfb"].flip(-1))  # experts' scales swapped
+    moved = dict(t, sfb=flipped)
+    assert rel(run_wrapper(moved)[0], ref["d"], end) > 100 * TOL
+
+
+@pytest.mark.parametrize("act", ["dswiglu", "dgeglu"])
+def test_wrapper_pointer_tables_and_any_size_groups(act):
+    t = case(sizes=(100, 0, 7), extra_rows=5)
+    w = [t["b"][..., e].contiguous() for e in range(L)]
+    s = [t["sfb"][..., e].t().contiguous().t() for e in range(L)]  # each MN-major (Nb, Kb)
+    b_ptrs = torch.tensor([x.data_ptr() for x in w], dtype=torch.int64)
+    sfb_ptrs = torch.tensor([x.data_ptr() for x in s], dtype=torch.int64)
+    d, dprob, _ = run_wrapper(t, act, m_aligned=1, b_ptrs=b_ptrs, sfb_ptrs=sfb_ptrs, n=N, b_dtype=E4M3,
+                              b_tensor=None, sfb_tensor=None)
+    ref = reference(t, act)
+    end = int(t["offsets"][-1])
+    assert rel(d, ref["d"], end) < TOL and rel(dprob, ref["dprob"], end) < TOL
+
+
+def test_class_api_and_graph_serialization():
+    t = case()
+    m = t["m"]
+    d = torch.full((m, 2 * N), float("nan"))
+    dprob = torch.zeros(m)
+    op = cudnn.GroupedGemmDglu(
+        sample_a=t["a"], sample_c=t["c"], sample_d_row=d, sample_d_col=None, sample_sfa=t["sfa"],
+        sample_padded_offsets=t["offsets"], sample_alpha=t["alpha"], sample_beta=t["beta"], sample_prob=t["prob"],
+        sample_dprob=dprob, sample_b=t["b"], sample_sfb=t["sfb"], act_func="dgeglu", recipe="fp8_blockwise")
+    assert op.check_support() and op.engine_name == "reference"
+    op.execute(a_tensor=t["a"], c_tensor=t["c"], d_row_tensor=d, d_col_tensor=None, sfa_tensor=t["sfa"],
+               padded_offsets=t["offsets"], alpha_tensor=t["alpha"], beta_tensor=t["beta"], prob_tensor=t["prob"],
+               dprob_tensor=dprob, b_tensor=t["b"], sfb_tensor=t["sfb"])
+    ref = reference(t, "dgeglu")
+    end = int(t["offsets"][-1])
+    assert rel(d, ref["d"], end) < TOL and torch.isnan(d[end:]).all()  # rows past the last offset untouched
+    blob = op._graph.serialize()
+    g2 = cudnn.deserialize_plan(blob)
+    assert g2._nodes[0].attrs.recipe == "fp8_blockwise" and g2.serialize() == blob
+
+
+def test_a_graph_binds_scales_at_another_m():
+    t = case()
+    g = cudnn.Graph("fp8bw")
+    ins = {p: g.tensor_like(t[k], name=p) for p, k in (("a", "a"), ("b", "b"), ("sfa", "sfa"), ("sfb", "sfb"),
+                                                         ("c", "c"), ("padded_offsets", "offsets"),
+                                                         ("alpha", "alpha"), ("beta", "beta"), ("prob", "prob"))}
+    outs = g.grouped_matmul_dglu(**ins, recipe="fp8_blockwise", d_dtype=torch.float32)
+    for desc in (outs.d_row, outs.dprob):
+        desc.set_output(True)
+    g.build([cudnn.HeurMode.A, cudnn.HeurMode.FALLBACK])
+    small = case(sizes=(256, 0, 256), extra_rows=0, seed=3)  # another M: sfa is (512, 3), MN-major
+    d = torch.full((small["m"], 2 * N), float("nan"))
+    dprob = torch.zeros(small["m"])
+    g.execute({ins["a"]: small["a"], ins["b"]: small["b"], ins["sfa"]: small["sfa"], ins["sfb"]: small["sfb"],
+               ins["c"]: small["c"], ins["padded_offsets"]: small["offsets"], ins["alpha"]: small["alpha"],
+               ins["beta"]: small["beta"], ins["prob"]: small["prob"], outs.d_row: d, outs.dprob: dprob},
+              torch.empty(g.get_workspace_size(), dtype=torch.uint8))
+    assert rel(d, reference(small)["d"], small["m"]) < TOL
+    with pytest.raises(ValueError, match="MN-major"):
+        g.execute({ins["a"]: small["a"], ins["b"]: small["b"], ins["sfa"]: small["sfa"].contiguous(),
+                   ins["sfb"]: small["sfb"], ins["c"]: small["c"], ins["padded_offsets"]: small["offsets"],
+                   ins["alpha"]: small["alpha"], ins["beta"]: small["beta"], ins["prob"]: small["prob"],
+                   outs.d_row: d, outs.dprob: dprob}, torch.empty(g.get_workspace_size(), dtype=torch.uint8))
+
+
+def _err(t, **kw):
+    args = dict(a_tensor=t["a"], c_tensor=t["c"], sfa_tensor=t["sfa"], padded_offsets=t["offsets"],
+                alpha_tensor=t["alpha"], beta_tensor=t["beta"], prob_tensor=t["prob"], dprob_tensor=torch.zeros(t["m"]),
+                b_tensor=t["b"], sfb_tensor=t["sfb"], recipe="fp8_blockwise")
+    args.update(kw)
+    return cudnn.grouped_gemm_dglu_wrapper(**args)
+
+
+@pytest.mark.parametrize("kw,err,match", [
+    (dict(recipe="fp8"), ValueError, r"recipe: must be one of \['fp8_blockwise'\], got 'fp8'"),
+    (dict(recipe=None), DtypeError, r"sfa_tensor: .*got float32; float32 scales per 1x128 block are cudnn_ext's "
+                                    r"fp8_blockwise recipe: pass recipe='fp8_blockwise'"),
+    (dict(norm_const_tensor=torch.ones(1)), ValueError, r"norm_const_tensor: recipe='fp8_blockwise' has no"),
+    (dict(round_dgrad_to_input_dtype=True), ValueError, r"round_dgrad_to_input_dtype: recipe='fp8_blockwise'"),
+    (dict(deterministic=True), NotImplementedError, r"deterministic: not offered with recipe='fp8_blockwise'"),
+    (dict(sfb_ptrs=torch.zeros(L, dtype=torch.int64)), ValueError, r"sfb_ptrs: dense mode"),
+])
+def test_errors_name_the_argument_and_the_rule(kw, err, match):
+    with pytest.raises(err, match=match):
+        _err(case(), **kw)
+
+
+def test_operand_and_scale_errors():
+    t = case()
+    with pytest.raises(DtypeError, match=r"a_tensor: recipe='fp8_blockwise' takes float8_e4m3fn A, got bfloat16"):
+        _err(t, a_tensor=torch.zeros(t["m"], K, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match=r"sfa_tensor: scales must be MN-major"):
+        _err(t, sfa_tensor=t["sfa"].contiguous())
+    with pytest.raises(ValueError, match=r"sfa_tensor: expected shape \(1024, 3\)"):
+        _err(t, sfa_tensor=t["sfa"][:, :2])
+    with pytest.raises(TypeError, match=r"sfb_tensor: fp8_blockwise scales must be float32"):
+        _err(t, sfb_tensor=t["sfb"].double())
+    short = case(k=256)
+    with pytest.raises(ValueError, match=r"a_tensor: K must be a positive multiple of 128"):
+        _err(short, a_tensor=short["a"][:, :200].contiguous(),
+             sfa_tensor=quantize_fp8_blockwise(torch.ones(short["m"], 200))[1])
+    with pytest.raises(ValueError, match=r"act_func: 'dsituglu' is supported by the block-scaled contract .* and "
+                                          r"the fp8_blockwise recipe only, got it with BF16 operands"):
+        cudnn.grouped_gemm_dglu_wrapper(
+            a_tensor=torch.zeros(256, 64, dtype=torch.bfloat16), c_tensor=torch.zeros(256, 64, dtype=torch.bfloat16),
+            sfa_tensor=None, padded_offsets=torch.tensor([256], dtype=torch.int32), alpha_tensor=torch.ones(1),
+            beta_tensor=torch.ones(1), prob_tensor=torch.ones(256), dprob_tensor=torch.zeros(256),
+            b_tensor=torch.zeros(32, 64, 1, dtype=torch.bfloat16), act_func="dsituglu")
+
+
+def test_the_hopper_and_vendor_engines_decline_with_a_reason():
+    t = case()
+    ops = contract.Operands(a=t["a"], c=t["c"], sfa=t["sfa"], padded_offsets=t["offsets"], alpha=t["alpha"],
+                            beta=t["beta"], prob=t["prob"], dprob=torch.zeros(t["m"]), b=t["b"], sfb=t["sfb"])
+    problem, _ = contract.normalize(ops, contract.CallConfig(recipe="fp8_blockwise"))
+    assert problem.recipe == "fp8_blockwise" and not problem.is_block_scaled and problem.ab_dtype == E4M3
+    assert any("recipe 'fp8_blockwise' is not implemented on sm90" in r
+               for r in engine_by_name("sm90_cutedsl").check_support(problem))
+    assert any("recipe 'fp8_blockwise' is cudnn_ext's" in r for r in engine_by_name("vendor_sm100").check_support(problem))
+    assert engine_by_name("sm90_blockscaled").check_support(problem)
+    assert engine_by_name("reference").check_support(problem) == []
