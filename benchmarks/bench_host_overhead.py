@@ -16,7 +16,10 @@ CUDA the launches are asynchronous, so this is host time):
                       (both replay remembered calls after one guard check: _core.run_fast;
                       "no replay" rows time the validated path every call takes otherwise)
   custom_op_out       torch.ops.cudnn_ext.grouped_gemm_dglu_out (what torch.compile calls)
-  wrapper             cudnn_ext.grouped_gemm_dglu_wrapper (vendor-compatible; validates each call)
+  wrapper             cudnn_ext.grouped_gemm_dglu_wrapper (vendor-compatible; memoized after a first call)
+  wrapper+<fmt>+<engine>, plan+<fmt>+<engine>
+                      a block-scaled (mxfp8, nvfp4) wrapper call and a compiled class-API object's
+                      execute, on the real engine (on a Hopper GPU: its launches included)
   layer_call          GroupedGluMLP's backward call (python_fn with its N-major weights and keywords)
   step_op:<op>        each other op the layer's step calls (grouped_mm, glu_forward, grouped_wgrad)
   step:GroupedGluMLP  the layer's whole eager step, forward and backward through autograd
@@ -126,6 +129,30 @@ def main():
         a, c, offs, alpha, beta, prob, b=b, generate_dbias=True))
     record(f"python_fn+{real_engine} (no dbias)", lambda: ct.grouped_gemm_dglu(
         a, c, offs, alpha, beta, prob, b=b))
+    # block-scaled calls on the real engine (on a Hopper GPU sm90_blockscaled: its dequantization
+    # and D quantization launches included): the wrapper (memoized after its first call) and a
+    # compiled class-API object's execute
+    from cudnn_ext.quant import quantize_mxfp8, quantize_nvfp4
+    for fmt, quantize, vec in (("mxfp8", quantize_mxfp8, 32), ("nvfp4", quantize_nvfp4, 16)):
+        a_q, sfa = quantize(a.float())
+        b_q, sfb = quantize(b.permute(1, 2, 0).float())
+        fp8 = fmt == "mxfp8"
+        bs_kw = dict(a_tensor=a_q, c_tensor=c, sfa_tensor=sfa, padded_offsets=offs, alpha_tensor=alpha,
+                     beta_tensor=beta, prob_tensor=prob, dprob_tensor=torch.zeros(M, device=dev), b_tensor=b_q,
+                     sfb_tensor=sfb, sf_vec_size=vec, norm_const_tensor=torch.ones(1, device=dev) if fp8 else None)
+        cudnn_ext.grouped_gemm_dglu_wrapper(**bs_kw)
+        eng = CALLS.entries("graph")[-1].execution_plan.engine_name
+        record(f"wrapper+{fmt}+{eng}", lambda kw=bs_kw: cudnn_ext.grouped_gemm_dglu_wrapper(**kw))
+        d_bs = torch.empty(M, 2 * N, dtype=torch.float8_e4m3fn if fp8 else bf, device=dev)
+        obj = cudnn_ext.GroupedGemmDglu(
+            sample_a=a_q, sample_c=c, sample_d_row=d_bs, sample_d_col=None, sample_sfa=sfa,
+            sample_padded_offsets=offs, sample_alpha=alpha, sample_beta=beta, sample_prob=prob,
+            sample_dprob=bs_kw["dprob_tensor"], sample_b=b_q, sample_sfb=sfb, sf_vec_size=vec)
+        obj.compile()
+        record(f"plan+{fmt}+{obj.engine_name}", lambda o=obj, kw=bs_kw, d=d_bs: o.execute(
+            a_tensor=kw["a_tensor"], c_tensor=kw["c_tensor"], d_row_tensor=d, d_col_tensor=None,
+            sfa_tensor=kw["sfa_tensor"], padded_offsets=offs, alpha_tensor=alpha, beta_tensor=beta,
+            prob_tensor=prob, dprob_tensor=kw["dprob_tensor"], b_tensor=kw["b_tensor"], sfb_tensor=kw["sfb_tensor"]))
     # GroupedGluMLP's backward call: N-major w2ᵀ view, every keyword it passes, with a bias
     wt = b.transpose(1, 2).contiguous().transpose(1, 2)
     mlp_kw = dict(act_func="dswiglu", linear_offset=0.0, geglu_alpha=1.702, glu_clamp_max=7.0,

@@ -14,11 +14,12 @@ from ..runtime.memo import CALLS
 
 def views_of(ops: contract.Operands, problem, pack: Dict[str, Any]) -> Optional[tuple]:
     """How each slot of a validated ``pack`` is viewed out of ``ops``: ((slot, unit dims dropped,
-    bytes the view spans), ...), or None when some slot is not such a view (then the call is not
-    memoized). The spans are fixed by the metadata, so a remembered call re-checks that its
-    outputs overlap nothing from the data pointers alone."""
-    if problem.is_block_scaled:
-        return None
+    bytes the view spans, geometry), ...), or None when some slot is not a view of its argument
+    (then the call is not memoized). ``geometry`` is None for a view that drops trailing unit
+    dims, else the (shape, strides) of a re-described view of the argument's own bytes (the
+    block-scaled scale factors' 6-D layout, ``norm_const``'s (1,)). The spans are fixed by the
+    metadata, so a remembered call re-checks that its outputs overlap nothing from the data
+    pointers alone."""
     views = []
     for slot, t in pack.items():
         src = getattr(ops, slot, None)
@@ -28,10 +29,14 @@ def views_of(ops: contract.Operands, problem, pack: Dict[str, Any]) -> Optional[
         v = src
         for _ in range(max(drop, 0)):
             v = v[..., 0]
-        if drop < 0 or v.shape != t.shape or v.stride() != t.stride() or v.data_ptr() != t.data_ptr():
-            return None
         r = contract.byte_range(t)
-        views.append((slot, drop, r[1] - r[0] if r is not None else 0))
+        span = r[1] - r[0] if r is not None else 0
+        if drop >= 0 and v.shape == t.shape and v.stride() == t.stride() and v.data_ptr() == t.data_ptr():
+            views.append((slot, drop, span, None))
+        elif t.dtype == src.dtype and t.data_ptr() == src.data_ptr() and t.storage_offset() == src.storage_offset():
+            views.append((slot, 0, span, (tuple(t.shape), tuple(t.stride()))))
+        else:
+            return None
     return tuple(views)
 
 
@@ -41,7 +46,7 @@ def rebuild(ops: contract.Operands, views: tuple) -> Dict[str, Any]:
     no output overlaps another operand."""
     pack: Dict[str, Any] = {}
     spans = []
-    for slot, drop, span in views:
+    for slot, drop, span, geometry in views:
         t = getattr(ops, slot)
         p = t.data_ptr()
         table = slot in ("b_ptrs", "sfb_ptrs")  # pointer tables: 8-byte aligned
@@ -49,6 +54,8 @@ def rebuild(ops: contract.Operands, views: tuple) -> Dict[str, Any]:
             contract.check_aligned(contract.ARG_NAMES[slot], t, 8 if table else 16)
         if span:
             spans.append((p, p + span, slot))
+        if geometry is not None:
+            t = t.as_strided(*geometry)  # the same metadata as the validated call: the same view
         for _ in range(drop):
             t = t[..., 0]
         pack[slot] = t
@@ -69,7 +76,7 @@ def lookup(key: Optional[tuple], ops: contract.Operands):
 def remember(key: Optional[tuple], ops: contract.Operands, problem, graph, pack: Dict[str, Any]) -> bool:
     """Memoize a validated wrapper call if every slot of its pack is a unit-dim-dropping view
     of an argument. True when the call is the first of its metadata key (or has none): a call
-    that is validated every time (block-scaled) still counts as seen once remembered."""
+    that is validated every time still counts as seen once remembered."""
     if key is None:
         return True
     views = views_of(ops, problem, pack)

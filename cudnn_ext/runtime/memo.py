@@ -8,7 +8,7 @@ Keys start with their kind, so entry points never collide:
   (``graph.from_call``; a new token count reuses the plan);
 - ``"wrapper"``: the wrapper's metadata key -> (problem, graph, slot views)
   (``api.call_memo``, which knows the contract's slots); ``"seen"``: the metadata key of a
-  wrapper call validated every time (block-scaled) -> True once its first call ran;
+  wrapper call validated every time (not memoizable) -> True once its first call ran;
 - ``"object"``: (class-API graph, execute-time metadata key) -> slot views;
 - ``"op"``: the functional core's key -> its validated entry; ``"replay"``: (signature, M) ->
   the guarded replays of ``functional.run_fast``.
@@ -16,9 +16,9 @@ Keys start with their kind, so entry points never collide:
 A metadata key holds every tensor's (dtype, shape, strides, device) plus every scalar with
 its type. A hit rebuilds the canonical pack with a few views and re-checks only what metadata
 cannot tell (16-byte alignment of the data pointers), so a repeated call costs a dict lookup
-instead of the contract and the binder. Only calls whose every slot is such a view are
-memoized as views (the BF16 contract); others (block-scaled scale factors, re-described as 6-D
-layouts) take the validating path every time.
+instead of the contract and the binder. Calls whose every slot is such a view, or a view of
+its argument's own bytes re-described by the contract (block-scaled scale factors as 6-D
+layouts), are memoized; others take the validating path every time.
 """
 from __future__ import annotations
 

@@ -135,3 +135,37 @@ def test_launch_stream_off_gpu_is_none():
     cpu = torch.device("cpu")
     assert launch_stream(None, cpu) is None
     assert stream_key(None, cpu) is None
+
+
+def _mxfp8_kw(flat_sf: bool):
+    from cudnn_ext.quant import quantize_mxfp8, storage_of
+
+    a_q, sfa = quantize_mxfp8(torch.randn(M, K))
+    b_q, sfb = quantize_mxfp8(torch.randn(N, K, L))
+    if flat_sf:  # the packed buffers as plain contiguous tensors, which the contract re-describes in 6-D
+        sfa, sfb = storage_of(sfa).reshape(-1).clone(), storage_of(sfb).reshape(-1).clone()
+    return dict(a_tensor=a_q, c_tensor=torch.randn(M, 2 * N).bfloat16(), sfa_tensor=sfa,
+                padded_offsets=torch.tensor([256, 512], dtype=torch.int32), alpha_tensor=torch.ones(L),
+                beta_tensor=torch.ones(L), prob_tensor=torch.rand(M), dprob_tensor=torch.zeros(M), b_tensor=b_q,
+                sfb_tensor=sfb, norm_const_tensor=torch.ones(1), sf_vec_size=32, generate_dbias=False)
+
+
+@pytest.mark.parametrize("flat_sf", [False, True], ids=["sf_6d", "sf_flat"])
+def test_block_scaled_repeat_call_skips_validation_and_matches(monkeypatch, flat_sf):
+    """Block-scaled calls are memoized too (their scale factors are views of the arguments'
+    bytes in the contract's 6-D layout): a repeat validates nothing and computes the same."""
+    hot_path.clear()
+    kw = _mxfp8_kw(flat_sf)
+    first = cudnn_ext.grouped_gemm_dglu_wrapper(**kw)
+    d1, dp1 = first["d_row_tensor"].clone(), kw["dprob_tensor"].clone()
+    monkeypatch.setattr(contract, "normalize", lambda *a, **k: (_ for _ in ()).throw(AssertionError("validated")))
+    kw["dprob_tensor"].zero_()
+    again = cudnn_ext.grouped_gemm_dglu_wrapper(**kw)
+    assert torch.equal(again["d_row_tensor"].view(torch.uint8), d1.view(torch.uint8))
+    assert torch.equal(kw["dprob_tensor"], dp1)
+    other = _mxfp8_kw(flat_sf)  # new data, the same metadata: still no validation, its own result
+    monkeypatch.undo()
+    ref = cudnn_ext.grouped_gemm_dglu_wrapper(**dict(other, dprob_tensor=torch.zeros(M)))
+    hot_path.clear()
+    fresh = cudnn_ext.grouped_gemm_dglu_wrapper(**dict(other, dprob_tensor=torch.zeros(M)))
+    assert torch.equal(ref["d_row_tensor"].view(torch.uint8), fresh["d_row_tensor"].view(torch.uint8))

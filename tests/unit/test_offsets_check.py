@@ -72,21 +72,25 @@ def test_the_flag_is_read_at_import():
 
 
 @pytest.mark.parametrize("fmt", ["bf16", "mxfp4"])
-def test_the_wrapper_checks_once_per_call_signature(monkeypatch, fmt):
+@pytest.mark.parametrize("memoized", [True, False])
+def test_the_wrapper_checks_once_per_call_signature(monkeypatch, fmt, memoized):
     """The wrapper's device check runs on the first call of a signature only, for calls that
-    are memoized (BF16) and for calls validated every time (block-scaled) alike: it costs a
-    few launches, as much as a small block-scaled call's host time."""
+    are memoized (BF16 and block-scaled alike) and for calls validated every time (``views_of``
+    None): it costs a few launches, as much as a small call's host time."""
     from exact_cases import exact_case, run_wrapper
 
+    from cudnn_ext.api import call_memo
     from cudnn_ext.runtime import memo
 
     firsts = []
     monkeypatch.setattr(contract, "check_call_offsets", lambda problem, pack, first: firsts.append(first))
+    if not memoized:
+        monkeypatch.setattr(call_memo, "views_of", lambda ops, problem, pack: None)
     memo.clear()
     t = exact_case("dswiglu", fmt=fmt)
     for _ in range(3):
         run_wrapper(t)
     assert firsts[0] is True and not any(firsts[1:]), firsts
-    assert len(firsts) == (1 if fmt == "bf16" else 3)  # a BF16 repeat hits the memo before the check
+    assert len(firsts) == (1 if memoized else 3)  # a memoized repeat returns before the check
     run_wrapper(exact_case("dswiglu", fmt=fmt, sizes=(256, 256, 256)))  # the same signature: M is equal
     assert firsts.count(True) == 1
