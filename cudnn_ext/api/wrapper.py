@@ -16,6 +16,7 @@ from ..graph.from_call import graph_for_call
 from ..problem import DgluProblem
 from .. import contract
 from ..contract import blockscaled as contract_blockscaled
+from ..contract import fp8_blockwise
 from ..runtime import memo
 from . import call_memo
 from ..runtime.streams import launch_stream, on_stream
@@ -45,7 +46,8 @@ def grouped_gemm_dglu_wrapper(
     (zeros) when ``generate_dbias``, and the workspace; accumulates into the caller's
     ``dprob_tensor`` (zero it first) and returns it as is. ``engine`` pins an engine by name.
     ``recipe="fp8_blockwise"`` (cudnn_ext's, docs/blockscaled.md): e4m3 A and B with fp32
-    ``sfa_tensor`` per 1x128 block and ``sfb_tensor``/``sfb_ptrs`` per 128x128 block.
+    ``sfa_tensor`` per 1x128 block and ``sfb_tensor``/``sfb_ptrs`` per 128x128 block; with
+    ``d_dtype=torch.float8_e4m3fn`` it also returns D_col and both fp32 scale tensors.
     ``c_tensor`` (M, 2N) and D hold gate and up in the vendor's interleave (in every 64
     columns, 32 gate then 32 up); a ``[gate | up]`` C gives a wrong D that no check can see:
     convert it with ``cudnn_ext.halves_to_interleaved``.
@@ -93,12 +95,26 @@ def grouped_gemm_dglu_wrapper(
             result["dbias_tensor"] = dbias
         if problem.is_block_scaled:
             _allocate_block_scaled_outputs(problem, pack, result)
+        elif problem.recipe is not None and problem.d_dtype == fp8_blockwise.FP8_BLOCKWISE_DTYPE:
+            _allocate_blockwise_outputs(problem, pack, result)
         ws = torch.empty(plan.workspace_size, dtype=torch.uint8, device=device) if plan.workspace_size else None
     graph.execute_pack(pack, ws, stream)
     result["dprob_tensor"] = dprob_tensor
     if activation_tensor is not None:
         result["activation_tensor"] = activation_tensor
     return TupleDict(result)
+
+
+def _allocate_blockwise_outputs(problem: DgluProblem, pack: Dict[str, Any], result: Dict[str, Any]) -> None:
+    """An FP8 D's other outputs under recipe='fp8_blockwise': D_col and the fp32 scales of
+    both (MN-major, as the quantizer returns them)."""
+    m, two_n = pack["c"].shape
+    dev = pack["c"].device
+    d_col = torch.empty((m, two_n, 1), dtype=problem.d_dtype, device=dev)
+    sfd_row = fp8_blockwise.problem_scale_geometry(problem, "sfd_row").empty(m, device=dev)
+    sfd_col = fp8_blockwise.problem_scale_geometry(problem, "sfd_col").empty(m, device=dev)
+    pack.update(d_col=d_col[..., 0], sfd_row=sfd_row, sfd_col=sfd_col)
+    result.update(d_col_tensor=d_col, sfd_row_tensor=sfd_row, sfd_col_tensor=sfd_col)
 
 
 def _allocate_block_scaled_outputs(problem: DgluProblem, pack: Dict[str, Any], result: Dict[str, Any]) -> None:

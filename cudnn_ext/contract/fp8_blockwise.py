@@ -3,12 +3,16 @@ with fp32 scales per 1x128 block of A (``sfa``, (M, K/128)) and per 128x128 bloc
 expert's B (dense ``sfb`` (ceil(N/128), K/128, L), or ``sfb_ptrs``: one (ceil(N/128), K/128)
 matrix per expert), all MN-major as ``cudnn_ext.quant.quantize_fp8_blockwise`` returns them.
 The epilogue and every other rule are the BF16 contract's (``contract.bf16``), with dSiTU-GLU
-too; D is bf16, fp16 or fp32.
+too; D is bf16, fp16 or fp32, or e4m3 quantized by the same recipe in both directions: D_row
+with ``sfd_row`` per 1x128 block along 2N (what the next dgrad reads) and D_col with
+``sfd_col`` per 128x1 block along M (what the wgrad reads), ``m_aligned`` a multiple of 128 so
+that no such block spans two experts.
 
 Owns the recipe's own rules and the table of its scale slots' geometry; allocates nothing.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Dict, Optional
 
 import torch
@@ -24,8 +28,12 @@ RECIPE = activations.FP8_BLOCKWISE
 K_BLOCK = 128
 #: scale slots of the recipe
 SCALE_SLOTS = ("sfa", "sfb")
-#: slots the recipe does not produce or read (FP8 D with blockwise scales is not offered yet)
-_REFUSED = ("d_col", "sfd_row", "sfd_col", "amax", "norm_const")
+#: slots the recipe never reads or writes
+_REFUSED = ("amax", "norm_const")
+#: the outputs of an FP8 D besides D_row
+_FP8_D_SLOTS = ("d_col", "sfd_row", "sfd_col")
+#: D_col's blocks run along M: groups start on multiples of this
+D_COL_ROWS = 128
 
 
 def scale_geometry(slot: str, *, n: int, k: int, num_experts: int) -> BlockwiseScaleGeometry:
@@ -35,6 +43,8 @@ def scale_geometry(slot: str, *, n: int, k: int, num_experts: int) -> BlockwiseS
         "sfa": BlockwiseScaleGeometry(None, k, (1, K_BLOCK)),
         "sfb": BlockwiseScaleGeometry(n, k, (K_BLOCK, K_BLOCK), num_experts),
         "sfb_expert": BlockwiseScaleGeometry(n, k, (K_BLOCK, K_BLOCK)),
+        "sfd_row": BlockwiseScaleGeometry(None, 2 * n, (1, K_BLOCK)),
+        "sfd_col": BlockwiseScaleGeometry(None, 2 * n, (D_COL_ROWS, 1)),
     }[slot]
 
 
@@ -54,8 +64,8 @@ def normalize_fp8_blockwise(ops, cfg, *, mode: str, n, b_dtype: Optional[torch.d
         raise DtypeError(f"{name}: recipe='fp8_blockwise' takes float8_e4m3fn B, got {C._fmt_dtype(bd)}")
     for slot in _REFUSED:
         if getattr(ops, slot) is not None:
-            raise ValueError(f"{C.ARG_NAMES[slot]}: recipe='fp8_blockwise' has no {C.ARG_NAMES[slot]} (D is bf16, fp16 "
-                             f"or fp32, with no scales of its own), got a {type(getattr(ops, slot)).__name__}")
+            raise ValueError(f"{C.ARG_NAMES[slot]}: recipe='fp8_blockwise' has no {C.ARG_NAMES[slot]}, got a "
+                             f"{type(getattr(ops, slot)).__name__}")
     if cfg.round_dgrad_to_input_dtype:
         raise ValueError("round_dgrad_to_input_dtype: recipe='fp8_blockwise' does not round the gradient to its FP8 "
                          "input dtype, got True")
@@ -74,10 +84,23 @@ def normalize_fp8_blockwise(ops, cfg, *, mode: str, n, b_dtype: Optional[torch.d
     sfb = C.require_tensor("sfb_tensor", ops.sfb) if mode == "dense" else None
     sfb_ptrs = C.pointer_table("sfb_ptrs", ops.sfb_ptrs, pointers) if mode == "discrete" else None
 
-    problem, pack = normalize_bf16(ops, cfg, mode=mode, n=n, b_dtype=b_dtype, d_dtype=d_dtype,
-                                   generate_dbias=generate_dbias, pointers=pointers, family=RECIPE, ab_dtype=e4m3,
-                                   k_multiple=K_BLOCK)
+    fp8_d = (ops.d_row.dtype if ops.d_row is not None else d_dtype) == e4m3
+    if not fp8_d:
+        for slot in _FP8_D_SLOTS:
+            if getattr(ops, slot) is not None:
+                raise ValueError(f"{C.ARG_NAMES[slot]}: only an FP8 D (float8_e4m3fn) has {C.ARG_NAMES[slot]} under "
+                                 f"recipe='fp8_blockwise'")
+    inner = dataclasses.replace(ops, d_row=None, d_col=None, sfd_row=None, sfd_col=None) if fp8_d else ops
+    problem, pack = normalize_bf16(inner, cfg, mode=mode, n=n, b_dtype=b_dtype,
+                                   d_dtype=torch.float32 if fp8_d else d_dtype, generate_dbias=generate_dbias,
+                                   pointers=pointers, family=RECIPE, ab_dtype=e4m3, k_multiple=K_BLOCK)
     m = pack["a"].shape[0]
+    if fp8_d:
+        problem, outs = _fp8_d(ops, problem, m)
+        if pointers:
+            for slot, t in outs.items():
+                C.check_aligned(C.ARG_NAMES[slot], t)
+        pack.update(outs)
     extra: Dict[str, Any] = {"sfa": problem_scale_geometry(problem, "sfa").view(sfa, m, "sfa_tensor")}
     if mode == "dense":
         extra["sfb"] = problem_scale_geometry(problem, "sfb").view(sfb, m, "sfb_tensor")
@@ -91,3 +114,33 @@ def normalize_fp8_blockwise(ops, cfg, *, mode: str, n, b_dtype: Optional[torch.d
             C.check_aligned(C.ARG_NAMES[slot], t, 8 if slot == "sfb_ptrs" else 16)
     pack.update(extra)
     return problem, pack
+
+
+def _fp8_d(ops, problem, m: int):
+    """An e4m3 D: its rules, and (class API) the caller's D_row, D_col and their scales."""
+    if problem.m_aligned % D_COL_ROWS:
+        raise ValueError(f"m_aligned: an FP8 D under recipe='fp8_blockwise' needs m_aligned a multiple of "
+                         f"{D_COL_ROWS} (D_col's {D_COL_ROWS}-row scale blocks stay within one expert), got "
+                         f"{problem.m_aligned}")
+    if problem.generate_activation:
+        raise ValueError("activation_tensor: the activation output needs a bfloat16 D, got a float8_e4m3fn D")
+    problem = dataclasses.replace(problem, d_dtype=FP8_BLOCKWISE_DTYPE)
+    outs: Dict[str, Any] = {}
+    if ops.d_row is None:  # the wrapper allocates all four
+        return problem, outs
+    given = [getattr(ops, slot) is not None for slot in _FP8_D_SLOTS]
+    if not all(given):
+        raise ValueError("d_col_tensor/sfd_row_tensor/sfd_col_tensor: an FP8 D under recipe='fp8_blockwise' comes "
+                         "with all three, got " + ", ".join(C.ARG_NAMES[s] for s, g in zip(_FP8_D_SLOTS, given) if g)
+                         + (" only" if any(given) else "none"))
+    two_n = 2 * problem.n
+    for slot in ("d_row", "d_col"):
+        name = C.ARG_NAMES[slot]
+        t = C.drop_unit_dims(name, C.require_tensor(name, getattr(ops, slot)), 2, "(M, 2N) or (M, 2N, 1)")
+        C.check_dtype(name, t, (FP8_BLOCKWISE_DTYPE,))
+        C.check_shape(name, t, (m, two_n), "(M, 2N)")
+        C.check_row_major(name, t)
+        outs[slot] = t
+    for slot in ("sfd_row", "sfd_col"):
+        outs[slot] = problem_scale_geometry(problem, slot).view(getattr(ops, slot), m, C.ARG_NAMES[slot])
+    return problem, outs

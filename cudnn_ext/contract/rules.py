@@ -214,7 +214,7 @@ def dense_b_major(b: torch.Tensor, k_stored: int, *, allow_n_major: bool = True,
     if kb != k_stored:
         hint = ""
         if b.shape[2] == k_stored:  # the torch habit of stacking experts first
-            hint = (f"; dense weights are (N, K, L), one (N, K) matrix per expert along the last dim: "
+            hint = ("; dense weights are (N, K, L), one (N, K) matrix per expert along the last dim: "
                     f"an (L, N, K) stack w is passed as w.permute(1, 2, 0)")
         raise ValueError(f"b_tensor: K must equal a_tensor's K = {k_stored}, got shape {tuple(b.shape)}{hint}")
     packed = num_experts == 1 or b.stride(2) == n * kb

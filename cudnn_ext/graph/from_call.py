@@ -76,6 +76,14 @@ def declare_call_graph(problem: DgluProblem, pack: Mapping[str, torch.Tensor], *
                      discrete_col_sfd=bs.discrete_col_sfd,
                      use_single_group_runtime_offsets=bs.single_group_runtime_offsets,
                      deterministic=bs.deterministic)
+    if problem.recipe is not None and problem.d_dtype == torch.float8_e4m3fn:  # fp8_blockwise FP8 D
+        from .translate import sf_geometry
+
+        if "d_col" not in outs:
+            outs["d_col"] = g.tensor(name="d_col", dim=(m, two_n), data_type=problem.d_dtype)
+        for port in ("sfd_row", "sfd_col"):
+            if port not in outs:
+                outs[port] = g.tensor_like(sf_geometry(problem, port).empty(m, device="meta"), name=port)
     act = problem.act
     discrete = problem.weight_mode == "discrete"
     g.grouped_matmul_dglu(

@@ -12,6 +12,7 @@ from typing import Dict, Optional, Tuple
 from pydantic import BaseModel, ConfigDict, StrictBool, StrictFloat, StrictInt, field_validator
 
 from ..contract.blockscaled import sf_geometry
+from ..contract.fp8_blockwise import scale_geometry as fp8_scale_geometry
 from .types import DataType, TensorDesc, row_major_strides
 
 OP_NAME = "grouped_matmul_dglu"
@@ -134,6 +135,11 @@ def infer_outputs(inputs: Dict[str, TensorDesc], attrs: GroupedMatmulDgluAttrs,
             geo = sf_geometry(port, n=max(two_n // 2, 1), k=1, num_experts=1, sf_vec_size=32)
             sf = geo.empty(max(m, 1), dtype=DataType.FP8_E8M0.torch, device="meta")
             out[port] = (tuple(sf.shape), DataType.FP8_E8M0, tuple(sf.stride()))
+    if attrs.recipe is not None and d_dtype == DataType.FP8_E4M3:  # fp8_blockwise: D_col, fp32 scales of both
+        out["d_col"] = ((m, two_n) + unit, d_dtype)
+        for port in ("sfd_row", "sfd_col"):  # MN-major at the declared M; the binder re-derives at the bound M
+            sf = fp8_scale_geometry(port, n=max(two_n // 2, 1), k=1, num_experts=1).empty(max(m, 1), device="meta")
+            out[port] = (tuple(sf.shape), DataType.FLOAT, tuple(sf.stride()))
     return {k: v[:2] + (v[2] if len(v) > 2 else row_major_strides(v[0]),) for k, v in out.items()}
 
 

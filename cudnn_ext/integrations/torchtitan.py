@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 from torch import Tensor, nn

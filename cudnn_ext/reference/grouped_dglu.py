@@ -137,7 +137,10 @@ def grouped_dglu_reference(problem: DgluProblem, pack: Mapping, *, compute_dtype
     CUDA tensors take :func:`grouped_dglu_blocks`, which never reads device data on the host;
     CPU tensors walk the experts' row ranges on the host."""
     if problem.recipe is not None:  # fp8_blockwise: the BF16 contract on the dequantized operands
-        problem, pack = dense_equivalent(problem, pack, compute_dtype)
+        dense, dense_pack, finish = dense_equivalent(problem, pack, compute_dtype)
+        grouped_dglu_reference(dense, dense_pack, compute_dtype=compute_dtype)
+        finish()
+        return
     if pack["c"].device.type == "cuda":
         return grouped_dglu_blocks(problem, pack, compute_dtype=compute_dtype)
     m = pack["c"].shape[0]

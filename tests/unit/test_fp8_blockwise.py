@@ -7,53 +7,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from oracle import oracle
+from fp8_blockwise_cases import E4M3, TOL, K, L, N, case, reference, rel
 
 import cudnn_ext as cudnn
 from cudnn_ext import contract
 from cudnn_ext.engines.registry import engine_by_name
 from cudnn_ext.errors import DtypeError
 from cudnn_ext.quant import dequantize_fp8_blockwise, quantize_fp8_blockwise
-
-E4M3 = torch.float8_e4m3fn
-N, K, L = 160, 384, 3
-#: fp32 compute against the float64 oracle, the worst row (measured below 1e-5); a scale applied
-#: to another block or expert moves a row by far more
-TOL = 2e-5
-
-
-def case(sizes=(256, 0, 512), *, n=N, k=K, extra_rows=256, n_major=False, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    offsets = torch.tensor(sizes).cumsum(0).to(torch.int32)
-    m = int(offsets[-1]) + extra_rows
-    # block magnitudes spread over 2^-6 .. 2^6 (A) and 2^-4 .. 2^4 (B) so that a misplaced scale shows
-    x = torch.randn(m, k, generator=g) * torch.pow(2.0, torch.randint(-6, 7, (m, k // 128), generator=g)
-                                                   .float()).repeat_interleave(128, 1) / 8
-    w = torch.randn(n, k, L, generator=g) * torch.pow(2.0, torch.randint(-4, 5, (1, k // 128, 1), generator=g)
-                                                       .float()).repeat_interleave(128, 1) / 16
-    a_q, sfa = quantize_fp8_blockwise(x, (1, 128))
-    b_q, sfb = quantize_fp8_blockwise(w, (128, 128))
-    if n_major:
-        b_q = b_q.permute(2, 1, 0).contiguous().permute(2, 1, 0)  # (N, K, L) stored (L, K, N)
-    return dict(a=a_q, sfa=sfa, b=b_q, sfb=sfb, c=(torch.randn(m, 2 * n, generator=g) * 2).bfloat16(),
-                offsets=offsets, alpha=torch.rand(L, generator=g) + 0.5, beta=torch.rand(L, generator=g) + 0.5,
-                prob=torch.rand(m, generator=g), m=m)
-
-
-def reference(t, act="dswiglu", **kw):
-    a64 = dequantize_fp8_blockwise(t["a"], t["sfa"], (1, 128), out_dtype=torch.float64)
-    b64 = dequantize_fp8_blockwise(t["b"], t["sfb"], (128, 128), out_dtype=torch.float64)
-    return oracle(a64, [b64[..., e] for e in range(L)], t["c"], t["offsets"], t["alpha"], t["beta"], t["prob"],
-                  act_func=act, **kw)
-
-
-def rel(got, want, rows):
-    """The largest relative error of a row (of a vector: of the whole), rows below ``rows``."""
-    got, want = got[:rows].double(), want[:rows]
-    if want.dim() == 1:
-        return ((got - want).norm() / want.norm()).item()
-    return ((got - want).norm(dim=1) / want.norm(dim=1).clamp_min(1e-300)).max().item()
-
 
 def run_wrapper(t, act="dswiglu", **kw):
     dprob = torch.zeros(t["m"])
@@ -207,3 +167,68 @@ def test_the_hopper_and_vendor_engines_decline_with_a_reason():
     assert any("recipe 'fp8_blockwise' is cudnn_ext's" in r for r in engine_by_name("vendor_sm100").check_support(problem))
     assert engine_by_name("sm90_blockscaled").check_support(problem)
     assert engine_by_name("reference").check_support(problem) == []
+
+
+def test_fp8_d_is_the_recipe_applied_to_the_fp32_d():
+    """An e4m3 D: D_row/SFD_row (1x128 along 2N) and D_col/SFD_col (128x1 along M) are, bit for
+    bit, quantize_fp8_blockwise of the fp32 D the same call gives, below the last offset."""
+    t = case()
+    end = int(t["offsets"][-1])
+    d32, _, _ = run_wrapper(t)
+    dprob = torch.zeros(t["m"])
+    out = cudnn.grouped_gemm_dglu_wrapper(
+        a_tensor=t["a"], c_tensor=t["c"], sfa_tensor=t["sfa"], padded_offsets=t["offsets"], alpha_tensor=t["alpha"],
+        beta_tensor=t["beta"], prob_tensor=t["prob"], dprob_tensor=dprob, b_tensor=t["b"], sfb_tensor=t["sfb"],
+        generate_dbias=True, d_dtype=E4M3, recipe="fp8_blockwise")
+    q_row, s_row = quantize_fp8_blockwise(d32[:end], (1, 128))
+    q_col, s_col = quantize_fp8_blockwise(d32[:end], (128, 1))
+    assert torch.equal(out["d_row_tensor"][:end, :, 0].view(torch.uint8), q_row.view(torch.uint8))
+    assert torch.equal(out["d_col_tensor"][:end, :, 0].view(torch.uint8), q_col.view(torch.uint8))
+    assert torch.equal(out["sfd_row_tensor"][:end], s_row) and torch.equal(out["sfd_col_tensor"][:end // 128], s_col)
+    assert out["sfd_row_tensor"].stride() == (1, t["m"]) and out["sfd_col_tensor"].stride()[0] == 1
+
+
+def _class_fp8_d(t, **outs):
+    op = cudnn.GroupedGemmDglu(
+        sample_a=t["a"], sample_c=t["c"], sample_d_row=outs["d_row"], sample_d_col=outs.get("d_col"),
+        sample_sfa=t["sfa"], sample_padded_offsets=t["offsets"], sample_alpha=t["alpha"], sample_beta=t["beta"],
+        sample_prob=t["prob"], sample_dprob=outs["dprob"], sample_b=t["b"], sample_sfb=t["sfb"],
+        sample_sfd_row=outs.get("sfd_row"), sample_sfd_col=outs.get("sfd_col"), recipe="fp8_blockwise")
+    op.execute(a_tensor=t["a"], c_tensor=t["c"], d_row_tensor=outs["d_row"], d_col_tensor=outs.get("d_col"),
+               sfa_tensor=t["sfa"], padded_offsets=t["offsets"], alpha_tensor=t["alpha"], beta_tensor=t["beta"],
+               prob_tensor=t["prob"], dprob_tensor=outs["dprob"], b_tensor=t["b"], sfb_tensor=t["sfb"],
+               sfd_row_tensor=outs.get("sfd_row"), sfd_col_tensor=outs.get("sfd_col"))
+    return op
+
+
+def test_fp8_d_class_api_leaves_rows_past_the_end_untouched_and_serializes():
+    from cudnn_ext.contract.fp8_blockwise import scale_geometry
+
+    t = case()
+    m, end = t["m"], int(t["offsets"][-1])
+    poison = lambda shape, dtype: torch.full(shape, 0x7F, dtype=torch.uint8).view(dtype)  # noqa: E731
+    outs = dict(d_row=poison((m, 2 * N), E4M3), d_col=poison((m, 2 * N), E4M3), dprob=torch.zeros(m),
+                sfd_row=scale_geometry("sfd_row", n=N, k=K, num_experts=L).empty(m, fill=-1.0),
+                sfd_col=scale_geometry("sfd_col", n=N, k=K, num_experts=L).empty(m, fill=-1.0))
+    op = _class_fp8_d(t, **outs)
+    ref = reference(t)
+    got = dequantize_fp8_blockwise(outs["d_row"][:end], outs["sfd_row"][:end], (1, 128), out_dtype=torch.float64)
+    assert rel(got, ref["d"], end) < 2.0 ** -4  # e4m3's own rounding
+    assert (outs["d_row"][end:].view(torch.uint8) == 0x7F).all() and (outs["d_col"][end:].view(torch.uint8) == 0x7F).all()
+    assert (outs["sfd_row"][end:] == -1).all() and (outs["sfd_col"][end // 128:] == -1).all()
+    assert (outs["sfd_row"][:end] > 0).all() and (outs["sfd_col"][:end // 128] > 0).all()
+    blob = op._graph.serialize()
+    assert cudnn.deserialize_plan(blob).serialize() == blob
+
+
+def test_fp8_d_errors():
+    t = case()
+    m = t["m"]
+    with pytest.raises(ValueError, match=r"m_aligned: an FP8 D under recipe='fp8_blockwise' needs m_aligned a multiple "
+                                         r"of 128"):
+        _err(t, d_dtype=E4M3, m_aligned=8)
+    d = torch.empty(m, 2 * N, dtype=E4M3)
+    with pytest.raises(ValueError, match=r"sample_d_col/sample_sfd_row/sample_sfd_col: .* got sample_d_col only"):
+        _class_fp8_d(t, d_row=d, d_col=torch.empty(m, 2 * N, dtype=E4M3), dprob=torch.zeros(m))
+    with pytest.raises(ValueError, match=r"sample_d_col: only an FP8 D"):
+        _class_fp8_d(t, d_row=torch.empty(m, 2 * N), d_col=torch.empty(m, 2 * N, dtype=E4M3), dprob=torch.zeros(m))
