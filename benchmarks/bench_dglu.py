@@ -23,6 +23,10 @@ Peers, side by side in one process on the same inputs:
                           (the reference engine on the GPU), e.g. nvfp4:cudnn_ext
   torch_grouped_mm        torch._grouped_mm alone (the GEMM only, bf16 out): the bar to beat
   torch_unfused_compiled  torch._grouped_mm + a torch.compile'd epilogue (what users write)
+  torch_scaled_grouped_mm torch._scaled_grouped_mm alone with FP8 rowwise scales (e4m3 A and B,
+                          one fp32 scale per row of A and per column of each expert's B, fast
+                          accumulation, bf16 out): the nearest FP8 grouped GEMM on Hopper
+  torch_unfused_fp8_compiled  that FP8 GEMM + the compiled epilogue (the unfused FP8 path)
   quack                   quack.gemm_interface.gemm_dgated with cu_seqlens_m (tuned=False;
                           its own gate/up layout, no dbias), if quack-kernels is importable
 
@@ -348,9 +352,30 @@ def run_grouped_mm(pack):
     return lambda: torch._grouped_mm(a, bt, offs=offs)
 
 
-def make_unfused(pack, N):
+def fp8_rowwise(pack):
+    """A and B quantized to e4m3 with one fp32 scale per row of A and per (expert, column) of
+    B (amax / 448), laid out as torch._scaled_grouped_mm takes them: A (M, K) row-major, B
+    (L, K, N) with K contiguous, scales (M,) and (L, N)."""
+    a = pack["a"].float()
+    sa = (a.abs().amax(1).clamp(min=1e-12) / 448.0)
+    a8 = (a / sa[:, None]).to(torch.float8_e4m3fn)
+    b = pack["b"].permute(2, 0, 1).float()  # (L, N, K)
+    sb = (b.abs().amax(2).clamp(min=1e-12) / 448.0)
+    b8 = (b / sb[:, :, None]).to(torch.float8_e4m3fn).transpose(1, 2)  # (L, K, N), K contiguous
+    return a8, b8, sa, sb
+
+
+def run_scaled_grouped_mm(pack):
+    a8, b8, sa, sb = fp8_rowwise(pack)
+    offs = pack["padded_offsets"]
+    return lambda: torch._scaled_grouped_mm(a8, b8, sa, sb, offs=offs, out_dtype=torch.bfloat16,
+                                            use_fast_accum=True)
+
+
+def make_unfused(pack, N, fp8=False):
     a, offs, c = pack["a"], pack["padded_offsets"], pack["c"]
     bt = pack["b"].permute(2, 1, 0)
+    gemm = (run_scaled_grouped_mm(pack) if fp8 else lambda: torch._grouped_mm(a, bt, offs=offs))
     L = offs.shape[0]
     M = a.shape[0]
     eid = torch.searchsorted(offs, torch.arange(M, device="cuda", dtype=torch.int32), right=True)
@@ -371,7 +396,7 @@ def make_unfused(pack, N):
         return d.to(torch.bfloat16), dprob_term, dbias
 
     def fn():
-        acc = torch._grouped_mm(a, bt, offs=offs)
+        acc = gemm()
         d, dp, db = epilogue(acc, c, pack["alpha"], pack["beta"], pack["prob"], eid)
         pack["dprob"].add_(dp)
         return d, db
@@ -471,6 +496,12 @@ def build_impl(impl, pack, K, N, dbias, args, row):
         fn = run_grouped_mm(pack)
     elif impl == "torch_unfused_compiled":
         fn = make_unfused(pack, N)
+    elif impl == "torch_scaled_grouped_mm":
+        fn = run_scaled_grouped_mm(pack)
+        row.update(format="fp8_rowwise")
+    elif impl == "torch_unfused_fp8_compiled":
+        fn = make_unfused(pack, N, fp8=True)
+        row.update(format="fp8_rowwise")
     elif impl == "quack":
         fn = make_quack(pack, N)
     else:
