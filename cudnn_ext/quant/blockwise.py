@@ -38,6 +38,7 @@ from typing import Optional, Tuple
 import torch
 
 from . import formats as F
+from .mx import check_operand
 
 __all__ = ["BLOCKS", "FP8_BLOCKWISE_DTYPE", "SCALE_FLOOR", "quantize_fp8_blockwise", "dequantize_fp8_blockwise",
            "blockwise_scales", "scale_shape", "BlockwiseScaleGeometry"]
@@ -95,14 +96,7 @@ def quantize_fp8_blockwise(x: torch.Tensor, block=(1, 128), *,
     strides ``(K, 1, rows*K)``), ``scales`` of :func:`scale_shape`, MN-major. ``pow2_scales``
     rounds each scale up to a power of two (DeepGEMM's UE8M0 option: ``x / s`` is then exact
     before the e4m3 rounding). No host sync."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
-    if not x.is_floating_point() or x.element_size() < 2:
-        raise TypeError(f"x: expected a bfloat16/float16/float32/float64 tensor, got {x.dtype}")
-    if x.dim() not in (2, 3):
-        raise ValueError(f"x: expected shape (rows, K) or (rows, K, L), got {tuple(x.shape)}")
-    if x.numel() == 0:
-        raise ValueError(f"x: expected a non-empty tensor, got shape {tuple(x.shape)}")
+    check_operand(x)
     if not isinstance(pow2_scales, bool):
         raise TypeError(f"pow2_scales: expected a bool, got {type(pow2_scales).__name__}")
     br, bk = _check_block(block)

@@ -95,7 +95,8 @@ def quantize_blocks(x: torch.Tensor, elem_dtype: torch.dtype, sf_dtype: torch.dt
 # public helpers
 # --------------------------------------------------------------------------------------------
 
-def _check_input(x, name="x"):
+def check_operand(x, name="x"):
+    """The quantizers' input rule: a 2-D or 3-D, non-empty tensor of a 16-bit or wider float."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
     if not x.is_floating_point() or x.element_size() < 2:
@@ -133,7 +134,7 @@ def quantize_mxfp8(x: torch.Tensor, fp8_dtype: torch.dtype = torch.float8_e4m3fn
     saturates unless it is infinite); values round to nearest even. The FP8 operands of the
     kernel require ``sf_vec_size=32``, the only value accepted.
     """
-    _check_input(x)
+    check_operand(x)
     if fp8_dtype not in F.FP8_DTYPES:
         raise TypeError(f"fp8_dtype: expected torch.float8_e4m3fn or torch.float8_e5m2, "
                         f"got {fp8_dtype}")
@@ -159,7 +160,7 @@ def quantize_nvfp4(x: torch.Tensor, sf_vec_size: int = 16,
     (``uint8`` or ``torch.float4_e2m1fn_x2``), element ``2j`` in the low nibble of byte ``j``;
     ``sf`` is the 6-D layout ``(32, 4, ceil(rows/128), 4, ceil(ceil(K/sf_vec_size)/4), L)``.
     """
-    _check_input(x)
+    check_operand(x)
     if sf_dtype not in F.SF_DTYPES:
         raise TypeError(f"sf_dtype: expected torch.float8_e4m3fn or torch.float8_e8m0fnu, "
                         f"got {sf_dtype}")
