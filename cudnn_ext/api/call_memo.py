@@ -14,8 +14,9 @@ from ..runtime.memo import CALLS
 
 def views_of(ops: contract.Operands, problem, pack: Dict[str, Any]) -> Optional[tuple]:
     """How each slot of a validated ``pack`` is viewed out of ``ops``: ((slot, unit dims dropped,
-    bytes the view spans, geometry), ...), or None when some slot is not a view of its argument
-    (then the call is not memoized). ``geometry`` is None for a view that drops trailing unit
+    bytes the view spans, geometry, alignment), ...), or None when some slot is not a view of its
+    argument (then the call is not memoized). ``alignment``: the bytes the contract requires of
+    the slot's data pointer (``contract.slot_alignment``), re-checked on every hit. ``geometry`` is None for a view that drops trailing unit
     dims, else the (shape, strides) of a re-described view of the argument's own bytes (the
     block-scaled scale factors' 6-D layout, ``norm_const``'s (1,)). The spans are fixed by the
     metadata, so a remembered call re-checks that its outputs overlap nothing from the data
@@ -31,10 +32,11 @@ def views_of(ops: contract.Operands, problem, pack: Dict[str, Any]) -> Optional[
             v = v[..., 0]
         r = contract.byte_range(t)
         span = r[1] - r[0] if r is not None else 0
+        align = contract.slot_alignment(problem, slot)
         if drop >= 0 and v.shape == t.shape and v.stride() == t.stride() and v.data_ptr() == t.data_ptr():
-            views.append((slot, drop, span, None))
+            views.append((slot, drop, span, None, align))
         elif t.dtype == src.dtype and t.data_ptr() == src.data_ptr() and t.storage_offset() == src.storage_offset():
-            views.append((slot, 0, span, (tuple(t.shape), tuple(t.stride()))))
+            views.append((slot, 0, span, (tuple(t.shape), tuple(t.stride())), align))
         else:
             return None
     return tuple(views)
@@ -42,16 +44,15 @@ def views_of(ops: contract.Operands, problem, pack: Dict[str, Any]) -> Optional[
 
 def rebuild(ops: contract.Operands, views: tuple) -> Dict[str, Any]:
     """The canonical pack of a call whose metadata matched a validated one; re-checks what
-    metadata cannot tell: 16-byte (pointer tables: 8-byte) alignment of every data pointer, and that
-    no output overlaps another operand."""
+    metadata cannot tell: each data pointer's alignment (as the contract requires it of the
+    slot), and that no output overlaps another operand."""
     pack: Dict[str, Any] = {}
     spans = []
-    for slot, drop, span, geometry in views:
+    for slot, drop, span, geometry, align in views:
         t = getattr(ops, slot)
         p = t.data_ptr()
-        table = slot in ("b_ptrs", "sfb_ptrs")  # pointer tables: 8-byte aligned
-        if p & (7 if table else 15) and t.numel():
-            contract.check_aligned(contract.ARG_NAMES[slot], t, 8 if table else 16)
+        if align and p % align and t.numel():
+            contract.check_aligned(contract.ARG_NAMES[slot], t, align)
         if span:
             spans.append((p, p + span, slot))
         if geometry is not None:

@@ -22,6 +22,16 @@ from .rules import (ARG_NAMES, CallConfig, Operands, _weight_mode, check_bf16_co
                     check_outputs_apart, check_strided, operand_family, require_tensor)
 
 
+def slot_alignment(problem, slot: str) -> int:
+    """The data-pointer alignment in bytes that :func:`normalize` requires of ``slot`` in
+    ``problem``'s family (0: none), so that a memoized call re-checks exactly that."""
+    if slot in ("b_ptrs", "sfb_ptrs"):  # pointer tables
+        return 8
+    if problem.is_block_scaled:
+        return 16 if slot in ("a", "c", "d_row", "d_col", "b") else 0
+    return 32 if slot == "activation" else 16  # the kernel's 32-byte activation stores
+
+
 def normalize(ops: Operands, cfg: CallConfig, *, n: Optional[int] = None, b_dtype: Optional[torch.dtype] = None,
               d_dtype: Optional[torch.dtype] = None, generate_dbias: Optional[bool] = None,
               pointers: bool = True):

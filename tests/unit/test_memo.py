@@ -169,3 +169,22 @@ def test_block_scaled_repeat_call_skips_validation_and_matches(monkeypatch, flat
     hot_path.clear()
     fresh = cudnn_ext.grouped_gemm_dglu_wrapper(**dict(other, dprob_tensor=torch.zeros(M)))
     assert torch.equal(ref["d_row_tensor"].view(torch.uint8), fresh["d_row_tensor"].view(torch.uint8))
+
+
+def test_a_memo_hit_checks_the_alignment_the_contract_checks():
+    """A hit re-checks each pointer's alignment exactly as the contract does for the slot: a
+    block-scaled prob at a 4-byte offset passes both times (the contract leaves it unchecked),
+    a BF16 activation output 16- but not 32-byte aligned fails the hit as it fails validation."""
+    hot_path.clear()
+    for _ in range(2):
+        kw = _mxfp8_kw(False)
+        kw["prob_tensor"] = torch.rand(M + 1)[1:]
+        cudnn_ext.grouped_gemm_dglu_wrapper(**kw)
+    hot_path.clear()
+    raw = torch.empty(M * N + 32, dtype=torch.bfloat16)
+    base = (-raw.data_ptr() % 32) // 2  # elements to the first 32-byte aligned address
+    act = lambda off: raw[base + off:base + off + M * N].view(M, N)  # noqa: E731
+    kw = dict(_kw(), act_func="dgeglu", activation_tensor=act(0))
+    cudnn_ext.grouped_gemm_dglu_wrapper(**kw)
+    with pytest.raises(ValueError, match="activation_tensor: .*32-byte aligned"):
+        cudnn_ext.grouped_gemm_dglu_wrapper(**dict(kw, activation_tensor=act(8)))  # 16 bytes past
