@@ -76,6 +76,9 @@ def normalize_fp8_blockwise(ops, cfg, *, mode: str, n, b_dtype: Optional[torch.d
                          "options; recipe='fp8_blockwise' takes none of them")
     if cfg.epilogue_op not in (None, "none", "identity"):
         raise ValueError(f"epilogue_op: recipe='fp8_blockwise' takes no epilogue_op, got {cfg.epilogue_op!r}")
+    if cfg.sf_vec_size != 16 or cfg.vector_f32:  # the block shapes are the recipe's; no packed-f32 form
+        raise ValueError(f"sf_vec_size/vector_f32: block-scaled options; recipe='fp8_blockwise' takes neither (keep "
+                         f"16 and False), got {cfg.sf_vec_size!r} and {cfg.vector_f32!r}")
     if mode == "dense" and ops.sfb_ptrs is not None:
         raise ValueError("sfb_ptrs: dense mode (b_tensor) takes sfb_tensor, not sfb_ptrs")
     if mode == "discrete" and ops.sfb is not None:
@@ -84,7 +87,13 @@ def normalize_fp8_blockwise(ops, cfg, *, mode: str, n, b_dtype: Optional[torch.d
     sfb = C.require_tensor("sfb_tensor", ops.sfb) if mode == "dense" else None
     sfb_ptrs = C.pointer_table("sfb_ptrs", ops.sfb_ptrs, pointers) if mode == "discrete" else None
 
-    fp8_d = (ops.d_row.dtype if ops.d_row is not None else d_dtype) == e4m3
+    d_is = ops.d_row.dtype if ops.d_row is not None else d_dtype
+    if d_is is not None and d_is not in C.CD_DTYPES + (e4m3,):
+        raise DtypeError(f"{'d_row_tensor' if ops.d_row is not None else 'd_dtype'}: recipe='fp8_blockwise' takes a "
+                         f"bfloat16, float16, float32 or float8_e4m3fn D, got {C._fmt_dtype(d_is)}")
+    fp8_d = d_is == e4m3
+    if fp8_d and ops.activation is not None:
+        raise ValueError("activation_tensor: the activation output needs a bfloat16 D, got a float8_e4m3fn D")
     if not fp8_d:
         for slot in _FP8_D_SLOTS:
             if getattr(ops, slot) is not None:
@@ -108,7 +117,8 @@ def normalize_fp8_blockwise(ops, cfg, *, mode: str, n, b_dtype: Optional[torch.d
         if tuple(sfb_ptrs.shape) != (problem.num_experts,):
             raise ValueError(f"sfb_ptrs: shape must be (L,) = ({problem.num_experts},), got {tuple(sfb_ptrs.shape)}")
         extra["sfb_ptrs"] = sfb_ptrs
-    C.check_same_device({**{C.ARG_NAMES[s]: t for s, t in extra.items()}, "a_tensor": pack["a"]})
+    C.check_same_device({**{C.ARG_NAMES[s]: t for s, t in extra.items()}, "a_tensor": pack["a"],
+                         **{C.ARG_NAMES[s]: pack[s] for s in _FP8_D_SLOTS + ("d_row",) if fp8_d and s in pack}})
     if pointers:
         for slot, t in extra.items():
             C.check_aligned(C.ARG_NAMES[slot], t, 8 if slot == "sfb_ptrs" else 16)
@@ -122,8 +132,6 @@ def _fp8_d(ops, problem, m: int):
         raise ValueError(f"m_aligned: an FP8 D under recipe='fp8_blockwise' needs m_aligned a multiple of "
                          f"{D_COL_ROWS} (D_col's {D_COL_ROWS}-row scale blocks stay within one expert), got "
                          f"{problem.m_aligned}")
-    if problem.generate_activation:
-        raise ValueError("activation_tensor: the activation output needs a bfloat16 D, got a float8_e4m3fn D")
     problem = dataclasses.replace(problem, d_dtype=FP8_BLOCKWISE_DTYPE)
     outs: Dict[str, Any] = {}
     if ops.d_row is None:  # the wrapper allocates all four

@@ -32,6 +32,7 @@ device quantizer.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
@@ -53,13 +54,11 @@ _QMAX = F.E4M3_MAX
 
 
 def _check_block(block) -> Tuple[int, int]:
-    try:
-        b = tuple(int(v) for v in block)
-    except TypeError:
-        b = None
-    if b not in BLOCKS or any(isinstance(v, bool) for v in block):
+    ok = (isinstance(block, (tuple, list)) and len(block) == 2
+          and all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in block))
+    if not ok or tuple(int(v) for v in block) not in BLOCKS:
         raise ValueError(f"block: must be one of {list(BLOCKS)}, got {block!r}")
-    return b
+    return tuple(int(v) for v in block)
 
 
 def scale_shape(shape, block) -> Tuple[int, ...]:
@@ -125,6 +124,8 @@ def dequantize_fp8_blockwise(q: torch.Tensor, scales: torch.Tensor, block=(1, 12
         raise ValueError(f"q: expected shape (rows, K) or (rows, K, L), got {tuple(q.shape)}")
     if out_dtype not in (torch.float32, torch.float64):
         raise TypeError(f"out_dtype: expected torch.float32 or torch.float64, got {out_dtype}")
+    if scales.device != q.device:
+        raise ValueError(f"scales: must be on q's device {q.device}, got {scales.device}")
     br, bk = _check_block(block)
     want = scale_shape(tuple(q.shape), (br, bk))
     if tuple(scales.shape) != want or scales.dtype != torch.float32:

@@ -232,3 +232,25 @@ def test_fp8_d_errors():
         _class_fp8_d(t, d_row=d, d_col=torch.empty(m, 2 * N, dtype=E4M3), dprob=torch.zeros(m))
     with pytest.raises(ValueError, match=r"sample_d_col: only an FP8 D"):
         _class_fp8_d(t, d_row=torch.empty(m, 2 * N), d_col=torch.empty(m, 2 * N, dtype=E4M3), dprob=torch.zeros(m))
+
+
+def test_more_argument_rules():
+    """Found in review: an FP8 D's outputs on another device, an activation output with an FP8
+    D, an FP8 D of the other format, block-scaled options the recipe does not take."""
+    from cudnn_ext.contract.fp8_blockwise import scale_geometry
+
+    t = case()
+    m = t["m"]
+    outs = dict(d_row=torch.empty(m, 2 * N, dtype=E4M3, device="meta"), d_col=torch.empty(m, 2 * N, dtype=E4M3),
+                dprob=torch.zeros(m), sfd_row=scale_geometry("sfd_row", n=N, k=K, num_experts=L).empty(m),
+                sfd_col=scale_geometry("sfd_col", n=N, k=K, num_experts=L).empty(m, device="meta"))
+    with pytest.raises(ValueError, match=r"must be on the same device"):
+        _class_fp8_d(t, **outs)
+    with pytest.raises(ValueError, match=r"activation_tensor: the activation output needs a bfloat16 D, got a "
+                                         r"float8_e4m3fn D"):
+        _err(t, d_dtype=E4M3, act_func="dgeglu", activation_tensor=torch.empty(m, N, dtype=torch.bfloat16))
+    with pytest.raises(DtypeError, match=r"d_dtype: recipe='fp8_blockwise' takes a bfloat16, float16, float32 or "
+                                         r"float8_e4m3fn D, got float8_e5m2"):
+        _err(t, d_dtype=torch.float8_e5m2)
+    with pytest.raises(ValueError, match=r"sf_vec_size/vector_f32: block-scaled options"):
+        _err(t, sf_vec_size=32)

@@ -166,3 +166,13 @@ def test_bf16_input_and_no_sync_types():
     q, s = quantize_fp8_blockwise(x, (128, 128))
     q_ref, s_ref = oracle(x.float().numpy(), (128, 128))
     assert np.array_equal(_bytes(q), q_ref) and np.array_equal(s.numpy(), s_ref)
+
+
+def test_block_and_device_rules_from_review():
+    with pytest.raises(ValueError, match=r"block: must be one of"):
+        quantize_fp8_blockwise(torch.randn(4, 128), (1.7, 128))
+    with pytest.raises(ValueError, match=r"block: must be one of"):
+        quantize_fp8_blockwise(torch.randn(4, 128), "1x128")
+    q, s = quantize_fp8_blockwise(torch.randn(4, 128))
+    with pytest.raises(ValueError, match=r"scales: must be on q's device"):
+        dequantize_fp8_blockwise(q, s.to("meta"))
