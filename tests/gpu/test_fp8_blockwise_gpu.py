@@ -46,8 +46,10 @@ def test_gpu_matches_the_cpu_without_a_sync(weights, d_dtype):
     if d_dtype == torch.float32:
         d_g, d_c = gpu["d_row_tensor"][:end].double(), cpu["d_row_tensor"][:end].double()
         assert ((d_g - d_c).norm(dim=1) / d_c.norm(dim=1)).max() < 1e-5
-    else:  # the same fp32 D up to its summation order: scales may differ in their last bits
-        for key in ("sfd_row_tensor", "d_row_tensor"):
-            g, c = gpu[key][:end], cpu[key][:end]
-            assert (g.float() - c.float()).abs().le(c.float().abs() * 2.0 ** -3 + 1e-30).all(), key
+    else:  # the same fp32 D up to its summation order: a scale may differ in its last bits and a
+        # value by one e4m3 step (2^-3 relative; 2^-9 on the subnormal grid)
+        g, c = gpu["sfd_row_tensor"][:end], cpu["sfd_row_tensor"][:end]
+        assert (g - c).abs().le(c.abs() * 1e-5).all()
+        g, c = gpu["d_row_tensor"][:end].float(), cpu["d_row_tensor"][:end].float()
+        assert (g - c).abs().le(c.abs() * 2.0 ** -3 + 2.0 ** -8).all()
     assert torch.allclose(gpu["dprob_tensor"][:end], cpu["dprob_tensor"][:end], rtol=1e-5, atol=1e-6)
