@@ -2,8 +2,8 @@
 
 One frozen :class:`Activation` record per function: its ``act_func`` name (the vendor's), the
 operand contracts that take it, its default ``linear_offset``, whether beta scales C before
-it, which activation constants it reads, whether the fused kernels can store its activation
-output, and the forward name and layer support of ``GroupedGluMLP``. Every list of names in
+it, which activation constants it reads, which contracts offer its activation output (ours
+and the vendor's), and the forward name and layer support of ``GroupedGluMLP``. Every list of names in
 the package is a lookup here; the functions themselves live where they run (the reference's
 local derivatives, the kernels' epilogues, the layer's forward), each keyed by ``name``, and
 ``tests/unit/test_activations.py`` registers a throwaway activation to check that the
@@ -31,8 +31,11 @@ class Activation:
     default_linear_offset: float = 0.0
     #: the activation constants it reads (the others are ignored)
     params: Tuple[str, ...] = ()
-    #: the contracts whose activation output (``activation_tensor``) it has
-    activation_output: FrozenSet[str] = frozenset()
+    #: the contracts whose activation output (``activation_tensor``, prob x the activation value)
+    #: cudnn_ext offers for it: every activation's, a cudnn_ext extension of the vendor's
+    activation_output: FrozenSet[str] = frozenset(CONTRACTS)
+    #: the contracts whose activation output the vendor documents (dGeGLU with BF16 operands)
+    vendor_activation_output: FrozenSet[str] = frozenset()
     #: the contracts where beta scales C before the activation (block-scaled dGeGLU reads C
     #: as it is: docs/vendor_contract.md §2.4)
     beta_scales_c: FrozenSet[str] = frozenset(CONTRACTS)
@@ -95,7 +98,7 @@ _GEGLU_PARAMS = ("geglu_alpha", "glu_clamp_max", "glu_clamp_min", "linear_offset
 DSWIGLU = register(Activation("dswiglu", frozenset(CONTRACTS),
                               packed_f32_scalars=("alpha_tensor", "beta_tensor"), forward_name="swiglu"))
 DGEGLU = register(Activation("dgeglu", frozenset(CONTRACTS), default_linear_offset=1.0,
-                             params=_GEGLU_PARAMS, activation_output=frozenset({BF16, FP8_BLOCKWISE}),
+                             params=_GEGLU_PARAMS, vendor_activation_output=frozenset({BF16}),
                              beta_scales_c=frozenset({BF16, FP8_BLOCKWISE}),
                              packed_f32_scalars=("alpha_tensor",), forward_name="geglu"))
 DSITUGLU = register(Activation("dsituglu", frozenset({BLOCK_SCALED, FP8_BLOCKWISE}), params=("situ_beta1", "situ_beta2")))

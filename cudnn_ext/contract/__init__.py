@@ -28,7 +28,7 @@ def slot_alignment(problem, slot: str) -> int:
     if slot in ("b_ptrs", "sfb_ptrs"):  # pointer tables
         return 8
     if problem.is_block_scaled:
-        return 16 if slot in ("a", "c", "d_row", "d_col", "b") else 0
+        return 16 if slot in ("a", "c", "d_row", "d_col", "b", "activation") else 0
     return 32 if slot == "activation" else 16  # the kernel's 32-byte activation stores
 
 

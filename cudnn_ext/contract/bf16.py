@@ -77,8 +77,9 @@ def normalize_bf16(ops: Operands, cfg: CallConfig, *, mode: str, n, b_dtype, d_d
     if ops.activation is not None:
         if family not in activations.activation(act.act_func).activation_output or c.dtype != BF16 \
                 or d_dtype != BF16:
-            raise ValueError("activation_tensor: activation output requires BF16 C/D and dgeglu (act_func='dgeglu', "
-                             "bfloat16 C and D), got "
+            # (the vendor's phrase first: code matching it keeps matching; cudnn_ext's rule is wider)
+            raise ValueError("activation_tensor: activation output requires BF16 C/D and dgeglu in the vendor's "
+                             "contract; cudnn_ext stores it for every activation with bfloat16 C and D, got "
                              f"act_func={act.act_func!r}, C {_fmt_dtype(c.dtype)}, D {_fmt_dtype(d_dtype)}")
         av = drop_unit_dims("activation_tensor", ops.activation, 2, "(M, N) or (M, N, 1)")
         check_dtype("activation_tensor", av, (BF16,))

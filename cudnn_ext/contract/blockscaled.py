@@ -82,9 +82,6 @@ def normalize_block_scaled(ops, cfg, *, mode: str, n, b_dtype, d_dtype, generate
         # engines walk 256-row blocks: an expert boundary inside one would mix two experts' rows
         raise ValueError(f"m_aligned: block-scaled (FP8/FP4) operands require m_aligned = {C.M_ALIGN}; "
                          f"values below {C.M_ALIGN} are for BF16 operands only, got {cfg.m_aligned!r}")
-    if ops.activation is not None:
-        raise ValueError("activation_tensor: activation output is supported only by the BF16 kernel, got it with "
-                         "block-scaled operands")
     if cfg.round_dgrad_to_input_dtype:
         raise ValueError("round_dgrad_to_input_dtype: round_dgrad_to_input_dtype is supported only by the BF16 "
                          "kernel, got True with block-scaled operands")
@@ -210,6 +207,17 @@ def normalize_block_scaled(ops, cfg, *, mode: str, n, b_dtype, d_dtype, generate
         pack["sfd_row"] = _check_sf("sfd_row", ops.sfd_row, geometry("sfd_row"), m, E8M0)
         pack["sfd_col"] = _check_sf("sfd_col", ops.sfd_col, geometry("sfd_col"), m, E8M0)
 
+    if ops.activation is not None:  # cudnn_ext's extension: the vendor has none with block-scaled operands
+        if d_dtype not in (torch.bfloat16, torch.float16):
+            raise ValueError("activation_tensor: activation output is supported only by the BF16 kernel in the "
+                             "vendor's contract; cudnn_ext stores it with block-scaled operands and a 16-bit D, got "
+                             f"D {C._fmt_dtype(d_dtype)}")
+        av = C.drop_unit_dims("activation_tensor", ops.activation, 2, "(M, N) or (M, N, 1)")
+        C.check_dtype("activation_tensor", av, (torch.bfloat16,))
+        C.check_shape("activation_tensor", av, (m, n), "(M, N)")
+        C.check_row_major("activation_tensor", av)
+        pack["activation"] = av
+
     # amax: wrapper generates it for bf16/fp16 D; class API iff a sample is given
     generate_amax = (d_dtype in (torch.bfloat16, torch.float16)) if wrapper_call else ops.amax is not None
     if ops.amax is not None:
@@ -237,10 +245,13 @@ def normalize_block_scaled(ops, cfg, *, mode: str, n, b_dtype, d_dtype, generate
     for slot in ("a", "c", "d_row", "d_col", "b"):
         if pointers and slot in pack:
             C.check_aligned(C.ARG_NAMES[slot], pack[slot])
+    if pointers and "activation" in pack:
+        C.check_aligned("activation_tensor", pack["activation"])
     problem = DgluProblem(
         n=n, k=k, num_experts=num_experts, m=m, weight_mode=mode, b_major=b_major, ab_dtype=a.dtype,
         c_dtype=c.dtype, d_dtype=d_dtype, act=act, generate_dbias=generate_dbias,
         has_prob="prob" in pack, has_dprob="dprob" in pack, use_dynamic_sched=cfg.use_dynamic_sched,
+        generate_activation="activation" in pack,
         block_scale=BlockScaleConfig(sf_dtype=sf_dtype, sf_vec_size=cfg.sf_vec_size, generate_sfd=generate_sfd,
                                      discrete_col_sfd=cfg.discrete_col_sfd, generate_amax=generate_amax,
                                      single_group_runtime_offsets=cfg.use_single_group_runtime_offsets,

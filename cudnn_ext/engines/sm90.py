@@ -30,8 +30,8 @@ import torch
 
 from .. import activations
 from ..kernels.kernel_cache import KernelCache
-from ..kernels.sm90.config import (DESC_BYTES, KERNEL_ACTS, SITU_DEFAULTS, TRACE_MAX_CTAS, Sm90Config,
-                                   Sm90TraceConfig)
+from ..kernels.sm90.config import (DESC_BYTES, KERNEL_ACTIVATION_OUTPUT, KERNEL_ACTS, SITU_DEFAULTS, TRACE_MAX_CTAS,
+                                   Sm90Config, Sm90TraceConfig)
 from ..problem import DgluProblem
 from ..quant.formats import FP8_DTYPES
 from ..runtime import caches, occupancy
@@ -541,9 +541,9 @@ class Sm90DgluEngine(Engine):
             why.append(f"b_major {problem.b_major!r} is not supported")
         if problem.n % 32 or problem.k % 8:
             why.append(f"needs N % 32 == 0 and K % 8 == 0, got N={problem.n}, K={problem.k}")
-        if problem.generate_activation and (act is None or activations.BF16 not in act.activation_output):
-            why.append(f"the activation output is not defined for {problem.act.act_func!r} "
-                       f"(dgeglu only, the contract's)")
+        if problem.generate_activation and problem.act.act_func not in KERNEL_ACTIVATION_OUTPUT:
+            why.append(f"the activation output of {problem.act.act_func!r} is not implemented on sm90 "
+                       f"({', '.join(KERNEL_ACTIVATION_OUTPUT)} only; the reference engine runs it)")
         if not (problem.has_prob and problem.has_dprob):
             why.append("the BF16 contract needs prob and dprob")
         return why + placement_reasons(problem)

@@ -268,6 +268,11 @@ class VendorSm100Engine(Engine):
         act = activations.ACTIVATIONS.get(problem.act.act_func)
         if act is None or not act.vendor:
             why.append(f"act_func {problem.act.act_func!r} is not one of the vendor's activations")
+        family = activations.BLOCK_SCALED if problem.is_block_scaled else activations.BF16
+        if problem.generate_activation and (act is None or family not in act.vendor_activation_output):
+            why.append(f"the activation output of {problem.act.act_func!r} with "
+                       f"{'block-scaled' if problem.is_block_scaled else 'BF16'} operands is cudnn_ext's; the vendor's "
+                       "is dGeGLU's with BF16 operands")
         if problem.weight_mode == "dense" and problem.b_major != "k":
             why.append("N-major dense B: the vendor documents dense B as K-major only ('B must be K-major "
                        "(dense) or K/N-major (discrete)')")

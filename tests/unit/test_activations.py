@@ -76,7 +76,8 @@ def test_the_registered_activations_are_implemented_where_they_are_named():
     assert set(KERNEL_ACTS) == set(activations.names())  # the Hopper epilogue, every one
     # the vendor's defaults and rules
     assert [activations.activation(n).default_linear_offset for n in activations.names()] == [0.0, 1.0, 0.0]
-    assert activations.DGEGLU.activation_output == {activations.BF16, activations.FP8_BLOCKWISE}
+    assert activations.DGEGLU.activation_output == set(activations.CONTRACTS)  # cudnn_ext's, every contract
+    assert activations.DGEGLU.vendor_activation_output == {activations.BF16}  # the vendor's
     assert activations.DGEGLU.beta_scales_c == {activations.BF16, activations.FP8_BLOCKWISE}
     assert activations.names("fp8_blockwise") == ("dswiglu", "dgeglu", "dsituglu")  # cudnn_ext's recipe
     assert glu_config("geglu")["linear_offset"] == 1.0 and glu_config("swiglu")["act_func"] == "dswiglu"

@@ -196,8 +196,8 @@ WRAPPER_CASES = [
      ValueError, ["padded_offsets"]),
     ("activation-shape", "dense", _c(act_func="dgeglu", activation_tensor=torch.zeros(M, 2 * N, 1, dtype=BF16)),
      ValueError, ["activation_tensor"]),
-    ("activation-with-dswiglu", "dense", _c(activation_tensor=torch.zeros(M, N, 1, dtype=BF16)), ValueError,
-     ["activation_tensor", "dswiglu"]),
+    ("activation-with-fp32-d", "dense", _c(activation_tensor=torch.zeros(M, N, 1, dtype=BF16), d_dtype=torch.float32),
+     ValueError, ["activation_tensor", "dswiglu"]),
     ("activation-with-fp32-c", "dense",
      lambda b: dict(act_func="dgeglu", c_tensor=b["c_tensor"].float(),
                     activation_tensor=torch.zeros(M, N, 1, dtype=BF16)), ValueError, ["activation_tensor"]),
@@ -748,9 +748,10 @@ def test_refusals_carry_the_vendors_phrase():
     err = expect_rejected(cudnn.grouped_gemm_dglu_wrapper, dict(kw, use_single_group_runtime_offsets=True),
                           ValueError, ["use_single_group_runtime_offsets"])
     assert "use_single_group_runtime_offsets is supported only by the block-scaled kernel" in str(err)
+    # (dSwiGLU's activation output is cudnn_ext's extension: refused only where C or D is not bf16)
     err = expect_rejected(cudnn.grouped_gemm_dglu_wrapper,
-                          dict(kw, activation_tensor=torch.zeros(M, N, 1, dtype=BF16)), ValueError,
-                          ["activation_tensor"])
+                          dict(kw, activation_tensor=torch.zeros(M, N, 1, dtype=BF16), d_dtype=torch.float32),
+                          ValueError, ["activation_tensor"])
     assert "activation output requires BF16 C/D and dgeglu" in str(err)
 
 

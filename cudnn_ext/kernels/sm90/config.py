@@ -17,7 +17,6 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from ...activations import activation
 
 TILE_M = 128  # one math warpgroup x two 64-row WGMMA halves; 256-aligned offsets => one expert
 TILE_K = 64  # 4 x WGMMA K (16) per k-tile: 128-byte rows => 128B swizzle for 16-bit types
@@ -40,6 +39,9 @@ DTYPE_BITS = {"bf16": 16, "fp16": 16, "fp32": 32}
 AB_DTYPES = ("bf16", "fp16")
 #: the activations whose derivative epilogue.py implements (each keyed by its act_func)
 KERNEL_ACTS = ("dswiglu", "dgeglu", "dsituglu")
+#: the activations whose activation output the epilogue stores (dSwiGLU's local value is
+#: the unscaled act / beta^2, which the store does not rescale)
+KERNEL_ACTIVATION_OUTPUT = ("dgeglu",)
 #: dSiTU-GLU's beta1, beta2 in the config of every other activation (one compile key each)
 SITU_DEFAULTS = (4.0, 25.0)
 
@@ -179,11 +181,11 @@ class Sm90Config:
             # (so that one kernel has one key)
             raise ValueError(f"situ_beta1/situ_beta2 are dSiTU-GLU's: they must stay "
                              f"{SITU_DEFAULTS} with act_func {self.act_func!r}, got {betas}")
-        if self.generate_activation and not activation(self.act_func).activation_output:
-            # (dSiTU-GLU's activation value is the true one too, but its contract has no
-            # activation output, and the ping-pong 64-row C entry form spilled 4 B with it)
-            raise ValueError(f"generate_activation needs act_func 'dgeglu' (the contract's "
-                             f"activation output), got {self.act_func!r}")
+        if self.generate_activation and self.act_func not in KERNEL_ACTIVATION_OUTPUT:
+            # (dSiTU-GLU's activation value is the true one too, but the ping-pong 64-row C
+            # entry form spilled 4 B with it)
+            raise ValueError(f"generate_activation needs act_func in {KERNEL_ACTIVATION_OUTPUT} (the "
+                             f"activation outputs the epilogue stores), got {self.act_func!r}")
         if self.cluster_m not in (1, 2):
             raise ValueError(f"cluster_m must be 1 or 2, got {self.cluster_m}")
         if self.discrete() and self.cluster_n != 1:
