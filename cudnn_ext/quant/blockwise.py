@@ -69,7 +69,9 @@ def scale_shape(shape, block) -> Tuple[int, ...]:
 
 def blockwise_scales(amax: torch.Tensor, *, pow2_scales: bool = False) -> torch.Tensor:
     """The fp32 scales of blocks whose largest magnitudes are ``amax`` (the rule above)."""
-    s = amax.to(torch.float32) / _QMAX
+    # a device tensor, not a Python scalar: CUDA divides by a scalar as a multiply by its
+    # reciprocal (one bit off at times), by a tensor with the IEEE division the rule names
+    s = amax.to(torch.float32) / torch.full((), _QMAX, dtype=torch.float32, device=amax.device)
     if pow2_scales:  # round up to a power of two; inf and NaN stay as they are
         s = torch.where(torch.isfinite(s), F.decode_e8m0(F.encode_e8m0_roundup(s)), s)
     return torch.clamp(s, min=SCALE_FLOOR)  # clamp keeps NaN
