@@ -40,21 +40,38 @@ def _discrete_b(problem: DgluProblem, pack: Mapping) -> Tuple[torch.Tensor, torc
     return b, sf.permute(2, 1, 0)
 
 
+#: Rows of A dequantized at once (their float64 products, 8 bytes each, then the compute dtype)
+_A_ROWS = 8192
+
+
+def _dequantized_rows(a_q: torch.Tensor, sfa: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A's (M, K) values in ``dtype``, each product formed in float64 and rounded once, in slabs
+    of ``_A_ROWS`` rows (sizes only: no device read)."""
+    a = torch.empty(a_q.shape, dtype=dtype, device=a_q.device)
+    for r0 in range(0, a_q.shape[0], _A_ROWS):
+        r1 = min(a_q.shape[0], r0 + _A_ROWS)
+        a[r0:r1] = dequantize_fp8_blockwise(a_q[r0:r1], sfa[r0:r1], _A_BLOCK, out_dtype=torch.float64)
+    return a
+
+
 def dense_equivalent(problem: DgluProblem, pack: Mapping, dtype: torch.dtype) -> Tuple[DgluProblem, Dict, Callable]:
     """``(problem, pack, finish)``: the BF16-contract problem with the dequantized operands in
     ``dtype`` (dense, K-major B) and its pack, whose output slots are the caller's own tensors
     (an FP8 D's are staged), and ``finish()``, to call after that problem has run."""
-    a = dequantize_fp8_blockwise(pack["a"], pack["sfa"], _A_BLOCK, out_dtype=torch.float64).to(dtype)
+    a = _dequantized_rows(pack["a"], pack["sfa"], dtype)
     if problem.weight_mode == "dense":
         b_q, sfb = pack["b"], pack["sfb"]
     else:
         b_q, sfb = _discrete_b(problem, pack)
-    b = dequantize_fp8_blockwise(b_q, sfb, _B_BLOCK, out_dtype=torch.float64).to(dtype)
+    # one expert at a time: the float64 products of one expert, not of all, at once
+    b = torch.empty(b_q.shape[2], b_q.shape[0], b_q.shape[1], dtype=dtype, device=b_q.device)  # (L, N, K)
+    for e in range(b_q.shape[2]):
+        b[e] = dequantize_fp8_blockwise(b_q[..., e], sfb[..., e], _B_BLOCK, out_dtype=torch.float64)
     fp8_d = problem.d_dtype == FP8_BLOCKWISE_DTYPE
     dense = dataclasses.replace(problem, recipe=None, ab_dtype=dtype, weight_mode="dense", b_major="k",
                                 d_dtype=torch.float32 if fp8_d else problem.d_dtype)
     out = {s: t for s, t in pack.items() if s not in ("sfa", "sfb", "sfb_ptrs", "b_ptrs", "d_col", "sfd_row", "sfd_col")}
-    out.update(a=a, b=b.permute(2, 0, 1).contiguous().permute(1, 2, 0))
+    out.update(a=a, b=b.permute(1, 2, 0))
     if not fp8_d:
         return dense, out, lambda: None
     out["d_row"] = torch.zeros(pack["d_row"].shape, dtype=torch.float32, device=a.device)

@@ -254,3 +254,14 @@ def test_more_argument_rules():
         _err(t, d_dtype=torch.float8_e5m2)
     with pytest.raises(ValueError, match=r"sf_vec_size/vector_f32: block-scaled options"):
         _err(t, sf_vec_size=32)
+
+
+def test_the_reference_dequantizes_in_slabs(monkeypatch):
+    """A in slabs of rows and B one expert at a time: the same D as all at once (slabs of 100
+    rows, not a multiple of anything, against the default that holds all 1024)."""
+    from cudnn_ext.reference import fp8_blockwise as ref_fp8
+
+    t = case()
+    whole = run_wrapper(t)[0].clone()
+    monkeypatch.setattr(ref_fp8, "_A_ROWS", 100)
+    assert torch.equal(run_wrapper(t)[0], whole)
