@@ -38,11 +38,10 @@ D_COL_ROWS = 128
 
 def scale_geometry(slot: str, *, n: int, k: int, num_experts: int) -> BlockwiseScaleGeometry:
     """The geometry of scale slot ``slot`` (M symbolic); ``sfb_ptrs`` entries point at one
-    expert's ``sfb`` matrix (``groups`` 0)."""
+    expert's slice of the ``sfb`` geometry, an MN-major (ceil(N/128), K/128) matrix."""
     return {
         "sfa": BlockwiseScaleGeometry(None, k, (1, K_BLOCK)),
         "sfb": BlockwiseScaleGeometry(n, k, (K_BLOCK, K_BLOCK), num_experts),
-        "sfb_expert": BlockwiseScaleGeometry(n, k, (K_BLOCK, K_BLOCK)),
         "sfd_row": BlockwiseScaleGeometry(None, 2 * n, (1, K_BLOCK)),
         "sfd_col": BlockwiseScaleGeometry(None, 2 * n, (D_COL_ROWS, 1)),
     }[slot]
