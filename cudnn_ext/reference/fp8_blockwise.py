@@ -19,8 +19,7 @@ from typing import Callable, Dict, Mapping, Tuple
 import torch
 
 from ..problem import DgluProblem
-from ..quant.blockwise import FP8_BLOCKWISE_DTYPE, dequantize_fp8_blockwise, scale_shape
-from ..quant.blockwise import quantize_fp8_blockwise
+from ..quant.blockwise import FP8_BLOCKWISE_DTYPE, dequantize_fp8_blockwise, quantize_fp8_blockwise, scale_shape
 from .memory import stacked_at
 from .writes import keep_where
 
