@@ -61,9 +61,6 @@ class BlockScaleConfig:
     discrete_col_sfd: bool = False
     generate_amax: bool = False
     single_group_runtime_offsets: bool = False
-    #: Bit-identical dprob run to run (the vendor's ``deterministic``); engines that reduce
-    #: dprob with atomics must decline it.
-    deterministic: bool = False
     #: alpha's and beta's dtypes: float32, bfloat16 or float16 (the BF16 contract takes float32
     #: only). The vendor's kernel loads them in their own dtype: see
     #: ``DgluProblem.alpha_square_dtype`` and ``DgluProblem.c_beta_dtype``.
@@ -101,6 +98,10 @@ class DgluProblem:
     #: with fp32 scales per 1x128 (``sfa``) and 128x128 (``sfb``/``sfb_ptrs``) block, and the
     #: BF16 contract's epilogue on the dequantized operands (``block_scale`` stays None)
     recipe: Optional[str] = None
+    #: dprob and dbias bit-identical run to run (the vendor's ``deterministic``, which it offers
+    #: for block-scaled dprob without dbias; cudnn_ext for every call): engines that reduce
+    #: them with atomics decline it
+    deterministic: bool = False
     device_type: str = "cpu"
     device_index: Optional[int] = None
 

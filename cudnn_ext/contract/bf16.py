@@ -106,7 +106,8 @@ def normalize_bf16(ops: Operands, cfg: CallConfig, *, mode: str, n, b_dtype, d_d
         ab_dtype=ab_dtype, c_dtype=c.dtype, d_dtype=d_dtype, act=act, generate_dbias=bool(generate_dbias),
         has_prob=True, has_dprob=True, generate_activation="activation" in pack,
         round_dgrad_to_input_dtype=cfg.round_dgrad_to_input_dtype, use_dynamic_sched=cfg.use_dynamic_sched,
-        m_aligned=align, recipe=None if family == activations.BF16 else family, device_type=device.type,
+        m_aligned=align, recipe=None if family == activations.BF16 else family, deterministic=cfg.deterministic,
+        device_type=device.type,
         device_index=device.index,
     )
     return problem, pack

@@ -235,8 +235,6 @@ def normalize_block_scaled(ops, cfg, *, mode: str, n, b_dtype, d_dtype, generate
         pack["dbias"] = db
         generate_dbias = True
     generate_dbias = bool(generate_dbias)
-    if cfg.deterministic and generate_dbias:
-        raise NotImplementedError("deterministic: deterministic dprob is not offered together with dbias")
     if fp4 and cfg.sf_vec_size == 16 and d_dtype == torch.float32 and not generate_dbias:
         raise NotImplementedError("d_dtype: FP4 operands with sf_vec_size=16 and float32 D are supported only with "
                                   "dbias generation (vendor kernel restriction)")
@@ -251,11 +249,11 @@ def normalize_block_scaled(ops, cfg, *, mode: str, n, b_dtype, d_dtype, generate
         n=n, k=k, num_experts=num_experts, m=m, weight_mode=mode, b_major=b_major, ab_dtype=a.dtype,
         c_dtype=c.dtype, d_dtype=d_dtype, act=act, generate_dbias=generate_dbias,
         has_prob="prob" in pack, has_dprob="dprob" in pack, use_dynamic_sched=cfg.use_dynamic_sched,
-        generate_activation="activation" in pack,
+        generate_activation="activation" in pack, deterministic=cfg.deterministic,
         block_scale=BlockScaleConfig(sf_dtype=sf_dtype, sf_vec_size=cfg.sf_vec_size, generate_sfd=generate_sfd,
                                      discrete_col_sfd=cfg.discrete_col_sfd, generate_amax=generate_amax,
                                      single_group_runtime_offsets=cfg.use_single_group_runtime_offsets,
-                                     deterministic=cfg.deterministic, alpha_dtype=pack["alpha"].dtype,
+                                     alpha_dtype=pack["alpha"].dtype,
                                      beta_dtype=pack["beta"].dtype),
         device_type=device.type, device_index=device.index,
     )

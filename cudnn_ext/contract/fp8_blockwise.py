@@ -68,8 +68,6 @@ def normalize_fp8_blockwise(ops, cfg, *, mode: str, n, b_dtype: Optional[torch.d
     if cfg.round_dgrad_to_input_dtype:
         raise ValueError("round_dgrad_to_input_dtype: recipe='fp8_blockwise' does not round the gradient to its FP8 "
                          "input dtype, got True")
-    if cfg.deterministic:
-        raise NotImplementedError("deterministic: not offered with recipe='fp8_blockwise' (got True)")
     if cfg.use_single_group_runtime_offsets or cfg.discrete_col_sfd or cfg.sf_fp8_dtype_override is not None:
         raise ValueError("use_single_group_runtime_offsets/discrete_col_sfd/sf_fp8_dtype_override: block-scaled "
                          "options; recipe='fp8_blockwise' takes none of them")

@@ -423,9 +423,6 @@ def check_bf16_config(cfg: CallConfig, scale_controls: Dict[str, Any]) -> None:
     if cfg.use_single_group_runtime_offsets:
         raise ValueError("use_single_group_runtime_offsets: use_single_group_runtime_offsets is supported only by "
                          "the block-scaled kernel, got True with BF16 operands")
-    if cfg.deterministic:
-        raise NotImplementedError("deterministic: deterministic dprob is a block-scaled option; the BF16 contract "
-                                  "does not offer it (got deterministic=True)")
 
 
 def operand_family(a: torch.Tensor, b_dtype: torch.dtype, b_name: str = "b_tensor") -> str:

@@ -544,6 +544,9 @@ class Sm90DgluEngine(Engine):
         if problem.generate_activation and problem.act.act_func not in KERNEL_ACTIVATION_OUTPUT:
             why.append(f"the activation output of {problem.act.act_func!r} is not implemented on sm90 "
                        f"({', '.join(KERNEL_ACTIVATION_OUTPUT)} only; the reference engine runs it)")
+        if problem.deterministic:
+            why.append("deterministic: the kernel sums dprob and dbias with fp32 atomics (the reference engine "
+                       "runs it)")
         if not (problem.has_prob and problem.has_dprob):
             why.append("the BF16 contract needs prob and dprob")
         return why + placement_reasons(problem)

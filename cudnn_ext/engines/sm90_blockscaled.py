@@ -259,8 +259,8 @@ class Sm90BlockScaledEngine(Engine):
         if bs.single_group_runtime_offsets and problem.num_experts != 1:
             why.append(f"use_single_group_runtime_offsets needs one expert, got "
                        f"L={problem.num_experts}")
-        if bs.deterministic and problem.has_dprob:
-            why.append("deterministic dprob: the kernel sums dprob with atomics")
+        if problem.deterministic and (problem.has_dprob or problem.generate_dbias):
+            why.append("deterministic: the kernel sums dprob and dbias with atomics (the reference engine runs it)")
         if problem.k % 32:
             why.append(f"needs K % 32 == 0 (whole dequantization chunks), got K={problem.k}")
         if problem.n % 32:

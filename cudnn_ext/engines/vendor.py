@@ -284,8 +284,9 @@ class VendorSm100Engine(Engine):
         if problem.m_aligned != 256:
             why.append(f"m_aligned {problem.m_aligned}: the vendor kernels take m_aligned 256 only (groups "
                        "aligned to fewer rows are a cudnn_ext extension, docs/vendor_contract.md §3.2)")
-        if problem.is_block_scaled and problem.block_scale.deterministic:
-            why.append("deterministic dprob: not mapped to the vendor's deterministic option")
+        if problem.deterministic:
+            why.append("deterministic: not mapped to the vendor's deterministic option (which it offers for "
+                       "block-scaled dprob without dbias only)")
         if problem.is_block_scaled and problem.ab_dtype in _FP4 and problem.d_dtype == torch.float16:
             why.append("FP4 operands with float16 D: the vendor supports D in {bfloat16, float32} for FP4")
         return why

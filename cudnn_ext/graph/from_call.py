@@ -74,8 +74,7 @@ def declare_call_graph(problem: DgluProblem, pack: Mapping[str, torch.Tensor], *
             outs["amax"] = g.tensor(name="amax", dim=(problem.num_experts, 2), data_type=torch.float32)
         block = dict(generate_amax=bs.generate_amax, sf_vec_size=bs.sf_vec_size,
                      discrete_col_sfd=bs.discrete_col_sfd,
-                     use_single_group_runtime_offsets=bs.single_group_runtime_offsets,
-                     deterministic=bs.deterministic)
+                     use_single_group_runtime_offsets=bs.single_group_runtime_offsets)
     if problem.recipe is not None and problem.d_dtype == torch.float8_e4m3fn:  # fp8_blockwise FP8 D
         from .translate import sf_geometry
 
@@ -95,7 +94,7 @@ def declare_call_graph(problem: DgluProblem, pack: Mapping[str, torch.Tensor], *
         b_dtype=problem.ab_dtype if discrete else None, b_major=problem.b_major if discrete else "k",
         d_dtype=problem.d_dtype, use_dynamic_sched=problem.use_dynamic_sched,
         round_dgrad_to_input_dtype=problem.round_dgrad_to_input_dtype, m_aligned=problem.m_aligned,
-        recipe=problem.recipe, name="dglu", **block,
+        recipe=problem.recipe, deterministic=problem.deterministic, name="dglu", **block,
     )
     for d in outs.values():
         d.set_output(True)

@@ -229,8 +229,6 @@ BAD = [
     ("discrete_col_sfd without SFD", _ok_nvfp4, dict(discrete_col_sfd=True), ValueError, "discrete_col_sfd"),
     ("rubin override", _ok_nvfp4, dict(sf_fp8_dtype_override="e5m3"), NotImplementedError, "sf_fp8_dtype_override"),
     ("fp4 vec16 fp32 D w/o dbias", _ok_nvfp4, dict(d_dtype=torch.float32), NotImplementedError, "d_dtype"),
-    ("deterministic with dbias", _ok_mxfp8, dict(deterministic=True, generate_dbias=True), NotImplementedError,
-     "deterministic"),
     ("mixed families", _ok_mxfp8, "b_bf16", TypeError, "mixed dtype families"),
     ("unsupported pair", _ok_mxfp8, "b_e5m2", TypeError, "unsupported dtype pair"),
     ("fp4 dense must be K-major", _ok_nvfp4, "b_nmajor", ValueError, "b_tensor"),
@@ -333,7 +331,7 @@ def test_deterministic_is_carried_not_dropped(monkeypatch):
                             dprob=kw["dprob_tensor"], b=kw["b_tensor"], sfb=kw["sfb_tensor"],
                             norm_const=kw["norm_const_tensor"])
     problem, _ = contract.normalize(ops, contract.CallConfig(sf_vec_size=32, deterministic=True))
-    assert problem.block_scale.deterministic
+    assert problem.deterministic
     import dataclasses
     as_cuda = dataclasses.replace(problem, device_type="cuda", device_index=0)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # pretend a B200: only the reason matters

@@ -288,7 +288,6 @@ WRAPPER_CASES = [
     ("discrete-col-sfd", "dense", _c(discrete_col_sfd=True), ValueError, ["discrete_col_sfd"]),
     ("single-group-runtime-offsets", "dense", _c(use_single_group_runtime_offsets=True), ValueError,
      ["use_single_group_runtime_offsets"]),
-    ("deterministic", "dense", _c(deterministic=True), NotImplementedError, ["deterministic"]),
     # --- activation function and its constants
     ("act-func-unknown", "dense", _c(act_func="dgelu"), ValueError, ["act_func", "dgelu"]),
     ("act-func-dsituglu-bf16", "dense", _c(act_func="dsituglu"), ValueError, ["act_func", "dsituglu"]),
@@ -438,7 +437,6 @@ CLASS_SUPPORT_CASES = [
     ("epilogue-op-relu", "dense", dict(epilogue_op="relu"), ValueError, ["epilogue_op"]),
     ("sf-vec-size-32", "dense", dict(sf_vec_size=32), ValueError, ["sf_vec_size"]),
     ("discrete-col-sfd", "dense", dict(discrete_col_sfd=True), ValueError, ["discrete_col_sfd"]),
-    ("deterministic", "dense", dict(_deterministic=True), NotImplementedError, ["deterministic"]),
     ("act-func-dsituglu", "dense", dict(act_func="dsituglu"), ValueError, ["act_func"]),
     ("act-func-unknown", "dense", dict(act_func="swiglu"), ValueError, ["act_func"]),
     ("dgeglu-clamps-unordered", "dense", dict(act_func="dgeglu", glu_clamp_min=1.0, glu_clamp_max=0.0), ValueError,

@@ -125,7 +125,6 @@ def _err(t, **kw):
                                     r"fp8_blockwise recipe: pass recipe='fp8_blockwise'"),
     (dict(norm_const_tensor=torch.ones(1)), ValueError, r"norm_const_tensor: recipe='fp8_blockwise' has no"),
     (dict(round_dgrad_to_input_dtype=True), ValueError, r"round_dgrad_to_input_dtype: recipe='fp8_blockwise'"),
-    (dict(deterministic=True), NotImplementedError, r"deterministic: not offered with recipe='fp8_blockwise'"),
     (dict(sfb_ptrs=torch.zeros(L, dtype=torch.int64)), ValueError, r"sfb_ptrs: dense mode"),
 ])
 def test_errors_name_the_argument_and_the_rule(kw, err, match):

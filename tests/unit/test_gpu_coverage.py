@@ -118,8 +118,8 @@ def bs_problem(fmt, mode="dense", major="k", act="dswiglu", prob=True, dprob=Tru
     return DgluProblem(
         n=n, k=128, num_experts=3, m=1024, weight_mode=mode, b_major=major, ab_dtype=elem, c_dtype=c, d_dtype=d,
         act=ActConfig(act_func=act, dgeglu_applies_beta=False), generate_dbias=dbias, has_prob=prob,
-        has_dprob=dprob, device_type="cuda", block_scale=BlockScaleConfig(
-            sf_dtype=sf, sf_vec_size=vec, generate_sfd=sfd, generate_amax=amax, deterministic=det))
+        has_dprob=dprob, device_type="cuda", deterministic=det, block_scale=BlockScaleConfig(
+            sf_dtype=sf, sf_vec_size=vec, generate_sfd=sfd, generate_amax=amax))
 
 
 def bs_facts(engines, fmt, mode="dense", major="k", act="dswiglu", prob=True, dprob=None, dbias=False, c=BF16,
