@@ -21,8 +21,8 @@ FP4, E4M3, E5M2, E8M0 = torch.uint8, torch.float8_e4m3fn, torch.float8_e5m2, tor
 
 def _problem(ab=FP4, sf=E4M3, vec=16, act="dgeglu", d=torch.bfloat16, c=torch.bfloat16, prob=True,
              amax=True, dbias=False, mode="dense", k=256, n=96, m=2048, experts=4, beta1=4.0,
-             beta2=25.0, b_major="k", **bs):
-    return DgluProblem(n=n, k=k, num_experts=experts, m=m, weight_mode=mode, b_major=b_major, ab_dtype=ab,
+             beta2=25.0, b_major="k", deterministic=False, **bs):
+    return DgluProblem(deterministic=deterministic, n=n, k=k, num_experts=experts, m=m, weight_mode=mode, b_major=b_major, ab_dtype=ab,
                        c_dtype=c, d_dtype=d, act=ActConfig(act_func=act, dgeglu_applies_beta=False,
                                                            situ_beta1=beta1, situ_beta2=beta2),
                        generate_dbias=dbias, has_prob=prob, has_dprob=prob, device_type="cuda",
@@ -53,8 +53,8 @@ def test_declines_with_reasons():
              (_mxfp8(d=E5M2), "the quantizer writes e4m3 only"),
              (_problem(ab=torch.float16), "not block-scaled FP8 or FP4"),
              (_problem(single_group_runtime_offsets=True), "needs one expert, got L=4"),
-             (_problem(deterministic=True), "deterministic dprob"),
-             (_mxfp8(deterministic=True), "deterministic dprob"),
+             (_problem(deterministic=True), "deterministic: the kernel sums dprob and dbias"),
+             (_mxfp8(deterministic=True), "deterministic: the kernel sums dprob and dbias"),
              (_problem(k=80), "K % 32 == 0"),
              (_mxfp8(n=80), "N % 32 == 0")]
     for p, needle in cases:
