@@ -73,7 +73,7 @@ class GroupedMatmulDgluAttrs(BaseModel):
     use_single_group_runtime_offsets: StrictBool = False
     #: None/"identity"; "relu"/"srelu" are refused by the contract (no dGLU kernel applies them).
     epilogue_op: Optional[str] = None
-    #: Block-scaled: bit-identical dprob run to run (engines reducing with atomics decline it).
+    #: Bit-identical dprob and dbias run to run (engines reducing with atomics decline it).
     deterministic: StrictBool = False
     #: Row alignment of every expert's group and of M (``padded_offsets`` entries are multiples
     #: of it): 256 (the vendor's), or 1 (any size), 8, 16, 32, 64, 128 with BF16 operands.
