@@ -7,7 +7,7 @@ from typing import Any, Dict
 from .. import activations
 from ..errors import DtypeError
 from ..problem import DgluProblem
-from .rules import (ARG_NAMES, BF16, CD_DTYPES, CallConfig, Operands, _fmt_dtype, check_aligned, check_d_dtype,
+from .rules import (ARG_NAMES, BF16, activation_view, CD_DTYPES, CallConfig, Operands, _fmt_dtype, check_aligned, check_d_dtype,
                     check_dtype, check_expert_count, check_n, check_row_major, check_same_device,
                     check_shape, dbias_view, dense_b_major, drop_unit_dims, per_expert_vectors,
                     pointer_table, prob_vectors, require_tensor, resolve_act)
@@ -81,11 +81,7 @@ def normalize_bf16(ops: Operands, cfg: CallConfig, *, mode: str, n, b_dtype, d_d
             raise ValueError("activation_tensor: activation output requires BF16 C/D and dgeglu in the vendor's "
                              "contract; cudnn_ext stores it for every activation with bfloat16 C and D, got "
                              f"act_func={act.act_func!r}, C {_fmt_dtype(c.dtype)}, D {_fmt_dtype(d_dtype)}")
-        av = drop_unit_dims("activation_tensor", ops.activation, 2, "(M, N) or (M, N, 1)")
-        check_dtype("activation_tensor", av, (BF16,))
-        check_shape("activation_tensor", av, (m, n), "(M, N)")
-        check_row_major("activation_tensor", av)
-        pack["activation"] = av
+        pack["activation"] = activation_view(ops, m, n)
 
     device = check_same_device({ARG_NAMES[s]: pack.get(s) for s in pack} | {"b_tensor": ops.b, "b_ptrs": ops.b_ptrs})
     if pointers:

@@ -10,6 +10,7 @@ from typing import Any, Dict
 
 import torch
 
+from .. import activations
 from ..activations import activation
 from ..errors import DtypeError
 from ..problem import BlockScaleConfig, DgluProblem
@@ -73,7 +74,7 @@ def normalize_block_scaled(ops, cfg, *, mode: str, n, b_dtype, d_dtype, generate
                            pointers: bool = True):
     a = ops.a
     fp4 = a.dtype in C.FP4_DTYPES
-    act = C.resolve_act(cfg, block_scaled=True)
+    act = C.resolve_act(cfg, family=activations.BLOCK_SCALED)
     if cfg.epilogue_op in ("relu", "srelu"):
         raise NotImplementedError(f"epilogue_op: {cfg.epilogue_op!r} is not applied by any dGLU kernel (the vendor's "
                                   "accept it and silently ignore it); cudnn_ext refuses it rather than ignore it")
@@ -212,11 +213,7 @@ def normalize_block_scaled(ops, cfg, *, mode: str, n, b_dtype, d_dtype, generate
             raise ValueError("activation_tensor: activation output is supported only by the BF16 kernel in the "
                              "vendor's contract; cudnn_ext stores it with block-scaled operands and a 16-bit D, got "
                              f"D {C._fmt_dtype(d_dtype)}")
-        av = C.drop_unit_dims("activation_tensor", ops.activation, 2, "(M, N) or (M, N, 1)")
-        C.check_dtype("activation_tensor", av, (torch.bfloat16,))
-        C.check_shape("activation_tensor", av, (m, n), "(M, N)")
-        C.check_row_major("activation_tensor", av)
-        pack["activation"] = av
+        pack["activation"] = C.activation_view(ops, m, n)
 
     # amax: wrapper generates it for bf16/fp16 D; class API iff a sample is given
     generate_amax = (d_dtype in (torch.bfloat16, torch.float16)) if wrapper_call else ops.amax is not None

@@ -215,7 +215,7 @@ def dense_b_major(b: torch.Tensor, k_stored: int, *, allow_n_major: bool = True,
         hint = ""
         if b.shape[2] == k_stored:  # the torch habit of stacking experts first
             hint = ("; dense weights are (N, K, L), one (N, K) matrix per expert along the last dim: "
-                    f"an (L, N, K) stack w is passed as w.permute(1, 2, 0)")
+                    "an (L, N, K) stack w is passed as w.permute(1, 2, 0)")
         raise ValueError(f"b_tensor: K must equal a_tensor's K = {k_stored}, got shape {tuple(b.shape)}{hint}")
     packed = num_experts == 1 or b.stride(2) == n * kb
     if b.numel() and packed and b.stride(1) == 1 and (n == 1 or b.stride(0) == kb):
@@ -237,6 +237,15 @@ def pointer_table(name: str, t, pointers: bool = True) -> torch.Tensor:
     if pointers:
         check_aligned(name, t, 8)
     return t
+
+
+def activation_view(ops, m: int, n: int) -> torch.Tensor:
+    """The caller's activation output: (M, N) or (M, N, 1) bf16, row-major; its (M, N) view."""
+    av = drop_unit_dims("activation_tensor", ops.activation, 2, "(M, N) or (M, N, 1)")
+    check_dtype("activation_tensor", av, (BF16,))
+    check_shape("activation_tensor", av, (m, n), "(M, N)")
+    check_row_major("activation_tensor", av)
+    return av
 
 
 def prob_vectors(ops, m: int, *, required: bool) -> Dict[str, torch.Tensor]:
@@ -346,12 +355,10 @@ class CallConfig:
         return state
 
 
-def resolve_act(cfg: CallConfig, *, block_scaled: bool = False, family: Optional[str] = None) -> ActConfig:
+def resolve_act(cfg: CallConfig, *, family: str) -> ActConfig:
     """The call's activation, checked against its operand contract ``family`` (an
-    ``activations.CONTRACTS`` name; by default BF16, or block-scaled with ``block_scaled``)."""
+    ``activations.CONTRACTS`` name)."""
     rec = activations.activation(cfg.act_func)
-    if family is None:
-        family = activations.BLOCK_SCALED if block_scaled else activations.BF16
     if family not in rec.contracts:
         where = {activations.BF16: "BF16 operands", activations.BLOCK_SCALED: "the block-scaled contract (FP8/FP4 operands)",
                  activations.FP8_BLOCKWISE: "the fp8_blockwise recipe"}
@@ -504,7 +511,8 @@ __all__ = [
     'check_shape', 'check_row_major', 'check_contiguous_1d', 'check_aligned', 'OUTPUT_SLOTS', 'byte_range',
     'check_outputs_apart', 'check_spans_apart', 'check_same_device',
     'check_d_dtype', 'check_float_type', 'check_finite', 'check_expert_count', 'check_n',
-    'SCALAR_DTYPES', 'per_expert_vectors', 'dense_b_major', 'pointer_table', 'prob_vectors', 'dbias_view',
+    'SCALAR_DTYPES', 'per_expert_vectors', 'dense_b_major', 'pointer_table', 'activation_view', 'prob_vectors',
+    'dbias_view',
     'check_m_aligned', 'check_choice', 'CallConfig', 'resolve_act', 'check_common_config', 'check_bf16_config',
     'operand_family', 'Operands', 'ARG_NAMES', 'RECIPES', 'CHECK_OFFSETS_ENV', 'offsets_checked_every_call',
     'check_offsets_on_device', 'check_call_offsets'

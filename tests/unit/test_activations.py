@@ -29,12 +29,12 @@ def _problem(act_func, block_scaled=False, device="cpu"):
 
 
 def test_the_contract_takes_a_registered_activation_where_it_is_allowed(throwaway):
-    act = contract.resolve_act(contract.CallConfig(act_func="dtest"), block_scaled=False)
+    act = contract.resolve_act(contract.CallConfig(act_func="dtest"), family=activations.BF16)
     assert act.act_func == "dtest" and act.linear_offset == 0.0
     with pytest.raises(ValueError, match="act_func: 'dtest' is supported by BF16 operands only"):
-        contract.resolve_act(contract.CallConfig(act_func="dtest"), block_scaled=True)
+        contract.resolve_act(contract.CallConfig(act_func="dtest"), family=activations.BLOCK_SCALED)
     with pytest.raises(ValueError, match=r"act_func: must be one of \['dswiglu', 'dgeglu', 'dsituglu', 'dtest'\]"):
-        contract.resolve_act(contract.CallConfig(act_func="dnone"), block_scaled=False)
+        contract.resolve_act(contract.CallConfig(act_func="dnone"), family=activations.BF16)
 
 
 def test_every_engine_declines_an_activation_it_does_not_implement(throwaway):
