@@ -30,7 +30,7 @@ import torch
 
 from .. import activations
 from ..kernels.kernel_cache import KernelCache
-from ..kernels.sm90.config import (DESC_BYTES, KERNEL_ACTIVATION_OUTPUT, KERNEL_ACTS, SITU_DEFAULTS, TRACE_MAX_CTAS,
+from ..kernels.sm90.config import (DESC_BYTES, KERNEL_ACTS, SITU_DEFAULTS, TRACE_MAX_CTAS,
                                    Sm90Config, Sm90TraceConfig)
 from ..problem import DgluProblem
 from ..quant.formats import FP8_DTYPES
@@ -541,9 +541,6 @@ class Sm90DgluEngine(Engine):
             why.append(f"b_major {problem.b_major!r} is not supported")
         if problem.n % 32 or problem.k % 8:
             why.append(f"needs N % 32 == 0 and K % 8 == 0, got N={problem.n}, K={problem.k}")
-        if problem.generate_activation and problem.act.act_func not in KERNEL_ACTIVATION_OUTPUT:
-            why.append(f"the activation output of {problem.act.act_func!r} is not implemented on sm90 "
-                       f"({', '.join(KERNEL_ACTIVATION_OUTPUT)} only; the reference engine runs it)")
         if problem.deterministic:
             why.append("deterministic: the kernel sums dprob and dbias with fp32 atomics (the reference engine "
                        "runs it)")
@@ -612,9 +609,11 @@ class Sm90DgluEngine(Engine):
     def _c_split_applies(problem: DgluProblem, tile_n: int, cluster_n: int) -> bool:
         # 16-bit D of C's type (D stored through shared memory, as timed): with fp32 D
         # (register stores) the split epilogue spills 48 B at a partial N-tile
+        # (dSiTU-GLU's activation output spills 4 B in it)
         return ((problem.weight_mode == "dense" or problem.k <= _C_SPLIT_DISCRETE_MAX_K)
                 and tile_n == 128 and cluster_n == 1
-                and problem.c_dtype in _HALF_DTYPES and problem.d_dtype == problem.c_dtype)
+                and problem.c_dtype in _HALF_DTYPES and problem.d_dtype == problem.c_dtype
+                and not (problem.generate_activation and problem.act.act_func == "dsituglu"))
 
     @staticmethod
     def _cooperative_applies(problem: DgluProblem) -> bool:

@@ -246,9 +246,6 @@ class Sm90BlockScaledEngine(Engine):
         if not fp8 and problem.d_dtype not in _HALF_FLOAT:
             why.append(f"D dtype {problem.d_dtype} with FP4 operands is not supported on sm90 "
                        f"(bf16, fp16, fp32)")
-        if problem.generate_activation:
-            why.append("the activation output with block-scaled operands is not implemented on sm90 (the reference "
-                       "engine runs it)")
         if bs.generate_sfd and problem.d_dtype != torch.float8_e4m3fn:
             why.append(f"quantized D (SFD) in {problem.d_dtype}: the quantizer writes e4m3 only")
         if problem.c_dtype not in _HALF_FLOAT + FP8_DTYPES:

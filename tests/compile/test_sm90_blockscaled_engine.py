@@ -21,8 +21,8 @@ FP4, E4M3, E5M2, E8M0 = torch.uint8, torch.float8_e4m3fn, torch.float8_e5m2, tor
 
 def _problem(ab=FP4, sf=E4M3, vec=16, act="dgeglu", d=torch.bfloat16, c=torch.bfloat16, prob=True,
              amax=True, dbias=False, mode="dense", k=256, n=96, m=2048, experts=4, beta1=4.0,
-             beta2=25.0, b_major="k", deterministic=False, **bs):
-    return DgluProblem(deterministic=deterministic, n=n, k=k, num_experts=experts, m=m, weight_mode=mode, b_major=b_major, ab_dtype=ab,
+             beta2=25.0, b_major="k", deterministic=False, activation=False, **bs):
+    return DgluProblem(deterministic=deterministic, generate_activation=activation, n=n, k=k, num_experts=experts, m=m, weight_mode=mode, b_major=b_major, ab_dtype=ab,
                        c_dtype=c, d_dtype=d, act=ActConfig(act_func=act, dgeglu_applies_beta=False,
                                                            situ_beta1=beta1, situ_beta2=beta2),
                        generate_dbias=dbias, has_prob=prob, has_dprob=prob, device_type="cuda",
@@ -219,6 +219,9 @@ _SITU_CASES = [
                                          **_SITU), "first"),
     ("coop-shallow-Dfp16", _problem(k=2048, d=torch.float16, **_SITU_COOP), "coop"),
     ("coop-deep-dbias-b1-3", _problem(k=7168, dbias=True, beta1=3.0, **_SITU_COOP), "coop"),
+    # the activation output: every entry (no 64-row C entries: 4 B spilled there)
+    ("space-act", _problem(activation=True, **_SITU), "all"),
+    ("coop-deep-dbias-act", _problem(k=7168, dbias=True, activation=True, **_SITU_COOP), "coop"),
 ]
 
 

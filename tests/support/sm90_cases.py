@@ -557,11 +557,12 @@ def split_unspread_case() -> Case:
 
 
 def activation_cases() -> list:
-    """The activation output (dGeGLU) and round_dgrad_to_input_dtype on every schedule:
-    ping-pong with register D stores and with 64-row C entries (D through shared memory),
-    2x2 clusters, cooperative 128 x 256 with an N tail, the split last round, discrete
-    weights; empty experts, N and K tails, rows past the last offset; dSwiGLU and fp32 C/D
-    with round_dgrad alone."""
+    """The activation output and round_dgrad_to_input_dtype on every schedule: ping-pong
+    with register D stores and with 64-row C entries (D through shared memory), 2x2
+    clusters, cooperative 128 x 256 with an N tail, the split last round, discrete weights,
+    the ragged schedule; dGeGLU, dSwiGLU (whose stored value carries beta^2: beta in [0.5,
+    1.5], 0 and -1.3 with signed_beta) and dSiTU-GLU; empty experts, N and K tails, rows
+    past the last offset; dSwiGLU and fp32 C/D with round_dgrad alone."""
     co = dict(cooperative=True)
     return [
         Case([256, 0, 768, 256], 96, 200, "dgeglu", activation=True),
@@ -575,6 +576,20 @@ def activation_cases() -> list:
              split_last=3, extra_rows=16384, **co),
         Case([256, 0, 768, 256], 96, 200, "dgeglu", activation=True, round_dgrad=True,
              weight_mode="discrete", b_major="n"),
+        Case([256, 0, 768, 256], 96, 200, "dswiglu", activation=True, round_dgrad=True,
+             c_split=2, cluster_m=2, signed_beta=True),
+        Case([0, 512, 256], 320, 264, "dswiglu", activation=True, tile_n=256, cluster_m=2,
+             split_last=3, extra_rows=16384, **co),
+        Case([256, 0, 768, 256], 96, 200, "dswiglu", activation=True, weight_mode="discrete",
+             b_major="n", signed_beta=True),
+        Case([8, 0, 120, 1000, 16], 96, 200, "dswiglu", activation=True, tile_n=64,
+             m_aligned=8),
+        Case([256, 0, 768, 256], 96, 200, "dsituglu", activation=True, cluster_m=2,
+             signed_beta=True),
+        Case([0, 512, 256], 320, 264, "dsituglu", activation=True, tile_n=256, cluster_m=2,
+             **co),
+        Case([8, 0, 120, 1000, 16], 96, 200, "dsituglu", activation=True, tile_n=64,
+             m_aligned=8),
         Case([512, 256], 160, 200, "dswiglu", torch.float32, torch.float32, round_dgrad=True,
              tile_n=64),
         Case([2048, 256, 0, 4096, 1024, 512, 256, 2048], 512, 1416, "dswiglu", round_dgrad=True,

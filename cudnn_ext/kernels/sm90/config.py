@@ -39,9 +39,6 @@ DTYPE_BITS = {"bf16": 16, "fp16": 16, "fp32": 32}
 AB_DTYPES = ("bf16", "fp16")
 #: the activations whose derivative epilogue.py implements (each keyed by its act_func)
 KERNEL_ACTS = ("dswiglu", "dgeglu", "dsituglu")
-#: the activations whose activation output the epilogue stores (dSwiGLU's local value is
-#: the unscaled act / beta^2, which the store does not rescale)
-KERNEL_ACTIVATION_OUTPUT = ("dgeglu",)
 #: dSiTU-GLU's beta1, beta2 in the config of every other activation (one compile key each)
 SITU_DEFAULTS = (4.0, 25.0)
 
@@ -55,7 +52,7 @@ class Sm90Config:
     ``weight_mode`` (``"dense"``: one (N, K, L) tensor; ``"discrete"``: a device table of L
     per-expert (N, K) base addresses, loaded through per-expert TMA descriptors a helper kernel
     builds on the device) and ``b_major`` (``"k"``: K-major; ``"n"``: N-major);
-    ``generate_activation`` (dGeGLU: the epilogue also stores prob x the activation value,
+    ``generate_activation`` (the epilogue also stores prob x the activation value,
     (M, N) bf16, de-interleaved) and ``round_dgrad`` (the vendor's
     ``round_dgrad_to_input_dtype``: alpha^2 x acc rounded to bf16 before the epilogue math);
     the block-scaled contract's epilogue (its operands dequantized to bf16 first):
@@ -181,11 +178,6 @@ class Sm90Config:
             # (so that one kernel has one key)
             raise ValueError(f"situ_beta1/situ_beta2 are dSiTU-GLU's: they must stay "
                              f"{SITU_DEFAULTS} with act_func {self.act_func!r}, got {betas}")
-        if self.generate_activation and self.act_func not in KERNEL_ACTIVATION_OUTPUT:
-            # (dSiTU-GLU's activation value is the true one too, but the ping-pong 64-row C
-            # entry form spilled 4 B with it)
-            raise ValueError(f"generate_activation needs act_func in {KERNEL_ACTIVATION_OUTPUT} (the "
-                             f"activation outputs the epilogue stores), got {self.act_func!r}")
         if self.cluster_m not in (1, 2):
             raise ValueError(f"cluster_m must be 1 or 2, got {self.cluster_m}")
         if self.discrete() and self.cluster_n != 1:

@@ -409,6 +409,11 @@ class DgluEpilogueMixin:
         amax_g = Float32(0.0)
         amax_u = Float32(0.0)
         row_scale = [hoisted * c_scale * p for p in probs]
+        # (generate_activation) the stored value is p x act: dSwiGLU's act is the unscaled
+        # act / beta^2, so its factor carries beta^2 (the true activation, as the reference)
+        act_scale = probs
+        if cutlass.const_expr(swiglu and cfg.generate_activation):
+            act_scale = [p * c_scale * c_scale for p in probs]
         dprob = self._zeros(2 * self.halves)
         # the warpgroup's first row inside the tile: C/D blocks hold only its rows
         blk_row0 = 64 * wg if self.coop else 0
@@ -501,8 +506,8 @@ class DgluEpilogueMixin:
                     if cutlass.const_expr(cfg.generate_activation):
                         if self._and(valid, keep[slot]):  # accumulator column n0 + 32 j + c_loc, de-interleaved
                             off = (row0 + r_loc) * cfg.n + n0 + 32 * j + c_loc
-                            self._store_pair(mAct, off, acts[0] * probs[slot],
-                                             acts[1] * probs[slot])
+                            self._store_pair(mAct, off, acts[0] * act_scale[slot],
+                                             acts[1] * act_scale[slot])
                 if cutlass.const_expr(h % per_entry == per_entry - 1):  # the entry is done
                     self._release_entry(c_pipe, st, sDb, col_gate, col_up, tidx,
                                         h == self.halves - 1)
