@@ -9,9 +9,11 @@ Peers, side by side in one process on the same inputs:
   cudnn_ext_discrete      (row impl "cudnn_ext", variant "discrete") the same with per-expert
                           weights (b_ptrs: one allocation per expert, K-major, device-built
                           TMA descriptors)
-  cudnn_ext_geglu         (row impl "cudnn_ext", variant "dgeglu") the engine with dGeGLU
-  cudnn_ext_activation    (variant "dgeglu+activation") dGeGLU storing the activation output
-                          (M, N) bf16 too, the vendor's activation_tensor
+  cudnn_ext_act:<act>[+activation]  (row impl "cudnn_ext", variant "<act>" or
+                          "<act>+activation") the engine's kernel with dswiglu, dgeglu or
+                          dsituglu (its betas 4 and 25, on bf16 operands as the block-scaled
+                          engine runs it), storing the activation output (M, N) bf16 too
+                          with +activation (the vendor's activation_tensor)
   cudnn_ext_round_dgrad   (variant "round_dgrad") dSwiGLU with round_dgrad_to_input_dtype
   <fmt>:<impl>            block-scaled rows (format nvfp4, mxfp4 or mxfp8: A and B quantized
                           from the same values, dSwiGLU, prob, dprob, dbias; FP4 D bf16 with
@@ -477,14 +479,18 @@ def build_impl(impl, pack, K, N, dbias, args, row):
     elif impl == "cudnn_ext_op":
         fn, extra = run_cudnn_ext_op(pack, dbias=dbias)
         row.update(impl="cudnn_ext", variant="op")  # one impl name, told apart by variant
-    elif impl in ("cudnn_ext_geglu", "cudnn_ext_activation"):
+    elif impl.startswith("cudnn_ext_act:"):
+        v = impl.split(":", 1)[1]
+        act, _, feature = v.partition("+")
+        if act not in ("dswiglu", "dgeglu", "dsituglu") or feature not in ("", "activation"):
+            raise SystemExit(f"--impls {impl}: expected cudnn_ext_act:<dswiglu|dgeglu|dsituglu>"
+                             f"[+activation]")
         feat = pack
-        if impl == "cudnn_ext_activation":
+        if feature:
             M = pack["a"].shape[0]
             feat = dict(pack, activation=torch.empty(M, N, device="cuda", dtype=torch.bfloat16))
-        fn, extra = run_cudnn_ext(feat, K, N, dbias=dbias, act="dgeglu")
-        row.update(impl="cudnn_ext",
-                   variant="dgeglu+activation" if impl == "cudnn_ext_activation" else "dgeglu")
+        fn, extra = run_cudnn_ext(feat, K, N, dbias=dbias, act=act)
+        row.update(impl="cudnn_ext", variant=v)
     elif impl == "cudnn_ext_round_dgrad":
         fn, extra = run_cudnn_ext(pack, K, N, dbias=dbias, round_dgrad=True)
         row.update(impl="cudnn_ext", variant="round_dgrad")
@@ -604,8 +610,8 @@ def main(argv=None):
     ap.add_argument("--shapes", default=",".join(SHAPES),
                     help=f"comma-separated, of {sorted(SHAPES)} and the extra shapes "
                          f"{sorted(EXTRA_SHAPES)}")
-    ap.add_argument("--impls", default="cudnn_ext,cudnn_ext_op,cudnn_ext_discrete,cudnn_ext_geglu,"
-                    "cudnn_ext_activation,cudnn_ext_round_dgrad,nvfp4:cudnn_ext,nvfp4:composed,"
+    ap.add_argument("--impls", default="cudnn_ext,cudnn_ext_op,cudnn_ext_discrete,cudnn_ext_act:dgeglu,"
+                    "cudnn_ext_act:dgeglu+activation,cudnn_ext_round_dgrad,nvfp4:cudnn_ext,nvfp4:composed,"
                     "mxfp4:cudnn_ext,torch_grouped_mm,torch_unfused_compiled,quack",
                     help="comma-separated peers (see above)")
     ap.add_argument("--reps", type=int, default=50, help="timed calls per row")

@@ -54,6 +54,11 @@ def test_compare_losses_tolerance():
     drift = stock[:80] + [x * 1.03 for x in stock[80:]]
     assert not train_titan.compare_losses(stock, drift)["agrees"]
     assert not train_titan.compare_losses(stock, stock[:-1] + [math.nan])["agrees"]
+    # the bars a control run sets (wider where rounding alone parts the curves more)
+    assert train_titan.compare_losses(stock, early_miss, early_rtol=0.06)["agrees"]
+    assert not train_titan.compare_losses(stock, early_miss, early_rtol=0.04)["agrees"]
+    assert train_titan.compare_losses(stock, drift, final_rtol=0.031)["agrees"]
+    assert not train_titan.compare_losses(stock, drift, final_rtol=0.029)["agrees"]
 
 
 def test_bad_arguments_are_refused():
@@ -88,3 +93,10 @@ def test_control_run_is_recorded(tmp_path):
     assert control["perturbation_log2"] == train_titan.CONTROL_LOG2
     assert len(control["run"]["loss"]) == 2 and all(math.isfinite(x) for x in control["run"]["loss"])
     assert control["max_abs_loss_diff"] > 0 and "agrees" not in control
+    # the bars: the fixed ones, or the control's own parting times the margin where larger
+    tol = doc["tolerance"]
+    assert tol["control_margin"] == train_titan.CONTROL_MARGIN
+    assert tol["early_rel"] == max(train_titan.EARLY_RTOL,
+                                   train_titan.CONTROL_MARGIN * control["early_max_rel_loss_diff"])
+    assert tol["final_window_rel"] == max(train_titan.FINAL_RTOL,
+                                          train_titan.CONTROL_MARGIN * control["final_window_rel_loss_diff"])
