@@ -23,6 +23,10 @@ Peers, side by side in one process on the same inputs:
                           writes today: cudnn_ext.quant.dequantize of A and B to bf16, then
                           our BF16 kernel; FP8: then the public D quantizer) and reference
                           (the reference engine on the GPU), e.g. nvfp4:cudnn_ext
+  fp8_blockwise:<peer>    the fp8_blockwise recipe (A e4m3 with 1x128 scales, B with 128x128
+                          ones, quantized once from the same values): cudnn_ext (the
+                          sm90_fp8_blockwise engine's plan execute, FP8 WGMMA, dSwiGLU, prob,
+                          dprob, dbias, bf16 D) or quantize (quantize_fp8_blockwise of A alone)
   torch_grouped_mm        torch._grouped_mm alone (the GEMM only, bf16 out): the bar to beat
   torch_unfused_compiled  torch._grouped_mm + a torch.compile'd epilogue (what users write)
   torch_scaled_grouped_mm torch._scaled_grouped_mm alone with FP8 rowwise scales (e4m3 A and B,
@@ -494,6 +498,10 @@ def build_impl(impl, pack, K, N, dbias, args, row):
     elif impl == "cudnn_ext_round_dgrad":
         fn, extra = run_cudnn_ext(pack, K, N, dbias=dbias, round_dgrad=True)
         row.update(impl="cudnn_ext", variant="round_dgrad")
+    elif impl.startswith("fp8_blockwise:"):
+        peer = impl.split(":", 1)[1]
+        fn, extra = make_fp8_blockwise(pack, K, N, peer, dbias)
+        row.update(impl=peer, format="fp8_blockwise")
     elif ":" in impl and impl.split(":", 1)[0] in BLOCK_FORMATS:
         fmt, peer = impl.split(":", 1)
         fn, extra = make_blockscaled(pack, K, N, fmt, peer, dbias)
@@ -521,6 +529,37 @@ BLOCK_FORMATS = {
     "mxfp4": ("nvfp4", dict(sf_vec_size=32, sf_dtype=torch.float8_e8m0fnu), 32),
     "mxfp8": ("mxfp8", dict(fp8_dtype=torch.float8_e4m3fn), 32),
 }
+
+
+def make_fp8_blockwise(pack, K, N, peer, dbias):
+    """(fn, extra) of one fp8_blockwise row: the pack's A quantized per 1x128 block and B per
+    128x128 block (``cudnn_ext.quant.quantize_fp8_blockwise``, once), then ``cudnn_ext``: the
+    sm90_fp8_blockwise engine's plan execute (dSwiGLU, prob, dprob, dbias; bf16 D), or
+    ``quantize``: quantizing A alone, what quantizing dY on the fly costs."""
+    from cudnn_ext.engines.sm90_fp8_blockwise import Sm90Fp8BlockwiseEngine
+    from cudnn_ext.problem import ActConfig, DgluProblem
+    from cudnn_ext.quant import quantize_fp8_blockwise
+
+    if peer == "quantize":
+        return (lambda: quantize_fp8_blockwise(pack["a"], (1, 128))), {}
+    if peer != "cudnn_ext":
+        raise SystemExit(f"fp8_blockwise:{peer}: the fp8_blockwise peers are cudnn_ext and quantize")
+    a_q, sfa = quantize_fp8_blockwise(pack["a"], (1, 128))
+    b_q, sfb = quantize_fp8_blockwise(pack["b"], (128, 128))  # (N, K, L), K-major per expert
+    L, M = pack["alpha"].shape[0], pack["a"].shape[0]
+    problem = DgluProblem(n=N, k=K, num_experts=L, m=M, weight_mode="dense", b_major="k",
+                          ab_dtype=torch.float8_e4m3fn, c_dtype=torch.bfloat16, d_dtype=torch.bfloat16,
+                          act=ActConfig("dswiglu"), generate_dbias=dbias, device_type="cuda", device_index=0,
+                          recipe="fp8_blockwise")
+    eng = Sm90Fp8BlockwiseEngine()
+    (knobs,) = eng.knob_space(problem)
+    t0 = time.perf_counter()
+    plan = eng.build(problem, knobs)
+    build_s = time.perf_counter() - t0
+    ws = torch.empty(max(plan.workspace_size, 1), dtype=torch.uint8, device="cuda")
+    fp8_pack = dict(pack, a=a_q, b=b_q, sfa=sfa, sfb=sfb)
+    stream = torch.cuda.current_stream()
+    return (lambda: plan.execute(fp8_pack, ws, stream)), dict(knobs=knobs.as_dict(), first_compile_s=build_s)
 
 
 def make_blockscaled(pack, K, N, fmt, peer, dbias):

@@ -23,6 +23,9 @@ def _all_engines() -> List[Engine]:
         from .sm90_blockscaled import Sm90BlockScaledEngine
 
         engines.append(Sm90BlockScaledEngine())
+        from .sm90_fp8_blockwise import Sm90Fp8BlockwiseEngine
+
+        engines.append(Sm90Fp8BlockwiseEngine())
     except ImportError:
         pass
     from .vendor import VendorSm100Engine  # imports nvidia-cudnn-frontend lazily

@@ -39,7 +39,8 @@ from ..runtime.streams import current_device_index, current_stream_handle
 from ..runtime.workspace import WorkspaceLayout, WorkspaceRequest
 from .base import CompiledPlan, Engine, compile_deferred
 
-_DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+_DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32",
+                torch.float8_e4m3fn: "e4m3"}
 _AB_DTYPES = (torch.bfloat16, torch.float16)
 _CD_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _HALF_DTYPES = (torch.bfloat16, torch.float16)
@@ -238,6 +239,7 @@ class Sm90Plan(CompiledPlan):
         self._zero_ws_elems = config.zeroed_ws_elems(num_experts)
         self._ws_elems = config.scratch_ws_elems(num_experts)
         self._discrete = problem.weight_mode == "discrete"
+        self._blockwise = config.blockwise()  # (the fp8_blockwise recipe's scale operands)
         # which of _OPTIONAL_SLOTS the kernel touches (each launch checks their addresses)
         self._required = tuple(i for i, on in enumerate((
             config.has_prob, config.has_dprob, config.generate_activation, config.generate_amax))
@@ -356,7 +358,8 @@ class Sm90Plan(CompiledPlan):
             _addr(pack, "dprob"), dbias.data_ptr() if dbias is not None else 0,
             workspace.data_ptr() if workspace is not None else 0,
             _addr(pack, "activation") if self.config.generate_activation else 0,
-            _addr(pack, "amax") if self.config.generate_amax else 0)
+            _addr(pack, "amax") if self.config.generate_amax else 0,
+            *((pack["sfa"].data_ptr(), pack["sfb"].data_ptr()) if self._blockwise else ()))
         fn = self._fn(init)
         dev = c.get_device()
         # None: the current stream of the tensors' device (its raw handle: no Stream object)
@@ -369,10 +372,11 @@ class Sm90Plan(CompiledPlan):
             self._call(fn, addrs, m, num_experts, ctas, handle)
 
     def _kernel_addrs(self, a, b, c, offsets, alpha, beta, prob, d_row, dprob, dbias, workspace,
-                      activation=0, amax=0):
-        """The 15 kernel addresses in ``build._ptr_specs`` order from the operands' addresses
+                      activation=0, amax=0, sfa=0, sfb=0):
+        """The 17 kernel addresses in ``build._ptr_specs`` order from the operands' addresses
         (``b``: the pointer table in discrete mode; ``prob``, ``dprob``, ``dbias``,
-        ``workspace``, ``activation``, ``amax`` 0 when absent)."""
+        ``workspace``, ``activation``, ``amax`` 0 when absent; ``sfa``, ``sfb``: the
+        fp8_blockwise recipe's scales, 0 for other operands)."""
         if self._discrete:
             # the kernel's helper reads the table and writes the descriptors on the device
             b_addr, b_ptrs_addr, desc_addr = a, b, workspace + self._desc_off
@@ -400,7 +404,7 @@ class Sm90Plan(CompiledPlan):
                 raise ValueError(f"{name}: this plan reads or writes {name}, got none")
         # (an output or input the plan does not have gets A's address: never touched)
         return (a, b_addr, c, d_row, offsets, alpha, beta, prob or a, dprob or a, scratch,
-                b_ptrs_addr, desc_addr, dbias or a, activation or a, amax or a)
+                b_ptrs_addr, desc_addr, dbias or a, activation or a, amax or a, sfa or a, sfb or a)
 
     def address_launcher(self, init: bool, device_index: int, zeroed_workspace: bool = False):
         """The launch on raw addresses for the eager hot path (``cudnn_ext.functional``), bound once
@@ -459,9 +463,9 @@ class Sm90TracePlan(Sm90Plan):
         return WorkspaceRequest("trace", self.config.trace_bytes(), 128)
 
     def _kernel_addrs(self, a, b, c, offsets, alpha, beta, prob, d_row, dprob, dbias, workspace,
-                      activation=0, amax=0):
+                      activation=0, amax=0, sfa=0, sfb=0):
         addrs = super()._kernel_addrs(a, b, c, offsets, alpha, beta, prob, d_row, dprob, dbias,
-                                      workspace, activation, amax)
+                                      workspace, activation, amax, sfa, sfb)
         desc_addr = workspace + self._desc_off
         if desc_addr % 16:
             raise ValueError(f"workspace: must be 16-byte aligned for the trace stamps, got "

@@ -345,3 +345,42 @@ def test_blocking_barrier_parse_sees_both_sides_of_a_shared_barrier():
 	bar.sync 	0;
 """
     assert _blocking_named_barriers(ptx) == {"64": ["%r3394", "6"], "256": ["%r60"]}
+
+
+#: The fp8_blockwise engine's configurations (one per problem: cooperative 128 x 128, 2x1
+#: clusters, or 1x1 where the ragged schedule leaves clusters out): every activation, dbias on
+#: and off, the activation output, C/D types, an N tail, aligned and ragged groups.
+def _fp8(act="dswiglu", c=BF16, d=BF16, dbias=True, n=160, k=384, activation=False, m_aligned=256):
+    import torch
+    from cudnn_ext.problem import ActConfig, DgluProblem
+
+    return DgluProblem(n=n, k=k, num_experts=4, m=4096, weight_mode="dense", b_major="k",
+                       ab_dtype=torch.float8_e4m3fn, c_dtype=c, d_dtype=d,
+                       act=ActConfig(act_func=act), generate_dbias=dbias, device_type="cuda",
+                       generate_activation=activation, m_aligned=m_aligned, recipe="fp8_blockwise")
+
+
+_FP8_CASES = [
+    ("swiglu-dbias", _fp8()),
+    ("geglu-act-Dfp32", _fp8(act="dgeglu", d=FP32, dbias=False)),
+    ("situglu-dbias-act", _fp8(act="dsituglu", activation=True)),
+    ("swiglu-Cfp32-Dfp16", _fp8(c=FP32, d=FP16)),
+    ("ragged-swiglu-dbias-act", _fp8(activation=True, m_aligned=8)),
+    ("ragged-wide-geglu-dbias", _fp8(act="dgeglu", n=8192, k=2048, m_aligned=8)),
+]
+
+
+@needs_dsl
+@pytest.mark.parametrize("problem", [c[1] for c in _FP8_CASES], ids=[c[0] for c in _FP8_CASES])
+def test_fp8_blockwise_kernels_compile_for_sm90a(problem):
+    """FP8 WGMMA (e4m3 x e4m3, K 32) with the per-k-tile promotion: no spills (16-bit C and D
+    of one type; the register-store forms as the BF16 kernel allows), no WGMMA warning."""
+    from cudnn_ext.engines.sm90_fp8_blockwise import Sm90Fp8BlockwiseEngine
+
+    eng = Sm90Fp8BlockwiseEngine()
+    assert eng.check_support(problem) == []
+    (cfg,) = eng.knob_space(problem)
+    assert cfg.blockwise() and cfg.cooperative and cfg.tile_n == 128
+    _check_report(cfg, 0 if problem.c_dtype == problem.d_dtype else 32)
+    _, ptx = _compiled(cfg)
+    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n128k32\.f32\.e4m3\.e4m3", ptx)

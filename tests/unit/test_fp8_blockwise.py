@@ -5,6 +5,8 @@ per-expert pointer weights, every activation, any-size groups; its errors; the e
 decline it."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from fp8_blockwise_cases import E4M3, TOL, K, L, N, case, reference, rel
@@ -166,6 +168,16 @@ def test_the_hopper_and_vendor_engines_decline_with_a_reason():
     assert any("recipe 'fp8_blockwise' is cudnn_ext's" in r for r in engine_by_name("vendor_sm100").check_support(problem))
     assert engine_by_name("sm90_blockscaled").check_support(problem)
     assert engine_by_name("reference").check_support(problem) == []
+    # the recipe's own Hopper engine: dense K-major B with a 16/32-bit D on a GPU
+    fp8 = engine_by_name("sm90_fp8_blockwise")
+    assert fp8.check_support(dataclasses.replace(problem, device_type="cuda")) == []
+    for change, reason in ((dict(weight_mode="discrete"), "weight_mode 'discrete'"),
+                           (dict(b_major="n"), "K-major B only"), (dict(d_dtype=E4M3), "quantizes an FP8 D"),
+                           (dict(deterministic=True), "deterministic"), (dict(k=200), "K % 128 == 0"),
+                           ({}, "not cuda")):
+        why = fp8.check_support(dataclasses.replace(problem, **{"device_type": "cuda", **change} if change else {}))
+        assert any(reason in r for r in why), (change, why)
+    assert fp8.check_support(dataclasses.replace(problem, recipe=None)) == ["not the fp8_blockwise recipe (recipe None)"]
 
 
 def test_fp8_d_is_the_recipe_applied_to_the_fp32_d():

@@ -20,6 +20,9 @@ from dataclasses import dataclass
 
 TILE_M = 128  # one math warpgroup x two 64-row WGMMA halves; 256-aligned offsets => one expert
 TILE_K = 64  # 4 x WGMMA K (16) per k-tile: 128-byte rows => 128B swizzle for 16-bit types
+#: e4m3 operands (the fp8_blockwise recipe): one k-tile is one 128-K scale block (4 x WGMMA
+#: K 32; 128-byte rows as well), whose fp32 partial sums are promoted once per k-tile
+BLOCKWISE_TILE_K = 128
 SMEM_CAPACITY = 232448  # sm_90 max dynamic shared memory per block (227 KB)
 NUM_THREADS = 384  # 1 producer + 2 math warpgroups
 MATH_WARPGROUPS = 2
@@ -35,8 +38,10 @@ SPLIT_MAX = 4  # the largest split_last
 SPLIT_BARRIER = 4  # named barrier of the 256 math threads around a partial's hand-over
 
 #: Element dtypes by name (the kernel maps them to CuTe DSL types), with their widths in bits.
-DTYPE_BITS = {"bf16": 16, "fp16": 16, "fp32": 32}
-AB_DTYPES = ("bf16", "fp16")
+DTYPE_BITS = {"bf16": 16, "fp16": 16, "fp32": 32, "e4m3": 8}
+#: A/B element types; e4m3 is the fp8_blockwise recipe's (fp32 scales per 1x128 block of A
+#: and 128x128 block of B, applied per k-tile)
+AB_DTYPES = ("bf16", "fp16", "e4m3")
 #: the activations whose derivative epilogue.py implements (each keyed by its act_func)
 KERNEL_ACTS = ("dswiglu", "dgeglu", "dsituglu")
 #: dSiTU-GLU's beta1, beta2 in the config of every other activation (one compile key each)
@@ -163,7 +168,7 @@ class Sm90Config:
         if self.act_func not in KERNEL_ACTS:
             raise ValueError(f"act_func {self.act_func!r} is not supported by the SM90 kernel")
         for name in ("ab_dtype", "c_dtype", "d_dtype"):
-            allowed = AB_DTYPES if name == "ab_dtype" else tuple(DTYPE_BITS)
+            allowed = AB_DTYPES if name == "ab_dtype" else ("bf16", "fp16", "fp32")
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         if self.weight_mode not in ("dense", "discrete") or self.b_major not in ("k", "n"):
@@ -209,6 +214,8 @@ class Sm90Config:
             raise ValueError(
                 f"ab_stages: {self.ab_stages} A/B shared-memory stages do not fit with "
                 f"{self.smem_users()}: at most {self.stages_that_fit()} do")
+        if self.blockwise():
+            self._check_blockwise()
         if self.c_split not in (1, 2) or (self.c_split == 2 and self.cooperative):
             raise ValueError(f"c_split must be 1, or 2 in the ping-pong schedule, got "
                              f"c_split={self.c_split}, cooperative={self.cooperative}")
@@ -218,7 +225,32 @@ class Sm90Config:
             raise ValueError(f"c_stages must be at most tile_n / 32 = {self.tile_n // 32} with "
                              f"dbias in the ping-pong schedule, got {self.c_ring()}")
 
+    def _check_blockwise(self) -> None:
+        """e4m3 operands: the cooperative schedule (a warpgroup's 64 rows keep the k-tile's
+        partial sums next to the accumulator: 2 x tile_n / 2 registers), dense K-major B (FP8
+        WGMMA reads K-major operands only), whole scale blocks along K, one part per tile."""
+        why = []
+        if not self.cooperative or self.tile_n > 128:
+            why.append(f"the cooperative schedule with tile_n <= 128 (cooperative="
+                       f"{self.cooperative}, tile_n={self.tile_n})")
+        if self.weight_mode != "dense" or self.b_major != "k":
+            why.append(f"dense K-major B (weight_mode={self.weight_mode!r}, b_major={self.b_major!r})")
+        if self.k % BLOCKWISE_TILE_K:
+            why.append(f"K a multiple of {BLOCKWISE_TILE_K} (K={self.k})")
+        if self.split() or self.round_dgrad:
+            why.append(f"split_last 1 and no round_dgrad (split_last={self.split_last}, "
+                       f"round_dgrad={self.round_dgrad})")
+        if why:
+            raise ValueError("ab_dtype 'e4m3' needs " + "; ".join(why))
+
     # ------------------------------------------------------------------ derived
+    def blockwise(self) -> bool:
+        """e4m3 A and B with the fp8_blockwise recipe's fp32 scales."""
+        return self.ab_dtype == "e4m3"
+
+    def tile_k(self) -> int:
+        return BLOCKWISE_TILE_K if self.blockwise() else TILE_K
+
     def wg_rows(self) -> int:
         """Rows of a tile one math warpgroup owns (and of its C/D blocks)."""
         return TILE_M // MATH_WARPGROUPS if self.cooperative else TILE_M
@@ -293,7 +325,7 @@ class Sm90Config:
                 f"dbias={self.generate_dbias}, cooperative={self.cooperative}")
 
     def stages_that_fit(self) -> int:
-        per_stage = (TILE_M + self.tile_n) * TILE_K * (DTYPE_BITS[self.ab_dtype] // 8)
+        per_stage = (TILE_M + self.tile_n) * self.tile_k() * DTYPE_BITS[self.ab_dtype] // 8
         c_bytes = MATH_WARPGROUPS * self.c_ring() * self.c_block_bytes()
         # Besides the buffers and the dbias sums: the mbarriers (at most ~400 B; they follow
         # the 1024-B aligned buffers, so no padding), in a 1 KB margin. Ping-pong 128 x 128

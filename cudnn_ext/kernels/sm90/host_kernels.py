@@ -11,7 +11,7 @@ import cutlass.cute as cute
 from cutlass import Int32
 from cutlass.tensor_utils.tensormap import TensorMapManager, TensorMapUpdateMode
 
-from .config import DESC_BYTES, TILE_K
+from .config import DESC_BYTES
 from .tile_walk import dsl_ops, ragged_units
 
 
@@ -116,7 +116,7 @@ class HostKernelsMixin:
             op = (cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp() if cm > 1
                   else cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp())
             atom, _ = cute.nvgpu.cpasync.make_tiled_tma_atom(
-                op, mBe, b_smem, (self.tile_n, TILE_K), num_multicast=cm)
+                op, mBe, b_smem, (self.tile_n, self.tile_k), num_multicast=cm)
             # The DSL's device-side encoding of this rank-2 map writes only the first 64
             # bytes (PTX: 4 x st.global.v2.b64); zero the rest so every byte of the 128-B
             # slot is defined whatever the workspace held before.

@@ -19,7 +19,7 @@ import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass import Float32, Int32
 from cutlass.tensor_utils import LayoutEnum
 
-from .config import (C_BLOCK_COLS, MATH_WARPGROUPS, NUM_THREADS, SPLIT_BARRIER, TILE_K, TILE_M,
+from .config import (BLOCKWISE_TILE_K, C_BLOCK_COLS, MATH_WARPGROUPS, NUM_THREADS, SPLIT_BARRIER, TILE_M,
                      Sm90Config)
 from .dbias import DbiasHandBack, DbiasMixin, HandOver
 from .epilogue import DgluEpilogueMixin, EpilogueParams
@@ -34,7 +34,8 @@ RAGGED_BIG = 1 << 30
 RAGGED_EXTENT = (1 << 31) - 1
 
 #: The CuTe DSL element type of each of the config's dtype names.
-DSL_DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16, "fp32": cutlass.Float32}
+DSL_DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16, "fp32": cutlass.Float32,
+              "e4m3": cutlass.Float8E4M3FN}
 
 
 class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin,
@@ -100,9 +101,10 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
         self.d_dtype = DSL_DTYPES[cfg.d_dtype]
         self.tile_n = cfg.tile_n
         self.ab_stages = cfg.stages()
-        self.tile_shape_mnk = (TILE_M, cfg.tile_n, TILE_K)
+        self.tile_k = cfg.tile_k()
+        self.tile_shape_mnk = (TILE_M, cfg.tile_n, self.tile_k)
         self.num_n_tiles = cfg.num_n_tiles()
-        self.k_tile_cnt = (cfg.k + TILE_K - 1) // TILE_K
+        self.k_tile_cnt = (cfg.k + self.tile_k - 1) // self.tile_k
         self.nblk = cfg.tile_n // 32  # C blocks per tile
         self.c_split = cfg.c_split
         self.c_rows = cfg.c_rows()
@@ -135,6 +137,8 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
         dbias_ptr: cute.Pointer,
         act_ptr: cute.Pointer,
         amax_ptr: cute.Pointer,
+        sfa_ptr: cute.Pointer,
+        sfb_ptr: cute.Pointer,
         m: Int32,
         num_experts: Int32,
         sm_count: Int32,
@@ -172,6 +176,13 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
         mAmax = cute.make_tensor(amax_ptr, cute.make_layout((num_experts * 2,)))
         mDbias = cute.make_tensor(
             dbias_ws_ptr, cute.make_layout((num_experts, 2 * n), stride=(2 * n, 1)))
+        # (blockwise) the recipe's fp32 scales, MN-major: A's (M, K/128), B's (ceil(N/128),
+        # K/128, L) (without them: A's address, never read)
+        kb = k // BLOCKWISE_TILE_K
+        nb = (n + BLOCKWISE_TILE_K - 1) // BLOCKWISE_TILE_K
+        mSFA = cute.make_tensor(sfa_ptr, cute.make_layout((m, kb), stride=(1, m)))
+        mSFB = cute.make_tensor(sfb_ptr, cute.make_layout((nb, kb, num_experts),
+                                                          stride=(1, nb, nb * kb)))
 
         a_layout = LayoutEnum.ROW_MAJOR  # (M, K) K-major
         # (N, K) K-major, or N-major (discrete "n": WGMMA reads B MN-major from smem)
@@ -218,11 +229,11 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
         a_op = (cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp() if cn > 1
                 else cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp())
         tma_atom_a, tma_a = cute.nvgpu.cpasync.make_tiled_tma_atom(
-            a_op, mA, a_smem, (TILE_M, TILE_K), num_multicast=cn)
+            a_op, mA, a_smem, (TILE_M, self.tile_k), num_multicast=cn)
         b_op = (cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp() if cm > 1
                 else cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp())
         tma_atom_b, tma_b = cute.nvgpu.cpasync.make_tiled_tma_atom(
-            b_op, mB, b_smem, (self.tile_n, TILE_K), num_multicast=cm)
+            b_op, mB, b_smem, (self.tile_n, self.tile_k), num_multicast=cm)
         cl = cfg.cluster_size()
 
         # the 1024-B aligned buffers first: barriers in front of them would cost up to 1 KB
@@ -294,7 +305,7 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
         self.kernel(
             tma_atom_a, tma_a, tma_atom_b, tma_b, tma_atom_c, tma_c, tma_atom_d, tma_d, mC, mD,
             mAct, mAmax, mOffs, mTable, mAlpha,
-            mBeta, mProb, mDprob, mDbias, mCount, mDb, b_desc_ptr, num_experts, geglu_alpha,
+            mBeta, mProb, mDprob, mDbias, mCount, mDb, mSFA, mSFB, b_desc_ptr, num_experts, geglu_alpha,
             clamp_max, clamp_min, linear_offset, tiled_mma, tiled_mma_first, a_smem_staged,
             b_smem_staged, c_smem_staged,
         ).launch(grid=grid, block=[NUM_THREADS, 1, 1], cluster=(cl, 1, 1), min_blocks_per_mp=1,
@@ -325,6 +336,8 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
         mDbias: cute.Tensor,
         mCount: cute.Tensor,
         mDbOut: cute.Tensor,
+        mSFA: cute.Tensor,
+        mSFB: cute.Tensor,
         b_desc_ptr: cute.Pointer,
         num_experts: Int32,
         geglu_alpha: Float32,
@@ -434,7 +447,7 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
         )
 
         # (bN, bK, RestN, RestK, L) tiled global view of B
-        gB = cute.local_tile(mB, (self.tile_n, TILE_K), (None, None, None))
+        gB = cute.local_tile(mB, (self.tile_n, self.tile_k), (None, None, None))
         # with a cluster each CTA loads its 1/cn slice of the A tile (multicast to the CTAs
         # of its row: a_partition) and its 1/cm slice of the B tile (to the CTAs of its column)
         rank_m = rank % cm
@@ -479,6 +492,9 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
             tCrB = tiled_mma.make_fragment_B(tCsB)
             tCcC = thr_mma.partition_C(cute.make_identity_tensor((TILE_M, self.tile_n)))
             acc = cute.make_rmem_tensor(tCcC.shape, Float32)
+            part = None  # (blockwise) one k-tile's partial sums, promoted into acc
+            if cutlass.const_expr(self.cfg.blockwise()):
+                part = cute.make_rmem_tensor(tCcC.shape, Float32)
             tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
             tiled_mma_first.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, False)
             mmas = (tiled_mma_first, tiled_mma)
@@ -507,7 +523,12 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
                     m_tile, n_tile = self.tile_of(unit, walk)
                     expert, row0, row_end = self.tile_rows(m_tile, walk)
                     self._stamp(tr, 0, tcount, wg, bid)
-                    if cutlass.const_expr(self.coop):
+                    if cutlass.const_expr(self.cfg.blockwise()):
+                        self._stamp(tr, 1, tcount, wg, bid)
+                        self.mma_mainloop_blockwise(
+                            ab_pipe, mmas, tCrA, tCrB, acc, pos,
+                            (part, mSFA, mSFB, self._thread_rows(tCcC, row0), n_tile, expert))
+                    elif cutlass.const_expr(self.coop):
                         self._stamp(tr, 1, tcount, wg, bid)
                         self.mma_mainloop(ab_pipe, mmas, tCrA, tCrB, acc, pos, mine_done,
                                           False)

@@ -2,7 +2,7 @@
 mainloop (a mixin of :class:`~.kernel.GroupedDgluSm90`).
 
 Warp 0 streams, for every tile of the CTA in order, the (128 x 64) A and (tile_n x 64) B
-k-tiles into an ``ab_stages``-deep shared-memory ring (``PipelineTmaAsync``: full barriers
+k-tiles (e4m3: 128 x 128 and tile_n x 128, one scale block each) into an ``ab_stages``-deep shared-memory ring (``PipelineTmaAsync``: full barriers
 count the TMA bytes, empty barriers are released by the consuming warps); in a cluster each
 CTA loads its 1/cluster_m slice of B (1/cluster_n of A) multicast to its peers. A math
 warpgroup runs 64 x tile_n x 16 WGMMAs over its 64-row halves for the tile's k-tiles into
@@ -146,9 +146,52 @@ class MainloopMixin:
             mine_done.arrive()
 
     @cute.jit
+    def mma_mainloop_blockwise(self, ab_pipe, mmas, tCrA, tCrB, acc, pos: Int32, scales):
+        """(e4m3, cooperative) Every k-tile of one tile, each a 128-K scale block: its WGMMAs
+        into the partial-sum fragment ``part`` (the k-tile's first one overwrites it), then,
+        once they retired, ``acc (+)= part x sfa[row, kt] x sfb[n block, kt, expert]`` (the
+        first k-tile assigns), in fp32 as DeepSeek-V3's recipe promotes; consumes ring
+        positions [pos, pos + k-tiles). ``scales``: (part, mSFA, mSFB, this thread's two
+        rows, n_tile, expert). The scales of a k-tile are loaded before its WGMMAs are
+        waited for; rows past M (a ragged tile's tail) read row M - 1's scale and reach no
+        output. The other warpgroup's WGMMAs run while this one promotes."""
+        part, mSFA, mSFB, rows, n_tile, expert = scales
+        read = pipeline.PipelineState(self.ab_stages, pos, pos % self.ab_stages,
+                                      (pos // self.ab_stages) % 2)
+        num_k_blocks = cute.size(tCrA, mode=[2])
+        first, tiled_mma = mmas
+        last_row = mSFA.shape[0] - 1
+        srows = [cutlass.min(r, last_row) for r in rows]
+        nb = n_tile * self.tile_n // self.tile_k  # tile_n <= 128: one B scale block row
+        n_vals = cute.size(acc)
+        scale = self._k_tile_scales(mSFA, mSFB, srows, nb, 0, expert)
+        self._issue_k_tile(ab_pipe, read, tiled_mma, tCrA, tCrB, part, num_k_blocks, first)
+        cute.nvgpu.warpgroup.wait_group(0)
+        ab_pipe.consumer_release(read)
+        read.advance()
+        for v in cutlass.range_constexpr(n_vals):
+            acc[v] = part[v] * scale[(v // 2) % 2]
+        for kt in range(1, self.k_tile_cnt):
+            scale = self._k_tile_scales(mSFA, mSFB, srows, nb, kt, expert)
+            self._issue_k_tile(ab_pipe, read, tiled_mma, tCrA, tCrB, part, num_k_blocks,
+                               first)
+            cute.nvgpu.warpgroup.wait_group(0)
+            ab_pipe.consumer_release(read)
+            read.advance()
+            for v in cutlass.range_constexpr(n_vals):
+                acc[v] = acc[v] + part[v] * scale[(v // 2) % 2]
+
+    @cute.jit
+    def _k_tile_scales(self, mSFA, mSFB, rows, nb, kt, expert):
+        """sfa[row, kt] x sfb[nb, kt, expert] for each of this thread's rows (fp32, as the
+        reference forms the product of the two scales)."""
+        sb = mSFB[(nb, kt, expert)]
+        return [mSFA[(r, kt)] * sb for r in rows]
+
+    @cute.jit
     def _issue_k_tile(self, ab_pipe, read, tiled_mma, tCrA, tCrB, acc, num_k_blocks,
                       first=None):
-        """Wait for ring stage ``read`` and issue its WGMMAs (TILE_K / 16 of them) as one
+        """Wait for ring stage ``read`` and issue its WGMMAs (tile K / instruction K of them) as one
         committed group into ``acc``; ``first`` (the overwriting MMA) issues k-block 0."""
         ab_pipe.consumer_wait(read)
         cute.nvgpu.warpgroup.fence()

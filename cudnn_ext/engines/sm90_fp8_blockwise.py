@@ -1,0 +1,100 @@
+"""The Hopper engine of the ``fp8_blockwise`` recipe: e4m3 A and B through FP8 WGMMA.
+
+The sm90 kernel with e4m3 operands (``Sm90Config.blockwise``): each 128-K k-tile is one scale
+block, whose WGMMA partial sums are promoted into the fp32 accumulator with A's per-row and
+B's per-128x128-block fp32 scales once the k-tile retired (DeepSeek-V3's recipe), then the
+dGLU epilogue as for BF16 operands. It owns which recipe problems that covers (dense K-major
+weights; D bf16, fp16 or fp32; every activation, prob, dprob, dbias, the activation output;
+aligned or ragged groups) and its knob space (the cooperative 128 x 128 tile, both math
+warpgroups promoting in turn while the other's WGMMAs run); its decline reasons name the
+rest (pointer-table weights, an FP8 D, determinism), which the reference engine runs.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import torch
+
+from .. import activations
+from ..kernels.sm90.config import BLOCKWISE_TILE_K, KERNEL_ACTS, Sm90Config
+from ..problem import DgluProblem
+from .base import CompiledPlan, Engine, compile_deferred
+from .sm90 import (RASTER_GROUP_M, Sm90DgluEngine, Sm90Plan, _ragged_unclustered, check_family, config_for,
+                   placement_reasons)
+
+_CD_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+#: FP8 WGMMA's rate over BF16's on Hopper (the cost model's ratio: dense FP8 tensor math)
+_FP8_SPEEDUP = 2.0
+
+
+class Sm90Fp8BlockwisePlan(Sm90Plan):
+    """The sm90 plan of an e4m3 config: the launch also passes the recipe's ``sfa``/``sfb``."""
+
+    def __init__(self, problem: DgluProblem, config: Sm90Config, compiled=None):
+        super().__init__(problem, config, compiled)
+        self.engine_name = Sm90Fp8BlockwiseEngine.name
+
+
+class Sm90Fp8BlockwiseEngine(Engine):
+    name = "sm90_fp8_blockwise"
+    engine_id = 20120
+    numerical_notes = (
+        "FP8 WGMMA per 128-K scale block, its partial sums promoted into fp32 with sfa x sfb "
+        "(fp32) once per block; epilogue as sm90_cutedsl (dprob/dbias via fp32 atomics).")
+
+    def __init__(self):
+        self._sm90 = Sm90DgluEngine()
+
+    def available(self) -> Optional[str]:
+        return self._sm90.available()
+
+    def check_support(self, problem: DgluProblem) -> list:
+        if problem.recipe != activations.FP8_BLOCKWISE:
+            return [f"not the fp8_blockwise recipe (recipe {problem.recipe!r})"]
+        why = []
+        if problem.ab_dtype != torch.float8_e4m3fn:
+            why.append(f"A/B dtype {problem.ab_dtype}: the recipe's is float8_e4m3fn")
+        if problem.weight_mode != "dense":
+            why.append(f"weight_mode {problem.weight_mode!r}: the kernel reads dense B and its sfb (the reference "
+                       f"engine runs pointer tables)")
+        if problem.b_major != "k":
+            why.append(f"b_major {problem.b_major!r}: FP8 WGMMA reads K-major B only")
+        if problem.d_dtype not in _CD_DTYPES:
+            why.append(f"D dtype {problem.d_dtype}: the kernel writes bf16, fp16 or fp32 D (the reference engine "
+                       f"quantizes an FP8 D)")
+        if problem.c_dtype not in _CD_DTYPES:
+            why.append(f"C dtype {problem.c_dtype} is not supported (bf16, fp16, fp32)")
+        if problem.act.act_func not in KERNEL_ACTS:
+            why.append(f"act_func {problem.act.act_func!r} is not implemented on sm90")
+        if problem.deterministic:
+            why.append("deterministic: the kernel sums dprob and dbias with fp32 atomics (the reference engine "
+                       "runs it)")
+        if problem.n % 32 or problem.k % BLOCKWISE_TILE_K:
+            why.append(f"needs N % 32 == 0 and K % {BLOCKWISE_TILE_K} == 0, got N={problem.n}, K={problem.k}")
+        return why + placement_reasons(problem)
+
+    def knob_space(self, problem: DgluProblem):
+        """The cooperative 128 x 128 tile (a warpgroup's 64 rows keep a k-tile's partial
+        sums beside the accumulator), in 2x1 clusters with B multicast (1x1 where the
+        ragged schedule leaves clusters out), C ring 2 stages per warpgroup."""
+        cm = 1 if _ragged_unclustered(problem) else 2
+        return [config_for(problem, tile_n=128, c_stages=2, cluster_m=cm,
+                           raster_group_m=RASTER_GROUP_M[cm], cooperative=True)]
+
+    def cost(self, problem: DgluProblem, knobs: Sm90Config) -> float:
+        """The sm90 kernel's cost model with the GEMM at FP8 WGMMA's rate."""
+        bf16 = dataclasses.replace(problem, ab_dtype=torch.bfloat16, recipe=None)
+        whole = self._sm90.cost(bf16, knobs)
+        gemm = 2.0 * max(problem.m, 256) * problem.n * problem.k / 700e6
+        return whole - gemm + gemm / _FP8_SPEEDUP
+
+    def knobs_from_dict(self, values: dict) -> Sm90Config:
+        return Sm90Config.from_dict(values)
+
+    def build(self, problem: DgluProblem, knobs: Sm90Config) -> CompiledPlan:
+        check_family(self.name, problem, knobs)
+        plan = Sm90Fp8BlockwisePlan(problem, knobs)
+        if not compile_deferred():
+            plan.warmup()
+        return plan

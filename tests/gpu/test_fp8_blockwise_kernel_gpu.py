@@ -1,0 +1,97 @@
+"""The fp8_blockwise recipe on the Hopper kernel (engine ``sm90_fp8_blockwise``: FP8 WGMMA, one
+promotion per 128-K scale block) against the float64 oracle on the dequantized operands: every
+activation, bf16/fp32 D, dbias, the activation output, ragged groups, a partial N tile, scales
+spread over 2^-6..2^6 per block; D and the activation output poisoned with NaN before the call
+(rows past the last offset must stay NaN), no host sync. A misplaced scale moves D by far more
+than the tolerance."""
+import pytest
+import torch
+from fp8_blockwise_cases import L, case, reference, rel
+
+import cudnn_ext as cudnn
+
+pytestmark = pytest.mark.gpu
+#: FP8 WGMMA adds its products with fewer than fp32's bits inside a 128-K block (DeepSeek-V3
+#: reports about 14); the promotion keeps that error per block: worst row of D, dprob (relative
+#: Frobenius norm). A scale applied to another block or expert moves a row by 2x or more.
+KTOL = 1e-3
+
+
+def _skip():
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an sm_90 GPU")
+
+
+def run(t, act="dswiglu", d_dtype=torch.float32, dbias=True, activation=False, m_aligned=256):
+    on = {k: (v.cuda() if isinstance(v, torch.Tensor) else v) for k, v in t.items()}
+    m, n = t["m"], t["c"].shape[1] // 2
+    d = torch.full((m, 2 * n), float("nan"), dtype=d_dtype, device="cuda")
+    dprob = torch.zeros(m, device="cuda")
+    db = torch.zeros(L, 2 * n, dtype=torch.bfloat16, device="cuda") if dbias else None
+    act_out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda") if activation else None
+    tensors = dict(a=on["a"], c=on["c"], d_row=d, d_col=None, sfa=on["sfa"], padded_offsets=on["offsets"],
+                   alpha=on["alpha"], beta=on["beta"], prob=on["prob"], dprob=dprob, b=on["b"], sfb=on["sfb"],
+                   dbias=db, activation=act_out)
+    op = cudnn.GroupedGemmDglu(**{f"sample_{k}": v for k, v in tensors.items()}, act_func=act,
+                               recipe="fp8_blockwise", m_aligned=m_aligned)
+    assert op.check_support() and op.engine_name == "sm90_fp8_blockwise", op.engine_name
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        op.execute(**{f"{k}_tensor" if k != "padded_offsets" else k: v for k, v in tensors.items()})
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
+    return {"d": d.cpu(), "dprob": dprob.cpu(), "dbias": None if db is None else db.cpu(),
+            "activation": None if act_out is None else act_out.cpu()}
+
+
+def check(got, ref, end, activation=False):
+    errs = {"d": rel(got["d"], ref["d"], end), "dprob": rel(got["dprob"], ref["dprob"], end)}
+    print({k: f"{v:.2e}" for k, v in errs.items()})
+    # a bf16 D adds its own rounding: at most 2^-8 relative per element
+    d_tol = KTOL + (2.0 ** -8 if got["d"].dtype == torch.bfloat16 else 0.0)
+    assert errs["d"] < d_tol and errs["dprob"] < KTOL, errs
+    assert torch.isnan(got["d"][end:].float()).all()  # rows past the last offset untouched
+    if got["dbias"] is not None:  # bf16 dbias: one rounding of an fp32 sum
+        assert ((got["dbias"].double() - ref["dbias"]).abs() <= 1e-2 * ref["dbias"].abs() + 1e-2).all()
+    if activation:
+        a, w = got["activation"][:end].double(), ref["activation"][:end]
+        assert ((a - w).abs() <= 2.0 ** -7 * w.abs() + 1e-3 * w.abs().max()).all()
+        assert torch.isnan(got["activation"][end:].float()).all()
+
+
+@pytest.mark.parametrize("act", ["dswiglu", "dgeglu", "dsituglu"])
+@pytest.mark.parametrize("d_dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_kernel_matches_the_oracle(act, d_dtype):
+    _skip()
+    t = case()  # N 160: a partial N tile; an empty expert
+    ref = reference(t, act)
+    check(run(t, act, d_dtype), ref, int(t["offsets"][-1]))
+
+
+@pytest.mark.parametrize("act", ["dswiglu", "dgeglu"])
+def test_kernel_ragged_groups_and_the_activation_output(act):
+    _skip()
+    t = case(sizes=(136, 0, 1000), extra_rows=40, seed=1)
+    ref = reference(t, act)
+    check(run(t, act, torch.bfloat16, activation=True, m_aligned=8), ref, int(t["offsets"][-1]), activation=True)
+
+
+def test_kernel_wider_problem():
+    _skip()
+    t = case(sizes=(512, 256, 768), n=512, k=1024, seed=2)
+    ref = reference(t, "dswiglu")
+    check(run(t, activation=True, d_dtype=torch.bfloat16), ref, int(t["offsets"][-1]), activation=True)
+
+
+def test_a_misplaced_scale_fails_the_tolerance():
+    _skip()
+    t = case(seed=3)
+    ref = reference(t)
+    end = int(t["offsets"][-1])
+    moved = dict(t, sfa=t["sfa"].clone())
+    moved["sfa"][:, 0], moved["sfa"][:, 1] = t["sfa"][:, 1], t["sfa"][:, 0]  # A's first two K blocks
+    assert rel(run(moved)["d"], ref["d"], end) > 10 * KTOL
+    flipped = torch.empty_strided(t["sfb"].shape, t["sfb"].stride()).copy_(t["sfb"].flip(-1))  # experts swapped
+    assert rel(run(dict(t, sfb=flipped))["d"], ref["d"], end) > 10 * KTOL
