@@ -5,9 +5,10 @@ block, whose WGMMA partial sums are promoted into the fp32 accumulator with A's 
 B's per-128x128-block fp32 scales once the k-tile retired (DeepSeek-V3's recipe), then the
 dGLU epilogue as for BF16 operands. It owns which recipe problems that covers (dense K-major
 weights; D bf16, fp16 or fp32; every activation, prob, dprob, dbias, the activation output;
-aligned or ragged groups) and its knob space (the cooperative 128 x 128 tile, both math
+aligned or ragged groups; an FP8 D quantized from the kernel's fp32 D by the reference's rule)
+and its knob space (the cooperative 128 x 128 tile, both math
 warpgroups promoting in turn while the other's WGMMAs run); its decline reasons name the
-rest (pointer-table weights, an FP8 D, determinism), which the reference engine runs.
+rest (pointer-table or N-major weights, determinism), which the reference engine runs.
 """
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ import torch
 from .. import activations
 from ..kernels.sm90.config import BLOCKWISE_TILE_K, KERNEL_ACTS, Sm90Config
 from ..problem import DgluProblem
+from ..reference.fp8_blockwise import quantize_d
+from ..runtime.streams import on_stream
 from .base import CompiledPlan, Engine, compile_deferred
 from .sm90 import (RASTER_GROUP_M, Sm90DgluEngine, Sm90Plan, _ragged_unclustered, check_family, config_for,
                    placement_reasons)
@@ -28,12 +31,41 @@ _CD_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _FP8_SPEEDUP = 2.0
 
 
+def kernel_problem(problem: DgluProblem) -> DgluProblem:
+    """The problem the kernel runs: an FP8 D is written as fp32 D first (then quantized)."""
+    if problem.d_dtype == torch.float8_e4m3fn:
+        return dataclasses.replace(problem, d_dtype=torch.float32)
+    return problem
+
+
 class Sm90Fp8BlockwisePlan(Sm90Plan):
-    """The sm90 plan of an e4m3 config: the launch also passes the recipe's ``sfa``/``sfb``."""
+    """The sm90 plan of an e4m3 config: the launch also passes the recipe's ``sfa``/``sfb``;
+    with an FP8 D the kernel writes an fp32 D on the launch stream, which the reference's
+    ``quantize_d`` turns into D_row/SFD_row and D_col/SFD_col (bit for bit the reference
+    engine's rule on the same fp32 values)."""
 
     def __init__(self, problem: DgluProblem, config: Sm90Config, compiled=None):
-        super().__init__(problem, config, compiled)
+        super().__init__(kernel_problem(problem), config, compiled)
+        self.problem = problem
         self.engine_name = Sm90Fp8BlockwiseEngine.name
+        self._fp8_d = problem.d_dtype == torch.float8_e4m3fn
+
+    def execute(self, pack, workspace=None, stream=None) -> None:
+        if not self._fp8_d:
+            return super().execute(pack, workspace, stream)
+        c = pack["c"]
+        if c.shape[0] == 0 or pack["padded_offsets"].shape[0] == 0:
+            return None
+        with on_stream(stream):
+            d32 = torch.empty(pack["d_row"].shape, dtype=torch.float32, device=c.device)
+            super().execute(dict(pack, d_row=d32), workspace, stream)
+            quantize_d(d32, pack)
+        return None
+
+    def execute_fresh(self, pack, workspace=None, stream=None) -> None:
+        if self._fp8_d:  # (quantize_d writes every row of the FP8 outputs it owns)
+            raise NotImplementedError("execute_fresh: an FP8 D goes through execute")
+        return super().execute_fresh(pack, workspace, stream)
 
 
 class Sm90Fp8BlockwiseEngine(Engine):
@@ -60,9 +92,8 @@ class Sm90Fp8BlockwiseEngine(Engine):
                        f"engine runs pointer tables)")
         if problem.b_major != "k":
             why.append(f"b_major {problem.b_major!r}: FP8 WGMMA reads K-major B only")
-        if problem.d_dtype not in _CD_DTYPES:
-            why.append(f"D dtype {problem.d_dtype}: the kernel writes bf16, fp16 or fp32 D (the reference engine "
-                       f"quantizes an FP8 D)")
+        if problem.d_dtype not in _CD_DTYPES + (torch.float8_e4m3fn,):
+            why.append(f"D dtype {problem.d_dtype} is not supported (bf16, fp16, fp32, float8_e4m3fn)")
         if problem.c_dtype not in _CD_DTYPES:
             why.append(f"C dtype {problem.c_dtype} is not supported (bf16, fp16, fp32)")
         if problem.act.act_func not in KERNEL_ACTS:
@@ -79,12 +110,12 @@ class Sm90Fp8BlockwiseEngine(Engine):
         sums beside the accumulator), in 2x1 clusters with B multicast (1x1 where the
         ragged schedule leaves clusters out), C ring 2 stages per warpgroup."""
         cm = 1 if _ragged_unclustered(problem) else 2
-        return [config_for(problem, tile_n=128, c_stages=2, cluster_m=cm,
+        return [config_for(kernel_problem(problem), tile_n=128, c_stages=2, cluster_m=cm,
                            raster_group_m=RASTER_GROUP_M[cm], cooperative=True)]
 
     def cost(self, problem: DgluProblem, knobs: Sm90Config) -> float:
         """The sm90 kernel's cost model with the GEMM at FP8 WGMMA's rate."""
-        bf16 = dataclasses.replace(problem, ab_dtype=torch.bfloat16, recipe=None)
+        bf16 = dataclasses.replace(kernel_problem(problem), ab_dtype=torch.bfloat16, recipe=None)
         whole = self._sm90.cost(bf16, knobs)
         gemm = 2.0 * max(problem.m, 256) * problem.n * problem.k / 700e6
         return whole - gemm + gemm / _FP8_SPEEDUP
@@ -93,7 +124,7 @@ class Sm90Fp8BlockwiseEngine(Engine):
         return Sm90Config.from_dict(values)
 
     def build(self, problem: DgluProblem, knobs: Sm90Config) -> CompiledPlan:
-        check_family(self.name, problem, knobs)
+        check_family(self.name, kernel_problem(problem), knobs)
         plan = Sm90Fp8BlockwisePlan(problem, knobs)
         if not compile_deferred():
             plan.warmup()

@@ -74,11 +74,13 @@ def dense_equivalent(problem: DgluProblem, pack: Mapping, dtype: torch.dtype) ->
     if not fp8_d:
         return dense, out, lambda: None
     out["d_row"] = torch.zeros(pack["d_row"].shape, dtype=torch.float32, device=a.device)
-    return dense, out, lambda: _quantize_d(out["d_row"], pack)
+    return dense, out, lambda: quantize_d(out["d_row"], pack)
 
 
-def _quantize_d(d32: torch.Tensor, pack: Mapping) -> None:
-    """D_row/SFD_row and D_col/SFD_col of the staged fp32 D, rows below the last offset only."""
+def quantize_d(d32: torch.Tensor, pack: Mapping) -> None:
+    """D_row/SFD_row and D_col/SFD_col of the staged fp32 D, rows below the last offset only
+    (torch ops on the current stream, no host read; the Hopper engine applies it to its
+    kernel's fp32 D too)."""
     m = d32.shape[0]
     if m == 0:
         return

@@ -2,8 +2,9 @@
 promotion per 128-K scale block) against the float64 oracle on the dequantized operands: every
 activation, bf16/fp32 D, dbias, the activation output, ragged groups, a partial N tile, scales
 spread over 2^-6..2^6 per block; D and the activation output poisoned with NaN before the call
-(rows past the last offset must stay NaN), no host sync. A misplaced scale moves D by far more
-than the tolerance."""
+(rows past the last offset must stay NaN), no host sync; an FP8 D (D_row/D_col with their
+scales) dequantized against the oracle. A misplaced scale moves D by far more than the
+tolerance."""
 import pytest
 import torch
 from fp8_blockwise_cases import L, case, reference, rel
@@ -95,3 +96,39 @@ def test_a_misplaced_scale_fails_the_tolerance():
     assert rel(run(moved)["d"], ref["d"], end) > 10 * KTOL
     flipped = torch.empty_strided(t["sfb"].shape, t["sfb"].stride()).copy_(t["sfb"].flip(-1))  # experts swapped
     assert rel(run(dict(t, sfb=flipped))["d"], ref["d"], end) > 10 * KTOL
+
+
+def test_kernel_fp8_d():
+    """An e4m3 D through the wrapper: D_row (1x128 scales) and D_col (128x1 scales), each
+    dequantized, within e4m3's rounding (2^-4 relative per element) of the oracle's D."""
+    _skip()
+    from cudnn_ext.quant import dequantize_fp8_blockwise
+    from cudnn_ext.runtime.memo import CALLS
+
+    t = case(sizes=(256, 0, 512), seed=4)
+    ref = reference(t)
+    end = int(t["offsets"][-1])
+    on = {k: (v.cuda() if isinstance(v, torch.Tensor) else v) for k, v in t.items()}
+    dprob = torch.zeros(t["m"], device="cuda")
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        out = cudnn.grouped_gemm_dglu_wrapper(
+            a_tensor=on["a"], c_tensor=on["c"], sfa_tensor=on["sfa"], padded_offsets=on["offsets"],
+            alpha_tensor=on["alpha"], beta_tensor=on["beta"], prob_tensor=on["prob"], dprob_tensor=dprob,
+            b_tensor=on["b"], sfb_tensor=on["sfb"], d_dtype=torch.float8_e4m3fn, recipe="fp8_blockwise")
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert CALLS.entries("graph")[-1].execution_plan.engine_name == "sm90_fp8_blockwise"
+    d_row = dequantize_fp8_blockwise(out["d_row_tensor"][:end].squeeze(-1).cpu(),
+                                     out["sfd_row_tensor"][:end].squeeze(-1).cpu(), (1, 128), out_dtype=torch.float64)
+    d_col = dequantize_fp8_blockwise(out["d_col_tensor"][:end].squeeze(-1).cpu(),
+                                     out["sfd_col_tensor"][: end // 128].squeeze(-1).cpu(), (128, 1),
+                                     out_dtype=torch.float64)
+    # D_col's 128-row blocks span rows of very different sizes (A's row scales differ): its
+    # small rows round coarsely, so it is judged over the whole matrix, D_row row by row
+    want = ref["d"][:end]
+    errs = (rel(d_row, ref["d"], end), ((d_col - want).norm() / want.norm()).item(),
+            rel(dprob.cpu(), ref["dprob"], end))
+    print(errs)
+    assert errs[0] < 2.0 ** -4 and errs[1] < 2.0 ** -4 and errs[2] < KTOL, errs

@@ -168,11 +168,12 @@ def test_the_hopper_and_vendor_engines_decline_with_a_reason():
     assert any("recipe 'fp8_blockwise' is cudnn_ext's" in r for r in engine_by_name("vendor_sm100").check_support(problem))
     assert engine_by_name("sm90_blockscaled").check_support(problem)
     assert engine_by_name("reference").check_support(problem) == []
-    # the recipe's own Hopper engine: dense K-major B with a 16/32-bit D on a GPU
+    # the recipe's own Hopper engine: dense K-major B with a 16/32-bit or e4m3 D on a GPU
     fp8 = engine_by_name("sm90_fp8_blockwise")
     assert fp8.check_support(dataclasses.replace(problem, device_type="cuda")) == []
+    assert fp8.check_support(dataclasses.replace(problem, device_type="cuda", d_dtype=E4M3, m_aligned=128)) == []
     for change, reason in ((dict(weight_mode="discrete"), "weight_mode 'discrete'"),
-                           (dict(b_major="n"), "K-major B only"), (dict(d_dtype=E4M3), "quantizes an FP8 D"),
+                           (dict(b_major="n"), "K-major B only"), (dict(d_dtype=torch.float64), "D dtype"),
                            (dict(deterministic=True), "deterministic"), (dict(k=200), "K % 128 == 0"),
                            ({}, "not cuda")):
         why = fp8.check_support(dataclasses.replace(problem, **{"device_type": "cuda", **change} if change else {}))
