@@ -99,6 +99,7 @@ _P = dict(n=96, k=200)
 _COOP = dict(n=512, m=32768)
 _CASES = [
     ("t128-2x1-half-swiglu-dbias", _problem(**_P), (128, 2, 1, 2), None),
+    ("t64-1x1-swiglu-dbias-K64", _problem(n=32, k=64), (64, 1, 1, 1), None),
     ("t128-2x1-half-geglu-nmajor", _problem(act="dgeglu", dbias=False, b_major="n", **_P),
      (128, 2, 1, 2), None),
     ("t64-2x1-geglu-dbias-Cfp32-Dfp32", _problem(act="dgeglu", c=FP32, d=FP32, **_P),

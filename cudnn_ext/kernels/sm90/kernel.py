@@ -177,12 +177,15 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
         mDbias = cute.make_tensor(
             dbias_ws_ptr, cute.make_layout((num_experts, 2 * n), stride=(2 * n, 1)))
         # (blockwise) the recipe's fp32 scales, MN-major: A's (M, K/128), B's (ceil(N/128),
-        # K/128, L) (without them: A's address, never read)
-        kb = k // BLOCKWISE_TILE_K
-        nb = (n + BLOCKWISE_TILE_K - 1) // BLOCKWISE_TILE_K
-        mSFA = cute.make_tensor(sfa_ptr, cute.make_layout((m, kb), stride=(1, m)))
-        mSFB = cute.make_tensor(sfb_ptr, cute.make_layout((nb, kb, num_experts),
-                                                          stride=(1, nb, nb * kb)))
+        # K/128, L) (without them: 1-element placeholders at A's address, never read)
+        mSFA = cute.make_tensor(sfa_ptr, cute.make_layout((1,)))
+        mSFB = cute.make_tensor(sfb_ptr, cute.make_layout((1,)))
+        if cutlass.const_expr(cfg.blockwise()):
+            kb = k // BLOCKWISE_TILE_K
+            nb = (n + BLOCKWISE_TILE_K - 1) // BLOCKWISE_TILE_K
+            mSFA = cute.make_tensor(sfa_ptr, cute.make_layout((m, kb), stride=(1, m)))
+            mSFB = cute.make_tensor(sfb_ptr, cute.make_layout((nb, kb, num_experts),
+                                                              stride=(1, nb, nb * kb)))
 
         a_layout = LayoutEnum.ROW_MAJOR  # (M, K) K-major
         # (N, K) K-major, or N-major (discrete "n": WGMMA reads B MN-major from smem)

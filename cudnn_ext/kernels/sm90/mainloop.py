@@ -148,13 +148,14 @@ class MainloopMixin:
     @cute.jit
     def mma_mainloop_blockwise(self, ab_pipe, mmas, tCrA, tCrB, acc, pos: Int32, scales):
         """(e4m3, cooperative) Every k-tile of one tile, each a 128-K scale block: its WGMMAs
-        into the partial-sum fragment ``part`` (the k-tile's first one overwrites it), then,
-        once they retired, ``acc (+)= part x sfa[row, kt] x sfb[n block, kt, expert]`` (the
-        first k-tile assigns), in fp32 as DeepSeek-V3's recipe promotes; consumes ring
-        positions [pos, pos + k-tiles). ``scales``: (part, mSFA, mSFB, this thread's two
-        rows, n_tile, expert). The scales of a k-tile are loaded before its WGMMAs are
-        waited for; rows past M (a ragged tile's tail) read row M - 1's scale and reach no
-        output. The other warpgroup's WGMMAs run while this one promotes."""
+        into the partial-sum fragment ``part`` (the k-tile's first WGMMA overwrites it), then,
+        once they retired, ``acc += part x sfa[row, kt] x sfb[n block, kt, expert]`` in fp32,
+        as DeepSeek-V3's recipe promotes (the other warpgroup's WGMMAs run meanwhile); consumes
+        ring positions [pos, pos + k-tiles). A second fragment in flight during the promotion
+        made ptxas serialize every WGMMA (C7514). ``scales``: (part, mSFA, mSFB, this thread's
+        two rows, n_tile, expert). The scales of k-tile kt + 1 are loaded while k-tile kt
+        runs, so that the promotion never waits for a global load; rows past M (a ragged
+        tile's tail) read row M - 1's scale and reach no output."""
         part, mSFA, mSFB, rows, n_tile, expert = scales
         read = pipeline.PipelineState(self.ab_stages, pos, pos % self.ab_stages,
                                       (pos // self.ab_stages) % 2)
@@ -163,23 +164,18 @@ class MainloopMixin:
         last_row = mSFA.shape[0] - 1
         srows = [cutlass.min(r, last_row) for r in rows]
         nb = n_tile * self.tile_n // self.tile_k  # tile_n <= 128: one B scale block row
-        n_vals = cute.size(acc)
-        scale = self._k_tile_scales(mSFA, mSFB, srows, nb, 0, expert)
-        self._issue_k_tile(ab_pipe, read, tiled_mma, tCrA, tCrB, part, num_k_blocks, first)
-        cute.nvgpu.warpgroup.wait_group(0)
-        ab_pipe.consumer_release(read)
-        read.advance()
-        for v in cutlass.range_constexpr(n_vals):
-            acc[v] = part[v] * scale[(v // 2) % 2]
-        for kt in range(1, self.k_tile_cnt):
-            scale = self._k_tile_scales(mSFA, mSFB, srows, nb, kt, expert)
-            self._issue_k_tile(ab_pipe, read, tiled_mma, tCrA, tCrB, part, num_k_blocks,
-                               first)
+        kc = self.k_tile_cnt
+        acc.fill(0.0)
+        cur = self._k_tile_scales(mSFA, mSFB, srows, nb, 0, expert)
+        for kt in range(kc):
+            nxt = self._k_tile_scales(mSFA, mSFB, srows, nb, cutlass.min(kt + 1, kc - 1), expert)
+            self._issue_k_tile(ab_pipe, read, tiled_mma, tCrA, tCrB, part, num_k_blocks, first)
             cute.nvgpu.warpgroup.wait_group(0)
             ab_pipe.consumer_release(read)
             read.advance()
-            for v in cutlass.range_constexpr(n_vals):
-                acc[v] = acc[v] + part[v] * scale[(v // 2) % 2]
+            for v in cutlass.range_constexpr(cute.size(acc)):
+                acc[v] = acc[v] + part[v] * cur[(v // 2) % 2]
+            cur = nxt
 
     @cute.jit
     def _k_tile_scales(self, mSFA, mSFB, rows, nb, kt, expert):
