@@ -1,5 +1,6 @@
-"""recipe='fp8_blockwise' on a GPU (the reference engine's block path: sm90_cutedsl declines the
-recipe): no host sync, dense and pointer-table weights, bf16 and FP8 D, against the CPU run."""
+"""recipe='fp8_blockwise' with pointer-table weights on a GPU (the reference engine's block path:
+the Hopper engine takes dense weights, tests/gpu/test_fp8_blockwise_kernel_gpu.py): no host
+sync, fp32 and FP8 D, against the CPU run and the float64 oracle."""
 import pytest
 import torch
 
@@ -8,23 +9,20 @@ import cudnn_ext as cudnn
 pytestmark = pytest.mark.gpu
 
 
-@pytest.mark.parametrize("weights", ["dense", "pointers"])
 @pytest.mark.parametrize("d_dtype", [torch.float32, torch.float8_e4m3fn], ids=["fp32", "e4m3"])
-def test_gpu_matches_the_cpu_without_a_sync(weights, d_dtype):
+def test_gpu_matches_the_cpu_without_a_sync(d_dtype):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    from fp8_blockwise_cases import L, N, case
+    from fp8_blockwise_cases import TOL, L, N, case, reference, rel
+    from cudnn_ext.runtime.memo import CALLS
 
     def call(t, dev):
         on = {k: (v.to(dev) if isinstance(v, torch.Tensor) else v) for k, v in t.items()}
-        kw = dict(b_tensor=on["b"], sfb_tensor=on["sfb"])
-        keep = []
-        if weights == "pointers":
-            w = [on["b"][..., e].contiguous() for e in range(L)]
-            s = [on["sfb"][..., e].t().contiguous().t() for e in range(L)]
-            keep = w + s
-            kw = dict(b_ptrs=torch.tensor([x.data_ptr() for x in w], device=dev),
-                      sfb_ptrs=torch.tensor([x.data_ptr() for x in s], device=dev), n=N, b_dtype=torch.float8_e4m3fn)
+        w = [on["b"][..., e].contiguous() for e in range(L)]
+        s = [on["sfb"][..., e].t().contiguous().t() for e in range(L)]
+        keep = w + s
+        kw = dict(b_ptrs=torch.tensor([x.data_ptr() for x in w], device=dev),
+                  sfb_ptrs=torch.tensor([x.data_ptr() for x in s], device=dev), n=N, b_dtype=torch.float8_e4m3fn)
         dprob = torch.zeros(t["m"], device=dev)
         if dev == "cuda":
             torch.cuda.synchronize()
@@ -37,6 +35,8 @@ def test_gpu_matches_the_cpu_without_a_sync(weights, d_dtype):
         finally:
             torch.cuda.set_sync_debug_mode("default")
         torch.cuda.synchronize()
+        if dev == "cuda":
+            assert CALLS.entries("graph")[-1].execution_plan.engine_name == "reference"
         del keep
         return {k: v.cpu() for k, v in out.items() if v is not None}
 
@@ -52,4 +52,6 @@ def test_gpu_matches_the_cpu_without_a_sync(weights, d_dtype):
         assert (g - c).abs().le(c.abs() * 1e-5).all()
         g, c = gpu["d_row_tensor"][:end].float(), cpu["d_row_tensor"][:end].float()
         assert (g - c).abs().le(c.abs() * 2.0 ** -3 + 2.0 ** -8).all()
-    assert torch.allclose(gpu["dprob_tensor"][:end], cpu["dprob_tensor"][:end], rtol=1e-5, atol=1e-6)
+    # dprob sums 2N terms that cancel: judged against the oracle, as a vector
+    ref = reference(t)
+    assert rel(gpu["dprob_tensor"], ref["dprob"], end) < TOL and rel(cpu["dprob_tensor"], ref["dprob"], end) < TOL
