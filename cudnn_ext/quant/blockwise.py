@@ -25,7 +25,8 @@ The scale rule, all in fp32 (tests/unit/test_quant_blockwise.py pins each line):
 
 A block holding NaN or +-inf gets a NaN or infinite scale and dequantizes to NaN everywhere
 (``x / inf`` is 0 and ``0 * inf`` NaN): a non-finite value poisons its block, never silently
-its neighbours in other blocks. ``dequantize_fp8_blockwise`` forms ``q * s`` in float64 (exact)
+its neighbours in other blocks. Every NaN result (a scale, an element) is the positive quiet
+NaN (fp32 0x7fc00000, e4m3 0x7f), whatever the device's division returned. ``dequantize_fp8_blockwise`` forms ``q * s`` in float64 (exact)
 and rounds once. Pure torch, any device, no host sync; the same code is the reference of the
 device quantizer.
 """
@@ -74,7 +75,14 @@ def blockwise_scales(amax: torch.Tensor, *, pow2_scales: bool = False) -> torch.
     s = amax.to(torch.float32) / torch.full((), _QMAX, dtype=torch.float32, device=amax.device)
     if pow2_scales:  # round up to a power of two; inf and NaN stay as they are
         s = torch.where(torch.isfinite(s), F.decode_e8m0(F.encode_e8m0_roundup(s)), s)
-    return torch.clamp(s, min=SCALE_FLOOR)  # clamp keeps NaN
+    return _canonical_nan(torch.clamp(s, min=SCALE_FLOOR))  # clamp keeps NaN
+
+
+def _canonical_nan(t: torch.Tensor) -> torch.Tensor:
+    """``t`` with every NaN the positive quiet NaN: a NaN's sign and payload otherwise follow
+    the hardware (an x86 CPU's inf / inf is negative, a GPU's positive), and the e4m3 cast
+    keeps the sign (0xff against 0x7f)."""
+    return torch.where(torch.isnan(t), torch.full((), math.nan, dtype=t.dtype, device=t.device), t)
 
 
 def _groups(x: torch.Tensor) -> torch.Tensor:
@@ -108,7 +116,7 @@ def quantize_fp8_blockwise(x: torch.Tensor, block=(1, 128), *,
     blocks = padded.view(groups, rb, br, kb, bk)
     amax = blocks.abs().amax(dim=(2, 4))  # torch.amax propagates NaN
     s = blockwise_scales(amax, pow2_scales=pow2_scales)
-    q = F.encode_fp8(blocks / s[:, :, None, :, None], FP8_BLOCKWISE_DTYPE)
+    q = F.encode_fp8(_canonical_nan(blocks / s[:, :, None, :, None]), FP8_BLOCKWISE_DTYPE)
     q = q.view(groups, rb * br, kb * bk)[:, :rows, :k].contiguous()
     q = q.permute(1, 2, 0) if x.dim() == 3 else q[0]
     return q, _mn_major(s, x.dim() == 3)

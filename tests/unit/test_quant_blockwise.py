@@ -135,6 +135,10 @@ def test_edge_blocks():
     assert torch.all((back[3, 384:512] - x[3, 384:512]).abs() <= SCALE_FLOOR * 2.0 ** -10)
     finite = torch.isfinite(back)
     assert finite.sum() == 4 * 512 - 2 * 128
+    # every NaN is the positive quiet NaN (the CPU's inf / inf is negative; a GPU's is not)
+    assert (q.view(torch.uint8)[torch.isnan(q.float())] == 0x7F).all()
+    assert torch.isnan(q[2, 256:384].float()).all() and (q.view(torch.uint8)[2, 256:384] == 0x7F).all()
+    assert (s.view(torch.int32)[torch.isnan(s)] == 0x7FC00000).all() and torch.isnan(s[1, 1])
 
 
 def test_large_values_stay_finite():
