@@ -711,7 +711,9 @@ def main(argv=None):
                                             timer=timers)
         for pos, row in enumerate(shape_rows):
             if pos in medians:
-                row.update(ms=medians[pos], tflops=flops / medians[pos] / 1e9)
+                # (a quantizer row does no GEMM: no TFLOP/s)
+                row.update(ms=medians[pos], tflops=None if row.get("impl") == "quantize"
+                           else flops / medians[pos] / 1e9)
                 if isinstance(timers[pos], DeviceTimer):  # launches the spin did not hide
                     row.update(late_calls=timers[pos].late,
                                max_issue_us=round(timers[pos].max_issue_us, 1))

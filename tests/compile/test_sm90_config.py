@@ -671,3 +671,38 @@ def test_trace_rules():
     with pytest.raises(ValueError, match=r"trace must be in \[1, 4096\].*got trace=-1"):
         eng.build(_problem(), config_for(_problem(), tile_n=128, trace=-1))
     assert not any(isinstance(k, Sm90TraceConfig) for k in eng.knob_space(_problem()))
+
+
+def test_dsituglu_activation_output_takes_no_64_row_c_entries():
+    """(4 B spilled there: test_sm90_blockscaled_engine's compile cases) dSiTU-GLU with the
+    activation output gets no c_split 2 entry; without it, and for the other activations,
+    the entry stays."""
+    eng = Sm90DgluEngine()
+
+    def splits(act, activation):
+        p = dataclasses.replace(_problem(k=200, activation=activation), act=ActConfig(act))
+        return {kn.c_split for kn in eng.knob_space(p)}
+
+    assert splits("dsituglu", True) == {1}
+    assert splits("dsituglu", False) == {1, 2}
+    assert splits("dswiglu", True) == {1, 2} and splits("dgeglu", True) == {1, 2}
+
+
+def test_blockwise_config_rules():
+    """e4m3 operands: the cooperative schedule with tile_n <= 128, dense K-major B, K a
+    multiple of 128, one part per tile; 128-K k-tiles, and the A/B stage of a 128 x 128 tile
+    the same bytes as BF16's."""
+    from cudnn_ext.kernels.sm90.config import Sm90Config
+
+    base = dict(n=256, k=1024, ab_dtype="e4m3", c_dtype="bf16", d_dtype="bf16", act_func="dswiglu",
+                generate_dbias=True, tile_n=128, c_stages=2, cluster_m=2, cooperative=True)
+    ok = Sm90Config(**base)
+    ok.check()
+    assert ok.blockwise() and ok.tile_k() == 128
+    assert ok.stages_that_fit() == dataclasses.replace(ok, ab_dtype="bf16").stages_that_fit()
+    for bad, what in ((dict(cooperative=False, c_stages=0), "cooperative"), (dict(tile_n=256), "tile_n <= 128"),
+                      (dict(b_major="n"), "K-major"), (dict(weight_mode="discrete", cluster_m=1), "dense"),
+                      (dict(k=1000), "multiple of 128"), (dict(split_last=2), "split_last 1"),
+                      (dict(round_dgrad=True), "round_dgrad")):
+        with pytest.raises(ValueError, match=what):
+            dataclasses.replace(ok, **bad).check()
