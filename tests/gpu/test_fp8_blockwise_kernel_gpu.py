@@ -7,7 +7,7 @@ scales) dequantized against the oracle. A misplaced scale moves D by far more th
 tolerance."""
 import pytest
 import torch
-from fp8_blockwise_cases import L, case, reference, rel
+from fp8_blockwise_cases import L, case, reference, rel, wrapper_on
 
 import cudnn_ext as cudnn
 
@@ -119,23 +119,13 @@ def test_kernel_fp8_d():
     dequantized, within e4m3's rounding (2^-4 relative per element) of the oracle's D."""
     _skip()
     from cudnn_ext.quant import dequantize_fp8_blockwise
-    from cudnn_ext.runtime.memo import CALLS
 
     t = case(sizes=(256, 0, 512), seed=4)
     ref = reference(t)
     end = int(t["offsets"][-1])
-    on = {k: (v.cuda() if isinstance(v, torch.Tensor) else v) for k, v in t.items()}
-    dprob = torch.zeros(t["m"], device="cuda")
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        out = cudnn.grouped_gemm_dglu_wrapper(
-            a_tensor=on["a"], c_tensor=on["c"], sfa_tensor=on["sfa"], padded_offsets=on["offsets"],
-            alpha_tensor=on["alpha"], beta_tensor=on["beta"], prob_tensor=on["prob"], dprob_tensor=dprob,
-            b_tensor=on["b"], sfb_tensor=on["sfb"], d_dtype=torch.float8_e4m3fn, recipe="fp8_blockwise")
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-    assert CALLS.entries("graph")[-1].execution_plan.engine_name == "sm90_fp8_blockwise"
+    out, _, engine = wrapper_on(t, "cuda", d_dtype=torch.float8_e4m3fn)
+    assert engine == "sm90_fp8_blockwise"
+    dprob = out["dprob_tensor"]
     d_row = dequantize_fp8_blockwise(out["d_row_tensor"][:end].squeeze(-1).cpu(),
                                      out["sfd_row_tensor"][:end].squeeze(-1).cpu(), (1, 128), out_dtype=torch.float64)
     d_col = dequantize_fp8_blockwise(out["d_col_tensor"][:end].squeeze(-1).cpu(),

@@ -46,3 +46,30 @@ def rel(got, want, rows):
     if want.dim() == 1:
         return ((got - want).norm() / want.norm()).item()
     return ((got - want).norm(dim=1) / want.norm(dim=1).clamp_min(1e-300)).max().item()
+
+
+def wrapper_on(t, dev, **kw):
+    """The wrapper's recipe call on ``t``'s operands moved to ``dev`` (a CUDA call under
+    ``set_sync_debug_mode("error")``: a host sync raises), with ``kw`` on top (``b_tensor`` and
+    ``sfb_tensor`` from ``t`` unless ``kw`` names weights). Returns (the outputs, the operands on
+    ``dev``, the engine that ran it)."""
+    import cudnn_ext as cudnn
+    from cudnn_ext.runtime.memo import CALLS
+
+    on = {k: (v.to(dev) if isinstance(v, torch.Tensor) else v) for k, v in t.items()}
+    weights = {} if "b_ptrs" in kw else dict(b_tensor=on["b"], sfb_tensor=on["sfb"])
+    cuda = torch.device(dev).type == "cuda"
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+    try:
+        out = cudnn.grouped_gemm_dglu_wrapper(
+            a_tensor=on["a"], c_tensor=on["c"], sfa_tensor=on["sfa"], padded_offsets=on["offsets"],
+            alpha_tensor=on["alpha"], beta_tensor=on["beta"], prob_tensor=on["prob"],
+            dprob_tensor=torch.zeros(t["m"], device=dev), recipe="fp8_blockwise", **weights, **kw)
+    finally:
+        if cuda:
+            torch.cuda.set_sync_debug_mode("default")
+    if cuda:
+        torch.cuda.synchronize()
+    return out, on, CALLS.entries("graph")[-1].execution_plan.engine_name
