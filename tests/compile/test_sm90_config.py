@@ -78,9 +78,12 @@ def test_config_keys_on_the_situ_betas_for_dsituglu_only():
             dataclasses.replace(base, situ_beta1=b1, situ_beta2=b2).check()
     with pytest.raises(ValueError, match="must stay .* with act_func 'dswiglu'"):
         dataclasses.replace(base, act_func="dswiglu", situ_beta1=3.0).check()
-    # the activation output the epilogue stores: dGeGLU's only
-    with pytest.raises(ValueError, match="generate_activation needs act_func in \('dgeglu',\)"):
-        dataclasses.replace(base, generate_activation=True).check()
+    # the activation output: the epilogue stores it for every activation
+    for act in ("dswiglu", "dgeglu", "dsituglu"):
+        cfg = dataclasses.replace(base, act_func=act, generate_activation=True)
+        if act != "dsituglu":
+            cfg = dataclasses.replace(cfg, situ_beta1=SITU_DEFAULTS[0], situ_beta2=SITU_DEFAULTS[1])
+        cfg.check()
 
 
 def test_config_round_trips_through_its_dict():
@@ -515,7 +518,7 @@ def _recording_plan(monkeypatch, problem, knobs, with_cfg=False):
 
 @pytest.mark.parametrize("fresh", [False, True])
 def test_launch_passes_addresses_in_the_kernels_argument_order(monkeypatch, fresh):
-    """The plan's launch: the 15 addresses in ``build._ptr_specs`` order, then M, L,
+    """The plan's launch: the 17 addresses in ``build._ptr_specs`` order, then M, L,
     resident CTAs, the activation constants and the stream handle; the fresh-outputs variant
     is a separate compiled function."""
     import types
@@ -531,13 +534,14 @@ def test_launch_passes_addresses_in_the_kernels_argument_order(monkeypatch, fres
     (cfg, args), = calls[-1:]
     ptr = {name: v.data_ptr() for name, v in pack.items()}
     assert cfg.init_outputs is fresh
-    assert args[:15] == (ptr["a"], ptr["b"], ptr["c"], ptr["d_row"], ptr["padded_offsets"],
+    # (the last two: the fp8_blockwise recipe's scales, A's address for bf16 operands)
+    assert args[:17] == (ptr["a"], ptr["b"], ptr["c"], ptr["d_row"], ptr["padded_offsets"],
                          ptr["alpha"], ptr["beta"], ptr["prob"], ptr["dprob"], ws.data_ptr(),
-                         ptr["a"], ptr["a"], ptr["dbias"], ptr["a"], ptr["a"])
-    assert args[15:] == (m, L, 132, 1.5, 6.0, -5.0, 0.25, 77)
+                         ptr["a"], ptr["a"], ptr["dbias"], ptr["a"], ptr["a"], ptr["a"], ptr["a"])
+    assert args[17:] == (m, L, 132, 1.5, 6.0, -5.0, 0.25, 77)
 
 
-def test_activation_output_takes_the_last_address_slot(monkeypatch):
+def test_activation_output_takes_its_address_slot(monkeypatch):
     """With the activation output the plan passes its address in the 14th slot, from
     ``execute`` and from the raw-address launcher alike; a call without one is refused
     before any launch (the slot would otherwise be A's address, which the kernel writes)."""
@@ -568,8 +572,6 @@ def test_activation_output_takes_the_last_address_slot(monkeypatch):
     with pytest.raises(ValueError, match="reads or writes activation, got none"):
         plan.address_launcher(False, -1)(*args)
     assert len(calls) == n_calls
-    with pytest.raises(ValueError, match="generate_activation needs act_func in \('dgeglu',\)"):
-        config_for(dataclasses.replace(p, act=ActConfig("dswiglu"))).check()
 
 
 def test_discrete_launch_passes_the_table_and_workspace_regions(monkeypatch):
@@ -706,3 +708,50 @@ def test_blockwise_config_rules():
                       (dict(round_dgrad=True), "round_dgrad")):
         with pytest.raises(ValueError, match=what):
             dataclasses.replace(ok, **bad).check()
+
+
+def test_blockwise_launch_passes_the_scales_last(monkeypatch):
+    """The fp8_blockwise plan passes sfa and sfb in the last two address slots; with an FP8 D
+    the kernel writes an fp32 temporary, which the recipe's quantizer turns into the outputs."""
+    import types
+
+    from cudnn_ext.engines import sm90
+    from cudnn_ext.engines.sm90_fp8_blockwise import Sm90Fp8BlockwiseEngine
+    from cudnn_ext.problem import DgluProblem
+
+    calls = []
+    monkeypatch.setattr(sm90, "compile_cached", lambda cfg: (lambda *args: calls.append((cfg, args))))
+    monkeypatch.setattr(sm90.Sm90Plan, "_resident_ctas", lambda self, idx: 132)
+    L, n, k, m = 4, 256, 256, 1024
+    p = DgluProblem(n=n, k=k, num_experts=L, m=m, weight_mode="dense", b_major="k", ab_dtype=torch.float8_e4m3fn,
+                    c_dtype=BF16, d_dtype=BF16, generate_dbias=True, recipe="fp8_blockwise", device_type="cpu")
+    eng = Sm90Fp8BlockwiseEngine()
+    (knobs,) = eng.knob_space(p)
+    plan = eng.build(p, knobs)
+    if not plan.tvm_ffi:
+        pytest.skip("apache-tvm-ffi is not installed: the launch packs DSL pointer objects")
+    pack = _cpu_pack(m, n, k, L)
+    pack.update(sfa=torch.ones(m, k // 128).t().contiguous().t(), sfb=torch.ones(2, 2, L))
+    ws = torch.empty(plan.workspace_size, dtype=torch.uint8)
+    plan.execute(pack, ws, types.SimpleNamespace(cuda_stream=77))
+    cfg, args = calls[-1]
+    assert cfg.blockwise() and plan.engine_name == "sm90_fp8_blockwise"
+    assert args[15:17] == (pack["sfa"].data_ptr(), pack["sfb"].data_ptr())
+    assert args[3] == pack["d_row"].data_ptr()
+    # an FP8 D: the kernel's D slot is an fp32 temporary, quantized into D_row/D_col after it
+    p8 = dataclasses.replace(p, d_dtype=torch.float8_e4m3fn, m_aligned=128)
+    (knobs8,) = eng.knob_space(p8)
+    assert knobs8.d_dtype == "fp32"
+    plan8 = eng.build(p8, knobs8)
+    e4m3 = torch.float8_e4m3fn
+    pack8 = dict(pack, d_row=torch.zeros(m, 2 * n, dtype=e4m3), d_col=torch.zeros(m, 2 * n, dtype=e4m3),
+                 sfd_row=torch.zeros(m, 2 * n // 128).t().contiguous().t(),
+                 sfd_col=torch.zeros(m // 128, 2 * n).t().contiguous().t(),
+                 padded_offsets=torch.tensor([256, 512, 768, 1024], dtype=torch.int32))
+    seen = {}
+    monkeypatch.setattr("cudnn_ext.engines.sm90_fp8_blockwise.quantize_d",
+                        lambda d32, pk: seen.update(dtype=d32.dtype, ptr=d32.data_ptr(), pack=pk))
+    plan8.execute(pack8, torch.empty(plan8.workspace_size, dtype=torch.uint8), types.SimpleNamespace(cuda_stream=77))
+    _, args8 = calls[-1]
+    assert seen["dtype"] == torch.float32 and args8[3] == seen["ptr"] != pack8["d_row"].data_ptr()
+    assert seen["pack"] is pack8
