@@ -385,3 +385,17 @@ def test_fp8_blockwise_kernels_compile_for_sm90a(problem):
     _check_report(cfg, 0 if problem.c_dtype == problem.d_dtype else 32)
     _, ptx = _compiled(cfg)
     assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n128k32\.f32\.e4m3\.e4m3", ptx)
+
+
+@needs_dsl
+@pytest.mark.parametrize("act", ["dswiglu", "dsituglu"])
+def test_fp8_blockwise_ping_pong_form_compiles_for_sm90a(act):
+    """The ping-pong 128 x 64 form of the e4m3 mainloop (a config the GPU tier pins; not in
+    the engine's knob space until measured): no spills, no WGMMA warning."""
+    from cudnn_ext.engines.sm90_fp8_blockwise import kernel_problem
+
+    cfg = config_for(kernel_problem(_fp8(act=act, n=2048, k=7168)), tile_n=64, cluster_m=2)
+    assert cfg.blockwise() and not cfg.cooperative
+    _check_report(cfg)
+    _, ptx = _compiled(cfg)
+    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n64k32\.f32\.e4m3\.e4m3", ptx)

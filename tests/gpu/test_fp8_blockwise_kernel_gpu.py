@@ -138,3 +138,34 @@ def test_kernel_fp8_d():
             rel(dprob.cpu(), ref["dprob"], end))
     print(errs)
     assert errs[0] < 2.0 ** -4 and errs[1] < 2.0 ** -4 and errs[2] < KTOL, errs
+
+
+@pytest.mark.parametrize("act", ["dswiglu", "dgeglu"])
+def test_ping_pong_form_matches_the_oracle(act):
+    """The ping-pong 128 x 64 e4m3 configuration (2x1 clusters), pinned through the engine's
+    build (the knob space offers the cooperative form): the same promotion over a warpgroup's
+    two 64-row halves, the other warpgroup's epilogue under its mainloop."""
+    _skip()
+    from cudnn_ext import contract
+    from cudnn_ext.engines.sm90 import config_for
+    from cudnn_ext.engines.sm90_fp8_blockwise import Sm90Fp8BlockwiseEngine, kernel_problem
+
+    t = case(sizes=(256, 0, 512), n=320, k=512, seed=5)
+    ref = reference(t, act)
+    end = int(t["offsets"][-1])
+    on = {k: (v.cuda() if isinstance(v, torch.Tensor) else v) for k, v in t.items()}
+    m, n = t["m"], 320
+    ops = contract.Operands(a=on["a"], c=on["c"], sfa=on["sfa"], padded_offsets=on["offsets"], alpha=on["alpha"],
+                            beta=on["beta"], prob=on["prob"], dprob=torch.zeros(m, device="cuda"), b=on["b"],
+                            sfb=on["sfb"], d_row=torch.full((m, 2 * n), float("nan"), device="cuda"),
+                            dbias=torch.zeros(L, 2 * n, dtype=torch.bfloat16, device="cuda"))
+    problem, pack = contract.normalize(ops, contract.CallConfig(act_func=act, recipe="fp8_blockwise"))
+    eng = Sm90Fp8BlockwiseEngine()
+    cfg = config_for(kernel_problem(problem), tile_n=64, cluster_m=2)
+    assert cfg.blockwise() and not cfg.cooperative
+    plan = eng.build(problem, cfg)
+    ws = torch.empty(max(plan.workspace_size, 1), dtype=torch.uint8, device="cuda")
+    plan.execute(pack, ws)
+    torch.cuda.synchronize()
+    got = {"d": ops.d_row.cpu(), "dprob": ops.dprob.cpu(), "dbias": ops.dbias.cpu(), "activation": None}
+    check(got, ref, end, offsets=t["offsets"])

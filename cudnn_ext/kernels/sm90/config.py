@@ -226,13 +226,14 @@ class Sm90Config:
                              f"dbias in the ping-pong schedule, got {self.c_ring()}")
 
     def _check_blockwise(self) -> None:
-        """e4m3 operands: the cooperative schedule (a warpgroup's 64 rows keep the k-tile's
-        partial sums next to the accumulator: 2 x tile_n / 2 registers), dense K-major B (FP8
-        WGMMA reads K-major operands only), whole scale blocks along K, one part per tile."""
+        """e4m3 operands: a warpgroup's tile of at most 64 accumulator registers per thread
+        (the k-tile's partial sums take as many beside them): cooperative tile_n <= 128 or
+        ping-pong tile_n <= 64; dense K-major B (FP8 WGMMA reads K-major operands only),
+        whole scale blocks along K, one part per tile."""
         why = []
-        if not self.cooperative or self.tile_n > 128:
-            why.append(f"the cooperative schedule with tile_n <= 128 (cooperative="
-                       f"{self.cooperative}, tile_n={self.tile_n})")
+        if self.wg_rows() * self.tile_n > 64 * 128:
+            why.append(f"at most 64 accumulator registers per thread: cooperative tile_n <= 128 or "
+                       f"ping-pong tile_n <= 64 (cooperative={self.cooperative}, tile_n={self.tile_n})")
         if self.weight_mode != "dense" or self.b_major != "k":
             why.append(f"dense K-major B (weight_mode={self.weight_mode!r}, b_major={self.b_major!r})")
         if self.k % BLOCKWISE_TILE_K:

@@ -526,21 +526,27 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
                     m_tile, n_tile = self.tile_of(unit, walk)
                     expert, row0, row_end = self.tile_rows(m_tile, walk)
                     self._stamp(tr, 0, tcount, wg, bid)
+                    scales = None  # (blockwise) the promotion's operands
                     if cutlass.const_expr(self.cfg.blockwise()):
+                        scales = (part, mSFA, mSFB, self._thread_rows(tCcC, row0), n_tile, expert)
+                    if cutlass.const_expr(self.coop):
                         self._stamp(tr, 1, tcount, wg, bid)
-                        self.mma_mainloop_blockwise(
-                            ab_pipe, mmas, tCrA, tCrB, acc, pos,
-                            (part, mSFA, mSFB, self._thread_rows(tCcC, row0), n_tile, expert))
-                    elif cutlass.const_expr(self.coop):
-                        self._stamp(tr, 1, tcount, wg, bid)
-                        self.mma_mainloop(ab_pipe, mmas, tCrA, tCrB, acc, pos, mine_done,
-                                          False)
+                        if cutlass.const_expr(scales is not None):
+                            self.mma_mainloop_blockwise(ab_pipe, mmas, tCrA, tCrB, acc, pos, scales,
+                                                        mine_done, False)
+                        else:
+                            self.mma_mainloop(ab_pipe, mmas, tCrA, tCrB, acc, pos, mine_done,
+                                              False)
                     else:
                         if unit >= nunits:  # a previous unit (the other warpgroup's) exists
                             other_done.arrive_and_wait()
                         self._stamp(tr, 1, tcount, wg, bid)
-                        self.mma_mainloop(ab_pipe, mmas, tCrA, tCrB, acc, pos, mine_done,
-                                          unit + nunits < num_units)
+                        if cutlass.const_expr(scales is not None):
+                            self.mma_mainloop_blockwise(ab_pipe, mmas, tCrA, tCrB, acc, pos, scales,
+                                                        mine_done, unit + nunits < num_units)
+                        else:
+                            self.mma_mainloop(ab_pipe, mmas, tCrA, tCrB, acc, pos, mine_done,
+                                              unit + nunits < num_units)
                     self._stamp(tr, 2, tcount, wg, bid)
                     self.epilogue(acc, tCcC, c_pipe, sC, wg, cpos, epi, (row0, row_end), n_tile,
                                   expert, tidx, sDb, hand_mbar, kslot)

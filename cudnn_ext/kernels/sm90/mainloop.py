@@ -146,16 +146,19 @@ class MainloopMixin:
             mine_done.arrive()
 
     @cute.jit
-    def mma_mainloop_blockwise(self, ab_pipe, mmas, tCrA, tCrB, acc, pos: Int32, scales):
-        """(e4m3, cooperative) Every k-tile of one tile, each a 128-K scale block: its WGMMAs
-        into the partial-sum fragment ``part`` (the k-tile's first WGMMA overwrites it), then,
-        once they retired, ``acc += part x sfa[row, kt] x sfb[n block, kt, expert]`` in fp32,
-        as DeepSeek-V3's recipe promotes (the other warpgroup's WGMMAs run meanwhile); consumes
-        ring positions [pos, pos + k-tiles). A second fragment in flight during the promotion
-        made ptxas serialize every WGMMA (C7514). ``scales``: (part, mSFA, mSFB, this thread's
-        two rows, n_tile, expert). The scales of k-tile kt + 1 are loaded while k-tile kt
-        runs, so that the promotion never waits for a global load; rows past M (a ragged
-        tile's tail) read row M - 1's scale and reach no output."""
+    def mma_mainloop_blockwise(self, ab_pipe, mmas, tCrA, tCrB, acc, pos: Int32, scales,
+                               mine_done, signal_other):
+        """(e4m3) Every k-tile of one tile, each a 128-K scale block: its WGMMAs into the
+        partial-sum fragment ``part`` (the k-tile's first WGMMA overwrites it), then, once
+        they retired, ``acc += part x sfa[row, kt] x sfb[n block, kt, expert]`` in fp32, as
+        DeepSeek-V3's recipe promotes (cooperative: the other warpgroup's WGMMAs run
+        meanwhile); consumes ring positions [pos, pos + k-tiles), then (ping-pong,
+        ``signal_other``) hands the tensor cores to the other warpgroup as ``mma_mainloop``
+        does. A second fragment in flight during the promotion made ptxas serialize every
+        WGMMA (C7514). ``scales``: (part, mSFA, mSFB, this thread's rows (2 per 64-row
+        half), n_tile, expert). The scales of k-tile kt + 1 are loaded while k-tile kt runs,
+        so that the promotion never waits for a global load; rows past M (a ragged tile's
+        tail) read row M - 1's scale and reach no output."""
         part, mSFA, mSFB, rows, n_tile, expert = scales
         read = pipeline.PipelineState(self.ab_stages, pos, pos % self.ab_stages,
                                       (pos // self.ab_stages) % 2)
@@ -164,6 +167,9 @@ class MainloopMixin:
         last_row = mSFA.shape[0] - 1
         srows = [cutlass.min(r, last_row) for r in rows]
         nb = n_tile * self.tile_n // self.tile_k  # tile_n <= 128: one B scale block row
+        # accumulator value v is row 2 (v // half) + (v // 2) % 2 of the thread's rows (a
+        # 64-row half holds ``half`` values: _thread_rows' order)
+        half = cute.size(acc) // self.halves
         kc = self.k_tile_cnt
         acc.fill(0.0)
         cur = self._k_tile_scales(mSFA, mSFB, srows, nb, 0, expert)
@@ -174,8 +180,10 @@ class MainloopMixin:
             ab_pipe.consumer_release(read)
             read.advance()
             for v in cutlass.range_constexpr(cute.size(acc)):
-                acc[v] = acc[v] + part[v] * cur[(v // 2) % 2]
+                acc[v] = acc[v] + part[v] * cur[2 * (v // half) + (v // 2) % 2]
             cur = nxt
+        if signal_other:
+            mine_done.arrive()
 
     @cute.jit
     def _k_tile_scales(self, mSFA, mSFB, rows, nb, kt, expert):
