@@ -278,3 +278,18 @@ def test_the_reference_dequantizes_in_slabs(monkeypatch):
     whole = run_wrapper(t)[0][:end].clone()
     monkeypatch.setattr(ref_fp8, "_A_ROWS", 100)
     assert torch.equal(run_wrapper(t)[0][:end], whole)
+
+
+@pytest.mark.parametrize("shape", [dict(m=32768, n=2048, k=7168, num_experts=8), dict(m=512, n=64, k=128, num_experts=1)],
+                         ids=["dsv3", "tiny"])
+def test_the_heuristics_rank_the_hopper_kernel_above_the_reference(shape, monkeypatch):
+    """On a Hopper GPU the recipe runs on sm90_fp8_blockwise, from the largest problem to a
+    one-expert tiny one (the ranking itself: the engine made available here)."""
+    from cudnn_ext.engines.heuristics import rank
+    from cudnn_ext.problem import ActConfig, DgluProblem
+
+    p = DgluProblem(weight_mode="dense", b_major="k", ab_dtype=E4M3, c_dtype=torch.bfloat16, d_dtype=torch.bfloat16,
+                    act=ActConfig("dswiglu"), generate_dbias=True, recipe="fp8_blockwise", device_type="cuda", **shape)
+    engines = [engine_by_name("reference"), engine_by_name("sm90_fp8_blockwise")]
+    monkeypatch.setattr(engines[1], "available", lambda: None)
+    assert rank(p, engines=engines)[0].engine.name == "sm90_fp8_blockwise"
