@@ -35,7 +35,8 @@ from ..kernels.sm90.config import (DESC_BYTES, KERNEL_ACTS, SITU_DEFAULTS, TRACE
 from ..problem import DgluProblem
 from ..quant.formats import FP8_DTYPES
 from ..runtime import caches, occupancy
-from ..runtime.streams import current_device_index, current_stream_handle
+from ..reference.writes import keep_where
+from ..runtime.streams import current_device_index, current_stream_handle, on_stream
 from ..runtime.workspace import WorkspaceLayout, WorkspaceRequest
 from .base import CompiledPlan, Engine, compile_deferred
 
@@ -47,7 +48,8 @@ _HALF_DTYPES = (torch.bfloat16, torch.float16)
 #: The config's fields a problem fixes (the rest are knobs and launch variants).
 FAMILY_FIELDS = ("n", "k", "ab_dtype", "c_dtype", "d_dtype", "act_func", "generate_dbias",
                  "weight_mode", "b_major", "generate_activation", "round_dgrad", "geglu_beta",
-                 "has_prob", "has_dprob", "generate_amax", "situ_beta1", "situ_beta2", "ragged_m")
+                 "has_prob", "has_dprob", "generate_amax", "situ_beta1", "situ_beta2", "ragged_m",
+                 "deterministic")
 TILE_NS = (64, 128)
 #: CTAs per cluster along M offered for dense weights (2 = B k-tiles multicast to a CTA pair).
 CLUSTER_MS = (1, 2)
@@ -117,7 +119,9 @@ def config_for(problem: DgluProblem, **knobs) -> Sm90Config:
                 geglu_beta=act.act_func != "dgeglu" or act.dgeglu_applies_beta,
                 has_prob=bool(problem.has_prob), has_dprob=bool(problem.has_dprob),
                 generate_amax=amax, situ_beta1=betas[0], situ_beta2=betas[1],
-                ragged_m=problem.m_aligned < 256, **knobs)
+                ragged_m=problem.m_aligned < 256,
+                deterministic=bool(problem.deterministic and (problem.has_dprob or problem.generate_dbias)),
+                **knobs)
 
 
 def dense_problem(problem: DgluProblem) -> DgluProblem:
@@ -140,6 +144,8 @@ def cooperative_config(problem: DgluProblem) -> Sm90Config:
     knobs = dict(COOPERATIVE_DEEP_KNOBS if problem.k >= _COOP_MIN_DEEP_K else COOPERATIVE_KNOBS)
     if _ragged_unclustered(problem):
         knobs.update(cluster_m=1, raster_group_m=RASTER_GROUP_M[1])
+    if problem.deterministic:  # (the split last round sums K in parts)
+        knobs.update(split_last=1)
     return config_for(problem, **knobs)
 
 
@@ -351,15 +357,24 @@ class Sm90Plan(CompiledPlan):
             raise ValueError(f"workspace: this plan needs {self.workspace_size} bytes, got None")
         if m == 0 or num_experts == 0:
             return
+        dprob_addr, partials = _addr(pack, "dprob"), 0
+        slabs = None
+        if self.config.deterministic:
+            if init:
+                raise NotImplementedError("execute_fresh: a deterministic plan runs through execute")
+            slabs = self._partial_slabs(c, m, num_experts, stream)
+            dprob_addr = slabs[0].data_ptr() if slabs[0] is not None else dprob_addr
+            partials = slabs[1].data_ptr() if slabs[1] is not None else 0
         addrs = self._kernel_addrs(
             a.data_ptr(), (pack["b_ptrs"] if self._discrete else pack["b"]).data_ptr(),
             c.data_ptr(), pack["padded_offsets"].data_ptr(), pack["alpha"].data_ptr(),
             pack["beta"].data_ptr(), _addr(pack, "prob"), pack["d_row"].data_ptr(),
-            _addr(pack, "dprob"), dbias.data_ptr() if dbias is not None else 0,
+            dprob_addr, dbias.data_ptr() if dbias is not None else 0,
             workspace.data_ptr() if workspace is not None else 0,
             _addr(pack, "activation") if self.config.generate_activation else 0,
             _addr(pack, "amax") if self.config.generate_amax else 0,
-            *((pack["sfa"].data_ptr(), pack["sfb"].data_ptr()) if self._blockwise else ()))
+            *((pack["sfa"].data_ptr(), pack["sfb"].data_ptr()) if self._blockwise else (0, 0)),
+            partials)
         fn = self._fn(init)
         dev = c.get_device()
         # None: the current stream of the tensors' device (its raw handle: no Stream object)
@@ -370,13 +385,31 @@ class Sm90Plan(CompiledPlan):
                 self._call(fn, addrs, m, num_experts, ctas, handle)
         else:
             self._call(fn, addrs, m, num_experts, ctas, handle)
+        if slabs is not None and slabs[0] is not None:
+            with on_stream(stream):  # dprob += the N-tiles' partials, summed in one order
+                rows = torch.arange(m, device=c.device) < pack["padded_offsets"][-1:]
+                keep_where(pack["dprob"], rows, pack["dprob"] + slabs[0].sum(0))
+
+    def _partial_slabs(self, c, m, num_experts, stream):
+        """(deterministic) The (N-tiles, M) dprob partials and the (partial_tiles, 2N) dbias
+        sums the kernel stores into, from the caching allocator on the launch stream (None
+        where the problem has no dprob / dbias); every element the reductions read is
+        written by the launch."""
+        cfg = self.config
+        with on_stream(stream):
+            p = (torch.empty((cfg.num_n_tiles(), m), dtype=torch.float32, device=c.device)
+                 if cfg.has_dprob else None)
+            b = (torch.empty((cfg.partial_tiles(m, num_experts), 2 * cfg.n), dtype=torch.float32,
+                             device=c.device) if cfg.generate_dbias else None)
+        return p, b
 
     def _kernel_addrs(self, a, b, c, offsets, alpha, beta, prob, d_row, dprob, dbias, workspace,
-                      activation=0, amax=0, sfa=0, sfb=0):
-        """The 17 kernel addresses in ``build._ptr_specs`` order from the operands' addresses
+                      activation=0, amax=0, sfa=0, sfb=0, partials=0):
+        """The 18 kernel addresses in ``build._ptr_specs`` order from the operands' addresses
         (``b``: the pointer table in discrete mode; ``prob``, ``dprob``, ``dbias``,
         ``workspace``, ``activation``, ``amax`` 0 when absent; ``sfa``, ``sfb``: the
-        fp8_blockwise recipe's scales, 0 for other operands)."""
+        fp8_blockwise recipe's scales, 0 for other operands; ``partials``: the deterministic
+        form's dbias slab, 0 otherwise)."""
         if self._discrete:
             # the kernel's helper reads the table and writes the descriptors on the device
             b_addr, b_ptrs_addr, desc_addr = a, b, workspace + self._desc_off
@@ -404,7 +437,8 @@ class Sm90Plan(CompiledPlan):
                 raise ValueError(f"{name}: this plan reads or writes {name}, got none")
         # (an output or input the plan does not have gets A's address: never touched)
         return (a, b_addr, c, d_row, offsets, alpha, beta, prob or a, dprob or a, scratch,
-                b_ptrs_addr, desc_addr, dbias or a, activation or a, amax or a, sfa or a, sfb or a)
+                b_ptrs_addr, desc_addr, dbias or a, activation or a, amax or a, sfa or a, sfb or a,
+                partials or a)
 
     def address_launcher(self, init: bool, device_index: int, zeroed_workspace: bool = False):
         """The launch on raw addresses for the eager hot path (``cudnn_ext.functional``), bound once
@@ -419,6 +453,9 @@ class Sm90Plan(CompiledPlan):
         ``zeroed_region`` on (``zeroed_region_bytes`` of them) are zero, and the launch leaves
         them zero: no zeroing kernel before the main one (the ragged schedule's table helper
         still runs). The caller must keep that scratch for such launches only."""
+        if self.config.deterministic:
+            raise NotImplementedError("address_launcher: a deterministic plan runs through execute (it "
+                                      "allocates and reduces the partial sums)")
         fn = self._fn(init, bool(zeroed_workspace and self._zero_ws_elems and not init))
         num_experts = self.problem.num_experts
         ctas = self._resident_ctas(device_index)
@@ -463,9 +500,9 @@ class Sm90TracePlan(Sm90Plan):
         return WorkspaceRequest("trace", self.config.trace_bytes(), 128)
 
     def _kernel_addrs(self, a, b, c, offsets, alpha, beta, prob, d_row, dprob, dbias, workspace,
-                      activation=0, amax=0, sfa=0, sfb=0):
+                      activation=0, amax=0, sfa=0, sfb=0, partials=0):
         addrs = super()._kernel_addrs(a, b, c, offsets, alpha, beta, prob, d_row, dprob, dbias,
-                                      workspace, activation, amax, sfa, sfb)
+                                      workspace, activation, amax, sfa, sfb, partials)
         desc_addr = workspace + self._desc_off
         if desc_addr % 16:
             raise ValueError(f"workspace: must be 16-byte aligned for the trace stamps, got "
@@ -546,8 +583,8 @@ class Sm90DgluEngine(Engine):
         if problem.n % 32 or problem.k % 8:
             why.append(f"needs N % 32 == 0 and K % 8 == 0, got N={problem.n}, K={problem.k}")
         if problem.deterministic:
-            why.append("deterministic: the kernel sums dprob and dbias with fp32 atomics (the reference engine "
-                       "runs it)")
+            why.append("deterministic: the kernel's fixed-order form (Sm90Config.deterministic) has not "
+                       "run on a GPU yet, so it is not offered (the reference engine runs it)")
         if not (problem.has_prob and problem.has_dprob):
             why.append("the BF16 contract needs prob and dprob")
         return why + placement_reasons(problem)

@@ -399,3 +399,31 @@ def test_fp8_blockwise_ping_pong_form_compiles_for_sm90a(act):
     _check_report(cfg)
     _, ptx = _compiled(cfg)
     assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n64k32\.f32\.e4m3\.e4m3", ptx)
+
+
+#: The deterministic form (``Sm90Config.deterministic``) on each schedule that stores its
+#: partials differently: ping-pong (the C producer warp's dbias store) with 64-row C entries,
+#: cooperative (the folder warp's), both ragged, dGeGLU without dbias (dprob alone).
+_DET = [
+    ("t128-2x1-half-swiglu-dbias", _problem(**_P), dict(tile_n=128, cluster_m=2, c_split=2)),
+    ("t64-1x1-geglu", _problem(act="dgeglu", dbias=False, **_P), dict(tile_n=64, cluster_m=1)),
+    ("coop-deep-swiglu-dbias", _problem(k=7168, **_COOP), None),
+    ("ragged-coop-swiglu-dbias", _problem(k=7168, m_aligned=8, **_COOP), None),
+    ("ragged-t128-swiglu-dbias", _problem(m_aligned=8, **_P), dict(tile_n=128, cluster_m=1)),
+]
+
+
+@needs_dsl
+@pytest.mark.parametrize("problem,knobs", [c[1:] for c in _DET], ids=[c[0] for c in _DET])
+def test_deterministic_form_compiles_without_accumulating_atomics(problem, knobs):
+    """No spills, no WGMMA warning, and no fp32 atomic add but the fold's reads of the dbias
+    slab (adds of zero): nothing is summed in an order the hardware picks."""
+    problem = dataclasses.replace(problem, deterministic=True)
+    cfg = cooperative_config(problem) if knobs is None else config_for(problem, **knobs)
+    assert cfg.deterministic and cfg.split_last == 1
+    _check_report(cfg, 0 if cfg.cooperative else _max_spill(problem))
+    _, ptx = _compiled(cfg)
+    adds = [ln.strip() for ln in ptx.splitlines()
+            if re.search(r"\b(atom|red)(\.[a-z]+)*\.global(\.[a-z0-9]+)*\.add\.f32", ln)]
+    assert all(ln.rstrip(";").endswith("0f00000000") for ln in adds), adds[:3]
+    assert bool(adds) == problem.generate_dbias  # (the fold's reads are there with dbias)

@@ -30,7 +30,7 @@ def test_config_fields_are_pinned():
                      "has_prob", "has_dprob", "generate_amax", "situ_beta1", "situ_beta2",
                      "tile_n", "ab_stages", "c_stages", "c_split",
                      "cluster_m", "cluster_n", "raster_group_m", "cooperative", "split_last",
-                     "init_outputs", "ws_zeroed", "fold_dbias", "ragged_m"]
+                     "init_outputs", "ws_zeroed", "fold_dbias", "ragged_m", "deterministic"]
     assert [f.name for f in dataclasses.fields(Sm90TraceConfig)] == names + ["trace"]
 
 
@@ -518,7 +518,7 @@ def _recording_plan(monkeypatch, problem, knobs, with_cfg=False):
 
 @pytest.mark.parametrize("fresh", [False, True])
 def test_launch_passes_addresses_in_the_kernels_argument_order(monkeypatch, fresh):
-    """The plan's launch: the 17 addresses in ``build._ptr_specs`` order, then M, L,
+    """The plan's launch: the 18 addresses in ``build._ptr_specs`` order, then M, L,
     resident CTAs, the activation constants and the stream handle; the fresh-outputs variant
     is a separate compiled function."""
     import types
@@ -534,11 +534,13 @@ def test_launch_passes_addresses_in_the_kernels_argument_order(monkeypatch, fres
     (cfg, args), = calls[-1:]
     ptr = {name: v.data_ptr() for name, v in pack.items()}
     assert cfg.init_outputs is fresh
-    # (the last two: the fp8_blockwise recipe's scales, A's address for bf16 operands)
-    assert args[:17] == (ptr["a"], ptr["b"], ptr["c"], ptr["d_row"], ptr["padded_offsets"],
+    # (the last three: the fp8_blockwise recipe's scales and the deterministic form's dbias
+    # slab, A's address here)
+    assert args[:18] == (ptr["a"], ptr["b"], ptr["c"], ptr["d_row"], ptr["padded_offsets"],
                          ptr["alpha"], ptr["beta"], ptr["prob"], ptr["dprob"], ws.data_ptr(),
-                         ptr["a"], ptr["a"], ptr["dbias"], ptr["a"], ptr["a"], ptr["a"], ptr["a"])
-    assert args[17:] == (m, L, 132, 1.5, 6.0, -5.0, 0.25, 77)
+                         ptr["a"], ptr["a"], ptr["dbias"], ptr["a"], ptr["a"], ptr["a"], ptr["a"],
+                         ptr["a"])
+    assert args[18:] == (m, L, 132, 1.5, 6.0, -5.0, 0.25, 77)
 
 
 def test_activation_output_takes_its_address_slot(monkeypatch):
@@ -755,3 +757,45 @@ def test_blockwise_launch_passes_the_scales_last(monkeypatch):
     _, args8 = calls[-1]
     assert seen["dtype"] == torch.float32 and args8[3] == seen["ptr"] != pack8["d_row"].data_ptr()
     assert seen["pack"] is pack8
+
+
+def test_deterministic_config_rules_and_launch(monkeypatch):
+    """The deterministic form: split_last 1 (the cooperative deep form drops its split), no
+    fresh-outputs variant, the in-kernel fold with dbias; the launch passes an (N-tiles, M)
+    slab at dprob's address and a (partial_tiles, 2N) slab last, then adds the slab's N-tile
+    sums into dprob below the last offset, leaving the rows past it untouched."""
+    import types
+
+    from cudnn_ext.engines.sm90 import cooperative_config
+
+    deep = cooperative_config(dataclasses.replace(_problem(n=512, k=7168, m=32768), deterministic=True))
+    assert deep.deterministic and deep.split_last == 1
+    for bad in (dict(split_last=2), dict(init_outputs=True), dict(fold_dbias=False)):
+        with pytest.raises(ValueError, match="deterministic needs"):
+            dataclasses.replace(deep, **bad).check()
+    assert not config_for(_problem()).deterministic  # the default form
+    assert deep.partial_tiles(32768, 8) == 256 and dataclasses.replace(deep, ragged_m=True).partial_tiles(
+        32768, 8) == 2 * (32768 // 256 + 8)
+
+    L, n, k, m = 4, 96, 200, 1024
+    p = dataclasses.replace(_problem(n=n, k=k, m=m, L=L), device_type="cpu", deterministic=True)
+    cfg = config_for(p, tile_n=128)
+    assert cfg.deterministic
+    plan, calls = _recording_plan(monkeypatch, p, cfg)
+    pack = _cpu_pack(m, n, k, L)
+    pack["padded_offsets"] = torch.tensor([256, 512, 512, 768], dtype=torch.int32)
+    pack["dprob"] = torch.full((m,), 0.5)
+    slab_p = torch.arange(cfg.num_n_tiles() * m, dtype=torch.float32).view(cfg.num_n_tiles(), m)
+    slab_b = torch.zeros(cfg.partial_tiles(m, L), 2 * n)
+    monkeypatch.setattr(type(plan), "_partial_slabs", lambda self, c, m_, l_, s: (slab_p, slab_b))
+    ws = torch.empty(plan.workspace_size, dtype=torch.uint8)
+    plan.execute(pack, ws, types.SimpleNamespace(cuda_stream=77))
+    args = calls[-1]
+    assert args[8] == slab_p.data_ptr() and args[17] == slab_b.data_ptr()
+    want = torch.full((m,), 0.5)
+    want[:768] += slab_p.sum(0)[:768]
+    assert torch.equal(pack["dprob"], want)
+    with pytest.raises(NotImplementedError, match="deterministic"):
+        plan.execute_fresh(pack, ws, types.SimpleNamespace(cuda_stream=77))
+    with pytest.raises(NotImplementedError, match="deterministic"):
+        plan.address_launcher(False, -1)

@@ -49,6 +49,7 @@ class Case:
     # acc is exact in fp32, so rounding it (round_dgrad) gives the same bf16 on the kernel and
     # in float64, and only the epilogue's own error is left
     exact_gemm: bool = False
+    deterministic: bool = False  # the fixed-order dprob/dbias form (Sm90Config.deterministic)
 
     def label(self) -> str:
         dt = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
@@ -65,7 +66,7 @@ class Case:
                 f"{'-x%d' % self.split_last if self.split_last > 1 else ''}"
                 f"{'-act' if self.activation else ''}{'-rnd' if self.round_dgrad else ''}"
                 f"{'-a%d' % self.m_aligned if self.m_aligned != 256 else ''}"
-                f"{'-exact' if self.exact_gemm else ''}")
+                f"{'-exact' if self.exact_gemm else ''}{'-det' if self.deterministic else ''}")
 
 
 def make_pack(case: Case, device="cuda"):
@@ -124,7 +125,7 @@ def make_pack(case: Case, device="cuda"):
                           device_index=torch.device(device).index,
                           generate_activation=case.activation,
                           round_dgrad_to_input_dtype=case.round_dgrad,
-                          m_aligned=case.m_aligned)
+                          m_aligned=case.m_aligned, deterministic=case.deterministic)
     return problem, pack
 
 

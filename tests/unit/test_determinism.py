@@ -51,14 +51,14 @@ def test_bit_identical_run_to_run(make):
         assert torch.equal(d, outs[0][0]) and torch.equal(p, outs[0][1]) and torch.equal(b, outs[0][2])
 
 
-def test_the_engines_that_sum_with_atomics_decline_it():
+def test_the_hopper_and_vendor_engines_decline_it():
     kw = _bf16_call(torch.Generator().manual_seed(1))
     ops = contract.Operands(a=kw["a_tensor"], c=kw["c_tensor"], padded_offsets=kw["padded_offsets"],
                             alpha=kw["alpha_tensor"], beta=kw["beta_tensor"], prob=kw["prob_tensor"],
                             dprob=torch.zeros(M), b=kw["b_tensor"])
     problem, _ = contract.normalize(ops, contract.CallConfig(deterministic=True), generate_dbias=True)
     assert problem.deterministic  # (a CPU problem: the engines' other reasons are about the device)
-    assert any("deterministic: the kernel sums dprob and dbias with fp32 atomics" in r
+    assert any("deterministic: the kernel's fixed-order form" in r
                for r in engine_by_name("sm90_cutedsl").check_support(problem))
     assert any("deterministic: not mapped" in r for r in engine_by_name("vendor_sm100").check_support(problem))
     assert engine_by_name("reference").check_support(problem) == []

@@ -96,6 +96,11 @@ class Sm90Config:
     * ``fold_dbias``: the kernel folds the fp32 column sums into the caller's bf16 dbias
       (arrival counters; every launch leaves the region zero); False leaves the fp32 sums as
       the result (the JAX FFI path: XLA hands zeroed buffers and JAX rounds).
+    * ``deterministic``: dprob and dbias summed in a fixed order: the epilogue stores each
+      (N-tile, row) dprob partial into an (N-tiles, M) slab at the dprob address, which the
+      plan sums over N-tiles afterwards; each tile's dbias column sums go to a (partial_tiles,
+      2N) slab (the last kernel argument) instead of the workspace atomics, and the fold sums
+      an expert's M-tiles in ascending order. No atomics reach either output.
 
     Row schedule:
 
@@ -139,6 +144,7 @@ class Sm90Config:
     ws_zeroed: bool = False
     fold_dbias: bool = True
     ragged_m: bool = False
+    deterministic: bool = False
 
     # ------------------------------------------------------------------ (de)serialization
     def as_dict(self) -> dict:
@@ -216,6 +222,11 @@ class Sm90Config:
                 f"{self.smem_users()}: at most {self.stages_that_fit()} do")
         if self.blockwise():
             self._check_blockwise()
+        if self.deterministic and (self.split() or self.init_outputs
+                                   or (self.generate_dbias and not self.fold_in_kernel())):
+            raise ValueError(f"deterministic needs split_last 1, no init_outputs and (with dbias) the "
+                             f"in-kernel fold, got split_last={self.split_last}, init_outputs="
+                             f"{self.init_outputs}, fold_dbias={self.fold_dbias}")
         if self.c_split not in (1, 2) or (self.c_split == 2 and self.cooperative):
             raise ValueError(f"c_split must be 1, or 2 in the ping-pong schedule, got "
                              f"c_split={self.c_split}, cooperative={self.cooperative}")
@@ -245,6 +256,12 @@ class Sm90Config:
             raise ValueError("ab_dtype 'e4m3' needs " + "; ".join(why))
 
     # ------------------------------------------------------------------ derived
+    def partial_tiles(self, m, num_experts):
+        """(deterministic) Rows of the dbias partials slab: every M-tile index the schedule
+        can give a tile of M rows (ragged_m: each expert's last unit may be partial)."""
+        extra = num_experts if self.ragged_m else 0
+        return (m // (TILE_M * self.cluster_m) + extra) * self.cluster_m
+
     def blockwise(self) -> bool:
         """e4m3 A and B with the fp8_blockwise recipe's fp32 scales."""
         return self.ab_dtype == "e4m3"

@@ -22,12 +22,14 @@ from .config import C_BLOCK_COLS, MATH_WARPGROUPS, TILE_M
 
 class DbiasHandBack(NamedTuple):
     """What a ping-pong C producer warp needs to add its warpgroup's dbias column sums
-    (``c_producer``): the per-stage slices, the fp32 workspace, and the (full, empty)
-    mbarriers on which it hands each tile's sums to the folder warp (``HandOver``)."""
+    (``c_producer``): the per-stage slices, the fp32 workspace, the (full, empty) mbarriers
+    on which it hands each tile's sums to the folder warp (``HandOver``), and (deterministic)
+    the slab of per-tile sums it stores them into instead."""
 
     sDb: object
     ws: object
     fold_mbar: object
+    partials: object
 
 
 class HandOver:
@@ -144,7 +146,7 @@ class DbiasMixin:
 
     @cute.jit
     def dbias_folder(self, mWs, mCount, mDbOut, unit0, walk, m_tiles, tidx, sDb, hand_mbar,
-                     split):
+                     split, mPartials):
         """Warp 3 (otherwise idle): folds the fp32 dbias column sums into the caller's bf16
         dbias from inside the kernel, so that no second kernel is needed, and (cooperative,
         folded or not) sums each block's dbias slot into the workspace.
@@ -172,7 +174,9 @@ class DbiasMixin:
         cooperative math warps only write their rows and arrive (no atomic with a result in
         their loops: in the math warps that cost ptxas ~50 B of spills in the fp32-C
         epilogue). The phantom N-tile of an odd cluster_n pair is handed over but not
-        counted (no columns, no counter)."""
+        counted (no columns, no counter). ``deterministic``: the tiles' sums go to the
+        ``mPartials`` slab row of their M-tile instead of the workspace, and the fold sums
+        the expert's M-tiles' rows in ascending order."""
         nunits, num_units, _, _, _ = walk
         lane = tidx % 32
         unit = self.first_epi_unit(unit0, split)  # (split: final pieces only)
@@ -184,7 +188,7 @@ class DbiasMixin:
             expert, _, _ = self.tile_rows(m_tile, walk)
             n0 = n_tile * self.tile_n
             if cutlass.const_expr(self.coop):
-                self._sum_slots(sDb, mWs, expert, n0, lane, hand_mbar, kslot)
+                self._sum_slots(sDb, mWs, expert, n0, lane, hand_mbar, kslot, m_tile, mPartials)
                 kslot += self._valid_blocks(n0)
             else:
                 # warpgroup k % 2's tile k // 2: its sums are in once the C producer warp
@@ -199,12 +203,13 @@ class DbiasMixin:
                     cute.arch.sync_warp()
                 if n0 < self.cfg.n:
                     self._count_and_fold(walk[4], mWs, mCount, mDbOut, expert, n_tile,
-                                         m_tiles, lane)
+                                         m_tiles, lane, mPartials)
             unit = self.next_epi_unit(unit, nunits, split)
             k += 1
 
     @cute.jit
-    def _count_and_fold(self, rows, mWs, mCount, mDbOut, expert, n_tile, m_tiles, lane):
+    def _count_and_fold(self, rows, mWs, mCount, mDbOut, expert, n_tile, m_tiles, lane,
+                        mPartials):
         """Lane 0 counts a tile's arrival on (expert, N-tile); the count that completes the
         expert's tiles folds the tile's columns (see ``dbias_folder``). ``rows``: the
         offsets, the ragged table, the expert count and M."""
@@ -213,9 +218,9 @@ class DbiasMixin:
         n0 = n_tile * self.tile_n
         counter = (mCount.iterator + (expert * self.num_n_tiles + n_tile)).llvm_ptr
         last = Int32(0)
+        lo = Int32(0)
+        hi = Int32(0)
         if lane == 0:
-            lo = Int32(0)
-            hi = Int32(0)
             if cutlass.const_expr(self.cfg.ragged_m):
                 if expert > 0:
                     lo = mTable[expert - 1] * self.cfg.cluster_m
@@ -230,12 +235,24 @@ class DbiasMixin:
         last = cute.arch.shuffle_sync(last, 0)
         if last == Int32(1):
             cute.arch.fence_acq_rel_gpu()
+            if cutlass.const_expr(self.cfg.deterministic):
+                lo = cute.arch.shuffle_sync(lo, 0)
+                hi = cute.arch.shuffle_sync(hi, 0)
             for i in cutlass.range_constexpr((2 * self.tile_n) // 32):
                 g = 2 * n0 + 32 * i + lane
                 if g < two_n:
                     idx = expert * two_n + g
-                    v = cute.arch.atomic_exch((mWs.iterator + idx).llvm_ptr,
-                                              Float32(0.0), sem="relaxed", scope="gpu")
+                    v = Float32(0.0)
+                    if cutlass.const_expr(self.cfg.deterministic):
+                        # the expert's M-tiles in ascending order; each read at L2 (an add
+                        # of 0 returns it), as the workspace's exchange below
+                        for t in range(lo, hi):
+                            v = v + cute.arch.atomic_add(
+                                (mPartials.iterator + (t * two_n + g)).llvm_ptr, Float32(0.0),
+                                sem="relaxed", scope="gpu")
+                    else:
+                        v = cute.arch.atomic_exch((mWs.iterator + idx).llvm_ptr,
+                                                  Float32(0.0), sem="relaxed", scope="gpu")
                     mDbOut[idx] = (mDbOut[idx].to(Float32) + v).to(mDbOut.element_type)
             if lane == 0:
                 cute.arch.atomic_exch(counter, Int32(0), sem="relaxed", scope="gpu")
@@ -254,12 +271,13 @@ class DbiasMixin:
         return cutlass.max(cutlass.min(Int32(self.nblk), (self.cfg.n - n0) // 32), Int32(0))
 
     @cute.jit
-    def _sum_slots(self, sDb, mWs, expert, n0, lane, hand_mbar, kslot):
+    def _sum_slots(self, sDb, mWs, expert, n0, lane, hand_mbar, kslot, m_tile, mPartials):
         """The folder warp's part of one cooperative tile's dbias: for each block the
         epilogue sums (those inside 2N, in the epilogue's order), wait for the 8 warps'
         rows of the slot, add each column's 8 values and that sum to the workspace ``mWs``
-        (L, 2N) (one fp32 atomic per column; lane takes columns lane and lane + 32), then
-        hand the slot back. ``kslot``: the CTA's blocks before this tile's."""
+        (L, 2N) (one fp32 atomic per column; lane takes columns lane and lane + 32;
+        deterministic: store them to M-tile ``m_tile``'s row of ``mPartials``), then hand the
+        slot back. ``kslot``: the CTA's blocks before this tile's."""
         two_n = 2 * self.cfg.n
         for j in cutlass.range_constexpr(self.nblk):
             if self._block_valid(n0, j):
@@ -275,4 +293,8 @@ class DbiasMixin:
                 HandOver.arrive_empty(hand_mbar)
                 for i in cutlass.range_constexpr(2):
                     g = 2 * n0 + C_BLOCK_COLS * j + lane + 32 * i
-                    cute.arch.atomic_add((mWs.iterator + (expert * two_n + g)).llvm_ptr, sums[i])
+                    if cutlass.const_expr(self.cfg.deterministic):
+                        mPartials[m_tile * two_n + g] = sums[i]  # the tile's own slab row
+                    else:
+                        cute.arch.atomic_add((mWs.iterator + (expert * two_n + g)).llvm_ptr,
+                                             sums[i])

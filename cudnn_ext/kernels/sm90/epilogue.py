@@ -207,7 +207,11 @@ class DgluEpilogueMixin:
                 s = (sDb[(col, 0, sl)] + sDb[(col, 1, sl)]
                      + sDb[(col, 2, sl)] + sDb[(col, 3, sl)])
                 if g < two_n:
-                    cute.arch.atomic_add((dbias.ws.iterator + (expert * two_n + g)).llvm_ptr, s)
+                    if cutlass.const_expr(self.cfg.deterministic):
+                        dbias.partials[m_tile * two_n + g] = s  # the tile's own slab row
+                    else:
+                        cute.arch.atomic_add((dbias.ws.iterator + (expert * two_n + g)).llvm_ptr,
+                                             s)
         if cutlass.const_expr(d_store is not None):
             # by the issuing lane (the others have no bulk group); the warp sync keeps every
             # lane, hence the next load, after it
@@ -528,7 +532,11 @@ class DgluEpilogueMixin:
             if lane % 4 == 0:
                 for s in cutlass.range_constexpr(len(dprob)):
                     if keep[s]:
-                        cute.arch.atomic_add((mDprob.iterator + rows[s]).llvm_ptr, dprob[s])
+                        if cutlass.const_expr(cfg.deterministic):
+                            # (N-tile, row)'s partial, stored: the plan sums the N-tiles
+                            mDprob[n_tile * mD.shape[0] + rows[s]] = dprob[s]
+                        else:
+                            cute.arch.atomic_add((mDprob.iterator + rows[s]).llvm_ptr, dprob[s])
         if cutlass.const_expr(cfg.generate_amax):
             self._amax_out(mAmax, expert, lane, amax_g, amax_u)
 

@@ -100,7 +100,8 @@ def dglu_ffi_entry(
     kernel(a.iterator, b_data, c.iterator, d_row.iterator, offs.iterator, alpha.iterator,
            beta.iterator, prob.iterator, dprob_ptr, ws_ptr, b_ptrs, b_desc, no_dbias,
            no_dbias, cute.recast_ptr(a.iterator, dtype=Float32),
-           cute.recast_ptr(a.iterator, dtype=Float32), cute.recast_ptr(a.iterator, dtype=Float32), m, num_experts, Int32(sm_count), Float32(geglu_alpha), Float32(clamp_max),
+           cute.recast_ptr(a.iterator, dtype=Float32), cute.recast_ptr(a.iterator, dtype=Float32),
+           cute.recast_ptr(a.iterator, dtype=Float32), m, num_experts, Int32(sm_count), Float32(geglu_alpha), Float32(clamp_max),
            Float32(clamp_min), Float32(linear_offset), stream)
 
 

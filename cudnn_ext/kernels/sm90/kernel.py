@@ -139,6 +139,7 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
         amax_ptr: cute.Pointer,
         sfa_ptr: cute.Pointer,
         sfb_ptr: cute.Pointer,
+        partials_ptr: cute.Pointer,
         m: Int32,
         num_experts: Int32,
         sm_count: Int32,
@@ -170,6 +171,14 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
         mBeta = cute.make_tensor(beta_ptr, cute.make_layout((num_experts,)))
         mProb = cute.make_tensor(prob_ptr, cute.make_layout((m,)))
         mDprob = cute.make_tensor(dprob_ptr, cute.make_layout((m,)))
+        # (deterministic) dprob's (N-tile, row) partials, and the tiles' dbias column sums
+        # (without them: a 1-element placeholder at A's address, never written)
+        mPartials = cute.make_tensor(partials_ptr, cute.make_layout((1,)))
+        if cutlass.const_expr(cfg.deterministic):
+            mDprob = cute.make_tensor(dprob_ptr, cute.make_layout((self.num_n_tiles * m,)))
+            if cutlass.const_expr(cfg.generate_dbias):
+                mPartials = cute.make_tensor(partials_ptr, cute.make_layout(
+                    (cfg.partial_tiles(m, num_experts) * 2 * n,)))
         # the activation output (M, N), flat (without it: A's address, never written)
         mAct = cute.make_tensor(act_ptr, cute.make_layout((m * n,)))
         # per expert (max |dgate|, max |dup|) (without it: A's address, never written)
@@ -308,7 +317,8 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
         self.kernel(
             tma_atom_a, tma_a, tma_atom_b, tma_b, tma_atom_c, tma_c, tma_atom_d, tma_d, mC, mD,
             mAct, mAmax, mOffs, mTable, mAlpha,
-            mBeta, mProb, mDprob, mDbias, mCount, mDb, mSFA, mSFB, b_desc_ptr, num_experts, geglu_alpha,
+            mBeta, mProb, mDprob, mDbias, mCount, mDb, mSFA, mSFB, mPartials, b_desc_ptr, num_experts,
+            geglu_alpha,
             clamp_max, clamp_min, linear_offset, tiled_mma, tiled_mma_first, a_smem_staged,
             b_smem_staged, c_smem_staged,
         ).launch(grid=grid, block=[NUM_THREADS, 1, 1], cluster=(cl, 1, 1), min_blocks_per_mp=1,
@@ -341,6 +351,7 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
         mDbOut: cute.Tensor,
         mSFA: cute.Tensor,
         mSFB: cute.Tensor,
+        mPartials: cute.Tensor,
         b_desc_ptr: cute.Pointer,
         num_experts: Int32,
         geglu_alpha: Float32,
@@ -477,13 +488,14 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
                 if cutlass.const_expr(self.dbias_via_producer()):
                     # ping-pong: this warp adds its warpgroup's dbias column sums and
                     # tells the folder warp when a tile's are in the workspace
-                    dbias = DbiasHandBack(sDb, mDbias, self.fold_mbar(hand_mbar, warp_idx - 1))
+                    dbias = DbiasHandBack(sDb, mDbias, self.fold_mbar(hand_mbar, warp_idx - 1),
+                                          mPartials)
                 self.c_producer(c_pipe, tma_atom_c, tCgC_tma, tCsC_tma, (mC_tma, sC),
                                 warp_idx - 1, unit0, walk, d_store, dbias, split)
             if cutlass.const_expr(self.cfg.has_folder()):
                 if warp_idx == 3:
                     self.dbias_folder(mDbias, mCount, mDbOut, unit0, walk, valid_m_units * cm,
-                                      tidx, sDb, hand_mbar, split)
+                                      tidx, sDb, hand_mbar, split, mPartials)
         else:
             cute.arch.setmaxregister_increase(self.math_regs)
             wg = warp_group - 1

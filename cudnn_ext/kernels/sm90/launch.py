@@ -1,6 +1,6 @@
 """The SM90 kernel's compiled function and its launch, without the CuTe DSL.
 
-Owns the kernel's jit argument convention (17 pointers, then M, L, the resident CTAs, the four
+Owns the kernel's jit argument convention (18 pointers, then M, L, the resident CTAs, the four
 activation constants and the stream; the pointers' types: ``build._ptr_specs``), the compiled
 function of a config through the disk cache (``compile_kernel_cached``) and the launch of a
 TVM-FFI one on raw addresses. Imports no DSL: the kernel is compiled (``build``, which imports
