@@ -40,6 +40,9 @@ from ..runtime.streams import current_device_index, current_stream_handle, on_st
 from ..runtime.workspace import WorkspaceLayout, WorkspaceRequest
 from .base import CompiledPlan, Engine, compile_deferred
 
+#: the Hopper engines' reason for declining ``deterministic`` (the kernel has the form)
+DETERMINISTIC_NOT_OFFERED = ("deterministic: the kernel's fixed-order form (Sm90Config.deterministic) has not "
+                             "run on a GPU yet, so it is not offered (the reference engine runs it)")
 _DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32",
                 torch.float8_e4m3fn: "e4m3"}
 _AB_DTYPES = (torch.bfloat16, torch.float16)
@@ -583,8 +586,7 @@ class Sm90DgluEngine(Engine):
         if problem.n % 32 or problem.k % 8:
             why.append(f"needs N % 32 == 0 and K % 8 == 0, got N={problem.n}, K={problem.k}")
         if problem.deterministic:
-            why.append("deterministic: the kernel's fixed-order form (Sm90Config.deterministic) has not "
-                       "run on a GPU yet, so it is not offered (the reference engine runs it)")
+            why.append(DETERMINISTIC_NOT_OFFERED)
         if not (problem.has_prob and problem.has_dprob):
             why.append("the BF16 contract needs prob and dprob")
         return why + placement_reasons(problem)
