@@ -9,11 +9,13 @@ Peers, side by side in one process on the same inputs:
   cudnn_ext_discrete      (row impl "cudnn_ext", variant "discrete") the same with per-expert
                           weights (b_ptrs: one allocation per expert, K-major, device-built
                           TMA descriptors)
-  cudnn_ext_act:<act>[+activation]  (row impl "cudnn_ext", variant "<act>" or
-                          "<act>+activation") the engine's kernel with dswiglu, dgeglu or
+  cudnn_ext_act:<act>[+<feature>]  (row impl "cudnn_ext", variant "<act>" or
+                          "<act>+<feature>") the engine's kernel with dswiglu, dgeglu or
                           dsituglu (its betas 4 and 25, on bf16 operands as the block-scaled
-                          engine runs it), storing the activation output (M, N) bf16 too
-                          with +activation (the vendor's activation_tensor)
+                          engine runs it); +activation stores the activation output (M, N)
+                          bf16 too (the vendor's activation_tensor), +deterministic runs the
+                          kernel's fixed-order dprob/dbias form (Sm90Config.deterministic,
+                          built straight from the engine: its support check does not offer it)
   cudnn_ext_round_dgrad   (variant "round_dgrad") dSwiGLU with round_dgrad_to_input_dtype
   <fmt>:<impl>            block-scaled rows (format nvfp4, mxfp4 or mxfp8: A and B quantized
                           from the same values, dSwiGLU, prob, dprob, dbias; FP4 D bf16 with
@@ -273,7 +275,7 @@ def run_cudnn_ext_discrete(pack, K, N, dbias=True, knobs=None):
 
 
 def build_plan(pack, K, N, knobs=None, dbias=True, weight_mode="dense", act="dswiglu",
-               round_dgrad=False, d_dtype=torch.bfloat16, m_aligned=256):
+               round_dgrad=False, d_dtype=torch.bfloat16, m_aligned=256, deterministic=False):
     """(plan, workspace, knobs, build seconds) of the SM90 engine for the pack's problem
     (``knobs`` None: the engine's choice; a ``Knobs`` of config fields: that config). The
     activation output is generated when the pack holds one."""
@@ -289,7 +291,8 @@ def build_plan(pack, K, N, knobs=None, dbias=True, weight_mode="dense", act="dsw
                           d_dtype=d_dtype, act=ActConfig(act),
                           generate_dbias=dbias, device_type="cuda", device_index=0,
                           generate_activation=pack.get("activation") is not None,
-                          round_dgrad_to_input_dtype=round_dgrad, m_aligned=m_aligned)
+                          round_dgrad_to_input_dtype=round_dgrad, m_aligned=m_aligned,
+                          deterministic=deterministic)
     if knobs is None:
         knobs = min(eng.knob_space(problem), key=lambda k: eng.cost(problem, k))
     config = config_for(problem, **knobs.as_dict()) if isinstance(knobs, Knobs) else knobs
@@ -301,13 +304,13 @@ def build_plan(pack, K, N, knobs=None, dbias=True, weight_mode="dense", act="dsw
 
 
 def run_cudnn_ext(pack, K, N, knobs=None, dbias=True, weight_mode="dense", act="dswiglu",
-                  round_dgrad=False):
+                  round_dgrad=False, deterministic=False):
     from cudnn_ext.engines.sm90 import compile_seconds
     from cudnn_ext.runtime import compile_cache
 
     seen = len(compile_cache.events)
     plan, ws, knobs, build_s = build_plan(pack, K, N, knobs, dbias, weight_mode, act,
-                                          round_dgrad)
+                                          round_dgrad, deterministic=deterministic)
     stream = torch.cuda.current_stream()
     # first_compile_s is a load, not a compile, when the persistent cache had the kernel:
     # the row says which ("hit" or "compiled"; none when this process had it already)
@@ -486,14 +489,15 @@ def build_impl(impl, pack, K, N, dbias, args, row):
     elif impl.startswith("cudnn_ext_act:"):
         v = impl.split(":", 1)[1]
         act, _, feature = v.partition("+")
-        if act not in ("dswiglu", "dgeglu", "dsituglu") or feature not in ("", "activation"):
+        if act not in ("dswiglu", "dgeglu", "dsituglu") or feature not in ("", "activation", "deterministic"):
             raise SystemExit(f"--impls {impl}: expected cudnn_ext_act:<dswiglu|dgeglu|dsituglu>"
-                             f"[+activation]")
+                             f"[+activation|+deterministic]")
         feat = pack
-        if feature:
+        if feature == "activation":
             M = pack["a"].shape[0]
             feat = dict(pack, activation=torch.empty(M, N, device="cuda", dtype=torch.bfloat16))
-        fn, extra = run_cudnn_ext(feat, K, N, dbias=dbias, act=act)
+        fn, extra = run_cudnn_ext(feat, K, N, dbias=dbias, act=act,
+                                  deterministic=feature == "deterministic")
         row.update(impl="cudnn_ext", variant=v)
     elif impl == "cudnn_ext_round_dgrad":
         fn, extra = run_cudnn_ext(pack, K, N, dbias=dbias, round_dgrad=True)
