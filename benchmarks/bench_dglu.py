@@ -28,7 +28,8 @@ Peers, side by side in one process on the same inputs:
   fp8_blockwise:<peer>    the fp8_blockwise recipe (A e4m3 with 1x128 scales, B with 128x128
                           ones, quantized once from the same values): cudnn_ext (the
                           sm90_fp8_blockwise engine's plan execute, FP8 WGMMA, dSwiGLU, prob,
-                          dprob, dbias, bf16 D) or quantize (quantize_fp8_blockwise of A alone)
+                          dprob, dbias, bf16 D; cudnn_ext:pp64 pins the ping-pong 128 x 64
+                          configuration) or quantize (quantize_fp8_blockwise of A alone)
   torch_grouped_mm        torch._grouped_mm alone (the GEMM only, bf16 out): the bar to beat
   torch_unfused_compiled  torch._grouped_mm + a torch.compile'd epilogue (what users write)
   torch_scaled_grouped_mm torch._scaled_grouped_mm alone with FP8 rowwise scales (e4m3 A and B,
@@ -505,7 +506,8 @@ def build_impl(impl, pack, K, N, dbias, args, row):
     elif impl.startswith("fp8_blockwise:"):
         peer = impl.split(":", 1)[1]
         fn, extra = make_fp8_blockwise(pack, K, N, peer, dbias)
-        row.update(impl=peer, format="fp8_blockwise")
+        impl_name, _, variant = peer.partition(":")
+        row.update(impl=impl_name, format="fp8_blockwise", **({"variant": variant} if variant else {}))
     elif ":" in impl and impl.split(":", 1)[0] in BLOCK_FORMATS:
         fmt, peer = impl.split(":", 1)
         fn, extra = make_blockscaled(pack, K, N, fmt, peer, dbias)
@@ -538,16 +540,18 @@ BLOCK_FORMATS = {
 def make_fp8_blockwise(pack, K, N, peer, dbias):
     """(fn, extra) of one fp8_blockwise row: the pack's A quantized per 1x128 block and B per
     128x128 block (``cudnn_ext.quant.quantize_fp8_blockwise``, once), then ``cudnn_ext``: the
-    sm90_fp8_blockwise engine's plan execute (dSwiGLU, prob, dprob, dbias; bf16 D), or
+    sm90_fp8_blockwise engine's plan execute (dSwiGLU, prob, dprob, dbias; bf16 D; its knob
+    space's configuration, or with ``cudnn_ext:pp64`` the ping-pong 128 x 64 one), or
     ``quantize``: quantizing A alone, what quantizing dY on the fly costs."""
-    from cudnn_ext.engines.sm90_fp8_blockwise import Sm90Fp8BlockwiseEngine
+    from cudnn_ext.engines.sm90 import config_for
+    from cudnn_ext.engines.sm90_fp8_blockwise import Sm90Fp8BlockwiseEngine, kernel_problem
     from cudnn_ext.problem import ActConfig, DgluProblem
     from cudnn_ext.quant import quantize_fp8_blockwise
 
     if peer == "quantize":
         return (lambda: quantize_fp8_blockwise(pack["a"], (1, 128))), {}
-    if peer != "cudnn_ext":
-        raise SystemExit(f"fp8_blockwise:{peer}: the fp8_blockwise peers are cudnn_ext and quantize")
+    if peer not in ("cudnn_ext", "cudnn_ext:pp64"):
+        raise SystemExit(f"fp8_blockwise:{peer}: the fp8_blockwise peers are cudnn_ext, cudnn_ext:pp64 and quantize")
     a_q, sfa = quantize_fp8_blockwise(pack["a"], (1, 128))
     b_q, sfb = quantize_fp8_blockwise(pack["b"], (128, 128))  # (N, K, L), K-major per expert
     L, M = pack["alpha"].shape[0], pack["a"].shape[0]
@@ -557,6 +561,8 @@ def make_fp8_blockwise(pack, K, N, peer, dbias):
                           recipe="fp8_blockwise")
     eng = Sm90Fp8BlockwiseEngine()
     (knobs,) = eng.knob_space(problem)
+    if peer == "cudnn_ext:pp64":
+        knobs = config_for(kernel_problem(problem), tile_n=64, cluster_m=2)
     t0 = time.perf_counter()
     plan = eng.build(problem, knobs)
     build_s = time.perf_counter() - t0
