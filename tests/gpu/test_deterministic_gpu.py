@@ -4,7 +4,6 @@ against the float64 oracle on every schedule (``run_and_check``), and bit for bi
 dprob and dbias over 20 runs, on a side stream under a concurrent load, and across CUDA-graph
 replays. The plans are built through the engine with a pinned configuration (the engine's
 support check does not offer the form yet)."""
-import dataclasses
 
 import pytest
 import torch
@@ -30,11 +29,6 @@ def det_cases() -> list:
     ]
 
 
-def _knobs(case):
-    return dict(tile_n=case.tile_n, cluster_m=case.cluster_m, cluster_n=case.cluster_n,
-                cooperative=case.cooperative, c_stages=case.c_stages, c_split=case.c_split)
-
-
 @pytest.mark.parametrize("case", det_cases(), ids=lambda c: c.label())
 def test_deterministic_form_matches_reference(case):
     skip_unless_sm90()
@@ -51,7 +45,7 @@ def test_dprob_and_dbias_are_bit_identical_run_to_run(case):
 
     problem, pack = make_pack(case)
     assert problem.deterministic
-    cfg = config_for(problem, **_knobs(case))
+    cfg = config_for(problem, **case.knobs())
     assert cfg.deterministic and cfg.split_last == 1
     plan = Sm90DgluEngine().build(problem, cfg)
     ws = torch.zeros(max(plan.workspace_size, 1), dtype=torch.uint8, device="cuda")

@@ -51,6 +51,13 @@ class Case:
     exact_gemm: bool = False
     deterministic: bool = False  # the fixed-order dprob/dbias form (Sm90Config.deterministic)
 
+    def knobs(self) -> dict:
+        """The config fields the case pins (``config_for``'s keywords)."""
+        return dict(tile_n=self.tile_n, cluster_m=self.cluster_m, cluster_n=self.cluster_n,
+                    cooperative=self.cooperative, c_stages=self.c_stages, c_split=self.c_split,
+                    split_last=self.split_last,
+                    **({"raster_group_m": self.raster_group_m} if self.raster_group_m else {}))
+
     def label(self) -> str:
         dt = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
         wm = (f"-discrete{self.b_major.upper()}" if self.weight_mode == "discrete"
@@ -238,10 +245,7 @@ def run_and_check(case: Case, engine=None, knobs=None, fresh: bool = False,
     dbias0 = (torch.zeros_like(pack["dbias"]) if fresh else pack["dbias"].clone()) if case.dbias else None
     ref = reference_outputs(problem, pack, compute_dtype=torch.float64, dprob_init=dprob0)
     if knobs is None:
-        knobs = dict(tile_n=case.tile_n, cluster_m=case.cluster_m, cluster_n=case.cluster_n,
-                     cooperative=case.cooperative, c_stages=case.c_stages,
-                     c_split=case.c_split, split_last=case.split_last,
-                     **({"raster_group_m": case.raster_group_m} if case.raster_group_m else {}))
+        knobs = case.knobs()
     if isinstance(knobs, dict):
         knobs = config_for(problem, **knobs)
     plan = engine.build(problem, knobs)

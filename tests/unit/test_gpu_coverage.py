@@ -102,11 +102,7 @@ def case_facts(engine, case, cfg=None):
     out = {item + (engine,) for item in items} | (REF_PLAN if engine == REF else set())
     if engine == SM90:
         if cfg is None:
-            knobs = dict(tile_n=case.tile_n, cluster_m=case.cluster_m, cluster_n=case.cluster_n,
-                         cooperative=case.cooperative, c_stages=case.c_stages, c_split=case.c_split,
-                         split_last=case.split_last)
-            knobs.update({"raster_group_m": case.raster_group_m} if case.raster_group_m else {})
-            cfg = config_for(case_problem(case), **knobs)
+            cfg = config_for(case_problem(case), **case.knobs())
         out |= knob_facts(engine, cfg)
     return out
 
