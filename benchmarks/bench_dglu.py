@@ -29,7 +29,8 @@ Peers, side by side in one process on the same inputs:
                           ones, quantized once from the same values): cudnn_ext (the
                           sm90_fp8_blockwise engine's plan execute, FP8 WGMMA, dSwiGLU, prob,
                           dprob, dbias, bf16 D; cudnn_ext:pp64 pins the ping-pong 128 x 64
-                          configuration) or quantize (quantize_fp8_blockwise of A alone)
+                          configuration), quantize (the device quantize_fp8_blockwise of
+                          A alone) or quantize_ref (the pure-torch reference of it)
   torch_grouped_mm        torch._grouped_mm alone (the GEMM only, bf16 out): the bar to beat
   torch_unfused_compiled  torch._grouped_mm + a torch.compile'd epilogue (what users write)
   torch_scaled_grouped_mm torch._scaled_grouped_mm alone with FP8 rowwise scales (e4m3 A and B,
@@ -539,19 +540,23 @@ BLOCK_FORMATS = {
 
 def make_fp8_blockwise(pack, K, N, peer, dbias):
     """(fn, extra) of one fp8_blockwise row: the pack's A quantized per 1x128 block and B per
-    128x128 block (``cudnn_ext.quant.quantize_fp8_blockwise``, once), then ``cudnn_ext``: the
+    128x128 block (``cudnn_ext.torch.quantize_fp8_blockwise``, once), then ``cudnn_ext``: the
     sm90_fp8_blockwise engine's plan execute (dSwiGLU, prob, dprob, dbias; bf16 D; its knob
     space's configuration, or with ``cudnn_ext:pp64`` the ping-pong 128 x 64 one), or
-    ``quantize``: quantizing A alone, what quantizing dY on the fly costs."""
+    ``quantize``: quantizing A alone on the device kernel, what quantizing dY on the fly costs
+    (``quantize_ref``: the same through the pure-torch reference)."""
     from cudnn_ext.engines.sm90 import config_for
     from cudnn_ext.engines.sm90_fp8_blockwise import Sm90Fp8BlockwiseEngine, kernel_problem
     from cudnn_ext.problem import ActConfig, DgluProblem
-    from cudnn_ext.quant import quantize_fp8_blockwise
+    from cudnn_ext.quant import quantize_fp8_blockwise as reference_quantize
+    from cudnn_ext.torch import quantize_fp8_blockwise
 
-    if peer == "quantize":
-        return (lambda: quantize_fp8_blockwise(pack["a"], (1, 128))), {}
+    if peer in ("quantize", "quantize_ref"):
+        fn = quantize_fp8_blockwise if peer == "quantize" else reference_quantize
+        return (lambda: fn(pack["a"], (1, 128))), {}
     if peer not in ("cudnn_ext", "cudnn_ext:pp64"):
-        raise SystemExit(f"fp8_blockwise:{peer}: the fp8_blockwise peers are cudnn_ext, cudnn_ext:pp64 and quantize")
+        raise SystemExit(f"fp8_blockwise:{peer}: the fp8_blockwise peers are cudnn_ext, cudnn_ext:pp64, quantize "
+                         f"and quantize_ref")
     a_q, sfa = quantize_fp8_blockwise(pack["a"], (1, 128))
     b_q, sfb = quantize_fp8_blockwise(pack["b"], (128, 128))  # (N, K, L), K-major per expert
     L, M = pack["alpha"].shape[0], pack["a"].shape[0]

@@ -5,7 +5,7 @@ block, whose WGMMA partial sums are promoted into the fp32 accumulator with A's 
 B's per-128x128-block fp32 scales once the k-tile retired (DeepSeek-V3's recipe), then the
 dGLU epilogue as for BF16 operands. It owns which recipe problems that covers (dense K-major
 weights; D bf16, fp16 or fp32; every activation, prob, dprob, dbias, the activation output;
-aligned or ragged groups; an FP8 D quantized from the kernel's fp32 D by the reference's rule)
+aligned or ragged groups; an FP8 D quantized from the kernel's fp32 D by the device quantizer)
 and its knob space (the cooperative 128 x 128 tile, both math warpgroups promoting in turn
 while the other's WGMMAs run); its decline reasons name the rest (pointer-table or N-major
 weights, determinism), which the reference engine runs.
@@ -18,10 +18,12 @@ from typing import Optional
 import torch
 
 from .. import activations
+from ..kernels.blockwise.config import BlockwiseQuantConfig
+from ..kernels.blockwise.launch import launch_quantize
 from ..kernels.sm90.config import BLOCKWISE_TILE_K, KERNEL_ACTS, Sm90Config
 from ..problem import DgluProblem
 from ..reference.fp8_blockwise import quantize_d
-from ..runtime.streams import on_stream
+from ..runtime.streams import current_stream_handle, on_stream
 from .base import CompiledPlan, Engine, compile_deferred
 from .sm90 import (DETERMINISTIC_NOT_OFFERED, RASTER_GROUP_M, Sm90DgluEngine, Sm90Plan, _ragged_unclustered,
                    check_family, config_for, placement_reasons)
@@ -36,11 +38,23 @@ def kernel_problem(problem: DgluProblem) -> DgluProblem:
     return problem
 
 
+#: FP8 D: one pass over the kernel's fp32 D writes D_row/SFD_row (1x128) and D_col/SFD_col
+#: (128x1), rows past the last offset untouched (``reference.fp8_blockwise.quantize_d``'s rule)
+_D_QUANTIZER = BlockwiseQuantConfig("fp32", ((1, 128), (128, 1)), masked=True)
+
+
+def _quantizer_takes(pack) -> bool:
+    """Whether the device quantizer writes the pack's FP8 D: D_row and D_col dense (the
+    contract also admits padded rows) and 2N a multiple of 4 (always: N % 32 == 0)."""
+    return all(pack[s].stride() == (pack[s].shape[1], 1) for s in ("d_row", "d_col"))
+
+
 class Sm90Fp8BlockwisePlan(Sm90Plan):
     """The sm90 plan of an e4m3 config: the launch also passes the recipe's ``sfa``/``sfb``;
-    with an FP8 D the kernel writes an fp32 D on the launch stream, which the reference's
-    ``quantize_d`` turns into D_row/SFD_row and D_col/SFD_col (bit for bit the reference
-    engine's rule on the same fp32 values)."""
+    with an FP8 D the kernel writes an fp32 D on the launch stream, which the blockwise
+    quantizer (``kernels.blockwise``) turns into D_row/SFD_row and D_col/SFD_col in one pass
+    (bit for bit the reference engine's ``quantize_d`` on the same fp32 values, which runs
+    where D's rows are padded)."""
 
     def __init__(self, problem: DgluProblem, config: Sm90Config, compiled=None):
         super().__init__(kernel_problem(problem), config, compiled)
@@ -57,7 +71,16 @@ class Sm90Fp8BlockwisePlan(Sm90Plan):
         with on_stream(stream):
             d32 = torch.empty(pack["d_row"].shape, dtype=torch.float32, device=c.device)
             super().execute(dict(pack, d_row=d32), workspace, stream)
-            quantize_d(d32, pack)
+            if _quantizer_takes(pack):
+                offsets = pack["padded_offsets"]
+                m, two_n = d32.shape
+                handle = current_stream_handle(c.get_device()) if stream is None else stream.cuda_stream
+                launch_quantize(_D_QUANTIZER, d32.data_ptr(), pack["d_row"].data_ptr(), pack["sfd_row"].data_ptr(),
+                                m, two_n, two_n, 0, 1, handle,
+                                q_b=pack["d_col"].data_ptr(), s_b=pack["sfd_col"].data_ptr(),
+                                offsets=offsets.data_ptr(), n_offsets=offsets.shape[0])
+            else:
+                quantize_d(d32, pack)
         return None
 
     def execute_fresh(self, pack, workspace=None, stream=None) -> None:

@@ -43,7 +43,7 @@ from . import formats as F
 from .mx import check_operand
 
 __all__ = ["BLOCKS", "FP8_BLOCKWISE_DTYPE", "SCALE_FLOOR", "quantize_fp8_blockwise", "dequantize_fp8_blockwise",
-           "blockwise_scales", "scale_shape", "BlockwiseScaleGeometry"]
+           "blockwise_scales", "scale_shape", "scale_strides", "check_quantize_args", "BlockwiseScaleGeometry"]
 
 #: The block shapes (rows, columns) of the recipe.
 BLOCKS = ((1, 128), (128, 128), (128, 1))
@@ -66,6 +66,12 @@ def scale_shape(shape, block) -> Tuple[int, ...]:
     """The scales' shape for values of ``shape`` ``(rows, K[, L])`` quantized in ``block``s."""
     br, bk = _check_block(block)
     return (math.ceil(shape[0] / br), math.ceil(shape[1] / bk)) + tuple(shape[2:])
+
+
+def scale_strides(shape) -> Tuple[int, ...]:
+    """The MN-major strides of scales of ``shape`` (:func:`scale_shape`): stride 1 along the
+    rows' blocks, then the K blocks, then the groups."""
+    return (1, shape[0]) + ((shape[0] * shape[1],) if len(shape) > 2 else ())
 
 
 def blockwise_scales(amax: torch.Tensor, *, pow2_scales: bool = False) -> torch.Tensor:
@@ -96,6 +102,16 @@ def _mn_major(s_g: torch.Tensor, three_d: bool) -> torch.Tensor:
     return s if three_d else s[..., 0]
 
 
+def check_quantize_args(x, block, pow2_scales) -> Tuple[int, int]:
+    """The quantizer's argument rules (every implementation's): ``x`` a float tensor of
+    ``(rows, K)`` or ``(rows, K, L)``, ``block`` one of :data:`BLOCKS`, ``pow2_scales`` a bool;
+    returns the block."""
+    check_operand(x)
+    if not isinstance(pow2_scales, bool):
+        raise TypeError(f"pow2_scales: expected a bool, got {type(pow2_scales).__name__}")
+    return _check_block(block)
+
+
 def quantize_fp8_blockwise(x: torch.Tensor, block=(1, 128), *,
                            pow2_scales: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
     """Quantize ``x`` (``(rows, K)`` or ``(rows, K, L)``, any float dtype) to e4m3 values with
@@ -105,10 +121,7 @@ def quantize_fp8_blockwise(x: torch.Tensor, block=(1, 128), *,
     strides ``(K, 1, rows*K)``), ``scales`` of :func:`scale_shape`, MN-major. ``pow2_scales``
     rounds each scale up to a power of two (DeepGEMM's UE8M0 option: ``x / s`` is then exact
     before the e4m3 rounding). No host sync."""
-    check_operand(x)
-    if not isinstance(pow2_scales, bool):
-        raise TypeError(f"pow2_scales: expected a bool, got {type(pow2_scales).__name__}")
-    br, bk = _check_block(block)
+    br, bk = check_quantize_args(x, block, pow2_scales)
     g = _groups(x)
     groups, rows, k = g.shape
     rb, kb = math.ceil(rows / br), math.ceil(k / bk)
@@ -164,8 +177,7 @@ class BlockwiseScaleGeometry:
         return scale_shape((rows, self.k) + ((self.groups,) if self.groups else ()), self.block)
 
     def strides(self, m: int) -> Tuple[int, ...]:
-        s = self.shape(m)
-        return (1, s[0]) + ((s[0] * s[1],) if self.groups else ())
+        return scale_strides(self.shape(m))
 
     def view(self, t, m: int, name: str = "scales") -> torch.Tensor:
         """``t`` judged at token count ``m``: fp32, the shape of :meth:`shape`, MN-major."""

@@ -750,13 +750,30 @@ def test_blockwise_launch_passes_the_scales_last(monkeypatch):
                  sfd_row=torch.zeros(m, 2 * n // 128).t().contiguous().t(),
                  sfd_col=torch.zeros(m // 128, 2 * n).t().contiguous().t(),
                  padded_offsets=torch.tensor([256, 512, 768, 1024], dtype=torch.int32))
-    seen = {}
+    seen, quantized = {}, []
     monkeypatch.setattr("cudnn_ext.engines.sm90_fp8_blockwise.quantize_d",
                         lambda d32, pk: seen.update(dtype=d32.dtype, ptr=d32.data_ptr(), pack=pk))
-    plan8.execute(pack8, torch.empty(plan8.workspace_size, dtype=torch.uint8), types.SimpleNamespace(cuda_stream=77))
+    monkeypatch.setattr("cudnn_ext.engines.sm90_fp8_blockwise.launch_quantize",
+                        lambda *a, **kw: quantized.append((a, kw)))
+    ws8 = torch.empty(plan8.workspace_size, dtype=torch.uint8)
+    plan8.execute(pack8, ws8, types.SimpleNamespace(cuda_stream=77))
     _, args8 = calls[-1]
-    assert seen["dtype"] == torch.float32 and args8[3] == seen["ptr"] != pack8["d_row"].data_ptr()
-    assert seen["pack"] is pack8
+    # dense D_row/D_col: the device quantizer, one pass, both block shapes, masked by the offsets
+    (qa, qkw), = quantized
+    qcfg, x, q_row, s_row, rows, k, ld, gstride, groups, handle = qa
+    assert qcfg.src == "fp32" and qcfg.blocks == ((1, 128), (128, 1)) and qcfg.masked and not qcfg.pow2_scales
+    assert x == args8[3] != pack8["d_row"].data_ptr() and (q_row, s_row) == (pack8["d_row"].data_ptr(),
+                                                                           pack8["sfd_row"].data_ptr())
+    assert (rows, k, ld, gstride, groups, handle) == (m, 2 * n, 2 * n, 0, 1, 77)
+    assert qkw == dict(q_b=pack8["d_col"].data_ptr(), s_b=pack8["sfd_col"].data_ptr(),
+                       offsets=pack8["padded_offsets"].data_ptr(), n_offsets=L)
+    assert not seen
+    # D_row with padded rows (the contract admits them): the reference's quantize_d
+    padded = torch.zeros(m, 2 * n + 16, dtype=e4m3)[:, :2 * n]
+    plan8.execute(dict(pack8, d_row=padded), ws8, types.SimpleNamespace(cuda_stream=77))
+    _, args8 = calls[-1]
+    assert len(quantized) == 1 and seen["dtype"] == torch.float32 and args8[3] == seen["ptr"]
+    assert seen["pack"]["d_row"] is padded
 
 
 def test_deterministic_config_rules_and_launch(monkeypatch):
