@@ -19,7 +19,7 @@ import torch
 
 from .. import activations
 from ..kernels.blockwise.config import BlockwiseQuantConfig
-from ..kernels.blockwise.launch import launch_quantize
+from ..kernels.blockwise.launch import launch_quantize, quantize_cached
 from ..kernels.sm90.config import BLOCKWISE_TILE_K, KERNEL_ACTS, Sm90Config
 from ..problem import DgluProblem
 from ..reference.fp8_blockwise import quantize_d
@@ -61,6 +61,18 @@ class Sm90Fp8BlockwisePlan(Sm90Plan):
         self.problem = problem
         self.engine_name = Sm90Fp8BlockwiseEngine.name
         self._fp8_d = problem.d_dtype == torch.float8_e4m3fn
+
+    def kernel_digests(self):
+        # the GEMM's entries and (FP8 D) the D quantizer's
+        from ..runtime import compile_cache
+
+        own = compile_cache.digest_for("quantize_fp8_blockwise", _D_QUANTIZER) if self._fp8_d else None
+        return list(dict.fromkeys([*super().kernel_digests(), *([own] if own else [])]))
+
+    def warmup(self) -> None:
+        super().warmup()
+        if self._fp8_d:
+            quantize_cached(_D_QUANTIZER)
 
     def execute(self, pack, workspace=None, stream=None) -> None:
         if not self._fp8_d:

@@ -816,3 +816,27 @@ def test_deterministic_config_rules_and_launch(monkeypatch):
         plan.execute_fresh(pack, ws, types.SimpleNamespace(cuda_stream=77))
     with pytest.raises(NotImplementedError, match="deterministic"):
         plan.address_launcher(False, -1)
+
+
+@needs_dsl
+def test_fp8_d_plan_names_the_quantizer_it_compiled(tmp_path, monkeypatch):
+    """An fp8_blockwise plan with an FP8 D warms up and names (``kernel_digests``, what
+    ``serialize(include_kernels=True)`` carries) both its kernels: the e4m3 GEMM and the
+    blockwise D quantizer, each an entry this process can hand on."""
+    from cudnn_ext.engines.sm90_fp8_blockwise import Sm90Fp8BlockwiseEngine
+    from cudnn_ext.problem import DgluProblem
+    from cudnn_ext.runtime import compile_cache
+
+    monkeypatch.setenv("CUDNN_EXT_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("CUDNN_EXT_CACHE_DISABLE", raising=False)
+    p = DgluProblem(n=256, k=256, num_experts=4, m=1024, weight_mode="dense", b_major="k",
+                    ab_dtype=torch.float8_e4m3fn, c_dtype=BF16, d_dtype=torch.float8_e4m3fn, m_aligned=128,
+                    recipe="fp8_blockwise", device_type="cpu")
+    eng = Sm90Fp8BlockwiseEngine()
+    (knobs,) = eng.knob_space(p)
+    plan = eng.build(p, knobs)
+    plan.warmup()
+    digests = plan.kernel_digests()
+    assert len(digests) == 2, digests
+    for d in digests:
+        assert compile_cache.entry_of(d) is not None, d
