@@ -38,7 +38,7 @@ from ..kernels.sm90.config import KERNEL_ACTS, Sm90Config
 from ..problem import DgluProblem
 from ..quant.formats import FP8_DTYPES, format_of, is_fp4
 from ..reference.scalars import alpha_squared, beta_scaled_c
-from ..runtime.streams import current_stream_handle, on_stream
+from ..runtime.streams import current_device_index, current_stream_handle, on_stream
 from ..runtime.workspace import WorkspaceLayout, WorkspaceRequest
 from .base import CompiledPlan, Engine, compile_deferred
 from .sm90 import Sm90DgluEngine, Sm90Plan, check_family, dense_problem, placement_reasons
@@ -127,7 +127,15 @@ class Sm90BlockScaledPlan(CompiledPlan):
         self._single = problem.block_scale.single_group_runtime_offsets
         self._layout = WorkspaceLayout.of(self.workspace_requests())
         self._b_off = self._layout.region("b_bf16").offset
+        self._a_off = self._layout.region("a_bf16").offset
+        d32 = self._layout.region("d_fp32")
+        self._d_off = d32.offset if d32 is not None else None
         self._scratch = self._layout.region("kernel_scratch")  # None: the kernel needs none
+        #: the launch on raw addresses (``Sm90Plan.address_launcher``) per device, for calls
+        #: whose scalars and C reach the kernel as they are
+        self._fast = {}
+        self._plain = (self._c_beta is None and problem.alpha_square_dtype is None and not self._fp8_c
+                       and not self._single)
 
     def workspace_requests(self):
         p = self.problem
@@ -135,6 +143,11 @@ class Sm90BlockScaledPlan(CompiledPlan):
         if len(reqs) == 1 and reqs[0].name == "scratch":  # the kernel's scratch, 128-B aligned
             reqs = [WorkspaceRequest("kernel_scratch", reqs[0].nbytes, 128)]
         reqs.append(WorkspaceRequest("b_bf16", 2 * p.num_experts * p.n * p.k, 128))
+        # A's BF16 copy and (FP8 D) the kernel's fp32 D for up to the built M rows: a call
+        # with more rows allocates them
+        reqs.append(WorkspaceRequest("a_bf16", 2 * p.m * p.k, 128))
+        if self._quant is not None:
+            reqs.append(WorkspaceRequest("d_fp32", 4 * p.m * 2 * p.n, 128))
         return reqs
 
     @property
@@ -174,18 +187,24 @@ class Sm90BlockScaledPlan(CompiledPlan):
             return
         c = pack["c"]
         dev = c.get_device()
+        if (self._plain and stream is None and m <= p.m and dev == current_device_index()
+                and pack["alpha"].dtype == torch.float32 and pack["beta"].dtype == torch.float32):
+            return self._execute_addresses(pack, workspace.data_ptr(), m, num_experts, dev)
         handle = current_stream_handle(dev) if stream is None else stream.cuda_stream
         two_n = 2 * p.n
         # every temporary is allocated, and every torch op queued, on the launch stream: the
         # allocator reuses a block only after that stream's work on it
         with on_stream(stream):
-            a16 = torch.empty((m, p.k), dtype=torch.bfloat16, device=c.device)
+            a16 = (workspace[self._a_off:self._a_off + 2 * m * p.k].view(torch.bfloat16).view(m, p.k) if m <= p.m
+                   else torch.empty((m, p.k), dtype=torch.bfloat16, device=c.device))
             # a single group ends at M; the offsets' value is never read (a fill, no copy)
             offsets = (torch.full((1,), m, dtype=torch.int32, device=c.device) if self._single
                        else pack["padded_offsets"])
             c16, alpha, beta = kernel_scalars(p, c, pack["alpha"], pack["beta"], offsets)
-            d32 = (torch.empty((m, two_n), dtype=torch.float32, device=c.device)
-                   if self._quant is not None else pack["d_row"])
+            d32 = pack["d_row"]
+            if self._quant is not None:
+                d32 = (workspace[self._d_off:self._d_off + 4 * m * two_n].view(torch.float32).view(m, two_n)
+                       if m <= p.m else torch.empty((m, two_n), dtype=torch.float32, device=c.device))
         # (N, K, L) in the weights' own element order: K-major (L, N, K) or N-major (L, K, N)
         b16 = workspace[self._b_off:self._b_off + 2 * num_experts * p.n * p.k].view(torch.bfloat16)
         b16 = (b16.view(num_experts, p.n, p.k).permute(1, 2, 0) if p.b_major == "k"
@@ -216,6 +235,50 @@ class Sm90BlockScaledPlan(CompiledPlan):
                       norm_const=pack["norm_const"].data_ptr())
         launch_quantize_d(q, d32.data_ptr(), pack["d_row"].data_ptr(), m, two_n, num_experts,
                           handle, offsets=offsets.data_ptr(), **kw)
+
+
+    def _execute_addresses(self, pack, ws: int, m: int, num_experts: int, dev: int) -> None:
+        """``execute`` on raw addresses, for a call on the current stream of the current
+        device whose fp32 alpha/beta and C the kernel reads as they are: the temporaries are
+        workspace regions and the GEMM goes through the inner plan's address launcher, so
+        the call creates no tensor (a tensor op costs 10-20 us of host time on a slow host)."""
+        from ..kernels.blockscaled.launch import launch_dequant, launch_quantize_d
+
+        p = self.problem
+        go = self._fast.get(dev)
+        if go is None:
+            go = self._fast[dev] = self._inner.address_launcher(False, dev)
+        handle = current_stream_handle(dev)
+        a16, b16 = ws + self._a_off, ws + self._b_off
+        offsets = pack["padded_offsets"].data_ptr()
+        launch_dequant(self._deq_a, pack["a"].data_ptr(), pack["sfa"].data_ptr(), a16, m, p.k, 1, handle)
+        if p.weight_mode == "discrete":
+            launch_dequant(self._deq_b, pack["b_ptrs"].data_ptr(), pack["sfb_ptrs"].data_ptr(), b16, p.n, p.k,
+                           num_experts, handle, offsets=offsets)
+        else:
+            launch_dequant(self._deq_b, pack["b"].data_ptr(), pack["sfb"].data_ptr(), b16, p.n, p.k, num_experts,
+                           handle)
+        q = self._quant
+        d = ws + self._d_off if q is not None else pack["d_row"].data_ptr()
+        region = self._scratch
+        go(a16, b16, pack["c"].data_ptr(), offsets, pack["alpha"].data_ptr(), pack["beta"].data_ptr(),
+           _addr(pack, "prob"), d, _addr(pack, "dprob"), _addr(pack, "dbias") if p.generate_dbias else 0,
+           ws + region.offset if region is not None else 0, m,
+           _addr(pack, "activation") if self.config.generate_activation else 0,
+           _addr(pack, "amax") if self.config.generate_amax else 0)
+        if q is None:
+            return
+        kw = {}
+        if q.scales:
+            kw = dict(d_col=pack["d_col"].data_ptr(), sfd_row=pack["sfd_row"].data_ptr(),
+                      sfd_col=pack["sfd_col"].data_ptr(), norm_const=pack["norm_const"].data_ptr())
+        launch_quantize_d(q, d, pack["d_row"].data_ptr(), m, 2 * p.n, num_experts, handle, offsets=offsets, **kw)
+
+
+def _addr(pack, slot: str) -> int:
+    """The address of ``pack[slot]``, or 0 when the slot is empty."""
+    t = pack.get(slot)
+    return 0 if t is None else t.data_ptr()
 
 
 class Sm90BlockScaledEngine(Engine):

@@ -3,6 +3,7 @@ its configurations (the sm90 kernel's for the dequantized problem, with the bloc
 epilogue's fields; bf16 C and fp32 D where the call's are FP8), which D quantizer it selects,
 its workspace layout, and that every kernel it can select compiles for sm_90a."""
 import dataclasses
+import types
 import importlib.util
 
 import pytest
@@ -150,13 +151,16 @@ def test_workspace_holds_the_kernel_scratch_and_bf16_weights():
     assert plan.workspace_size >= regions["b_bf16"].offset + regions["b_bf16"].nbytes
     with pytest.raises(ValueError, match="needs .* bytes"):
         plan.execute({"c": torch.zeros(1, 2 * p.n), "padded_offsets": torch.zeros(4)}, None)
-    # MXFP8: the same layout (A, C and fp32 D follow M: temporaries, not workspace), the
-    # inner plan on bf16 C and fp32 D, the problem's quantizer
+    assert regions["a_bf16"].nbytes == 2 * p.m * p.k and "d_fp32" not in regions
+    # MXFP8: A's copy and the kernel's fp32 D for the built M too, the inner plan on bf16 C
+    # and fp32 D, the problem's quantizer
     q = _mxfp8(c=E5M2, mode="discrete", discrete_col_sfd=True)
     with defer_compile():
         plan8 = Sm90BlockScaledEngine().build(q, Sm90BlockScaledEngine().knob_space(q)[0])
-    assert {r.name for r in plan8._layout.regions} <= {"kernel_scratch", "b_bf16"}
+    assert {r.name for r in plan8._layout.regions} - {"kernel_scratch"} == {"b_bf16", "a_bf16", "d_fp32"}
     assert plan8._layout.region("b_bf16").nbytes == 2 * q.num_experts * q.n * q.k
+    assert plan8._layout.region("d_fp32").nbytes == 4 * q.m * 2 * q.n
+    assert all(r.offset % 128 == 0 for r in plan8._layout.regions)
     assert plan8._inner.problem.d_dtype == torch.float32 and plan8._inner.problem.c_dtype == torch.bfloat16
     assert plan8._quant == QuantizeDConfig("e4m3", True, discrete_col_sfd=True) and plan8._fp8_c
 
@@ -461,3 +465,64 @@ def test_kernel_inputs_compute_the_16_bit_semantics(act, c_dtype, alpha_dtype, b
     # and the fp32-scalar problem on the caller's values is not that: the roundings matter
     _, plain = outputs(c, alpha.float(), beta.float())
     assert not torch.allclose(plain["d_row"][:last], want["d_row"][:last], rtol=1e-5, atol=0)
+
+
+@needs_dsl
+@pytest.mark.parametrize("mode", ["dense", "discrete"])
+def test_address_path_launches_what_the_tensor_path_launches(monkeypatch, mode):
+    """A call on the current stream with fp32 alpha/beta and C as the kernel reads it goes
+    through the inner plan's address launcher and creates no tensor; it launches the two
+    dequantizers, the GEMM and the D quantizer with the same arguments as the general
+    path (a given stream), whose temporaries are the same workspace regions. More rows than
+    the plan was built for: temporaries from the allocator, not the workspace."""
+    from cudnn_ext.engines import sm90
+    from cudnn_ext.engines import sm90_blockscaled as sbs
+    from cudnn_ext.engines.base import defer_compile
+    from cudnn_ext.kernels.blockscaled import launch as bl
+
+    calls = []
+    monkeypatch.setattr(sm90, "compile_cached", lambda cfg: (lambda *args: calls.append(("gemm", args))))
+    monkeypatch.setattr(sm90.Sm90Plan, "_resident_ctas", lambda self, idx: 132)
+    monkeypatch.setattr(bl, "launch_dequant", lambda *a, **k: calls.append(("dequant", a[1:], k)))
+    monkeypatch.setattr(bl, "launch_quantize_d", lambda *a, **k: calls.append(("quantize_d", a[1:], k)))
+    for mod in (sm90, sbs):
+        monkeypatch.setattr(mod, "current_stream_handle", lambda idx: 77)
+    p = dataclasses.replace(_mxfp8(act="dswiglu", dbias=True, mode=mode, m=1024), device_type="cpu")
+    with defer_compile():
+        plan = Sm90BlockScaledEngine().build(p, Sm90BlockScaledEngine().knob_space(p)[0])
+    if not plan._inner.tvm_ffi:
+        pytest.skip("apache-tvm-ffi is not installed: the launch packs DSL pointer objects")
+    assert plan._plain
+    m, n, k, L = p.m, p.n, p.k, p.num_experts
+    e4 = torch.float8_e4m3fn
+    pack = dict(a=torch.zeros(m, k, dtype=e4), sfa=torch.zeros(4096, dtype=torch.uint8),
+                c=torch.zeros(m, 2 * n, dtype=torch.bfloat16), d_row=torch.zeros(m, 2 * n, dtype=e4),
+                d_col=torch.zeros(m, 2 * n, dtype=e4), sfd_row=torch.zeros(4096, dtype=torch.uint8),
+                sfd_col=torch.zeros(4096, dtype=torch.uint8), norm_const=torch.ones(1),
+                padded_offsets=torch.tensor([256, 512, 768, 1024], dtype=torch.int32), alpha=torch.ones(L),
+                beta=torch.ones(L), prob=torch.ones(m), dprob=torch.zeros(m), dbias=torch.zeros(L, 2 * n),
+                amax=torch.zeros(L, 2), activation=None)
+    if mode == "dense":
+        pack.update(b=torch.zeros(n, k, L, dtype=e4), sfb=torch.zeros(4096, dtype=torch.uint8))
+    else:
+        pack.update(b_ptrs=torch.zeros(L, dtype=torch.int64), sfb_ptrs=torch.zeros(L, dtype=torch.int64))
+    ws = torch.zeros(plan.workspace_size, dtype=torch.uint8)
+    made = []
+    real_empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda *a, **kw: made.append(a) or real_empty(*a, **kw))
+    plan.execute(pack, ws)
+    fast, calls[:] = list(calls), []
+    assert not made and [c[0] for c in fast] == ["dequant", "dequant", "gemm", "quantize_d"]
+    plan.execute(pack, ws, types.SimpleNamespace(cuda_stream=77))
+    assert calls == fast
+    base = ws.data_ptr()
+    assert fast[0][1][2] == base + plan._a_off and fast[1][1][2] == base + plan._b_off
+    assert fast[3][1][0] == base + plan._d_off == fast[2][1][3]  # fp32 D: the GEMM's D, the quantizer's input
+    # more rows than built: A's copy and fp32 D from the allocator
+    calls[:] = []
+    big = dict(pack, a=torch.zeros(2 * m, k, dtype=e4), c=torch.zeros(2 * m, 2 * n, dtype=torch.bfloat16),
+               d_row=torch.zeros(2 * m, 2 * n, dtype=e4), d_col=torch.zeros(2 * m, 2 * n, dtype=e4),
+               prob=torch.ones(2 * m), dprob=torch.zeros(2 * m))
+    plan.execute(big, ws)
+    inside = range(base, base + plan.workspace_size)
+    assert calls[0][1][2] not in inside and calls[3][1][0] not in inside and calls[1][1][2] == base + plan._b_off
