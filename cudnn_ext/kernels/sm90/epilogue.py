@@ -534,7 +534,10 @@ class DgluEpilogueMixin:
                     if keep[s]:
                         if cutlass.const_expr(cfg.deterministic):
                             # (N-tile, row)'s partial, stored: the plan sums the N-tiles
-                            mDprob[n_tile * mD.shape[0] + rows[s]] = dprob[s]
+                            # (not the phantom N-tile of an odd cluster_n pair: the slab has
+                            # no row for it, and its store would land in the next buffer)
+                            if n0 < cfg.n:
+                                mDprob[n_tile * mD.shape[0] + rows[s]] = dprob[s]
                         else:
                             cute.arch.atomic_add((mDprob.iterator + rows[s]).llvm_ptr, dprob[s])
         if cutlass.const_expr(cfg.generate_amax):
