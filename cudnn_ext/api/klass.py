@@ -184,7 +184,10 @@ class GroupedGemmDglu:
         current_stream=None, activation_tensor=None, *, workspace: Optional[torch.Tensor] = None,
     ) -> None:
         """Run on the given tensors; outputs are written in place (dprob/dbias accumulate)."""
-        self.compile()
+        plan = self._plan
+        if plan is None:  # compiled once: a later execute does not ask the engines again
+            self.compile()
+            plan = self._plan
         problem = self._problem
         if d_row_tensor is None:  # types are checked with every other slot below
             raise ValueError("d_row_tensor: a tensor is required, got None (the class API never allocates D)")
@@ -229,7 +232,7 @@ class GroupedGemmDglu:
             remembered = call_memo.views_of(ops, problem, pack) if key is not None else None
             if remembered is not None:
                 memo.CALLS.put(key, remembered)
-        need = self._plan.workspace_size
+        need = plan.workspace_size
         device = pack["c"].device
         stream = launch_stream(current_stream, device)
         if workspace is None and need and capturing(device.type == "cuda"):
@@ -241,7 +244,7 @@ class GroupedGemmDglu:
             with on_stream(stream):
                 workspace = POOL.scratch(need, device, stream_key(stream, device))
         elif workspace is not None:
-            check_workspace(workspace, self._plan.layout, device,
+            check_workspace(workspace, plan.layout, device,
                             {contract.ARG_NAMES.get(s, s): t for s, t in pack.items()})
         self._graph.execute_pack(pack, workspace, stream)
 
