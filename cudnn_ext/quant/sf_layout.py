@@ -108,10 +108,13 @@ def empty_sf(mn: int, k_blocks: int, groups: int = 1, *, dtype: torch.dtype,
     ``(L, RMN, RK, 32, 4, 4)`` buffer. ``fill`` is a raw byte value (``None``: uninitialized)."""
     shape = sf_shape(mn, k_blocks, groups)
     storage_shape = tuple(shape[i] for i in _TO_STORAGE)
-    if fill is None:
-        buf = torch.empty(storage_shape, dtype=torch.uint8, device=device)
-    else:
-        buf = torch.full(storage_shape, int(fill), dtype=torch.uint8, device=device)
+    if fill is None:  # one allocation with the view's strides (no view ops: host time per call)
+        storage_strides = [1] * 6
+        for d in range(4, -1, -1):
+            storage_strides[d] = storage_strides[d + 1] * storage_shape[d + 1]
+        return torch.empty_strided(shape, tuple(storage_strides[i] for i in _TO_LOGICAL), dtype=dtype,
+                                   device=device)
+    buf = torch.full(storage_shape, int(fill), dtype=torch.uint8, device=device)
     return buf.view(dtype).permute(_TO_LOGICAL)
 
 
