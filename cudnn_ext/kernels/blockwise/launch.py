@@ -15,9 +15,11 @@ from ..kernel_cache import TVM_FFI, KernelCache
 from .config import LANE_COLS, BlockwiseQuantConfig
 
 #: The kernel's source (part of the disk cache's key): this package, the block shapes it reads
-#: from ``quant.blockwise`` and the compile call
+#: from ``quant.blockwise``, the amax bit rule it shares with the block-scaled D quantizer and
+#: the compile call
 _HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCES = (_HERE, os.path.join(_HERE, "..", "..", "quant", "blockwise.py"), os.path.join(_HERE, "..", "placeholders.py"))
+SOURCES = (_HERE, os.path.join(_HERE, "..", "..", "quant", "blockwise.py"),
+           os.path.join(_HERE, "..", "blockscaled", "quantize_d.py"), os.path.join(_HERE, "..", "placeholders.py"))
 #: the kernel's sizes and strides are Int32, its offsets 64-bit
 INT32_MAX = 2 ** 31 - 1
 _ELEM_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}

@@ -28,6 +28,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32
 
+from ..blockscaled.quantize_d import abs_bits
 from .config import LANE_COLS, TILE, BlockwiseQuantConfig
 
 WARPS = 4
@@ -41,12 +42,6 @@ _E4M3_NAN = 0x7F
 _GMEM = cute.AddressSpace.gmem
 
 _SRC_TYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16, "fp32": Float32}
-
-
-@cute.jit
-def abs_bits(x: Float32) -> Int32:
-    """|x| as its fp32 bit pattern: integer order is magnitude order, NaN above +inf."""
-    return x.bitcast(Int32) & 0x7FFFFFFF
 
 
 @cute.jit
