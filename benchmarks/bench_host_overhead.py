@@ -53,7 +53,7 @@ import cudnn_ext  # noqa: E402
 import cudnn_ext.torch as ct  # noqa: E402
 from cudnn_ext.plan.execution import ExecutionPlan  # noqa: E402
 from cudnn_ext import functional as _core  # noqa: E402
-from cudnn_ext.functional import guards as _guards  # noqa: E402
+from cudnn_ext.runtime import guards as _guards  # noqa: E402
 from cudnn_ext.runtime.memo import CALLS  # noqa: E402
 
 

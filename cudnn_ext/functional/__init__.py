@@ -10,7 +10,7 @@ Validated path with a built plan (``run``): one dict lookup keyed on dtypes, sha
 strides, a 16-byte alignment check on data pointers, the outputs (``torch.empty`` for engines
 that initialize them, else ``torch.zeros``; none with ``out=``) and ``plan.execute``. Replay
 (``run_fast``): after a validated call whose plan offers an address launcher, later calls
-with the same signature and metadata (one C++ guard check, ``guards``) skip the key, the
+with the same signature and metadata (one C++ guard check, ``runtime.guards``) skip the key, the
 pack and ``execute``. Neither reads tensor *data*, so neither synchronizes with the host;
 whether the *engine* does is the engine's property (the reference engine reads the offsets
 on the host for CPU tensors only; a GPU engine must not).
@@ -32,7 +32,7 @@ from ..engines.base import defer_compile
 from ..graph.from_call import graph_for_call
 from ..plan import ExecutionPlan
 from ..problem import DgluProblem
-from . import guards as _guards
+from ..runtime import guards as _guards
 
 _empty_strided = torch.empty_strided
 

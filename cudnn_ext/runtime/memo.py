@@ -9,7 +9,9 @@ Keys start with their kind, so entry points never collide:
 - ``"wrapper"``: the wrapper's metadata key -> (problem, graph, slot views)
   (``api.call_memo``, which knows the contract's slots); ``"seen"``: the metadata key of a
   wrapper call validated every time (not memoizable) -> True once its first call ran;
-- ``"object"``: (class-API graph, execute-time metadata key) -> slot views;
+- ``"object"``: (class-API graph, execute-time metadata key) -> slot views; ``"object_last"``:
+  a class-API graph -> (which slots were None, a ``guards`` guard of the tensors, slot views)
+  of its last validated execute, checked before the key is built;
 - ``"op"``: the functional core's key -> its validated entry; ``"replay"``: (signature, M) ->
   the guarded replays of ``functional.run_fast``.
 

@@ -19,7 +19,7 @@ import torch
 import cudnn_ext.torch  # noqa: F401  (registers the ops)
 from cudnn_ext import functional as _core
 from cudnn_ext.engines import reference
-from cudnn_ext.functional import guards as _guards
+from cudnn_ext.runtime import guards as _guards
 from cudnn_ext.plan.execution import ExecutionPlan
 from cudnn_ext.runtime.memo import CALLS
 from cudnn_ext.runtime.workspace import POOL

@@ -17,7 +17,7 @@ from cudnn_ext.engines import reference
 from cudnn_ext.plan.execution import ExecutionPlan
 from cudnn_ext.reference.memory import tensor_at
 from cudnn_ext import functional as _core
-from cudnn_ext.functional import guards as _guards
+from cudnn_ext.runtime import guards as _guards
 from cudnn_ext.runtime.workspace import POOL
 from cudnn_ext.torch import ops
 

@@ -96,6 +96,50 @@ def test_class_execute_validates_each_metadata_once(monkeypatch):
     assert calls == [1]
 
 
+def test_class_execute_replays_its_last_call_by_guard(monkeypatch):
+    """An object's execute whose tensors match its last validated call's metadata (one C++
+    guard check) builds no key and runs no validation; a changed stride, a misaligned pointer
+    or a cleared memo take the checked path."""
+    from cudnn_ext.runtime import guards
+
+    if not guards.AVAILABLE:
+        pytest.skip("this torch build offers no tensor guards")
+    hot_path.clear()
+    kw = _kw()
+    d_row = torch.empty(M, 2 * N, dtype=torch.bfloat16)
+    op = cudnn_ext.GroupedGemmDglu(
+        sample_a=kw["a_tensor"], sample_c=kw["c_tensor"], sample_d_row=d_row, sample_d_col=None, sample_sfa=None,
+        sample_padded_offsets=kw["padded_offsets"], sample_alpha=kw["alpha_tensor"], sample_beta=kw["beta_tensor"],
+        sample_prob=kw["prob_tensor"], sample_dprob=kw["dprob_tensor"], sample_b=kw["b_tensor"])
+    run = dict(a_tensor=kw["a_tensor"], c_tensor=kw["c_tensor"], d_row_tensor=d_row, d_col_tensor=None,
+               sfa_tensor=None, padded_offsets=kw["padded_offsets"], alpha_tensor=kw["alpha_tensor"],
+               beta_tensor=kw["beta_tensor"], prob_tensor=kw["prob_tensor"], dprob_tensor=kw["dprob_tensor"],
+               b_tensor=kw["b_tensor"])
+    op.execute(**run)
+    first = (d_row.clone(), kw["dprob_tensor"].clone())
+    keys = []
+    real_key = hot_path.call_key
+    monkeypatch.setattr(hot_path, "call_key", lambda *a: keys.append(1) or real_key(*a))
+    kw["dprob_tensor"].zero_()
+    op.execute(**dict(run, a_tensor=kw["a_tensor"].clone()))  # new tensors, the same metadata
+    assert keys == [] and torch.equal(d_row, first[0]) and torch.equal(kw["dprob_tensor"], first[1])
+    # the same shape with other strides (M-major A): the keyed path, which refuses it
+    with pytest.raises(ValueError):
+        op.execute(**dict(run, a_tensor=torch.randn(K, M).bfloat16().t()))
+    assert keys == [1]
+    # a misaligned pointer with matching metadata: the replay's rebuild re-checks alignment
+    op.execute(**run)
+    raw = torch.randn(M * K + 8).bfloat16()
+    with pytest.raises(ValueError, match="a_tensor.*16-byte aligned"):
+        op.execute(**dict(run, a_tensor=raw[1:1 + M * K].view(M, K)))
+    # a cleared memo forgets the guard too
+    op.execute(**run)
+    hot_path.clear()
+    n = len(keys)
+    op.execute(**run)
+    assert len(keys) == n + 1
+
+
 @pytest.mark.parametrize("bad", [0, 8])
 def test_bad_pointer_table_fails_before_any_output_is_written(bad):
     ws = [torch.randn(N, K).bfloat16() for _ in range(L)]
