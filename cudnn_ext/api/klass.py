@@ -213,31 +213,8 @@ class GroupedGemmDglu:
             ops = contract.Operands(**torch_args(vars(ops), weights="b", outputs=("d_row", "dprob", "dbias")))
         values = tuple(vars(ops).values())
         pack = self._replay(ops, values)
-        key = None if pack is not None else memo.call_key(values, ())
-        if key is not None:
-            key = ("object", self._graph, key)  # this object's graph: its validation, not another's
-        views = memo.CALLS.get(key) if key is not None else None
-        if pack is not None:
-            pass
-        elif views is not None:  # metadata validated before by this object: rebuild the views only
-            pack = call_memo.rebuild(ops, views)
-            self._remember(values, views)
-        else:
-            n = b_dtype = None
-            if problem.weight_mode == "discrete":
-                n, b_dtype = problem.n, self._discrete["b_dtype"]
-            got, pack = contract.normalize(ops, self._cfg, n=n, b_dtype=b_dtype,
-                                           generate_dbias=problem.generate_dbias)
-            if got.with_m(0) != problem.with_m(0):
-                diffs = [f.name for f in dataclasses.fields(problem)
-                         if f.name != "m" and getattr(got, f.name) != getattr(problem, f.name)]
-                raise ValueError("execute: tensors do not match the compiled problem (only M may change); differing: "
-                                 + ", ".join(f"{d}: compiled {getattr(problem, d)!r}, got {getattr(got, d)!r}"
-                                             for d in diffs))
-            remembered = call_memo.views_of(ops, problem, pack) if key is not None else None
-            if remembered is not None:
-                memo.CALLS.put(key, remembered)
-                self._remember(values, remembered)
+        if pack is None:
+            pack = self._checked_pack(ops, values, problem)
         need = plan.workspace_size
         device = pack["c"].device
         stream = launch_stream(current_stream, device)
@@ -253,6 +230,35 @@ class GroupedGemmDglu:
             check_workspace(workspace, plan.layout, device,
                             {contract.ARG_NAMES.get(s, s): t for s, t in pack.items()})
         self._graph.execute_pack(pack, workspace, stream)
+
+    def _checked_pack(self, ops, values, problem: DgluProblem):
+        """The pack of a call that ``_replay`` did not match: rebuilt from the views of an
+        earlier validation of the same metadata by this object (the call memo's ``"object"``
+        key), else validated by the contract against the compiled problem; either way
+        remembered for ``_replay``."""
+        key = memo.call_key(values, ())
+        if key is not None:
+            key = ("object", self._graph, key)  # this object's graph: its validation, not another's
+        views = memo.CALLS.get(key) if key is not None else None
+        if views is not None:  # metadata validated before by this object: rebuild the views only
+            pack = call_memo.rebuild(ops, views)
+            self._remember(values, views)
+            return pack
+        n = b_dtype = None
+        if problem.weight_mode == "discrete":
+            n, b_dtype = problem.n, self._discrete["b_dtype"]
+        got, pack = contract.normalize(ops, self._cfg, n=n, b_dtype=b_dtype, generate_dbias=problem.generate_dbias)
+        if got.with_m(0) != problem.with_m(0):
+            diffs = [f.name for f in dataclasses.fields(problem)
+                     if f.name != "m" and getattr(got, f.name) != getattr(problem, f.name)]
+            raise ValueError("execute: tensors do not match the compiled problem (only M may change); differing: "
+                             + ", ".join(f"{d}: compiled {getattr(problem, d)!r}, got {getattr(got, d)!r}"
+                                         for d in diffs))
+        remembered = call_memo.views_of(ops, problem, pack) if key is not None else None
+        if remembered is not None:
+            memo.CALLS.put(key, remembered)
+            self._remember(values, remembered)
+        return pack
 
     def _replay(self, ops, values):
         """The pack of a call whose tensors match, in one C++ guard check

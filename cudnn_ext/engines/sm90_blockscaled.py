@@ -41,7 +41,7 @@ from ..reference.scalars import alpha_squared, beta_scaled_c
 from ..runtime.streams import current_device_index, current_stream_handle, on_stream
 from ..runtime.workspace import WorkspaceLayout, WorkspaceRequest
 from .base import CompiledPlan, Engine, compile_deferred
-from .sm90 import Sm90DgluEngine, Sm90Plan, check_family, dense_problem, placement_reasons
+from .sm90 import Sm90DgluEngine, Sm90Plan, _addr, check_family, dense_problem, placement_reasons
 
 _HALF_FLOAT = (torch.bfloat16, torch.float16, torch.float32)
 #: Bytes per microsecond of the dequantization, C conversion and D quantization passes (a
@@ -173,8 +173,6 @@ class Sm90BlockScaledPlan(CompiledPlan):
             quantize_d_cached(self._quant)
 
     def execute(self, pack, workspace=None, stream=None) -> None:
-        from ..kernels.blockscaled.launch import launch_dequant, launch_quantize_d
-
         p = self.problem
         m, num_experts = pack["c"].shape[0], pack["padded_offsets"].shape[0]
         if workspace is None or workspace.numel() < self.workspace_size:
@@ -209,15 +207,7 @@ class Sm90BlockScaledPlan(CompiledPlan):
         b16 = workspace[self._b_off:self._b_off + 2 * num_experts * p.n * p.k].view(torch.bfloat16)
         b16 = (b16.view(num_experts, p.n, p.k).permute(1, 2, 0) if p.b_major == "k"
                else b16.view(num_experts, p.k, p.n).permute(2, 1, 0))
-        launch_dequant(self._deq_a, pack["a"].data_ptr(), pack["sfa"].data_ptr(),
-                       a16.data_ptr(), m, p.k, 1, handle)
-        if p.weight_mode == "discrete":
-            launch_dequant(self._deq_b, pack["b_ptrs"].data_ptr(), pack["sfb_ptrs"].data_ptr(),
-                           b16.data_ptr(), p.n, p.k, num_experts, handle,
-                           offsets=offsets.data_ptr())
-        else:
-            launch_dequant(self._deq_b, pack["b"].data_ptr(), pack["sfb"].data_ptr(),
-                           b16.data_ptr(), p.n, p.k, num_experts, handle)
+        self._dequantize(pack, a16.data_ptr(), b16.data_ptr(), m, num_experts, handle, offsets.data_ptr())
         inner = dict(pack, a=a16, b=b16, b_ptrs=None, sfa=None, sfb=None, sfb_ptrs=None, c=c16,
                      d_row=d32, padded_offsets=offsets, alpha=alpha, beta=beta, d_col=None,
                      sfd_row=None, sfd_col=None, norm_const=None)
@@ -225,25 +215,14 @@ class Sm90BlockScaledPlan(CompiledPlan):
         scratch = (workspace[region.offset:region.offset + region.nbytes]
                    if region is not None else None)
         self._inner.execute(inner, scratch, stream)
-        q = self._quant
-        if q is None:
-            return
-        kw = {}
-        if q.scales:
-            kw = dict(d_col=pack["d_col"].data_ptr(), sfd_row=pack["sfd_row"].data_ptr(),
-                      sfd_col=pack["sfd_col"].data_ptr(),
-                      norm_const=pack["norm_const"].data_ptr())
-        launch_quantize_d(q, d32.data_ptr(), pack["d_row"].data_ptr(), m, two_n, num_experts,
-                          handle, offsets=offsets.data_ptr(), **kw)
-
+        if self._quant is not None:
+            self._quantize(pack, d32.data_ptr(), m, num_experts, handle, offsets.data_ptr())
 
     def _execute_addresses(self, pack, ws: int, m: int, num_experts: int, dev: int) -> None:
         """``execute`` on raw addresses, for a call on the current stream of the current
         device whose fp32 alpha/beta and C the kernel reads as they are: the temporaries are
         workspace regions and the GEMM goes through the inner plan's address launcher, so
         the call creates no tensor (a tensor op costs 10-20 us of host time on a slow host)."""
-        from ..kernels.blockscaled.launch import launch_dequant, launch_quantize_d
-
         p = self.problem
         go = self._fast.get(dev)
         if go is None:
@@ -251,13 +230,7 @@ class Sm90BlockScaledPlan(CompiledPlan):
         handle = current_stream_handle(dev)
         a16, b16 = ws + self._a_off, ws + self._b_off
         offsets = pack["padded_offsets"].data_ptr()
-        launch_dequant(self._deq_a, pack["a"].data_ptr(), pack["sfa"].data_ptr(), a16, m, p.k, 1, handle)
-        if p.weight_mode == "discrete":
-            launch_dequant(self._deq_b, pack["b_ptrs"].data_ptr(), pack["sfb_ptrs"].data_ptr(), b16, p.n, p.k,
-                           num_experts, handle, offsets=offsets)
-        else:
-            launch_dequant(self._deq_b, pack["b"].data_ptr(), pack["sfb"].data_ptr(), b16, p.n, p.k, num_experts,
-                           handle)
+        self._dequantize(pack, a16, b16, m, num_experts, handle, offsets)
         q = self._quant
         d = ws + self._d_off if q is not None else pack["d_row"].data_ptr()
         region = self._scratch
@@ -266,19 +239,33 @@ class Sm90BlockScaledPlan(CompiledPlan):
            ws + region.offset if region is not None else 0, m,
            _addr(pack, "activation") if self.config.generate_activation else 0,
            _addr(pack, "amax") if self.config.generate_amax else 0)
-        if q is None:
-            return
+        if q is not None:
+            self._quantize(pack, d, m, num_experts, handle, offsets)
+
+    def _dequantize(self, pack, a16: int, b16: int, m: int, num_experts: int, handle: int, offsets: int) -> None:
+        """A into its BF16 copy at ``a16``, every expert's B into theirs at ``b16``."""
+        from ..kernels.blockscaled.launch import launch_dequant
+
+        p = self.problem
+        launch_dequant(self._deq_a, pack["a"].data_ptr(), pack["sfa"].data_ptr(), a16, m, p.k, 1, handle)
+        if p.weight_mode == "discrete":
+            launch_dequant(self._deq_b, pack["b_ptrs"].data_ptr(), pack["sfb_ptrs"].data_ptr(), b16, p.n, p.k,
+                           num_experts, handle, offsets=offsets)
+        else:
+            launch_dequant(self._deq_b, pack["b"].data_ptr(), pack["sfb"].data_ptr(), b16, p.n, p.k, num_experts,
+                           handle)
+
+    def _quantize(self, pack, d32: int, m: int, num_experts: int, handle: int, offsets: int) -> None:
+        """The kernel's fp32 D at ``d32`` into the pack's FP8 D (and its scales)."""
+        from ..kernels.blockscaled.launch import launch_quantize_d
+
+        q = self._quant
         kw = {}
         if q.scales:
             kw = dict(d_col=pack["d_col"].data_ptr(), sfd_row=pack["sfd_row"].data_ptr(),
                       sfd_col=pack["sfd_col"].data_ptr(), norm_const=pack["norm_const"].data_ptr())
-        launch_quantize_d(q, d, pack["d_row"].data_ptr(), m, 2 * p.n, num_experts, handle, offsets=offsets, **kw)
-
-
-def _addr(pack, slot: str) -> int:
-    """The address of ``pack[slot]``, or 0 when the slot is empty."""
-    t = pack.get(slot)
-    return 0 if t is None else t.data_ptr()
+        launch_quantize_d(q, d32, pack["d_row"].data_ptr(), m, 2 * self.problem.n, num_experts, handle,
+                          offsets=offsets, **kw)
 
 
 class Sm90BlockScaledEngine(Engine):

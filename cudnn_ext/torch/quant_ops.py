@@ -20,7 +20,7 @@ from ..kernels.blockwise.config import LANE_COLS, BlockwiseQuantConfig
 from ..kernels.blockwise.launch import INT32_MAX, launch_quantize
 from ..quant.blockwise import FP8_BLOCKWISE_DTYPE, check_quantize_args, scale_shape, scale_strides
 from ..quant.blockwise import quantize_fp8_blockwise as reference_quantize
-from ..runtime.streams import current_stream_handle
+from ..runtime.streams import current_device_index, current_stream_handle
 from .ops import _LIB
 
 _lib = torch.library.Library(_LIB, "FRAGMENT")
@@ -72,7 +72,7 @@ def _impl(x, block=(1, 128), pow2_scales=False):
     ld, gstride = geometry
     cfg = BlockwiseQuantConfig(_SOURCES[x.dtype], (block,), pow2_scales)
     index = x.device.index
-    guard = torch.cuda.device(index) if index != torch.cuda.current_device() else contextlib.nullcontext()
+    guard = torch.cuda.device(index) if index != current_device_index() else contextlib.nullcontext()
     with guard:
         launch_quantize(cfg, x.data_ptr(), q.data_ptr(), s.data_ptr(), x.shape[0], x.shape[1], ld, gstride,
                         x.shape[2] if x.dim() == 3 else 1, current_stream_handle(index))

@@ -431,7 +431,6 @@ def test_kernel_inputs_compute_the_16_bit_semantics(act, c_dtype, alpha_dtype, b
     fp32-scalar problem through the float64 reference, equals the 16-bit problem's float64
     reference to an fp32 ulp of alpha**2: the sm90 kernel, which implements the fp32-scalar
     semantics, computes the vendor's 16-bit roundings."""
-    import cudnn_ext as cudnn
     from cudnn_ext import contract
     from cudnn_ext.quant import quantize_nvfp4
     from cudnn_ext.reference import reference_outputs
