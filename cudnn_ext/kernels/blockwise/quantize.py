@@ -11,9 +11,9 @@ the caller owns buffers and streams.
 Work split: a CTA of four warps owns one 128 x 128 tile (one 128x128 block, 128 of the 128x1
 blocks, 128 rows of 1x128 blocks); each warp holds 32 rows, four columns per lane, in
 registers (a warp reads 32 x 128 contiguous values row by row and stores 128 contiguous bytes
-per row). A row's block is the whole warp (5 butterfly shuffles); a column's block is one lane
-of each warp (a loop over its 32 rows, then the four warps' maxima through shared memory); the
-tile's block is all of it.
+per row). A row's block is the whole warp (a butterfly reduce-scatter: each lane ends with one
+row's amax and scale); a column's block is one lane of each warp (a loop over its 32 rows, then
+the four warps' maxima through shared memory); the tile's block is all of it.
 
 The scale rule is ``quant.blockwise``'s, step for step in fp32: amax as the integer max of the
 magnitudes' bit patterns (non-negative fp32 orders like its bits and every NaN pattern lies
@@ -59,6 +59,17 @@ def block_scale(amax: Int32, pow2: cutlass.Constexpr) -> Float32:
     if amax > _INF_BITS:
         bits = Int32(_NAN_BITS)
     return bits.bitcast(Float32)
+
+
+def _bitrev5_const(i: int) -> int:
+    """i's five bits reversed: the lane holding row i's block after the reduce-scatter."""
+    return int(f"{i:05b}"[::-1], 2)
+
+
+@cute.jit
+def _bitrev5(lane: Int32) -> Int32:
+    """``_bitrev5_const`` of a runtime lane."""
+    return (((lane & 1) << 4) | ((lane & 2) << 2) | (lane & 4) | ((lane & 8) >> 2) | ((lane & 16) >> 4))
 
 
 class QuantizeBlockwise:
@@ -137,27 +148,42 @@ class QuantizeBlockwise:
 
     @cute.jit
     def _rows(self, xs, q_ptr, s_ptr, g, sx, rbase, col0, lane, valid, rows, k, limit):
-        """1x128 blocks: row i's block is the warp's 128 columns; lane i stores row i's scale
-        (scales (rows, K/128) per group, MN-major: a warp's 32 scales are contiguous)."""
-        mine = Float32(0.0)
+        """1x128 blocks: row i's block is the warp's 128 columns. A butterfly reduce-scatter
+        of the 32 rows' lane maxima (31 shuffles; each level a lane keeps half the rows and
+        takes its partner's other half) leaves lane L with the amax of row bitrev5(L); it
+        computes that row's scale and stores it (scales (rows, K/128) per group, MN-major:
+        a warp's 32 scales are contiguous), and each row's quotients take the scale from
+        its lane (one indexed shuffle per row)."""
+        vals = []
         for i in cutlass.range_constexpr(ROWS_PER_WARP):
-            v = xs[None, i].load()
-            amax = abs_bits(v[0])
+            amax = abs_bits(xs[0, i])
             for j in cutlass.range_constexpr(1, LANE_COLS):
-                amax = cutlass.max(amax, abs_bits(v[j]))
-            for sh in cutlass.range_constexpr(5):
-                amax = cutlass.max(amax, cute.arch.shuffle_sync_bfly(amax, offset=1 << sh))
-            s = block_scale(amax, self.cfg.pow2_scales)
-            r = rbase + i
-            if valid and r < limit:
-                self._store(q_ptr, g, r, col0, rows, k, v, s, s, s, s, amax >= _INF_BITS)
-            if lane == i:
-                mine = s
-        r = rbase + lane
+                amax = cutlass.max(amax, abs_bits(xs[j, i]))
+            vals.append(amax)
+        for lvl in cutlass.range_constexpr(5):
+            half = len(vals) // 2
+            upper = ((lane >> lvl) & 1) == 1
+            nxt = []
+            for i in cutlass.range_constexpr(half):
+                lo, hi = vals[i], vals[i + half]
+                send = Int32(cutlass.select_(upper, lo, hi))
+                keep = Int32(cutlass.select_(upper, hi, lo))
+                nxt.append(cutlass.max(keep, cute.arch.shuffle_sync_bfly(send, offset=1 << lvl)))
+            vals = nxt
+        mine = block_scale(vals[0], self.cfg.pow2_scales)  # the scale of row bitrev5(lane)
+        r = rbase + _bitrev5(lane)
         if r < limit:
             kb = (k + TILE - 1) // TILE
             off = cutlass.Int64(g) * cutlass.Int64(rows) * cutlass.Int64(kb) + cutlass.Int64(sx * rows + r)
             self._store_scale(s_ptr, off, mine)
+        for i in cutlass.range_constexpr(ROWS_PER_WARP):
+            s = cute.arch.shuffle_sync(mine, _bitrev5_const(i))
+            r = rbase + i
+            if valid and r < limit:
+                # a NaN quotient only where the scale is NaN or infinite (a block holding a
+                # NaN or an infinity): the scale is non-negative, so its bits say it
+                self._store(q_ptr, g, r, col0, rows, k, xs[None, i].load(), s, s, s, s,
+                            s.bitcast(Int32) >= _INF_BITS)
 
     @cute.jit
     def _cols(self, xs, smem, q_ptr, s_ptr, g, by, rbase, col0, warp, lane, valid, rows, k,
