@@ -40,9 +40,6 @@ from ..runtime.streams import current_device_index, current_stream_handle, on_st
 from ..runtime.workspace import WorkspaceLayout, WorkspaceRequest
 from .base import CompiledPlan, Engine, compile_deferred
 
-#: the Hopper engines' reason for declining ``deterministic`` (the kernel has the form)
-DETERMINISTIC_NOT_OFFERED = ("deterministic: the kernel's fixed-order form (Sm90Config.deterministic) has not "
-                             "run on a GPU yet, so it is not offered (the reference engine runs it)")
 _DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32",
                 torch.float8_e4m3fn: "e4m3"}
 _AB_DTYPES = (torch.bfloat16, torch.float16)
@@ -456,9 +453,8 @@ class Sm90Plan(CompiledPlan):
         ``zeroed_region`` on (``zeroed_region_bytes`` of them) are zero, and the launch leaves
         them zero: no zeroing kernel before the main one (the ragged schedule's table helper
         still runs). The caller must keep that scratch for such launches only."""
-        if self.config.deterministic:
-            raise NotImplementedError("address_launcher: a deterministic plan runs through execute (it "
-                                      "allocates and reduces the partial sums)")
+        if self.config.deterministic:  # execute allocates and reduces the partial sums
+            return None
         fn = self._fn(init, bool(zeroed_workspace and self._zero_ws_elems and not init))
         num_experts = self.problem.num_experts
         ctas = self._resident_ctas(device_index)
@@ -585,8 +581,6 @@ class Sm90DgluEngine(Engine):
             why.append(f"b_major {problem.b_major!r} is not supported")
         if problem.n % 32 or problem.k % 8:
             why.append(f"needs N % 32 == 0 and K % 8 == 0, got N={problem.n}, K={problem.k}")
-        if problem.deterministic:
-            why.append(DETERMINISTIC_NOT_OFFERED)
         if not (problem.has_prob and problem.has_dprob):
             why.append("the BF16 contract needs prob and dprob")
         return why + placement_reasons(problem)

@@ -135,7 +135,7 @@ class Sm90BlockScaledPlan(CompiledPlan):
         #: whose scalars and C reach the kernel as they are
         self._fast = {}
         self._plain = (self._c_beta is None and problem.alpha_square_dtype is None and not self._fp8_c
-                       and not self._single)
+                       and not self._single and not config.deterministic)  # (its partial sums: tensors)
 
     def workspace_requests(self):
         p = self.problem
@@ -274,7 +274,8 @@ class Sm90BlockScaledEngine(Engine):
     numerical_notes = (
         "operands dequantized to bf16 on the device (exact within bf16's range), then the "
         "sm90_cutedsl kernel: fp32 WGMMA accumulation, fast sigmoid, dprob/dbias/amax via "
-        "atomics (order-nondeterministic sums; amax is exact); FP8 D quantized from the "
+        "atomics (order-nondeterministic sums; amax is exact), or with deterministic=True the "
+        "kernel's fixed-order partial sums; FP8 D quantized from the "
         "kernel's fp32 D by the reference's block rule (bit-exact on equal fp32 values).")
 
     def __init__(self):
@@ -306,8 +307,6 @@ class Sm90BlockScaledEngine(Engine):
         if bs.single_group_runtime_offsets and problem.num_experts != 1:
             why.append(f"use_single_group_runtime_offsets needs one expert, got "
                        f"L={problem.num_experts}")
-        if problem.deterministic and (problem.has_dprob or problem.generate_dbias):
-            why.append("deterministic: the kernel sums dprob and dbias with atomics (the reference engine runs it)")
         if problem.k % 32:
             why.append(f"needs K % 32 == 0 (whole dequantization chunks), got K={problem.k}")
         if problem.n % 32:

@@ -8,7 +8,7 @@ weights; D bf16, fp16 or fp32; every activation, prob, dprob, dbias, the activat
 aligned or ragged groups; an FP8 D quantized from the kernel's fp32 D by the device quantizer)
 and its knob space (the cooperative 128 x 128 tile, both math warpgroups promoting in turn
 while the other's WGMMAs run); its decline reasons name the rest (pointer-table or N-major
-weights, determinism), which the reference engine runs.
+weights), which the reference engine runs.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from ..problem import DgluProblem
 from ..reference.fp8_blockwise import quantize_d
 from ..runtime.streams import current_stream_handle, on_stream
 from .base import CompiledPlan, Engine, compile_deferred
-from .sm90 import (DETERMINISTIC_NOT_OFFERED, RASTER_GROUP_M, Sm90DgluEngine, Sm90Plan, _ragged_unclustered,
+from .sm90 import (RASTER_GROUP_M, Sm90DgluEngine, Sm90Plan, _ragged_unclustered,
                    check_family, config_for, placement_reasons)
 
 _CD_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -131,8 +131,6 @@ class Sm90Fp8BlockwiseEngine(Engine):
             why.append(f"C dtype {problem.c_dtype} is not supported (bf16, fp16, fp32)")
         if problem.act.act_func not in KERNEL_ACTS:
             why.append(f"act_func {problem.act.act_func!r} is not implemented on sm90")
-        if problem.deterministic:
-            why.append(DETERMINISTIC_NOT_OFFERED)
         if problem.n % 32 or problem.k % BLOCKWISE_TILE_K:
             why.append(f"needs N % 32 == 0 and K % {BLOCKWISE_TILE_K} == 0, got N={problem.n}, K={problem.k}")
         return why + placement_reasons(problem)

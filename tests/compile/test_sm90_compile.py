@@ -416,8 +416,10 @@ _DET = [
 @needs_dsl
 @pytest.mark.parametrize("problem,knobs", [c[1:] for c in _DET], ids=[c[0] for c in _DET])
 def test_deterministic_form_compiles_without_accumulating_atomics(problem, knobs):
-    """No spills, no WGMMA warning, and no fp32 atomic add but the fold's reads of the dbias
-    slab (adds of zero): nothing is summed in an order the hardware picks."""
+    """No spills, no WGMMA warning, and no fp32 atomic add at all: nothing is summed in an
+    order the hardware picks. With dbias the fold reads the slab with relaxed gpu-scope loads
+    (coherent at L2, independent of each other, so that a fold costs a round trip per M-tile,
+    not one per M-tile and column block)."""
     problem = dataclasses.replace(problem, deterministic=True)
     cfg = cooperative_config(problem) if knobs is None else config_for(problem, **knobs)
     assert cfg.deterministic and cfg.split_last == 1
@@ -425,5 +427,5 @@ def test_deterministic_form_compiles_without_accumulating_atomics(problem, knobs
     _, ptx = _compiled(cfg)
     adds = [ln.strip() for ln in ptx.splitlines()
             if re.search(r"\b(atom|red)(\.[a-z]+)*\.global(\.[a-z0-9]+)*\.add\.f32", ln)]
-    assert all(ln.rstrip(";").endswith("0f00000000") for ln in adds), adds[:3]
-    assert bool(adds) == problem.generate_dbias  # (the fold's reads are there with dbias)
+    assert not adds, adds[:3]
+    assert bool(re.search(r"ld\.relaxed\.gpu\.global\.b32", ptx)) == problem.generate_dbias

@@ -2,8 +2,10 @@
 partials and the tiles' dbias column sums stored, then summed in a fixed order) on the GPU:
 against the float64 oracle on every schedule (``run_and_check``), and bit for bit the same
 dprob and dbias over 20 runs, on a side stream under a concurrent load, and across CUDA-graph
-replays. The plans are built through the engine with a pinned configuration (the engine's
-support check does not offer the form yet)."""
+replays, with plans built through the engine on a pinned configuration; and through the public
+wrapper with ``deterministic=True``: BF16, MXFP8 and NVFP4 operands on the Hopper engines (not
+the reference engine), bit for bit over repeated calls and a side stream, and within the
+oracle's bounds of the reference engine's result."""
 
 import pytest
 import torch
@@ -79,3 +81,89 @@ def test_dprob_and_dbias_are_bit_identical_run_to_run(case):
     for dprob, dbias in runs:
         assert torch.equal(dprob.view(torch.int32), first[0].view(torch.int32))
         assert torch.equal(dbias.view(torch.int16), first[1].view(torch.int16))
+
+
+def _public_call(fmt, seed=0):
+    """Wrapper arguments for ``fmt`` (bf16, mxfp8 with FP8 D, nvfp4 with bf16 D): 4 experts (one
+    empty), N 320 (an odd count of 128-wide tiles), rows past the last offset; dbias and dprob."""
+    from cudnn_ext.quant import quantize_mxfp8, quantize_nvfp4
+
+    torch.manual_seed(seed)
+    L, N, K = 4, 320, 256
+    counts = (256, 0, 768, 512)
+    offs = torch.tensor(counts, dtype=torch.int32).cumsum(0).to(torch.int32).cuda()
+    m = sum(counts) + 256
+    a = torch.randn(m, K, device="cuda")
+    w = (torch.randn(L, N, K, device="cuda") * 0.2).permute(1, 2, 0)  # (N, K, L), K-major
+    kw = dict(c_tensor=(torch.randn(m, 2 * N, device="cuda") * 2).to(torch.bfloat16), padded_offsets=offs,
+              alpha_tensor=torch.rand(L, device="cuda") + 0.5, beta_tensor=torch.rand(L, device="cuda") + 0.5,
+              prob_tensor=torch.rand(m, device="cuda"), generate_dbias=True)
+    if fmt == "bf16":
+        kw.update(a_tensor=a.to(torch.bfloat16), b_tensor=w.to(torch.bfloat16), sfa_tensor=None)
+    elif fmt == "mxfp8":
+        (a_q, sfa), (b_q, sfb) = quantize_mxfp8(a), quantize_mxfp8(w)
+        kw.update(a_tensor=a_q, sfa_tensor=sfa, b_tensor=b_q, sfb_tensor=sfb, sf_vec_size=32,
+                  norm_const_tensor=torch.ones(1, device="cuda"), d_dtype=torch.float8_e4m3fn)
+    else:
+        (a_q, sfa), (b_q, sfb) = quantize_nvfp4(a), quantize_nvfp4(w)
+        kw.update(a_tensor=a_q, sfa_tensor=sfa, b_tensor=b_q, sfb_tensor=sfb, sf_vec_size=16,
+                  d_dtype=torch.bfloat16)
+    return kw, m, int(offs[-1])
+
+
+@pytest.mark.parametrize("fmt,engine", [("bf16", "sm90_cutedsl"), ("mxfp8", "sm90_blockscaled"),
+                                        ("nvfp4", "sm90_blockscaled")])
+def test_public_calls_are_bit_identical_and_match_the_reference(fmt, engine):
+    """``grouped_gemm_dglu_wrapper(deterministic=True)`` with the Hopper engine pinned (it must
+    take the call): 10 calls, then 3 on a side stream under a concurrent load, give dprob,
+    dbias and D bit for bit the first call's; dprob and dbias within the kernel's bounds of
+    the reference engine's (float64-accumulated) result."""
+    skip_unless_sm90()
+    import cudnn_ext as cudnn
+    from sm90_cases import TOL, rel_err
+
+    kw, m, end = _public_call(fmt)
+
+    def once(**extra):
+        dprob = torch.zeros(m, device="cuda")
+        out = cudnn.grouped_gemm_dglu_wrapper(dprob_tensor=dprob, deterministic=True, **kw, **extra)
+        return (out["d_row_tensor"][:end].view(torch.uint8).clone(), dprob.clone(),
+                out["dbias_tensor"].view(torch.int16).clone())
+
+    first = once(engine=engine)
+    runs = [once(engine=engine) for _ in range(10)]
+    side = torch.cuda.Stream()
+    big = torch.randn(4096, 4096, device="cuda")
+    for _ in range(3):
+        load = big @ big
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            runs.append(once(engine=engine))
+        torch.cuda.current_stream().wait_stream(side)
+        del load
+    torch.cuda.synchronize()
+    for d, dprob, dbias in runs:
+        assert torch.equal(d, first[0]) and torch.equal(dprob, first[1]) and torch.equal(dbias, first[2])
+    ref = once(engine="reference")
+    assert rel_err(first[1][:end], ref[1][:end]) < TOL["dprob"]
+    assert rel_err(first[2].view(torch.bfloat16).float(), ref[2].view(torch.bfloat16).float()) < TOL["dbias"]
+
+
+def test_the_heuristics_pick_the_kernel_for_a_deterministic_call():
+    """The class API with ``_deterministic`` and no engine named: the heuristics' choice is the
+    Hopper kernel's engine (not the reference engine), in its fixed-order form."""
+    skip_unless_sm90()
+    import cudnn_ext as cudnn
+
+    kw, m, _ = _public_call("bf16")
+    L, N = kw["alpha_tensor"].shape[0], kw["c_tensor"].shape[1] // 2
+    op = cudnn.GroupedGemmDglu(
+        sample_a=kw["a_tensor"], sample_c=kw["c_tensor"],
+        sample_d_row=torch.empty(m, 2 * N, dtype=torch.bfloat16, device="cuda"), sample_d_col=None,
+        sample_sfa=None, sample_padded_offsets=kw["padded_offsets"], sample_alpha=kw["alpha_tensor"],
+        sample_beta=kw["beta_tensor"], sample_prob=kw["prob_tensor"],
+        sample_dprob=torch.zeros(m, device="cuda"), sample_b=kw["b_tensor"],
+        sample_dbias=torch.zeros(L, 2 * N, dtype=torch.bfloat16, device="cuda"), _deterministic=True)
+    op.compile()
+    assert op.engine_name == "sm90_cutedsl", op.explain()
+    assert op._plan.compiled.config.deterministic

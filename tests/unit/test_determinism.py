@@ -1,6 +1,7 @@
 """deterministic=True (cudnn_ext takes it for every call; the vendor for block-scaled dprob
-without dbias): the reference engine gives bit-identical D, dprob and dbias run to run, and the
-engines that sum with atomics decline it with a reason (docs/semantics.md, "Determinism")."""
+without dbias): the reference engine gives bit-identical D, dprob and dbias run to run, the Hopper
+kernel's engines (BF16, fp8_blockwise and block-scaled operands) take it in the kernel's
+fixed-order form, and the vendor's engine, which sums with atomics, declines it with a reason (docs/semantics.md, "Determinism")."""
 import pytest
 import torch
 from fp8_blockwise_cases import case as fp8_case
@@ -51,15 +52,35 @@ def test_bit_identical_run_to_run(make):
         assert torch.equal(d, outs[0][0]) and torch.equal(p, outs[0][1]) and torch.equal(b, outs[0][2])
 
 
-def test_the_hopper_and_vendor_engines_decline_it():
+def test_the_hopper_kernel_takes_it_and_the_vendor_engine_declines_it():
+    """The sm90 kernel has a fixed-order form (``Sm90Config.deterministic``): its engines (BF16,
+    fp8_blockwise, block-scaled on dequantized operands) take the problem and pin that form
+    with split_last 1, and a block-scaled plan in that form launches through its tensor path
+    (the partial sums are tensors); the vendor's engine, which sums with atomics, declines it."""
+    from cudnn_ext.engines.sm90 import Sm90DgluEngine
+
     kw = _bf16_call(torch.Generator().manual_seed(1))
     ops = contract.Operands(a=kw["a_tensor"], c=kw["c_tensor"], padded_offsets=kw["padded_offsets"],
                             alpha=kw["alpha_tensor"], beta=kw["beta_tensor"], prob=kw["prob_tensor"],
                             dprob=torch.zeros(M), b=kw["b_tensor"])
     problem, _ = contract.normalize(ops, contract.CallConfig(deterministic=True), generate_dbias=True)
     assert problem.deterministic  # (a CPU problem: the engines' other reasons are about the device)
-    assert any("deterministic: the kernel's fixed-order form" in r
-               for r in engine_by_name("sm90_cutedsl").check_support(problem))
+    assert not any("deterministic" in r for r in engine_by_name("sm90_cutedsl").check_support(problem))
+    eng = Sm90DgluEngine()
+    for cfg in eng.knob_space(problem):
+        assert cfg.deterministic and cfg.split_last == 1
+    plan = eng.build(problem, eng.knob_space(problem)[0])
+    assert plan.address_launcher(False, 0) is None  # execute reduces the partial sums
+    fp8 = _fp8_blockwise_call(torch.Generator().manual_seed(3))
+    ops8 = contract.Operands(a=fp8["a_tensor"], c=fp8["c_tensor"], sfa=fp8["sfa_tensor"],
+                             padded_offsets=fp8["padded_offsets"], alpha=fp8["alpha_tensor"],
+                             beta=fp8["beta_tensor"], prob=fp8["prob_tensor"],
+                             dprob=torch.zeros(fp8["prob_tensor"].shape[0]), b=fp8["b_tensor"], sfb=fp8["sfb_tensor"])
+    p8, _ = contract.normalize(ops8, contract.CallConfig(deterministic=True, recipe="fp8_blockwise"),
+                               generate_dbias=True)
+    assert not any("deterministic" in r for r in engine_by_name("sm90_fp8_blockwise").check_support(p8))
+    (cfg8,) = engine_by_name("sm90_fp8_blockwise").knob_space(p8)
+    assert cfg8.deterministic and cfg8.split_last == 1
     assert any("deterministic: not mapped" in r for r in engine_by_name("vendor_sm100").check_support(problem))
     assert engine_by_name("reference").check_support(problem) == []
     bs = _mxfp8_call(torch.Generator().manual_seed(2))
@@ -67,5 +88,8 @@ def test_the_hopper_and_vendor_engines_decline_it():
                             alpha=bs["alpha_tensor"], beta=bs["beta_tensor"], prob=bs["prob_tensor"],
                             dprob=torch.zeros(M), b=bs["b_tensor"], sfb=bs["sfb_tensor"], norm_const=bs["norm_const_tensor"])
     problem, _ = contract.normalize(ops, contract.CallConfig(sf_vec_size=32, deterministic=True), generate_dbias=True)
-    assert any("deterministic: the kernel sums dprob and dbias with atomics" in r
-               for r in engine_by_name("sm90_blockscaled").check_support(problem))
+    bse = engine_by_name("sm90_blockscaled")
+    assert not any("deterministic" in r for r in bse.check_support(problem))
+    space = bse.knob_space(problem)
+    assert space and all(cfg.deterministic and cfg.split_last == 1 for cfg in space)
+    assert not bse.build(problem, space[0])._plain

@@ -211,7 +211,8 @@ EXTRACT = {
     ("test_coverage_holes", "test_block_scaled_values"): lambda p: _var(
         {"sm90_blockscaled": SMBS, "reference": REF}[p["engine"]], p["v"]),
     ("test_coverage_holes", "test_sm90_blockscaled_schedules"): lambda p: _var(SMBS, p["v"]),
-    ("test_coverage_holes", "test_reference_deterministic_dprob"): lambda p: _var(REF, p["v"]),
+    ("test_coverage_holes", "test_deterministic_dprob"): lambda p: _var(
+        {"sm90_blockscaled": SMBS, "reference": REF}[p["engine"]], p["v"]),
 }
 #: tests without parametrization: what their one call runs
 FIXED = {("test_reference_cuda", "test_reference_bf16_dense_never_syncs_and_replays_in_a_cuda_graph"):

@@ -238,18 +238,26 @@ class DbiasMixin:
             if cutlass.const_expr(self.cfg.deterministic):
                 lo = cute.arch.shuffle_sync(lo, 0)
                 hi = cute.arch.shuffle_sync(hi, 0)
-            for i in cutlass.range_constexpr((2 * self.tile_n) // 32):
+            chunks = (2 * self.tile_n) // 32
+            if cutlass.const_expr(self.cfg.deterministic):
+                # the expert's M-tiles in ascending order, each M-tile's row as independent
+                # coherent loads (a chain of dependent reads per column block cost a round
+                # trip to L2 per M-tile and block, on the tile's critical path)
+                sums = cute.make_rmem_tensor((chunks,), Float32)
+                sums.fill(0.0)
+                for t in range(lo, hi):
+                    for i in cutlass.range_constexpr(chunks):
+                        g = 2 * n0 + 32 * i + lane
+                        if g < two_n:
+                            sums[i] = sums[i] + cute.arch.load(
+                                (mPartials.iterator + (t * two_n + g)).llvm_ptr, Float32,
+                                sem="relaxed", scope="gpu")
+            for i in cutlass.range_constexpr(chunks):
                 g = 2 * n0 + 32 * i + lane
                 if g < two_n:
                     idx = expert * two_n + g
-                    v = Float32(0.0)
                     if cutlass.const_expr(self.cfg.deterministic):
-                        # the expert's M-tiles in ascending order; each read at L2 (an add
-                        # of 0 returns it), as the workspace's exchange below
-                        for t in range(lo, hi):
-                            v = v + cute.arch.atomic_add(
-                                (mPartials.iterator + (t * two_n + g)).llvm_ptr, Float32(0.0),
-                                sem="relaxed", scope="gpu")
+                        v = sums[i]
                     else:
                         v = cute.arch.atomic_exch((mWs.iterator + idx).llvm_ptr,
                                                   Float32(0.0), sem="relaxed", scope="gpu")
