@@ -35,7 +35,6 @@ from ..kernels.sm90.config import (DESC_BYTES, KERNEL_ACTS, SITU_DEFAULTS, TRACE
 from ..problem import DgluProblem
 from ..quant.formats import FP8_DTYPES
 from ..runtime import caches, occupancy
-from ..reference.writes import keep_where
 from ..runtime.streams import current_device_index, current_stream_handle, on_stream
 from ..runtime.workspace import WorkspaceLayout, WorkspaceRequest
 from .base import CompiledPlan, Engine, compile_deferred
@@ -331,11 +330,25 @@ class Sm90Plan(CompiledPlan):
         from ..runtime import compile_cache
 
         cfgs = (dataclasses.replace(self.config, init_outputs=i, ws_zeroed=z) for i, z in self._fns)
-        return [d for d in (compile_cache.digest_for("sm90", c) for c in cfgs) if d is not None]
+        found = [compile_cache.digest_for("sm90", c) for c in cfgs]
+        if self._folds_dprob:  # (the deterministic form's dprob fold)
+            from ..kernels.partials.launch import FOLD
+
+            found.append(compile_cache.digest_for("fold_partials", FOLD))
+        return [d for d in found if d is not None]
+
+    @property
+    def _folds_dprob(self) -> bool:
+        return bool(self.config.deterministic and self.config.has_dprob)
 
     def warmup(self) -> None:
-        """Compile the contract variant now (what ``execute`` runs)."""
+        """Compile the contract variant now (what ``execute`` runs), and the dprob fold it
+        launches in the deterministic form."""
         self._fn(False)
+        if self._folds_dprob:
+            from ..kernels.partials.launch import fold_cached
+
+            fold_cached()
 
     def execute(self, pack, workspace=None, stream=None) -> None:
         self._launch(pack, workspace, stream, False)
@@ -383,12 +396,21 @@ class Sm90Plan(CompiledPlan):
         if dev != current_device_index():  # tensors on another GPU: launch in its context
             with torch.cuda.device(dev):
                 self._call(fn, addrs, m, num_experts, ctas, handle)
+                self._fold_dprob(slabs, pack, m, num_experts, handle)
         else:
             self._call(fn, addrs, m, num_experts, ctas, handle)
-        if slabs is not None and slabs[0] is not None:
-            with on_stream(stream):  # dprob += the N-tiles' partials, summed in one order
-                rows = torch.arange(m, device=c.device) < pack["padded_offsets"][-1:]
-                keep_where(pack["dprob"], rows, pack["dprob"] + slabs[0].sum(0))
+            self._fold_dprob(slabs, pack, m, num_experts, handle)
+
+    @staticmethod
+    def _fold_dprob(slabs, pack, m, num_experts, handle) -> None:
+        """(deterministic) dprob += the N-tiles' partials, summed in one order, below the last
+        offset: one launch of ``kernels.partials`` on the kernel's stream."""
+        if slabs is None or slabs[0] is None:
+            return
+        from ..kernels.partials.launch import launch_fold
+
+        launch_fold(slabs[0].data_ptr(), pack["dprob"].data_ptr(), pack["padded_offsets"].data_ptr(), m,
+                    slabs[0].shape[0], num_experts, handle)
 
     def _partial_slabs(self, c, m, num_experts, stream):
         """(deterministic) The (N-tiles, M) dprob partials and the (partial_tiles, 2N) dbias

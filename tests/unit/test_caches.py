@@ -12,7 +12,7 @@ from cudnn_ext.runtime import caches, clear_caches
 OWNERS = ("cudnn_ext.runtime.memo", "cudnn_ext.runtime.workspace", "cudnn_ext.runtime.compile_cache",
           "cudnn_ext.runtime.occupancy", "cudnn_ext.engines.sm90", "cudnn_ext.kernels.pointer_gather",
           "cudnn_ext.kernels.blockscaled.launch", "cudnn_ext.kernels.blockwise.launch",
-          "cudnn_ext.kernels.layer.launch", "cudnn_ext.torch.ops",
+          "cudnn_ext.kernels.layer.launch", "cudnn_ext.kernels.partials.launch", "cudnn_ext.torch.ops",
           "cudnn_ext.torch.layer_ops")
 
 
@@ -21,6 +21,7 @@ def _fill():
     from cudnn_ext.kernels.blockscaled import launch as bs_launch
     from cudnn_ext.kernels.blockwise import launch as bw_launch
     from cudnn_ext.kernels.layer import launch as layer_launch
+    from cudnn_ext.kernels.partials import launch as fold_launch
     from cudnn_ext.runtime import compile_cache, memo, occupancy, workspace
     from cudnn_ext.torch import layer_ops, ops
 
@@ -32,6 +33,7 @@ def _fill():
     bs_launch._kernels.compiled["test"] = object()
     bw_launch._kernels.compiled["test"] = object()
     layer_launch._kernels.compiled["test"] = object()
+    fold_launch._kernels.compiled["test"] = object()
     ops._act("dswiglu", None, 1.702, 7.0, -7.0, 256)
     layer_ops._glu_config("dswiglu", 1.702, 7.0, -7.0, 0.0)
     from cudnn_ext.kernels import pointer_gather

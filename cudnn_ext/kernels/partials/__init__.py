@@ -1,0 +1,1 @@
+"""The fixed-order sum of per-tile partials (the deterministic form's dprob)."""
