@@ -42,7 +42,8 @@ def test_declines_with_reasons():
     supported = [_mxfp8(), _mxfp8(ab=E5M2, mode="discrete", discrete_col_sfd=True),
                  _mxfp8(d=E5M2, sfd=False, c=E5M2), _mxfp8(c=E4M3, act="dswiglu", dbias=True),
                  _mxfp8(experts=1, single_group_runtime_offsets=True), _problem(c=E5M2),
-                 _problem(experts=1, single_group_runtime_offsets=True)]
+                 _problem(experts=1, single_group_runtime_offsets=True),
+                 _problem(deterministic=True), _mxfp8(deterministic=True)]  # (the kernel's fixed-order form)
     for p in supported:
         assert eng.check_support(p) == [], p
     bf16 = dataclasses.replace(_problem(), block_scale=None, ab_dtype=torch.bfloat16)
@@ -54,8 +55,6 @@ def test_declines_with_reasons():
              (_mxfp8(d=E5M2), "the quantizer writes e4m3 only"),
              (_problem(ab=torch.float16), "not block-scaled FP8 or FP4"),
              (_problem(single_group_runtime_offsets=True), "needs one expert, got L=4"),
-             (_problem(deterministic=True), "deterministic: the kernel sums dprob and dbias"),
-             (_mxfp8(deterministic=True), "deterministic: the kernel sums dprob and dbias"),
              (_problem(k=80), "K % 32 == 0"),
              (_mxfp8(n=80), "N % 32 == 0")]
     for p, needle in cases:
@@ -193,9 +192,13 @@ def test_n_major_fp8_weights_stay_n_major(mode):
                                 dict(act="dswiglu", alpha_dtype=torch.bfloat16,
                                      beta_dtype=torch.float16),
                                 dict(ab=E4M3, sf=E8M0, vec=32, d=E4M3, act="dswiglu", amax=False,
-                                     generate_sfd=True, b_major="n")],
+                                     generate_sfd=True, b_major="n"),
+                                dict(act="dswiglu", dbias=True, deterministic=True),
+                                dict(ab=E4M3, sf=E8M0, vec=32, d=E4M3, dbias=True, amax=False,
+                                     deterministic=True)],
                          ids=["geglu-amax", "swiglu-noprob-fp32-dbias", "discrete-Cfp32",
-                              "mxfp8-Cfp8", "swiglu-fp16-beta-Cbf16", "mxfp8-n-major"])
+                              "mxfp8-Cfp8", "swiglu-fp16-beta-Cbf16", "mxfp8-n-major",
+                              "det-amax-dbias", "mxfp8-det-dbias"])
 def test_selectable_kernels_compile_for_sm90a(kw):
     """The first-ranked configuration of each family compiles (the kernel's own compile tier
     covers the knob space; these add the block-scaled epilogue's fields)."""

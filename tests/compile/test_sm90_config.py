@@ -780,7 +780,8 @@ def test_deterministic_config_rules_and_launch(monkeypatch):
     """The deterministic form: split_last 1 (the cooperative deep form drops its split), no
     fresh-outputs variant, the in-kernel fold with dbias; the launch passes an (N-tiles, M)
     slab at dprob's address and a (partial_tiles, 2N) slab last, then adds the slab's N-tile
-    sums into dprob below the last offset, leaving the rows past it untouched."""
+    partials to dprob with one launch of the fold (``kernels.partials``) on the kernel's
+    stream; it has no address launcher (execute allocates the slabs)."""
     import types
 
     from cudnn_ext.engines.sm90 import cooperative_config
@@ -805,17 +806,17 @@ def test_deterministic_config_rules_and_launch(monkeypatch):
     slab_p = torch.arange(cfg.num_n_tiles() * m, dtype=torch.float32).view(cfg.num_n_tiles(), m)
     slab_b = torch.zeros(cfg.partial_tiles(m, L), 2 * n)
     monkeypatch.setattr(type(plan), "_partial_slabs", lambda self, c, m_, l_, s: (slab_p, slab_b))
+    folds = []
+    monkeypatch.setattr("cudnn_ext.kernels.partials.launch.launch_fold", lambda *a: folds.append(a))
     ws = torch.empty(plan.workspace_size, dtype=torch.uint8)
     plan.execute(pack, ws, types.SimpleNamespace(cuda_stream=77))
     args = calls[-1]
     assert args[8] == slab_p.data_ptr() and args[17] == slab_b.data_ptr()
-    want = torch.full((m,), 0.5)
-    want[:768] += slab_p.sum(0)[:768]
-    assert torch.equal(pack["dprob"], want)
+    assert folds == [(slab_p.data_ptr(), pack["dprob"].data_ptr(), pack["padded_offsets"].data_ptr(), m,
+                      cfg.num_n_tiles(), L, 77)]
     with pytest.raises(NotImplementedError, match="deterministic"):
         plan.execute_fresh(pack, ws, types.SimpleNamespace(cuda_stream=77))
-    with pytest.raises(NotImplementedError, match="deterministic"):
-        plan.address_launcher(False, -1)
+    assert plan.address_launcher(False, -1) is None
 
 
 @needs_dsl
