@@ -19,6 +19,9 @@ from cutlass import Float32, Int32
 
 from .config import C_BLOCK_COLS, MATH_WARPGROUPS, TILE_M
 
+#: (deterministic) column blocks the fold reads per pass over an expert's M-tiles
+FOLD_GROUP = 8
+
 
 class DbiasHandBack(NamedTuple):
     """What a ping-pong C producer warp needs to add its warpgroup's dbias column sums
@@ -241,27 +244,33 @@ class DbiasMixin:
             chunks = (2 * self.tile_n) // 32
             if cutlass.const_expr(self.cfg.deterministic):
                 # the expert's M-tiles in ascending order, each M-tile's row as independent
-                # coherent loads (a chain of dependent reads per column block cost a round
-                # trip to L2 per M-tile and block, on the tile's critical path)
-                sums = cute.make_rmem_tensor((chunks,), Float32)
-                sums.fill(0.0)
-                for t in range(lo, hi):
-                    for i in cutlass.range_constexpr(chunks):
-                        g = 2 * n0 + 32 * i + lane
+                # coherent loads, FOLD_GROUP column blocks per pass: this warp has the
+                # producer warpgroup's 40 registers, and more loads than that in flight make
+                # ptxas wait for each before the next (a round trip per M-tile and block)
+                group = min(FOLD_GROUP, chunks)
+                for g0 in cutlass.range_constexpr(0, chunks, group):
+                    sums = cute.make_rmem_tensor((group,), Float32)
+                    sums.fill(0.0)
+                    for t in range(lo, hi):
+                        for i in cutlass.range_constexpr(group):
+                            g = 2 * n0 + 32 * (g0 + i) + lane
+                            if g < two_n:
+                                sums[i] = sums[i] + cute.arch.load(
+                                    (mPartials.iterator + (t * two_n + g)).llvm_ptr, Float32,
+                                    sem="relaxed", scope="gpu")
+                    for i in cutlass.range_constexpr(group):
+                        g = 2 * n0 + 32 * (g0 + i) + lane
                         if g < two_n:
-                            sums[i] = sums[i] + cute.arch.load(
-                                (mPartials.iterator + (t * two_n + g)).llvm_ptr, Float32,
-                                sem="relaxed", scope="gpu")
-            for i in cutlass.range_constexpr(chunks):
-                g = 2 * n0 + 32 * i + lane
-                if g < two_n:
-                    idx = expert * two_n + g
-                    if cutlass.const_expr(self.cfg.deterministic):
-                        v = sums[i]
-                    else:
+                            idx = expert * two_n + g
+                            mDbOut[idx] = (mDbOut[idx].to(Float32) + sums[i]).to(mDbOut.element_type)
+            else:
+                for i in cutlass.range_constexpr(chunks):
+                    g = 2 * n0 + 32 * i + lane
+                    if g < two_n:
+                        idx = expert * two_n + g
                         v = cute.arch.atomic_exch((mWs.iterator + idx).llvm_ptr,
                                                   Float32(0.0), sem="relaxed", scope="gpu")
-                    mDbOut[idx] = (mDbOut[idx].to(Float32) + v).to(mDbOut.element_type)
+                        mDbOut[idx] = (mDbOut[idx].to(Float32) + v).to(mDbOut.element_type)
             if lane == 0:
                 cute.arch.atomic_exch(counter, Int32(0), sem="relaxed", scope="gpu")
 
