@@ -564,8 +564,8 @@ class Sm90DgluEngine(Engine):
     engine_id = 20100
     numerical_notes = (
         "fp32 WGMMA accumulation; sigmoid via ex2.approx/rcp.approx (~1e-6 rel); dprob and "
-        "dbias via fp32 atomics (order-nondeterministic); dbias summed in fp32 and rounded to "
-        "bf16 once.")
+        "dbias via fp32 atomics (order-nondeterministic), or with deterministic=True stored "
+        "per tile and summed in a fixed order; dbias summed in fp32 and rounded to bf16 once.")
 
     def available(self) -> Optional[str]:
         if importlib.util.find_spec("cutlass") is None:
