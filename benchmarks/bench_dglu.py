@@ -490,16 +490,17 @@ def build_impl(impl, pack, K, N, dbias, args, row):
         row.update(impl="cudnn_ext", variant="op")  # one impl name, told apart by variant
     elif impl.startswith("cudnn_ext_act:"):
         v = impl.split(":", 1)[1]
-        act, _, feature = v.partition("+")
+        spec, _, config = v.partition(":")
+        act, _, feature = spec.partition("+")
         if act not in ("dswiglu", "dgeglu", "dsituglu") or feature not in ("", "activation", "deterministic"):
             raise SystemExit(f"--impls {impl}: expected cudnn_ext_act:<dswiglu|dgeglu|dsituglu>"
-                             f"[+activation|+deterministic]")
+                             f"[+activation|+deterministic][:<variant>]")
         feat = pack
         if feature == "activation":
             M = pack["a"].shape[0]
             feat = dict(pack, activation=torch.empty(M, N, device="cuda", dtype=torch.bfloat16))
-        fn, extra = run_cudnn_ext(feat, K, N, dbias=dbias, act=act,
-                                  deterministic=feature == "deterministic")
+        fn, extra = run_cudnn_ext(feat, K, N, variant_knobs(config) if config else None, dbias=dbias,
+                                  act=act, deterministic=feature == "deterministic")
         row.update(impl="cudnn_ext", variant=v)
     elif impl == "cudnn_ext_round_dgrad":
         fn, extra = run_cudnn_ext(pack, K, N, dbias=dbias, round_dgrad=True)

@@ -182,3 +182,21 @@ def test_round_robin_takes_a_timer_per_entry():
                                                    sync=lambda: None)
     assert errors == {} and medians == {"a": 1.0, "b": 2.0}
     assert calls.count("a") == 4 and calls.count("b") == 4
+
+
+def test_act_rows_take_a_variant(monkeypatch):
+    """``cudnn_ext_act:<act>[+feature][:<variant>]``: the variant's knobs reach the plan, the
+    activation and the feature theirs; without a variant the engine chooses."""
+    seen = []
+    monkeypatch.setattr(bench_dglu, "run_cudnn_ext",
+                        lambda pack, K, N, knobs=None, **kw: seen.append((knobs, kw)) or (None, {}))
+    row = {}
+    bench_dglu.build_impl("cudnn_ext_act:dgeglu+deterministic:t256c4m2s3k", {}, 256, 64, True, None, row)
+    knobs, kw = seen[-1]
+    assert knobs == bench_dglu.variant_knobs("t256c4m2s3k") and knobs.as_dict()["cooperative"]
+    assert kw == dict(dbias=True, act="dgeglu", deterministic=True)
+    assert row == dict(impl="cudnn_ext", variant="dgeglu+deterministic:t256c4m2s3k")
+    bench_dglu.build_impl("cudnn_ext_act:dswiglu", {}, 256, 64, False, None, row)
+    assert seen[-1] == (None, dict(dbias=False, act="dswiglu", deterministic=False))
+    with pytest.raises(SystemExit, match="expected cudnn_ext_act"):
+        bench_dglu.build_impl("cudnn_ext_act:dswiglu+fast", {}, 256, 64, True, None, row)
