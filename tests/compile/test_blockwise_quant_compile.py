@@ -5,6 +5,7 @@ refuse the rest before anything compiles or launches."""
 import importlib.util
 
 import pytest
+from launch_refusals import assert_refused_before_compiling
 
 from cudnn_ext.kernels.blockwise.config import BLOCK_SETS, SOURCE_DTYPES, BlockwiseQuantConfig
 from cudnn_ext.quant.blockwise import BLOCKS
@@ -49,10 +50,7 @@ def test_launch_refuses_bad_arguments_before_compiling(kw, match):
     args = dict(cfg=BlockwiseQuantConfig(), x=256, q_a=512, s_a=1024, rows=256, k=128, ld=128, gstride=0,
                 groups=1, stream_handle=0)
     args.update(kw)
-    before = dict(launch._kernels.compiled)
-    with pytest.raises(ValueError, match=match):
-        launch.launch_quantize(**args)
-    assert launch._kernels.compiled == before
+    assert_refused_before_compiling(launch, "launch_quantize", args, match)
 
 
 @needs_dsl

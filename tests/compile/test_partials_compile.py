@@ -5,6 +5,7 @@ import importlib.util
 import re
 
 import pytest
+from launch_refusals import assert_refused_before_compiling
 
 from cudnn_ext.kernels.partials.config import FoldConfig
 
@@ -28,10 +29,7 @@ def test_launch_refuses_bad_arguments_before_compiling(kw, match):
 
     args = dict(parts=256, out=512, offsets=1024, m=256, p=2, n_offsets=1, stream_handle=0)
     args.update(kw)
-    before = dict(launch._kernels.compiled)
-    with pytest.raises(ValueError, match=match):
-        launch.launch_fold(**args)
-    assert launch._kernels.compiled == before
+    assert_refused_before_compiling(launch, "launch_fold", args, match)
 
 
 @needs_dsl
