@@ -341,6 +341,12 @@ class Sm90Plan(CompiledPlan):
     def _folds_dprob(self) -> bool:
         return bool(self.config.deterministic and self.config.has_dprob)
 
+    @property
+    def fresh_outputs(self) -> bool:
+        """Whether ``execute_fresh`` runs this plan: not the deterministic form, whose partial
+        sums are added to outputs that hold their values."""
+        return not self.config.deterministic
+
     def warmup(self) -> None:
         """Compile the contract variant now (what ``execute`` runs), and the dprob fold it
         launches in the deterministic form."""
@@ -615,6 +621,9 @@ class Sm90DgluEngine(Engine):
         if problem.m_aligned < 256:
             why.append(f"m_aligned {problem.m_aligned}: the FFI call has no scratch for the ragged "
                        f"schedule's tile table (the host callback runs it)")
+        if problem.deterministic and (problem.has_dprob or problem.generate_dbias):
+            why.append("deterministic: the FFI call has no buffers for the fixed-order form's partial "
+                       "sums (the host callback runs it)")
         return why
 
     @staticmethod

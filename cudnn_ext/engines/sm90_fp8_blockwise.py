@@ -106,7 +106,8 @@ class Sm90Fp8BlockwiseEngine(Engine):
     engine_id = 20120
     numerical_notes = (
         "FP8 WGMMA per 128-K scale block, its partial sums promoted into fp32 with sfa x sfb "
-        "(fp32) once per block; epilogue as sm90_cutedsl (dprob/dbias via fp32 atomics).")
+        "(fp32) once per block; epilogue as sm90_cutedsl (dprob/dbias via fp32 atomics, or in a "
+        "fixed order with deterministic=True).")
 
     def __init__(self):
         self._sm90 = Sm90DgluEngine()

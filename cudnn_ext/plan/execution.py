@@ -79,8 +79,9 @@ class ExecutionPlan:
 
     @property
     def fresh_outputs(self) -> bool:
-        """Whether the engine can run on uninitialized outputs (``execute_fresh``)."""
-        return hasattr(self.compiled, "execute_fresh")
+        """Whether the engine can run on uninitialized outputs (``execute_fresh``; a plan may
+        say it cannot through its own ``fresh_outputs``)."""
+        return hasattr(self.compiled, "execute_fresh") and getattr(self.compiled, "fresh_outputs", True)
 
     def execute_fresh(self, pack, workspace=None, stream=None) -> None:
         self.check_m(pack["c"].shape[0])

@@ -407,6 +407,7 @@ def test_fp8_blockwise_ping_pong_form_compiles_for_sm90a(act):
 _DET = [
     ("t128-2x1-half-swiglu-dbias", _problem(**_P), dict(tile_n=128, cluster_m=2, c_split=2)),
     ("t64-1x1-geglu", _problem(act="dgeglu", dbias=False, **_P), dict(tile_n=64, cluster_m=1)),
+    ("t64-2x1-swiglu-dbias", _problem(**_P), dict(tile_n=64, cluster_m=2)),  # (a fold of 4 blocks)
     ("coop-deep-swiglu-dbias", _problem(k=7168, **_COOP), None),
     ("ragged-coop-swiglu-dbias", _problem(k=7168, m_aligned=8, **_COOP), None),
     ("ragged-t128-swiglu-dbias", _problem(m_aligned=8, **_P), dict(tile_n=128, cluster_m=1)),

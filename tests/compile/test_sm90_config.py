@@ -806,14 +806,13 @@ def test_deterministic_config_rules_and_launch(monkeypatch):
     slab_p = torch.arange(cfg.num_n_tiles() * m, dtype=torch.float32).view(cfg.num_n_tiles(), m)
     slab_b = torch.zeros(cfg.partial_tiles(m, L), 2 * n)
     monkeypatch.setattr(type(plan), "_partial_slabs", lambda self, c, m_, l_, s: (slab_p, slab_b))
-    folds = []
-    monkeypatch.setattr("cudnn_ext.kernels.partials.launch.launch_fold", lambda *a: folds.append(a))
+    monkeypatch.setattr("cudnn_ext.kernels.partials.launch.launch_fold", lambda *a: calls.append(("fold", a)))
     ws = torch.empty(plan.workspace_size, dtype=torch.uint8)
     plan.execute(pack, ws, types.SimpleNamespace(cuda_stream=77))
-    args = calls[-1]
+    args, fold = calls[-2], calls[-1]  # the kernel, then the fold of its partials
     assert args[8] == slab_p.data_ptr() and args[17] == slab_b.data_ptr()
-    assert folds == [(slab_p.data_ptr(), pack["dprob"].data_ptr(), pack["padded_offsets"].data_ptr(), m,
-                      cfg.num_n_tiles(), L, 77)]
+    assert fold == ("fold", (slab_p.data_ptr(), pack["dprob"].data_ptr(), pack["padded_offsets"].data_ptr(), m,
+                             cfg.num_n_tiles(), L, 77))
     with pytest.raises(NotImplementedError, match="deterministic"):
         plan.execute_fresh(pack, ws, types.SimpleNamespace(cuda_stream=77))
     assert plan.address_launcher(False, -1) is None

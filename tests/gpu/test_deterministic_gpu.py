@@ -19,7 +19,7 @@ CO = dict(cooperative=True)
 def det_cases() -> list:
     """Ping-pong with 64-row C entries and 2x1 clusters, 2x2 clusters, the cooperative form
     (2 C stages, an N tail), the ragged schedule (both forms), discrete N-major weights,
-    dGeGLU; empty experts, rows past the last offset."""
+    dGeGLU, six N-tiles; empty experts, rows past the last offset."""
     d = dict(deterministic=True)
     return [
         Case([256, 0, 768, 256], 96, 200, c_split=2, cluster_m=2, **d),
@@ -28,6 +28,8 @@ def det_cases() -> list:
         Case([8, 0, 120, 1000, 16], 96, 200, tile_n=64, m_aligned=8, **d),
         Case([8, 0, 120, 1000, 16], 512, 520, tile_n=256, c_stages=2, m_aligned=8, **CO, **d),
         Case([256, 0, 768, 256], 96, 200, weight_mode="discrete", b_major="n", **d),
+        # six N-tiles (the last one partial): the dprob fold's unrolled loop and its remainder
+        Case([512, 256, 0, 640], 704, 264, c_split=2, cluster_m=2, **d),
     ]
 
 
@@ -135,8 +137,8 @@ def test_public_calls_are_bit_identical_and_match_the_reference(fmt, engine):
     side = torch.cuda.Stream()
     big = torch.randn(4096, 4096, device="cuda")
     for _ in range(3):
-        load = big @ big
-        side.wait_stream(torch.cuda.current_stream())
+        side.wait_stream(torch.cuda.current_stream())  # (the inputs), before the load is queued
+        load = big @ big  # co-resident work on the default stream
         with torch.cuda.stream(side):
             runs.append(once(engine=engine))
         torch.cuda.current_stream().wait_stream(side)
@@ -167,3 +169,32 @@ def test_the_heuristics_pick_the_kernel_for_a_deterministic_call():
     op.compile()
     assert op.engine_name == "sm90_cutedsl", op.explain()
     assert op._plan.compiled.config.deterministic
+
+
+@pytest.mark.parametrize("p", [1, 4, 7])
+def test_dprob_fold_adds_the_partials_in_order(p):
+    """``kernels.partials``' fold on its own: each row below the last offset gets exactly the
+    fp32 sum of its P partials in ascending order added (bit for bit against that sum formed
+    on the CPU), P across the unrolled loop's body and remainder; rows past the last offset
+    (NaN-poisoned) keep their bytes."""
+    skip_unless_sm90()
+    from cudnn_ext.kernels.partials.launch import launch_fold
+
+    g = torch.Generator().manual_seed(p)
+    m = 1000
+    # magnitudes 2^-12..2^12 apart within a row: another order of the adds rounds otherwise
+    parts = torch.randn(p, m, generator=g) * torch.exp2(torch.randint(-12, 13, (p, m), generator=g).float())
+    out = torch.randn(m, generator=g)
+    end = 777
+    out[end:] = float("nan")
+    offsets = torch.tensor([300, 300, end], dtype=torch.int32)
+    want = torch.zeros(m)
+    for t in range(p):  # fp32 adds, one after another
+        want = want + parts[t]
+    want = out + want
+    parts_d, out_d, offs_d = parts.cuda(), out.cuda(), offsets.cuda()
+    launch_fold(parts_d.data_ptr(), out_d.data_ptr(), offs_d.data_ptr(), m, p, 3,
+                torch.cuda.current_stream().cuda_stream)
+    got = out_d.cpu()
+    assert torch.equal(got[:end].view(torch.int32), want[:end].view(torch.int32))
+    assert torch.equal(got[end:].view(torch.int32), out[end:].view(torch.int32))

@@ -2,6 +2,8 @@
 without dbias): the reference engine gives bit-identical D, dprob and dbias run to run, the Hopper
 kernel's engines (BF16, fp8_blockwise and block-scaled operands) take it in the kernel's
 fixed-order form, and the vendor's engine, which sums with atomics, declines it with a reason (docs/semantics.md, "Determinism")."""
+import dataclasses
+
 import pytest
 import torch
 from fp8_blockwise_cases import case as fp8_case
@@ -71,6 +73,16 @@ def test_the_hopper_kernel_takes_it_and_the_vendor_engine_declines_it():
         assert cfg.deterministic and cfg.split_last == 1
     plan = eng.build(problem, eng.knob_space(problem)[0])
     assert plan.address_launcher(False, 0) is None  # execute reduces the partial sums
+    # and adds them to outputs that hold their values: no fresh-outputs call, no FFI call
+    from cudnn_ext.engines.registry import Candidate
+    from cudnn_ext.plan.execution import ExecutionPlan
+
+    assert not ExecutionPlan(problem, Candidate(eng, plan.config, 0.0, "heuristic"), plan).fresh_outputs
+    default = eng.build(dataclasses.replace(problem, deterministic=False),
+                        eng.knob_space(dataclasses.replace(problem, deterministic=False))[0])
+    assert ExecutionPlan(problem, Candidate(eng, default.config, 0.0, "heuristic"), default).fresh_outputs
+    assert any("deterministic: the FFI call" in r
+               for r in eng.xla_reasons(dataclasses.replace(problem, device_type="cuda")))
     fp8 = _fp8_blockwise_call(torch.Generator().manual_seed(3))
     ops8 = contract.Operands(a=fp8["a_tensor"], c=fp8["c_tensor"], sfa=fp8["sfa_tensor"],
                              padded_offsets=fp8["padded_offsets"], alpha=fp8["alpha_tensor"],

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 from ..kernel_cache import TVM_FFI, KernelCache
-from .config import FoldConfig
+from .config import THREADS, FoldConfig
 
 #: The kernel's source (part of the disk cache's key): this package and the compile call
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -35,8 +35,9 @@ def launch_fold(parts: int, out: int, offsets: int, m: int, p: int, n_offsets: i
     cfg.check()
     if m <= 0 or p <= 0 or n_offsets <= 0:
         raise ValueError(f"m, p, n_offsets: must be positive, got {m}, {p}, {n_offsets}")
-    if max(m, p, n_offsets) > INT32_MAX:
-        raise ValueError(f"m, p, n_offsets: must be within int32, got {m}, {p}, {n_offsets}")
+    if max(m + THREADS, p, n_offsets) > INT32_MAX:  # (the grid and row index are int32)
+        raise ValueError(f"m, p, n_offsets: must be within int32 (m at most {INT32_MAX - THREADS}), got "
+                         f"{m}, {p}, {n_offsets}")
     if not parts or not out or not offsets or parts % 4 or out % 4 or offsets % 4:
         raise ValueError(f"parts, out, offsets: must be non-null and 4-byte aligned, got "
                          f"{parts:#x}, {out:#x}, {offsets:#x}")

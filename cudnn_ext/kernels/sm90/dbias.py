@@ -247,8 +247,8 @@ class DbiasMixin:
                 # coherent loads, FOLD_GROUP column blocks per pass: this warp has the
                 # producer warpgroup's 40 registers, and more loads than that in flight make
                 # ptxas wait for each before the next (a round trip per M-tile and block)
-                group = min(FOLD_GROUP, chunks)
-                for g0 in cutlass.range_constexpr(0, chunks, group):
+                for g0 in cutlass.range_constexpr(0, chunks, FOLD_GROUP):
+                    group = min(FOLD_GROUP, chunks - g0)  # (the last pass may be short)
                     sums = cute.make_rmem_tensor((group,), Float32)
                     sums.fill(0.0)
                     for t in range(lo, hi):
