@@ -4,6 +4,7 @@ and the launch rules refuse bad arguments before anything compiles or launches."
 import importlib.util
 
 import pytest
+from launch_refusals import assert_refused_before_compiling
 
 from cudnn_ext.kernels.layer.config import GluConfig
 
@@ -66,10 +67,7 @@ def test_gather_launch_refuses_bad_arguments_before_compiling(kw, match):
 
     args = dict(x=256, idx=512, valid=1024, out=2048, rows_out=4, row_bytes=64, stream_handle=0)
     args.update(kw)
-    before = dict(launch._compiled)
-    with pytest.raises(ValueError, match=match):
-        launch.launch_gather(**args)
-    assert launch._compiled == before
+    assert_refused_before_compiling(launch, "launch_gather", args, match)
 
 
 @needs_dsl
@@ -80,10 +78,7 @@ def test_glu_launch_refuses_bad_arguments_before_compiling(kw, match):
 
     args = dict(c=256, prob=512, offsets=1024, h=2048, m=4, n=64, groups=1, stream_handle=0)
     args.update(kw)
-    before = dict(launch._compiled)
-    with pytest.raises(ValueError, match=match):
-        launch.launch_glu(GluConfig(), **args)
-    assert launch._compiled == before
+    assert_refused_before_compiling(launch, "launch_glu", args, match, GluConfig())
 
 
 @needs_dsl
@@ -94,7 +89,4 @@ def test_zero_tail_launch_refuses_bad_arguments_before_compiling(kw, match):
 
     args = dict(x=256, offsets=512, m=4, row_bytes=64, groups=1, stream_handle=0)
     args.update(kw)
-    before = dict(launch._compiled)
-    with pytest.raises(ValueError, match=match):
-        launch.launch_zero_tail(**args)
-    assert launch._compiled == before
+    assert_refused_before_compiling(launch, "launch_zero_tail", args, match)

@@ -5,6 +5,7 @@ launches."""
 import importlib.util
 
 import pytest
+from launch_refusals import assert_refused_before_compiling
 
 from cudnn_ext.kernels.blockscaled.config import QuantizeDConfig
 
@@ -46,10 +47,7 @@ def test_launch_refuses_bad_arguments_before_compiling(kw, match):
     args = dict(x=256, d_row=512, m=256, two_n=128, groups=1, stream_handle=0, d_col=1024,
                 sfd_row=2048, sfd_col=4096, offsets=4, norm_const=8)
     args.update(kw)
-    before = dict(launch._compiled)
-    with pytest.raises(ValueError, match=match):
-        launch.launch_quantize_d(QuantizeDConfig(), **args)
-    assert launch._compiled == before
+    assert_refused_before_compiling(launch, "launch_quantize_d", args, match, QuantizeDConfig())
 
 
 @needs_dsl
