@@ -1,7 +1,8 @@
 """deterministic=True (cudnn_ext takes it for every call; the vendor for block-scaled dprob
 without dbias): the reference engine gives bit-identical D, dprob and dbias run to run, the Hopper
 kernel's engines (BF16, fp8_blockwise and block-scaled operands) take it in the kernel's
-fixed-order form, and the vendor's engine, which sums with atomics, declines it with a reason (docs/semantics.md, "Determinism")."""
+fixed-order form, and the vendor's engine, which sums with atomics, declines it with a reason
+(docs/semantics.md, "Determinism")."""
 import dataclasses
 
 import pytest
