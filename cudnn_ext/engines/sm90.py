@@ -30,8 +30,8 @@ import torch
 
 from .. import activations
 from ..kernels.kernel_cache import KernelCache
-from ..kernels.sm90.config import (DESC_BYTES, KERNEL_ACTS, SITU_DEFAULTS, TRACE_MAX_CTAS,
-                                   Sm90Config, Sm90TraceConfig)
+from ..kernels.sm90.config import (DESC_BYTES, KERNEL_ACTS, SITU_DEFAULTS, TILE_M,
+                                   TRACE_MAX_CTAS, Sm90Config, Sm90TraceConfig)
 from ..problem import DgluProblem
 from ..quant.formats import FP8_DTYPES
 from ..runtime import caches, occupancy
@@ -64,10 +64,14 @@ COOPERATIVE_KNOBS = MappingProxyType(dict(tile_n=256, c_stages=2, cluster_m=2,
                                           raster_group_m=RASTER_GROUP_M[2], cooperative=True))
 #: ... and at deep K: 4 C stages per warpgroup and 3 A/B stages (its exposed epilogue waits
 #: less on its C ring), the last, partial round split along K over up to 3 clusters per unit
-#: (stream-K; 33 MiB more workspace): each measured faster there (docs/kernels.md)
+#: (stream-K; 33 MiB more workspace; dSwiGLU only: _SPLIT_ACTS): each measured faster there
+#: (docs/kernels.md)
 COOPERATIVE_DEEP_KNOBS = MappingProxyType(dict(tile_n=256, c_stages=4, ab_stages=3, cluster_m=2,
                                                raster_group_m=RASTER_GROUP_M[2],
                                                cooperative=True, split_last=3))
+#: Activations whose deep-K form splits its last round: the split ran 12-14% slower with
+#: dGeGLU and no faster with dSiTU-GLU (docs/kernels.md)
+_SPLIT_ACTS = frozenset({"dswiglu"})
 #: 128 x 256 tiles below which ping-pong 128 x 128 keeps the GPU busier: two waves on 132
 #: SMs (a guess, not a measurement)
 _COOP_MIN_TILES = 264
@@ -101,6 +105,8 @@ def config_for(problem: DgluProblem, **knobs) -> Sm90Config:
     that runs it after its operands are dequantized: bf16 A, dense B of the weights' major-ness, bf16 C for
     FP8 C, fp32 D for FP8 D (``engines.sm90_blockscaled``)."""
     knobs.setdefault("raster_group_m", RASTER_GROUP_M.get(knobs.get("cluster_m", 1), 8))
+    det = bool(problem.deterministic and (problem.has_dprob or problem.generate_dbias))
+    knobs.setdefault("fold_dbias", not det)  # (the deterministic plan folds its slabs itself)
     kind = Sm90TraceConfig if "trace" in knobs else Sm90Config
     amax = bool(problem.is_block_scaled and problem.block_scale.generate_amax)
     if problem.is_block_scaled:
@@ -119,8 +125,7 @@ def config_for(problem: DgluProblem, **knobs) -> Sm90Config:
                 has_prob=bool(problem.has_prob), has_dprob=bool(problem.has_dprob),
                 generate_amax=amax, situ_beta1=betas[0], situ_beta2=betas[1],
                 ragged_m=problem.m_aligned < 256,
-                deterministic=bool(problem.deterministic and (problem.has_dprob or problem.generate_dbias)),
-                **knobs)
+                deterministic=det, **knobs)
 
 
 def dense_problem(problem: DgluProblem) -> DgluProblem:
@@ -143,8 +148,8 @@ def cooperative_config(problem: DgluProblem) -> Sm90Config:
     knobs = dict(COOPERATIVE_DEEP_KNOBS if problem.k >= _COOP_MIN_DEEP_K else COOPERATIVE_KNOBS)
     if _ragged_unclustered(problem):
         knobs.update(cluster_m=1, raster_group_m=RASTER_GROUP_M[1])
-    if problem.deterministic:  # (the split last round sums K in parts)
-        knobs.update(split_last=1)
+    if problem.deterministic or problem.act.act_func not in _SPLIT_ACTS:
+        knobs.update(split_last=1)  # (deterministic: the split last round sums K in parts)
     return config_for(problem, **knobs)
 
 
@@ -371,7 +376,8 @@ class Sm90Plan(CompiledPlan):
         m = c.shape[0]
         num_experts = pack["padded_offsets"].shape[0]
         dbias = pack.get("dbias") if self.problem.generate_dbias else None
-        needs = dbias is not None or self._always_needs_ws
+        # (the deterministic form's dbias sums go to a slab: no workspace of their own)
+        needs = (dbias is not None and self._zero_ws_elems > 0) or self._always_needs_ws
         if needs and workspace is None:
             raise ValueError(f"workspace: this plan needs {self.workspace_size} bytes, got None")
         if m == 0 or num_experts == 0:
@@ -402,21 +408,34 @@ class Sm90Plan(CompiledPlan):
         if dev != current_device_index():  # tensors on another GPU: launch in its context
             with torch.cuda.device(dev):
                 self._call(fn, addrs, m, num_experts, ctas, handle)
-                self._fold_dprob(slabs, pack, m, num_experts, handle)
+                self._fold_partials(slabs, pack, workspace, m, num_experts, handle)
         else:
             self._call(fn, addrs, m, num_experts, ctas, handle)
-            self._fold_dprob(slabs, pack, m, num_experts, handle)
+            self._fold_partials(slabs, pack, workspace, m, num_experts, handle)
 
-    @staticmethod
-    def _fold_dprob(slabs, pack, m, num_experts, handle) -> None:
-        """(deterministic) dprob += the N-tiles' partials, summed in one order, below the last
-        offset: one launch of ``kernels.partials`` on the kernel's stream."""
-        if slabs is None or slabs[0] is None:
+    def _fold_partials(self, slabs, pack, workspace, m, num_experts, handle) -> None:
+        """(deterministic) dprob += the N-tiles' partials below the last offset, and dbias +=
+        each expert's M-tile sums (one rounding), each summed in one order: one launch of
+        ``kernels.partials`` on the kernel's stream."""
+        if slabs is None:
             return
-        from ..kernels.partials.launch import launch_fold
+        from ..kernels.partials.launch import ColumnFold, launch_fold
 
-        launch_fold(slabs[0].data_ptr(), pack["dprob"].data_ptr(), pack["padded_offsets"].data_ptr(), m,
-                    slabs[0].shape[0], num_experts, handle)
+        rows, cols = slabs
+        offsets = pack["padded_offsets"].data_ptr()
+        columns = None
+        if cols is not None:
+            cfg = self.config
+            if cfg.ragged_m:  # expert e's tiles end at table[e] units of cluster_m tiles
+                bounds, mul, div = (workspace.data_ptr() + self._dbias_off
+                                    + 4 * cfg.ragged_table_offset(num_experts), cfg.cluster_m, 1)
+            else:  # ... at ceil(offs[e] / TILE_M), within the schedule's whole clusters
+                bounds, mul, div = offsets, 1, TILE_M
+            columns = ColumnFold(cols.data_ptr(), pack["dbias"].data_ptr(), bounds, 2 * cfg.n,
+                                 cfg.partial_tiles(m, num_experts), mul, div)
+        launch_fold(rows.data_ptr() if rows is not None else 0,
+                    pack["dprob"].data_ptr() if rows is not None else 0, offsets, m,
+                    rows.shape[0] if rows is not None else 0, num_experts, handle, columns)
 
     def _partial_slabs(self, c, m, num_experts, stream):
         """(deterministic) The (N-tiles, M) dprob partials and the (partial_tiles, 2N) dbias
@@ -427,8 +446,9 @@ class Sm90Plan(CompiledPlan):
         with on_stream(stream):
             p = (torch.empty((cfg.num_n_tiles(), m), dtype=torch.float32, device=c.device)
                  if cfg.has_dprob else None)
-            b = (torch.empty((cfg.partial_tiles(m, num_experts), 2 * cfg.n), dtype=torch.float32,
-                             device=c.device) if cfg.generate_dbias else None)
+            # (at least one row: a launch with no whole tile still passes an address)
+            b = (torch.empty((max(cfg.partial_tiles(m, num_experts), 1), 2 * cfg.n),
+                             dtype=torch.float32, device=c.device) if cfg.generate_dbias else None)
         return p, b
 
     def _kernel_addrs(self, a, b, c, offsets, alpha, beta, prob, d_row, dprob, dbias, workspace,
@@ -453,7 +473,7 @@ class Sm90Plan(CompiledPlan):
         # kept zero) and the kernel folds it into dbias, leaving it zero; likewise the split's
         # flags, which each final part resets.
         scratch = dprob
-        if dbias or self._split or self._ragged:
+        if (dbias and self._zero_ws_elems) or self._split or self._ragged:
             scratch = workspace + self._dbias_off
             if self._split and scratch % 16:
                 raise ValueError(f"workspace: must be 16-byte aligned for the split last "

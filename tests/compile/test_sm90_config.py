@@ -265,16 +265,20 @@ def test_c_split_is_offered_where_it_was_measured():
 
 def test_knob_space_holds_nothing_else():
     """Every entry is a valid config of the problem, in the launch form plans start from,
-    with the cluster's raster group and the A/B stages that fit (cooperative deep: 3)."""
+    with the cluster's raster group and the A/B stages that fit (cooperative deep: 3, its
+    last round split for dSwiGLU only)."""
     eng = Sm90DgluEngine()
     for p in (_problem(), _problem(weight_mode="discrete", b_major="n", c=FP32),
-              _problem(n=2048, k=7168, m=32768), _problem(n=1024, k=4096, m=32768, dbias=False)):
+              _problem(n=2048, k=7168, m=32768), _problem(n=1024, k=4096, m=32768, dbias=False),
+              _problem(n=2048, k=7168, m=32768, act="dgeglu"), _problem(n=2048, k=7168, m=32768, act="dsituglu")):
         for kn in eng.knob_space(p):
             kn.check()
             assert (kn.init_outputs, kn.ws_zeroed, kn.fold_dbias) == (False, False, True)
             assert kn.raster_group_m == {1: 8, 2: 4}[kn.cluster_m]
-            assert kn.ab_stages == (3 if kn.split_last > 1 else 0)
-            assert kn.c_stages == (0 if not kn.cooperative else 4 if kn.split_last > 1 else 2)
+            deep = kn.cooperative and p.k >= 5120
+            assert kn.ab_stages == (3 if deep else 0)
+            assert kn.c_stages == (0 if not kn.cooperative else 4 if deep else 2)
+            assert kn.split_last == (3 if deep and p.act.act_func == "dswiglu" else 1)
 
 
 def test_cluster_shapes_per_weight_mode():
@@ -314,6 +318,8 @@ def test_cooperative_is_selected_where_it_measured_faster():
 
     def is_form(knobs, **kw):
         p, choice = best(**kw)
+        if knobs is COOPERATIVE_DEEP_KNOBS and p.act.act_func != "dswiglu":  # (split: dSwiGLU only)
+            knobs = {**knobs, "split_last": 1}
         return choice == config_for(p, **knobs)
 
     mixed = dict(c=BF16, d=FP16)
@@ -778,17 +784,20 @@ def test_blockwise_launch_passes_the_scales_last(monkeypatch):
 
 def test_deterministic_config_rules_and_launch(monkeypatch):
     """The deterministic form: split_last 1 (the cooperative deep form drops its split), no
-    fresh-outputs variant, the in-kernel fold with dbias; the launch passes an (N-tiles, M)
-    slab at dprob's address and a (partial_tiles, 2N) slab last, then adds the slab's N-tile
-    partials to dprob with one launch of the fold (``kernels.partials``) on the kernel's
-    stream; it has no address launcher (execute allocates the slabs)."""
+    fresh-outputs variant, no in-kernel dbias fold and no workspace of its own for dbias; the
+    launch passes an (N-tiles, M) slab at dprob's address and a (partial_tiles, 2N) slab last,
+    then one launch of the fold (``kernels.partials``) on the kernel's stream adds the N-tile
+    partials to dprob and each expert's M-tile sums to dbias (tile bounds from the offsets
+    over 128 rows; ragged: from the schedule's table in the workspace, times cluster_m); it
+    has no address launcher (execute allocates the slabs)."""
     import types
 
     from cudnn_ext.engines.sm90 import cooperative_config
 
     deep = cooperative_config(dataclasses.replace(_problem(n=512, k=7168, m=32768), deterministic=True))
     assert deep.deterministic and deep.split_last == 1
-    for bad in (dict(split_last=2), dict(init_outputs=True), dict(fold_dbias=False)):
+    assert not deep.fold_dbias and deep.dbias_ws_elems(8) == 0
+    for bad in (dict(split_last=2), dict(init_outputs=True), dict(fold_dbias=True)):
         with pytest.raises(ValueError, match="deterministic needs"):
             dataclasses.replace(deep, **bad).check()
     assert not config_for(_problem()).deterministic  # the default form
@@ -800,6 +809,7 @@ def test_deterministic_config_rules_and_launch(monkeypatch):
     cfg = config_for(p, tile_n=128)
     assert cfg.deterministic
     plan, calls = _recording_plan(monkeypatch, p, cfg)
+    assert plan.workspace_size == 0  # (dense, unsplit, aligned: no scratch at all)
     pack = _cpu_pack(m, n, k, L)
     pack["padded_offsets"] = torch.tensor([256, 512, 512, 768], dtype=torch.int32)
     pack["dprob"] = torch.full((m,), 0.5)
@@ -807,15 +817,30 @@ def test_deterministic_config_rules_and_launch(monkeypatch):
     slab_b = torch.zeros(cfg.partial_tiles(m, L), 2 * n)
     monkeypatch.setattr(type(plan), "_partial_slabs", lambda self, c, m_, l_, s: (slab_p, slab_b))
     monkeypatch.setattr("cudnn_ext.kernels.partials.launch.launch_fold", lambda *a: calls.append(("fold", a)))
-    ws = torch.empty(plan.workspace_size, dtype=torch.uint8)
-    plan.execute(pack, ws, types.SimpleNamespace(cuda_stream=77))
+    plan.execute(pack, None, types.SimpleNamespace(cuda_stream=77))
     args, fold = calls[-2], calls[-1]  # the kernel, then the fold of its partials
     assert args[8] == slab_p.data_ptr() and args[17] == slab_b.data_ptr()
-    assert fold == ("fold", (slab_p.data_ptr(), pack["dprob"].data_ptr(), pack["padded_offsets"].data_ptr(), m,
-                             cfg.num_n_tiles(), L, 77))
+    from cudnn_ext.kernels.partials.launch import ColumnFold
+
+    offs = pack["padded_offsets"].data_ptr()
+    cols = ColumnFold(slab_b.data_ptr(), pack["dbias"].data_ptr(), offs, 2 * n, cfg.partial_tiles(m, L), 1, 128)
+    assert fold == ("fold", (slab_p.data_ptr(), pack["dprob"].data_ptr(), offs, m, cfg.num_n_tiles(), L, 77,
+                             cols))
     with pytest.raises(NotImplementedError, match="deterministic"):
-        plan.execute_fresh(pack, ws, types.SimpleNamespace(cuda_stream=77))
+        plan.execute_fresh(pack, None, types.SimpleNamespace(cuda_stream=77))
     assert plan.address_launcher(False, -1) is None
+
+    # ragged (cluster_m 2): the tile bounds are the schedule's table, in the workspace
+    pr = dataclasses.replace(p, m_aligned=8)
+    cfg = config_for(pr, tile_n=128, cluster_m=2)
+    plan, calls = _recording_plan(monkeypatch, pr, cfg)
+    monkeypatch.setattr(type(plan), "_partial_slabs", lambda self, c, m_, l_, s: (None, slab_b))
+    ws = torch.empty(plan.workspace_size, dtype=torch.uint8)
+    plan.execute(pack, ws, types.SimpleNamespace(cuda_stream=77))
+    fold = calls[-1]
+    table = ws.data_ptr() + plan._dbias_off + 4 * cfg.ragged_table_offset(L)
+    cols = ColumnFold(slab_b.data_ptr(), pack["dbias"].data_ptr(), table, 2 * n, cfg.partial_tiles(m, L), 2, 1)
+    assert fold == ("fold", (0, 0, offs, m, 0, L, 77, cols))
 
 
 @needs_dsl

@@ -29,7 +29,7 @@ def det_cases() -> list:
         Case([8, 0, 120, 1000, 16], 512, 520, tile_n=256, c_stages=2, m_aligned=8, **CO, **d),
         Case([256, 0, 768, 256], 96, 200, weight_mode="discrete", b_major="n", **d),
         # six N-tiles (the last one partial): the dprob fold's unrolled loop and its remainder
-        Case([512, 256, 0, 640], 704, 264, c_split=2, cluster_m=2, **d),
+        Case([512, 256, 0, 768], 704, 264, c_split=2, cluster_m=2, **d),
     ]
 
 
@@ -198,3 +198,40 @@ def test_dprob_fold_adds_the_partials_in_order(p):
     got = out_d.cpu()
     assert torch.equal(got[:end].view(torch.int32), want[:end].view(torch.int32))
     assert torch.equal(got[end:].view(torch.int32), out[end:].view(torch.int32))
+
+
+@pytest.mark.parametrize("ragged", [False, True], ids=["offsets", "table"])
+def test_dbias_fold_adds_each_experts_tiles_in_order(ragged):
+    """``kernels.partials``' column fold on its own (no dprob rows): dbias[e, g] = bf16(dbias[e, g]
+    + the fp32 sum of column g over expert e's M-tiles in ascending order), bit for bit against
+    that sum formed on the CPU; experts with no tile (empty, or past the slab) keep their bits.
+    Tile bounds from row offsets over 128 rows, or from a unit table times cluster_m 2."""
+    skip_unless_sm90()
+    from cudnn_ext.kernels.partials.launch import ColumnFold, launch_fold
+
+    g = torch.Generator().manual_seed(int(ragged))
+    L, two_n, tiles = 5, 320, 13
+    if ragged:  # cumulative units of 2 tiles: expert tiles [0,4) [4,4) [4,10) [10,12) [12,13)
+        bounds, mul, div, ends = [2, 2, 5, 6, 7], 2, 1, [4, 4, 10, 12, 13]
+    else:  # 128-row tiles: offsets 256, 256, 1000 (ceil: 8), 1280, past the slab (clamped)
+        bounds, mul, div, ends = [256, 256, 1000, 1280, 4000], 1, 128, [2, 2, 8, 10, 13]
+    cols = torch.randn(tiles, two_n, generator=g) * torch.exp2(
+        torch.randint(-12, 13, (tiles, two_n), generator=g).float())
+    dbias = torch.randn(L, two_n, generator=g).to(torch.bfloat16)
+    dbias[1, :4] = torch.tensor([-0.0, float("nan"), float("inf"), 1.0])  # (expert 1 has no tile)
+    want = dbias.clone()
+    lo = 0
+    for e, hi in enumerate(ends):
+        s = torch.zeros(two_n)
+        for t in range(lo, hi):  # fp32 adds, one after another
+            s = s + cols[t]
+        if hi > lo:
+            want[e] = (dbias[e].float() + s).to(torch.bfloat16)
+        lo = hi
+    cols_d, db_d = cols.cuda(), dbias.cuda()
+    bounds_d = torch.tensor(bounds, dtype=torch.int32).cuda()
+    # (no rows: the bounds stand in for the offsets, which only the rows read)
+    launch_fold(0, 0, bounds_d.data_ptr(), 0, 0, L, torch.cuda.current_stream().cuda_stream,
+                ColumnFold(cols_d.data_ptr(), db_d.data_ptr(), bounds_d.data_ptr(), two_n, tiles, mul, div))
+    got = db_d.cpu()
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16))

@@ -77,7 +77,9 @@ def parametrizations(func):
 # ----------------------------------------------------------------- facts: (table, axis, value, engine)
 def knob_facts(engine, cfg):
     forms = (("cooperative deep form", COOPERATIVE_DEEP_KNOBS), ("cooperative 2-stage form", COOPERATIVE_KNOBS))
-    sched = next((name for name, form in forms if all(getattr(cfg, k) == v for k, v in form.items())),
+    # (the deep form splits its last round for dSwiGLU only: split_last does not name it)
+    sched = next((name for name, form in forms
+                  if all(getattr(cfg, k) == v for k, v in form.items() if k != "split_last")),
                  "cooperative, other" if cfg.cooperative else "ping-pong")
     return {(KN, "schedule", sched, engine), (KN, "tile_n", str(cfg.tile_n), engine),
             (KN, "cluster", f"{cfg.cluster_m}x{cfg.cluster_n}", engine), (KN, "c_split", str(cfg.c_split), engine)}

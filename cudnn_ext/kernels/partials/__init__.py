@@ -1,1 +1,1 @@
-"""The fixed-order sum of per-tile partials (the deterministic form's dprob)."""
+"""The fixed-order sums of per-tile partials (the deterministic form's dprob and dbias)."""

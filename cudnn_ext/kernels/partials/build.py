@@ -18,13 +18,15 @@ from ..placeholders import call_on_addresses, compile_on_placeholders  # noqa: E
 from .config import FoldConfig  # noqa: E402
 from .fold import FoldPartials  # noqa: E402
 
-#: sample sizes: M, P, offsets
-_SIZES = (256, 2, 1)
+#: sample sizes: M, P, offsets, 2N, tiles, bound_mul, bound_div
+_SIZES = (256, 2, 1, 64, 2, 1, 128)
 
 
 def pointer_specs(cfg: FoldConfig):
-    """(parts, out, offsets) in jit order with their alignments (scalar accesses)."""
-    return ((cutlass.Float32, 4), (cutlass.Float32, 4), (cutlass.Int32, 4))
+    """(parts, out, offsets, cols, dbias, bounds) in jit order with their alignments (scalar
+    accesses)."""
+    return ((cutlass.Float32, 4), (cutlass.Float32, 4), (cutlass.Int32, 4),
+            (cutlass.Float32, 4), (cutlass.BFloat16, 2), (cutlass.Int32, 4))
 
 
 def compile_fold(cfg: FoldConfig, tvm_ffi: bool = TVM_FFI, ptx_dir: str | None = None):

@@ -99,8 +99,9 @@ class Sm90Config:
     * ``deterministic``: dprob and dbias summed in a fixed order: the epilogue stores each
       (N-tile, row) dprob partial into an (N-tiles, M) slab at the dprob address, which the
       plan sums over N-tiles afterwards; each tile's dbias column sums go to a (partial_tiles,
-      2N) slab (the last kernel argument) instead of the workspace atomics, and the fold sums
-      an expert's M-tiles in ascending order. No atomics reach either output.
+      2N) slab (the last kernel argument) instead of the workspace atomics, which the plan
+      sums over each expert's M-tiles in ascending order (``kernels.partials``, one launch for
+      both; ``fold_dbias`` False: the kernel has no fold). No atomics reach either output.
 
     Row schedule:
 
@@ -193,6 +194,11 @@ class Sm90Config:
             raise ValueError(f"cluster_m must be 1 or 2, got {self.cluster_m}")
         if self.discrete() and self.cluster_n != 1:
             raise ValueError(f"cluster_n must be 1 with discrete B, got {self.cluster_n}")
+        if self.deterministic and (self.split() or self.init_outputs or self.fold_in_kernel()):
+            raise ValueError(f"deterministic needs split_last 1, no init_outputs and no in-kernel "
+                             f"dbias fold (the plan folds the slabs), got split_last="
+                             f"{self.split_last}, init_outputs={self.init_outputs}, "
+                             f"fold_dbias={self.fold_dbias}")
         if self.init_outputs and self.generate_dbias and not self.fold_dbias:
             raise ValueError("init_outputs with dbias needs fold_dbias (the fold writes dbias)")
         if self.cluster_n not in (1, 2) or (self.cluster_n == 2 and self.cluster_m != 2):
@@ -222,11 +228,6 @@ class Sm90Config:
                 f"{self.smem_users()}: at most {self.stages_that_fit()} do")
         if self.blockwise():
             self._check_blockwise()
-        if self.deterministic and (self.split() or self.init_outputs
-                                   or (self.generate_dbias and not self.fold_in_kernel())):
-            raise ValueError(f"deterministic needs split_last 1, no init_outputs and (with dbias) the "
-                             f"in-kernel fold, got split_last={self.split_last}, init_outputs="
-                             f"{self.init_outputs}, fold_dbias={self.fold_dbias}")
         if self.c_split not in (1, 2) or (self.c_split == 2 and self.cooperative):
             raise ValueError(f"c_split must be 1, or 2 in the ping-pong schedule, got "
                              f"c_split={self.c_split}, cooperative={self.cooperative}")
@@ -375,8 +376,9 @@ class Sm90Config:
     # ------------------------------------------------------------------ workspace
     def dbias_ws_elems(self, num_experts):
         """4-byte elements of the workspace's dbias region: the fp32 sums (L, 2N), then
-        (folded in the kernel) one int32 arrival counter per (expert, N-tile)."""
-        sums = num_experts * 2 * self.n if self.generate_dbias else 0
+        (folded in the kernel) one int32 arrival counter per (expert, N-tile); none in the
+        deterministic form (its sums go to the slab)."""
+        sums = num_experts * 2 * self.n if self.generate_dbias and not self.deterministic else 0
         return sums + (num_experts * self.num_n_tiles() if self.fold_in_kernel() else 0)
 
     def split_flags(self) -> int:

@@ -19,9 +19,6 @@ from cutlass import Float32, Int32
 
 from .config import C_BLOCK_COLS, MATH_WARPGROUPS, TILE_M
 
-#: (deterministic) column blocks the fold reads per pass over an expert's M-tiles
-FOLD_GROUP = 8
-
 
 class DbiasHandBack(NamedTuple):
     """What a ping-pong C producer warp needs to add its warpgroup's dbias column sums
@@ -177,9 +174,9 @@ class DbiasMixin:
         cooperative math warps only write their rows and arrive (no atomic with a result in
         their loops: in the math warps that cost ptxas ~50 B of spills in the fp32-C
         epilogue). The phantom N-tile of an odd cluster_n pair is handed over but not
-        counted (no columns, no counter). ``deterministic``: the tiles' sums go to the
-        ``mPartials`` slab row of their M-tile instead of the workspace, and the fold sums
-        the expert's M-tiles' rows in ascending order."""
+        counted (no columns, no counter). ``deterministic`` (cooperative only: no fold in the
+        kernel): the tiles' sums go to the ``mPartials`` slab row of their M-tile instead
+        of the workspace, and the plan folds the slab (``kernels.partials``)."""
         nunits, num_units, _, _, _ = walk
         lane = tidx % 32
         unit = self.first_epi_unit(unit0, split)  # (split: final pieces only)
@@ -206,13 +203,12 @@ class DbiasMixin:
                     cute.arch.sync_warp()
                 if n0 < self.cfg.n:
                     self._count_and_fold(walk[4], mWs, mCount, mDbOut, expert, n_tile,
-                                         m_tiles, lane, mPartials)
+                                         m_tiles, lane)
             unit = self.next_epi_unit(unit, nunits, split)
             k += 1
 
     @cute.jit
-    def _count_and_fold(self, rows, mWs, mCount, mDbOut, expert, n_tile, m_tiles, lane,
-                        mPartials):
+    def _count_and_fold(self, rows, mWs, mCount, mDbOut, expert, n_tile, m_tiles, lane):
         """Lane 0 counts a tile's arrival on (expert, N-tile); the count that completes the
         expert's tiles folds the tile's columns (see ``dbias_folder``). ``rows``: the
         offsets, the ragged table, the expert count and M."""
@@ -238,39 +234,13 @@ class DbiasMixin:
         last = cute.arch.shuffle_sync(last, 0)
         if last == Int32(1):
             cute.arch.fence_acq_rel_gpu()
-            if cutlass.const_expr(self.cfg.deterministic):
-                lo = cute.arch.shuffle_sync(lo, 0)
-                hi = cute.arch.shuffle_sync(hi, 0)
-            chunks = (2 * self.tile_n) // 32
-            if cutlass.const_expr(self.cfg.deterministic):
-                # the expert's M-tiles in ascending order, each M-tile's row as independent
-                # coherent loads, FOLD_GROUP column blocks per pass: this warp has the
-                # producer warpgroup's 40 registers, and more loads than that in flight make
-                # ptxas wait for each before the next (a round trip per M-tile and block)
-                for g0 in cutlass.range_constexpr(0, chunks, FOLD_GROUP):
-                    group = min(FOLD_GROUP, chunks - g0)  # (the last pass may be short)
-                    sums = cute.make_rmem_tensor((group,), Float32)
-                    sums.fill(0.0)
-                    for t in range(lo, hi):
-                        for i in cutlass.range_constexpr(group):
-                            g = 2 * n0 + 32 * (g0 + i) + lane
-                            if g < two_n:
-                                sums[i] = sums[i] + cute.arch.load(
-                                    (mPartials.iterator + (t * two_n + g)).llvm_ptr, Float32,
-                                    sem="relaxed", scope="gpu")
-                    for i in cutlass.range_constexpr(group):
-                        g = 2 * n0 + 32 * (g0 + i) + lane
-                        if g < two_n:
-                            idx = expert * two_n + g
-                            mDbOut[idx] = (mDbOut[idx].to(Float32) + sums[i]).to(mDbOut.element_type)
-            else:
-                for i in cutlass.range_constexpr(chunks):
-                    g = 2 * n0 + 32 * i + lane
-                    if g < two_n:
-                        idx = expert * two_n + g
-                        v = cute.arch.atomic_exch((mWs.iterator + idx).llvm_ptr,
-                                                  Float32(0.0), sem="relaxed", scope="gpu")
-                        mDbOut[idx] = (mDbOut[idx].to(Float32) + v).to(mDbOut.element_type)
+            for i in cutlass.range_constexpr((2 * self.tile_n) // 32):
+                g = 2 * n0 + 32 * i + lane
+                if g < two_n:
+                    idx = expert * two_n + g
+                    v = cute.arch.atomic_exch((mWs.iterator + idx).llvm_ptr,
+                                              Float32(0.0), sem="relaxed", scope="gpu")
+                    mDbOut[idx] = (mDbOut[idx].to(Float32) + v).to(mDbOut.element_type)
             if lane == 0:
                 cute.arch.atomic_exch(counter, Int32(0), sem="relaxed", scope="gpu")
 
