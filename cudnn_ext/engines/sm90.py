@@ -316,7 +316,8 @@ class Sm90Plan(CompiledPlan):
     @property
     def zeroed_region(self) -> Optional[int]:
         """Offset in the workspace of the region a launch can keep zero (the dbias sums and
-        counters: every launch leaves them zero), or None without dbias. A scratch whose
+        counters: every launch leaves them zero), or None without dbias (and in the
+        deterministic form, which keeps no sums there). A scratch whose
         bytes from here on are zero lets ``address_launcher(..., zeroed_workspace=True)``
         skip the zeroing kernel."""
         return self._dbias_off if self._zero_ws_elems else None
@@ -336,15 +337,11 @@ class Sm90Plan(CompiledPlan):
 
         cfgs = (dataclasses.replace(self.config, init_outputs=i, ws_zeroed=z) for i, z in self._fns)
         found = [compile_cache.digest_for("sm90", c) for c in cfgs]
-        if self._folds_dprob:  # (the deterministic form's dprob fold)
+        if self.config.deterministic:  # (the deterministic form's fold of its slabs)
             from ..kernels.partials.launch import FOLD
 
             found.append(compile_cache.digest_for("fold_partials", FOLD))
         return [d for d in found if d is not None]
-
-    @property
-    def _folds_dprob(self) -> bool:
-        return bool(self.config.deterministic and self.config.has_dprob)
 
     @property
     def fresh_outputs(self) -> bool:
@@ -353,10 +350,10 @@ class Sm90Plan(CompiledPlan):
         return not self.config.deterministic
 
     def warmup(self) -> None:
-        """Compile the contract variant now (what ``execute`` runs), and the dprob fold it
-        launches in the deterministic form."""
+        """Compile the contract variant now (what ``execute`` runs), and the fold of the slabs
+        it launches in the deterministic form."""
         self._fn(False)
-        if self._folds_dprob:
+        if self.config.deterministic:
             from ..kernels.partials.launch import fold_cached
 
             fold_cached()
@@ -429,10 +426,12 @@ class Sm90Plan(CompiledPlan):
             if cfg.ragged_m:  # expert e's tiles end at table[e] units of cluster_m tiles
                 bounds, mul, div = (workspace.data_ptr() + self._dbias_off
                                     + 4 * cfg.ragged_table_offset(num_experts), cfg.cluster_m, 1)
-            else:  # ... at ceil(offs[e] / TILE_M), within the schedule's whole clusters
+            else:  # ... at ceil(offs[e] / TILE_M)
                 bounds, mul, div = offsets, 1, TILE_M
+            # (the schedule runs whole units of cluster_m tiles, up to the last bound: offsets
+            # that break the 256-row alignment leave the slab rows past them unwritten)
             columns = ColumnFold(cols.data_ptr(), pack["dbias"].data_ptr(), bounds, 2 * cfg.n,
-                                 cfg.partial_tiles(m, num_experts), mul, div)
+                                 cfg.partial_tiles(m, num_experts), mul, div, cfg.cluster_m)
         launch_fold(rows.data_ptr() if rows is not None else 0,
                     pack["dprob"].data_ptr() if rows is not None else 0, offsets, m,
                     rows.shape[0] if rows is not None else 0, num_experts, handle, columns)
@@ -468,10 +467,11 @@ class Sm90Plan(CompiledPlan):
             # (table, descriptors: unused when dense)
             b_addr, b_ptrs_addr = b, a
             desc_addr = a
-        # without dbias (or split_last) the sums' slot gets dprob's address and dbias A's:
-        # never read. With dbias the launch zeroes the workspace's dbias region first (unless
-        # kept zero) and the kernel folds it into dbias, leaving it zero; likewise the split's
-        # flags, which each final part resets.
+        # without dbias sums in the workspace (no dbias, or the deterministic form's slab) and
+        # without split_last or the ragged table, the sums' slot gets dprob's address and dbias
+        # A's: never read. With them the launch zeroes the workspace's dbias region first
+        # (unless kept zero) and the kernel folds it into dbias, leaving it zero; likewise the
+        # split's flags, which each final part resets.
         scratch = dprob
         if (dbias and self._zero_ws_elems) or self._split or self._ragged:
             scratch = workspace + self._dbias_off

@@ -823,7 +823,7 @@ def test_deterministic_config_rules_and_launch(monkeypatch):
     from cudnn_ext.kernels.partials.launch import ColumnFold
 
     offs = pack["padded_offsets"].data_ptr()
-    cols = ColumnFold(slab_b.data_ptr(), pack["dbias"].data_ptr(), offs, 2 * n, cfg.partial_tiles(m, L), 1, 128)
+    cols = ColumnFold(slab_b.data_ptr(), pack["dbias"].data_ptr(), offs, 2 * n, cfg.partial_tiles(m, L), 1, 128, 1)
     assert fold == ("fold", (slab_p.data_ptr(), pack["dprob"].data_ptr(), offs, m, cfg.num_n_tiles(), L, 77,
                              cols))
     with pytest.raises(NotImplementedError, match="deterministic"):
@@ -839,7 +839,7 @@ def test_deterministic_config_rules_and_launch(monkeypatch):
     plan.execute(pack, ws, types.SimpleNamespace(cuda_stream=77))
     fold = calls[-1]
     table = ws.data_ptr() + plan._dbias_off + 4 * cfg.ragged_table_offset(L)
-    cols = ColumnFold(slab_b.data_ptr(), pack["dbias"].data_ptr(), table, 2 * n, cfg.partial_tiles(m, L), 2, 1)
+    cols = ColumnFold(slab_b.data_ptr(), pack["dbias"].data_ptr(), table, 2 * n, cfg.partial_tiles(m, L), 2, 1, 2)
     assert fold == ("fold", (0, 0, offs, m, 0, L, 77, cols))
 
 

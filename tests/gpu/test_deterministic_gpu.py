@@ -18,8 +18,8 @@ CO = dict(cooperative=True)
 
 def det_cases() -> list:
     """Ping-pong with 64-row C entries and 2x1 clusters, 2x2 clusters, the cooperative form
-    (2 C stages, an N tail), the ragged schedule (both forms), discrete N-major weights,
-    dGeGLU, six N-tiles; empty experts, rows past the last offset."""
+    (2 C stages, an N tail), the ragged schedule (both forms, and 2x1 clusters), discrete
+    N-major weights, dGeGLU, six N-tiles; empty experts, rows past the last offset."""
     d = dict(deterministic=True)
     return [
         Case([256, 0, 768, 256], 96, 200, c_split=2, cluster_m=2, **d),
@@ -27,6 +27,7 @@ def det_cases() -> list:
         Case([512, 0, 768, 256], 512, 520, tile_n=256, cluster_m=2, c_stages=2, **CO, **d),
         Case([8, 0, 120, 1000, 16], 96, 200, tile_n=64, m_aligned=8, **d),
         Case([8, 0, 120, 1000, 16], 512, 520, tile_n=256, c_stages=2, m_aligned=8, **CO, **d),
+        Case([8, 0, 120, 1000, 16], 320, 264, m_aligned=8, cluster_m=2, **d),  # (table x 2)
         Case([256, 0, 768, 256], 96, 200, weight_mode="discrete", b_major="n", **d),
         # six N-tiles (the last one partial): the dprob fold's unrolled loop and its remainder
         Case([512, 256, 0, 768], 704, 264, c_split=2, cluster_m=2, **d),
@@ -205,7 +206,8 @@ def test_dbias_fold_adds_each_experts_tiles_in_order(ragged):
     """``kernels.partials``' column fold on its own (no dprob rows): dbias[e, g] = bf16(dbias[e, g]
     + the fp32 sum of column g over expert e's M-tiles in ascending order), bit for bit against
     that sum formed on the CPU; experts with no tile (empty, or past the slab) keep their bits.
-    Tile bounds from row offsets over 128 rows, or from a unit table times cluster_m 2."""
+    Tile bounds from row offsets over 128 rows (in units of 2 tiles: none past the last whole
+    unit), or from a unit table times cluster_m 2 (clamped to the slab)."""
     skip_unless_sm90()
     from cudnn_ext.kernels.partials.launch import ColumnFold, launch_fold
 
@@ -213,8 +215,8 @@ def test_dbias_fold_adds_each_experts_tiles_in_order(ragged):
     L, two_n, tiles = 5, 320, 13
     if ragged:  # cumulative units of 2 tiles: expert tiles [0,4) [4,4) [4,10) [10,12) [12,13)
         bounds, mul, div, ends = [2, 2, 5, 6, 7], 2, 1, [4, 4, 10, 12, 13]
-    else:  # 128-row tiles: offsets 256, 256, 1000 (ceil: 8), 1280, past the slab (clamped)
-        bounds, mul, div, ends = [256, 256, 1000, 1280, 4000], 1, 128, [2, 2, 8, 10, 13]
+    else:  # 128-row tiles: offsets 256, 256, 1000 (ceil: 8), 1280, 1400 (no whole unit past 1280)
+        bounds, mul, div, ends = [256, 256, 1000, 1280, 1400], 1, 128, [2, 2, 8, 10, 10]
     cols = torch.randn(tiles, two_n, generator=g) * torch.exp2(
         torch.randint(-12, 13, (tiles, two_n), generator=g).float())
     dbias = torch.randn(L, two_n, generator=g).to(torch.bfloat16)
@@ -232,6 +234,6 @@ def test_dbias_fold_adds_each_experts_tiles_in_order(ragged):
     bounds_d = torch.tensor(bounds, dtype=torch.int32).cuda()
     # (no rows: the bounds stand in for the offsets, which only the rows read)
     launch_fold(0, 0, bounds_d.data_ptr(), 0, 0, L, torch.cuda.current_stream().cuda_stream,
-                ColumnFold(cols_d.data_ptr(), db_d.data_ptr(), bounds_d.data_ptr(), two_n, tiles, mul, div))
+                ColumnFold(cols_d.data_ptr(), db_d.data_ptr(), bounds_d.data_ptr(), two_n, tiles, mul, div, 2))
     got = db_d.cpu()
     assert torch.equal(got.view(torch.int16), want.view(torch.int16))

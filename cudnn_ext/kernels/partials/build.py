@@ -18,8 +18,8 @@ from ..placeholders import call_on_addresses, compile_on_placeholders  # noqa: E
 from .config import FoldConfig  # noqa: E402
 from .fold import FoldPartials  # noqa: E402
 
-#: sample sizes: M, P, offsets, 2N, tiles, bound_mul, bound_div
-_SIZES = (256, 2, 1, 64, 2, 1, 128)
+#: sample sizes: M, P, offsets, 2N, tiles, bound_mul, bound_div, unit
+_SIZES = (256, 2, 1, 64, 2, 1, 128, 1)
 
 
 def pointer_specs(cfg: FoldConfig):

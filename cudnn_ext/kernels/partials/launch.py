@@ -2,7 +2,7 @@
 
 Owns its argument convention (the (P, M) fp32 row partials, the M fp32 outputs, the int32 end
 offsets, the (tiles, 2N) fp32 column partials, the bf16 dbias, the int32 tile bounds, then M,
-P, the offsets' count, 2N, tiles, the bounds' scale and the stream), the checks a launch makes, and a
+P, the offsets' count, 2N, tiles, the bounds' scale and unit, and the stream), the checks a launch makes, and a
 per-process cache over the disk cache. Imports no DSL: the kernel is compiled (``build``,
 which imports it) only when the disk cache misses. No torch.
 """
@@ -32,7 +32,8 @@ def fold_cached(cfg: FoldConfig = FOLD):
 class ColumnFold(NamedTuple):
     """The columns part of a fold launch: the (tiles, 2N) fp32 slab at ``cols``, the (E, 2N)
     bf16 output at ``dbias``, and the E int32 ``bounds``: expert e's M-tiles end at
-    ``ceil(bounds[e] * bound_mul / bound_div)`` clamped to ``[0, tiles]`` (``fold.FoldPartials``)."""
+    ``ceil(bounds[e] * bound_mul / bound_div)``, clamped to [0, the whole ``unit``s of tiles
+    up to the last bound, and ``tiles``] (``fold.FoldPartials``)."""
 
     cols: int
     dbias: int
@@ -41,6 +42,7 @@ class ColumnFold(NamedTuple):
     tiles: int
     bound_mul: int = 1
     bound_div: int = 1
+    unit: int = 1
 
 
 def launch_fold(parts: int, out: int, offsets: int, m: int, p: int, n_offsets: int,
@@ -58,13 +60,15 @@ def launch_fold(parts: int, out: int, offsets: int, m: int, p: int, n_offsets: i
     if p and m == 0:
         raise ValueError(f"m: must be positive with partials to fold (p={p}), got 0")
     if columns is not None and (col.two_n <= 0 or col.tiles < 0 or col.bound_mul <= 0
-                                or col.bound_div <= 0):
-        raise ValueError(f"columns: two_n, bound_mul and bound_div must be positive and tiles "
-                         f">= 0, got {col}")
+                                or col.bound_div <= 0 or col.unit <= 0):
+        raise ValueError(f"columns: two_n, bound_mul, bound_div and unit must be positive and "
+                         f"tiles >= 0, got {col}")
     # (the grid, the row and column indices and the bounds' products are int32)
-    if max(m + THREADS, p, n_offsets * col.two_n + THREADS, col.tiles) > INT32_MAX:
-        raise ValueError(f"m, p, n_offsets * two_n, tiles: must be within int32 (m at most "
-                         f"{INT32_MAX - THREADS}), got {m}, {p}, {n_offsets * col.two_n}, {col.tiles}")
+    if max(m + THREADS, p, n_offsets, n_offsets * col.two_n + THREADS, col.tiles,
+           col.bound_div * col.unit) > INT32_MAX:
+        raise ValueError(f"m, p, n_offsets, n_offsets * two_n, tiles, bound_div * unit: must be within "
+                         f"int32 (m at most {INT32_MAX - THREADS}), got {m}, {p}, {n_offsets}, "
+                         f"{n_offsets * col.two_n}, {col.tiles}, {col.bound_div * col.unit}")
     named = (("offsets", offsets, 4),)
     if p:
         named += (("parts", parts, 4), ("out", out, 4))
@@ -77,7 +81,7 @@ def launch_fold(parts: int, out: int, offsets: int, m: int, p: int, n_offsets: i
     # (a part the launch does not fold gets the offsets' address: never read)
     addrs = (parts or offsets, out or offsets, offsets, col.cols or offsets, col.dbias or offsets,
              col.bounds or offsets)
-    sizes = (m, p, n_offsets, col.two_n, col.tiles, col.bound_mul, col.bound_div)
+    sizes = (m, p, n_offsets, col.two_n, col.tiles, col.bound_mul, col.bound_div, col.unit)
     fn = fold_cached(cfg)
     if TVM_FFI:
         fn(*addrs, *sizes, stream_handle)
