@@ -150,6 +150,8 @@ _CASES = [
      "coop", None),
     ("t128-2x1-half-swiglu-dbias-act", _problem(activation=True, **_P), (128, 2, 1, 2), None),
     ("coop-deep-swiglu-dbias-act", _problem(activation=True, k=7168, **_COOP), "coop", None),
+    ("coop-mid-swiglu-dbias-act", _problem(activation=True, k=4096, **_COOP), "coop", None),
+    ("coop-mid-geglu-dbias-act", _problem(act="dgeglu", activation=True, k=4096, **_COOP), "coop", None),
     ("fresh-t64-2x2-geglu-act-round",
      _problem(act="dgeglu", dbias=False, activation=True, round_dgrad=True, **_P),
      (64, 2, 2, 1), "init_outputs"),
