@@ -69,7 +69,7 @@ COOPERATIVE_KNOBS = MappingProxyType(dict(tile_n=256, c_stages=2, cluster_m=2,
 COOPERATIVE_DEEP_KNOBS = MappingProxyType(dict(tile_n=256, c_stages=4, ab_stages=3, cluster_m=2,
                                                raster_group_m=RASTER_GROUP_M[2],
                                                cooperative=True, split_last=3))
-#: Activations whose deep-K form splits its last round: the split ran 12-14% slower with
+#: Activations whose deep-K form splits its last round: the split ran 11-14% slower with
 #: dGeGLU and no faster with dSiTU-GLU (docs/kernels.md)
 _SPLIT_ACTS = frozenset({"dswiglu"})
 #: 128 x 256 tiles below which ping-pong 128 x 128 keeps the GPU busier: two waves on 132
@@ -432,9 +432,9 @@ class Sm90Plan(CompiledPlan):
             # that break the 256-row alignment leave the slab rows past them unwritten)
             columns = ColumnFold(cols.data_ptr(), pack["dbias"].data_ptr(), bounds, 2 * cfg.n,
                                  cfg.partial_tiles(m, num_experts), mul, div, cfg.cluster_m)
-        launch_fold(rows.data_ptr() if rows is not None else 0,
-                    pack["dprob"].data_ptr() if rows is not None else 0, offsets, m,
-                    rows.shape[0] if rows is not None else 0, num_experts, handle, columns)
+        parts, out, p = ((rows.data_ptr(), pack["dprob"].data_ptr(), rows.shape[0])
+                         if rows is not None else (0, 0, 0))
+        launch_fold(parts, out, offsets, m, p, num_experts, handle, columns)
 
     def _partial_slabs(self, c, m, num_experts, stream):
         """(deterministic) The (N-tiles, M) dprob partials and the (partial_tiles, 2N) dbias

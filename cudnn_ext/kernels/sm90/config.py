@@ -354,6 +354,11 @@ class Sm90Config:
         fixed = 1024 + c_bytes + 4 * self.dbias_smem_floats()
         return (SMEM_CAPACITY - fixed) // per_stage
 
+    def ws_dbias_sums(self) -> bool:
+        """The kernel adds dbias column sums into the workspace (not the deterministic form,
+        whose sums go to its slab)."""
+        return self.generate_dbias and not self.deterministic
+
     def fold_in_kernel(self) -> bool:
         """dbias is folded by the kernel (arrival counters in the workspace)."""
         return self.generate_dbias and self.fold_dbias
@@ -378,7 +383,7 @@ class Sm90Config:
         """4-byte elements of the workspace's dbias region: the fp32 sums (L, 2N), then
         (folded in the kernel) one int32 arrival counter per (expert, N-tile); none in the
         deterministic form (its sums go to the slab)."""
-        sums = num_experts * 2 * self.n if self.generate_dbias and not self.deterministic else 0
+        sums = num_experts * 2 * self.n if self.ws_dbias_sums() else 0
         return sums + (num_experts * self.num_n_tiles() if self.fold_in_kernel() else 0)
 
     def split_flags(self) -> int:

@@ -284,7 +284,7 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
         ws_total = cfg.dbias_ws_elems(num_experts) + cfg.split_flags()
         # (with neither, nothing to zero: a 1-element placeholder, never read)
         mWs = cute.make_tensor(dbias_ws_ptr, cute.make_layout(
-            (ws_total if (cfg.generate_dbias and not cfg.deterministic) or cfg.split() else 1,)))
+            (ws_total if cfg.ws_dbias_sums() or cfg.split() else 1,)))
         mCount = cute.make_tensor(cute.recast_ptr(dbias_ws_ptr + total, dtype=Int32),
                                   cute.make_layout((num_experts * self.num_n_tiles,)))
         mDb = cute.make_tensor(dbias_ptr, cute.make_layout((total,)))
