@@ -582,6 +582,27 @@ def test_activation_output_takes_its_address_slot(monkeypatch):
     assert len(calls) == n_calls
 
 
+@needs_dsl
+def test_activation_stores_drop_their_predicate_only_where_every_block_is_inside_n():
+    """The epilogue's activation stores go without a branch only where every tile's every
+    32-column block lies inside N (N a multiple of tile_n, no phantom N-tile of an odd
+    cluster_n pair); elsewhere each pair keeps its predicate (the ragged schedule's rows
+    too: the epilogue checks ``ragged_m`` itself)."""
+    from cudnn_ext.kernels.sm90.build import make_kernel
+
+    def all_valid(n, tile_n, cm=1, cn=1, **kw):
+        p = _problem(n=n, activation=True, **kw)
+        return make_kernel(config_for(p, tile_n=tile_n, cluster_m=cm, cluster_n=cn))._blocks_all_valid()
+
+    assert all_valid(1024, 128) and all_valid(512, 128, 2, 2) and all_valid(768, 64)
+    assert not all_valid(96, 128)  # an N tail: block 3 of the last tile is outside N
+    assert not all_valid(384, 128, 2, 2)  # 3 N-tiles: the pair's second tile is a phantom
+    coop = _problem(n=1024, k=4096, m=32768, activation=True)
+    assert make_kernel(config_for(coop, tile_n=256, cluster_m=2, cooperative=True))._blocks_all_valid()
+    assert not make_kernel(config_for(_problem(n=1152, k=4096, m=32768, activation=True), tile_n=256,
+                                      cluster_m=2, cooperative=True))._blocks_all_valid()
+
+
 def test_discrete_launch_passes_the_table_and_workspace_regions(monkeypatch):
     """Discrete weights: B's slot holds A's address (never loaded), the pointer table and the
     descriptor region follow, the dbias sums sit after the descriptors."""

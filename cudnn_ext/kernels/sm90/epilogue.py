@@ -284,6 +284,11 @@ class DgluEpilogueMixin:
         view = cute.make_tensor(mT.iterator + cute.assume(offset, divby=2), cute.make_layout(2))
         view.store(frag.load().to(mT.element_type))
 
+    def _blocks_all_valid(self) -> bool:
+        """Every tile's every 32-column block lies inside N (N a multiple of tile_n, no
+        phantom N-tile of an odd cluster_n pair): ``_block_valid`` is true for all."""
+        return self.cfg.n % self.tile_n == 0 and self.cfg.num_n_tiles() % self.cfg.cluster_n == 0
+
     @cute.jit
     def _round_bf16_pair(self, x0: Float32, x1: Float32):
         """x0, x1 rounded to bf16 (nearest even) and back to fp32: ``round_dgrad`` (one
@@ -508,7 +513,15 @@ class DgluEpilogueMixin:
                         self._store_pair(mD, off, outs[0][0], outs[1][0])
                         self._store_pair(mD, off + 32, outs[0][1], outs[1][1])
                     if cutlass.const_expr(cfg.generate_activation):
-                        if self._and(valid, keep[slot]):  # accumulator column n0 + 32 j + c_loc, de-interleaved
+                        # accumulator column n0 + 32 j + c_loc, de-interleaved. Every block
+                        # inside N and every row the expert's: no branch (a branch per pair
+                        # kept each store's address math to itself: 0.09 ms of skew's dGeGLU,
+                        # docs/performance.md; dSiTU-GLU, not timed without, keeps it: its
+                        # deep cooperative form would spill 4 B, as dGeGLU's does)
+                        store = (True if (self._blocks_all_valid() and not ragged
+                                          and cfg.act_func != "dsituglu")
+                                 else self._and(valid, keep[slot]))
+                        if store:
                             off = (row0 + r_loc) * cfg.n + n0 + 32 * j + c_loc
                             self._store_pair(mAct, off, acts[0] * act_scale[slot],
                                              acts[1] * act_scale[slot])
