@@ -250,6 +250,11 @@ class DbiasMixin:
         and the folder warp takes exactly these blocks' slots."""
         return n0 + 32 * j < self.cfg.n
 
+    def _blocks_all_valid(self) -> bool:
+        """Every tile's every 32-column block lies inside N (N a multiple of tile_n, no
+        phantom N-tile of an odd cluster_n pair): ``_block_valid`` is true for all."""
+        return self.cfg.n % self.tile_n == 0 and self.cfg.num_n_tiles() % self.cfg.cluster_n == 0
+
     def _valid_blocks(self, n0):
         """How many of the tile's blocks are inside N (a prefix: ``_block_valid``), so that
         the math warps and the folder warp count the slot's hand-overs alike: none on the

@@ -284,11 +284,6 @@ class DgluEpilogueMixin:
         view = cute.make_tensor(mT.iterator + cute.assume(offset, divby=2), cute.make_layout(2))
         view.store(frag.load().to(mT.element_type))
 
-    def _blocks_all_valid(self) -> bool:
-        """Every tile's every 32-column block lies inside N (N a multiple of tile_n, no
-        phantom N-tile of an odd cluster_n pair): ``_block_valid`` is true for all."""
-        return self.cfg.n % self.tile_n == 0 and self.cfg.num_n_tiles() % self.cfg.cluster_n == 0
-
     @cute.jit
     def _round_bf16_pair(self, x0: Float32, x1: Float32):
         """x0, x1 rounded to bf16 (nearest even) and back to fp32: ``round_dgrad`` (one
