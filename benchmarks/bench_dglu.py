@@ -29,7 +29,8 @@ Peers, side by side in one process on the same inputs:
                           ones, quantized once from the same values): cudnn_ext (the
                           sm90_fp8_blockwise engine's plan execute, FP8 WGMMA, dSwiGLU, prob,
                           dprob, dbias, bf16 D; cudnn_ext:pp64 pins the ping-pong 128 x 64
-                          configuration), quantize (the device quantize_fp8_blockwise of
+                          configuration, cudnn_ext:<variant> any other, e.g.
+                          cudnn_ext:t128c2m2n2k), quantize (the device quantize_fp8_blockwise of
                           A alone) or quantize_ref (the pure-torch reference of it)
   torch_grouped_mm        torch._grouped_mm alone (the GEMM only, bf16 out): the bar to beat
   torch_unfused_compiled  torch._grouped_mm + a torch.compile'd epilogue (what users write)
@@ -543,7 +544,8 @@ def make_fp8_blockwise(pack, K, N, peer, dbias):
     """(fn, extra) of one fp8_blockwise row: the pack's A quantized per 1x128 block and B per
     128x128 block (``cudnn_ext.torch.quantize_fp8_blockwise``, once), then ``cudnn_ext``: the
     sm90_fp8_blockwise engine's plan execute (dSwiGLU, prob, dprob, dbias; bf16 D; its knob
-    space's configuration, or with ``cudnn_ext:pp64`` the ping-pong 128 x 64 one), or
+    space's configuration, with ``cudnn_ext:pp64`` the ping-pong 128 x 64 one, with
+    ``cudnn_ext:<variant>`` that variant's (``variant_knobs``)), or
     ``quantize``: quantizing A alone on the device kernel, what quantizing dY on the fly costs
     (``quantize_ref``: the same through the pure-torch reference)."""
     from cudnn_ext.engines.sm90 import config_for
@@ -555,9 +557,9 @@ def make_fp8_blockwise(pack, K, N, peer, dbias):
     if peer in ("quantize", "quantize_ref"):
         fn = quantize_fp8_blockwise if peer == "quantize" else reference_quantize
         return (lambda: fn(pack["a"], (1, 128))), {}
-    if peer not in ("cudnn_ext", "cudnn_ext:pp64"):
-        raise SystemExit(f"fp8_blockwise:{peer}: the fp8_blockwise peers are cudnn_ext, cudnn_ext:pp64, quantize "
-                         f"and quantize_ref")
+    if peer != "cudnn_ext" and not peer.startswith("cudnn_ext:"):
+        raise SystemExit(f"fp8_blockwise:{peer}: the fp8_blockwise peers are cudnn_ext, cudnn_ext:pp64, "
+                         f"cudnn_ext:<variant>, quantize and quantize_ref")
     a_q, sfa = quantize_fp8_blockwise(pack["a"], (1, 128))
     b_q, sfb = quantize_fp8_blockwise(pack["b"], (128, 128))  # (N, K, L), K-major per expert
     L, M = pack["alpha"].shape[0], pack["a"].shape[0]
@@ -569,6 +571,8 @@ def make_fp8_blockwise(pack, K, N, peer, dbias):
     (knobs,) = eng.knob_space(problem)
     if peer == "cudnn_ext:pp64":
         knobs = config_for(kernel_problem(problem), tile_n=64, cluster_m=2)
+    elif peer.startswith("cudnn_ext:"):
+        knobs = config_for(kernel_problem(problem), **variant_knobs(peer.split(":", 1)[1]).as_dict())
     t0 = time.perf_counter()
     plan = eng.build(problem, knobs)
     build_s = time.perf_counter() - t0

@@ -1,5 +1,6 @@
-"""compute-sanitizer on the small cases of the SM90 kernel and of the block-scaled path
-(``pytest -m gpu``; skipped without a GPU or without ``compute-sanitizer`` on PATH).
+"""compute-sanitizer on the small cases of the SM90 kernel, of the block-scaled path and of
+the fp8_blockwise recipe (``pytest -m gpu``; skipped without a GPU or without
+``compute-sanitizer`` on PATH).
 
 racecheck watches the shared-memory hand-offs between warps: the ping-pong dbias sums that
 the math warps write into a C stage's slice and the C producer warp reads, across many tiles
@@ -96,3 +97,22 @@ def test_blockscaled_kernels_sanitize_clean(tool, mode):
         summary = re.search(r"ERROR SUMMARY: (\d+) errors?", out)
         assert summary, f"memcheck {mode}: no summary line\n{out[-4000:]}"
         assert summary.group(1) == "0", f"memcheck {mode}:\n{out[-4000:]}"
+
+
+@pytest.mark.parametrize("tool", ["memcheck", "racecheck", "synccheck"])
+@pytest.mark.parametrize("mode", ["coop", "ragged", "pp64", "quant"])
+def test_fp8_blockwise_kernels_sanitize_clean(tool, mode):
+    """The fp8_blockwise recipe's kernels on small cases (``sanitize_fp8_blockwise.py``): the
+    e4m3 mainloop in its cooperative form (several tiles per cluster), the ragged schedule
+    with the activation output, the ping-pong 128 x 64 form, and the blockwise quantizer.
+    memcheck: no out-of-bounds or misaligned access (the scale loads at the last row and
+    k-tile); racecheck: no shared-memory hazard; synccheck: no barrier misuse."""
+    out = _sanitize(tool, mode, "sanitize_fp8_blockwise.py")
+    if tool == "racecheck":
+        summary = re.search(r"RACECHECK SUMMARY: (\d+) hazards displayed", out)
+        assert summary, f"racecheck {mode}: no summary line\n{out[-4000:]}"
+        assert summary.group(1) == "0", f"racecheck {mode}:\n{out[-4000:]}"
+    else:
+        summary = re.search(r"ERROR SUMMARY: (\d+) errors?", out)
+        assert summary, f"{tool} {mode}: no summary line\n{out[-4000:]}"
+        assert summary.group(1) == "0", f"{tool} {mode}:\n{out[-4000:]}"
