@@ -81,6 +81,15 @@ def test_memcheck_reports_no_error(mode):
     assert summary.group(1) == "0", f"memcheck {mode}:\n{out[-4000:]}"
 
 
+def _assert_clean(tool: str, mode: str, out: str) -> None:
+    """racecheck: no hazard displayed; memcheck / synccheck: no error."""
+    pattern = (r"RACECHECK SUMMARY: (\d+) hazards displayed" if tool == "racecheck"
+               else r"ERROR SUMMARY: (\d+) errors?")
+    summary = re.search(pattern, out)
+    assert summary, f"{tool} {mode}: no summary line\n{out[-4000:]}"
+    assert summary.group(1) == "0", f"{tool} {mode}:\n{out[-4000:]}"
+
+
 @pytest.mark.parametrize("tool", ["memcheck", "racecheck"])
 @pytest.mark.parametrize("mode", ["dense", "discrete", "reference", "mxfp8"])
 def test_blockscaled_kernels_sanitize_clean(tool, mode):
@@ -88,15 +97,7 @@ def test_blockscaled_kernels_sanitize_clean(tool, mode):
     the dequantizer (dense and pointer-table forms) before the sm90 kernel with amax, the
     reference engine's device pointer gather, and MXFP8's D quantizer (per-expert SFD_col). memcheck: no out-of-bounds or misaligned access;
     racecheck: no shared-memory hazard (the amax warp reduction, the kernel's hand-offs)."""
-    out = _sanitize(tool, mode, "sanitize_blockscaled.py")
-    if tool == "racecheck":
-        summary = re.search(r"RACECHECK SUMMARY: (\d+) hazards displayed", out)
-        assert summary, f"racecheck {mode}: no summary line\n{out[-4000:]}"
-        assert summary.group(1) == "0", f"racecheck {mode}:\n{out[-4000:]}"
-    else:
-        summary = re.search(r"ERROR SUMMARY: (\d+) errors?", out)
-        assert summary, f"memcheck {mode}: no summary line\n{out[-4000:]}"
-        assert summary.group(1) == "0", f"memcheck {mode}:\n{out[-4000:]}"
+    _assert_clean(tool, mode, _sanitize(tool, mode, "sanitize_blockscaled.py"))
 
 
 @pytest.mark.parametrize("tool", ["memcheck", "racecheck", "synccheck"])
@@ -107,12 +108,4 @@ def test_fp8_blockwise_kernels_sanitize_clean(tool, mode):
     with the activation output, the ping-pong 128 x 64 form, and the blockwise quantizer.
     memcheck: no out-of-bounds or misaligned access (the scale loads at the last row and
     k-tile); racecheck: no shared-memory hazard; synccheck: no barrier misuse."""
-    out = _sanitize(tool, mode, "sanitize_fp8_blockwise.py")
-    if tool == "racecheck":
-        summary = re.search(r"RACECHECK SUMMARY: (\d+) hazards displayed", out)
-        assert summary, f"racecheck {mode}: no summary line\n{out[-4000:]}"
-        assert summary.group(1) == "0", f"racecheck {mode}:\n{out[-4000:]}"
-    else:
-        summary = re.search(r"ERROR SUMMARY: (\d+) errors?", out)
-        assert summary, f"{tool} {mode}: no summary line\n{out[-4000:]}"
-        assert summary.group(1) == "0", f"{tool} {mode}:\n{out[-4000:]}"
+    _assert_clean(tool, mode, _sanitize(tool, mode, "sanitize_fp8_blockwise.py"))
