@@ -29,8 +29,8 @@ def _kernel(mode: str) -> str:
     act = "dgeglu" if mode == "ragged" else "dswiglu"
     if mode == "ragged":
         t = case(sizes=(136, 0, 1000), extra_rows=40, seed=1)
-    else:  # 32 slab pairs (8192 rows) x 5 N-tiles of 128 (2N 640): 2-3 units per 2-CTA cluster
-        t = case(sizes=(4096, 0, 4096), n=320, k=256, seed=5)
+    else:  # 32 slab pairs (8192 rows) x 5 N-tiles of 128 (N 640): 2-3 units per 2-CTA cluster
+        t = case(sizes=(4096, 0, 4096), n=640, k=768, seed=5)
     on = {k: (v.cuda() if isinstance(v, torch.Tensor) else v) for k, v in t.items()}
     m, n = t["m"], t["c"].shape[1] // 2
     act_out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda") if mode == "ragged" else None
