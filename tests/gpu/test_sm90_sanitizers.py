@@ -47,6 +47,15 @@ def _sanitize(tool: str, mode: str, script: str = "sanitize_sm90.py") -> str:
     return out
 
 
+def _assert_clean(tool: str, mode: str, out: str) -> None:
+    """racecheck: no hazard displayed; memcheck / synccheck: no error."""
+    pattern = (r"RACECHECK SUMMARY: (\d+) hazards displayed" if tool == "racecheck"
+               else r"ERROR SUMMARY: (\d+) errors?")
+    summary = re.search(pattern, out)
+    assert summary, f"{tool} {mode}: no summary line\n{out[-4000:]}"
+    assert summary.group(1) == "0", f"{tool} {mode}:\n{out[-4000:]}"
+
+
 @pytest.mark.parametrize("mode", ["walk", "chalf", "cluster", "discretecl", "coop", "coop4",
                                   "split"])
 def test_racecheck_reports_no_hazard(mode):
@@ -67,27 +76,12 @@ def test_synccheck_reports_no_error_on_the_folder_hand_overs(mode):
     both block on from two instructions, which synccheck reports as divergent threads and
     stops the kernel on). ``cluster``/``discretecl``:
     the same fold in 2-CTA clusters, dense and per-expert weights."""
-    out = _sanitize("synccheck", mode)
-    summary = re.search(r"ERROR SUMMARY: (\d+) errors?", out)
-    assert summary, f"synccheck {mode}: no summary line\n{out[-4000:]}"
-    assert summary.group(1) == "0", f"synccheck {mode}:\n{out[-4000:]}"
+    _assert_clean("synccheck", mode, _sanitize("synccheck", mode))
 
 
 @pytest.mark.parametrize("mode", ["walk", "chalf", "split"])
 def test_memcheck_reports_no_error(mode):
-    out = _sanitize("memcheck", mode)
-    summary = re.search(r"ERROR SUMMARY: (\d+) errors?", out)
-    assert summary, f"memcheck {mode}: no summary line\n{out[-4000:]}"
-    assert summary.group(1) == "0", f"memcheck {mode}:\n{out[-4000:]}"
-
-
-def _assert_clean(tool: str, mode: str, out: str) -> None:
-    """racecheck: no hazard displayed; memcheck / synccheck: no error."""
-    pattern = (r"RACECHECK SUMMARY: (\d+) hazards displayed" if tool == "racecheck"
-               else r"ERROR SUMMARY: (\d+) errors?")
-    summary = re.search(pattern, out)
-    assert summary, f"{tool} {mode}: no summary line\n{out[-4000:]}"
-    assert summary.group(1) == "0", f"{tool} {mode}:\n{out[-4000:]}"
+    _assert_clean("memcheck", mode, _sanitize("memcheck", mode))
 
 
 @pytest.mark.parametrize("tool", ["memcheck", "racecheck"])
