@@ -153,6 +153,28 @@ def cooperative_config(problem: DgluProblem) -> Sm90Config:
     return config_for(problem, **knobs)
 
 
+def _activation_forms(problem: DgluProblem, config: Sm90Config) -> list:
+    """``config`` (a problem with the activation output) in the forms offered: the staged
+    store (``act_staged``: the activation through shared memory and TMA, as D) where 16-bit D
+    of C's type leaves through shared memory, with C stages cut to what leaves the config's
+    A/B stages room (dropped where even one C stage leaves too few); the register stores
+    otherwise, and beside the staged form. Neither form of the ragged ping-pong epilogue at
+    tile 128 (masked register stores: 252 B of spills; staged: 96-152 B), nor the staged
+    dSiTU-GLU (12-16 B) or fp32 C and D (136 B) is offered: tests/compile/test_sm90_compile.py."""
+    forms = []
+    ragged_wide = problem.m_aligned < 256 and not config.cooperative and config.tile_n > 64
+    if (config.d_via_smem() and problem.c_dtype in _HALF_DTYPES
+            and problem.act.act_func != "dsituglu" and not ragged_wide):
+        staged = dataclasses.replace(config, act_staged=True)
+        while staged.ab_stages and staged.ab_stages > staged.stages_that_fit() and staged.c_stages > 1:
+            staged = dataclasses.replace(staged, c_stages=staged.c_stages - 1)
+        if not staged.ab_stages or staged.ab_stages <= staged.stages_that_fit():
+            forms.append(staged)
+    if not ragged_wide:
+        forms.append(config)
+    return forms
+
+
 def _ragged_unclustered(problem: DgluProblem) -> bool:
     """The ragged schedule below _RAGGED_MIN_CLUSTER_N: 1x1 clusters only."""
     return problem.m_aligned < 256 and problem.n < _RAGGED_MIN_CLUSTER_N
@@ -478,6 +500,9 @@ class Sm90Plan(CompiledPlan):
             if self._split and scratch % 16:
                 raise ValueError(f"workspace: must be 16-byte aligned for the split last "
                                  f"round's partial sums, got address {scratch:#x}")
+        if activation % 16 and self.config.act_staged:
+            raise ValueError(f"activation: must be 16-byte aligned (this plan TMA-stores it), got "
+                             f"address {activation:#x}")
         got = (prob, dprob, activation, amax)
         for i in self._required:
             if not got[i]:
@@ -679,18 +704,15 @@ class Sm90DgluEngine(Engine):
         descriptor), with 64-row C entries where ``_c_split_applies``; plus the cooperative
         128 x 256 form where ``_cooperative_applies``."""
         shapes = CLUSTER_SHAPES if problem.weight_mode == "dense" else ((1, 1), (2, 1))
-        tile_ns = TILE_NS
         if _ragged_unclustered(problem):
             shapes = ((1, 1),)
-        if problem.m_aligned < 256 and problem.generate_activation:
-            # the ragged epilogue's masked activation stores spill at tile 128 (252 B; 64:
-            # 20 B; tests/compile/test_sm90_compile.py)
-            tile_ns = (64,)
         space = [config_for(problem, tile_n=t, cluster_m=cm, cluster_n=cn,
                             c_split=2 if self._c_split_applies(problem, t, cn) else 1)
-                 for cm, cn in shapes for t in tile_ns]
+                 for cm, cn in shapes for t in TILE_NS]
         if self._cooperative_applies(problem):
             space.append(cooperative_config(problem))
+        if problem.generate_activation:
+            space = [v for c in space for v in _activation_forms(problem, c)]
         return space
 
     @staticmethod
@@ -739,7 +761,13 @@ class Sm90DgluEngine(Engine):
         cd_bytes = m * 2 * problem.n * (torch.empty((), dtype=problem.c_dtype).element_size()
                                          + torch.empty((), dtype=problem.d_dtype).element_size())
         tiles = (m // 128) * (n_pad // tile_n)
-        return gemm_us + cd_bytes / 3.5e6 + tiles * 0.02 * (128 / tile_n)
+        # the activation output: 4-byte stores from the math warps; the staged form (TMA
+        # stores, one A/B stage fewer where shared memory is short) ranks just behind its
+        # register twin until a measurement says otherwise (docs/kernels.md)
+        act_us = m * problem.n * 2 / 1.0e6 if problem.generate_activation else 0.0
+        if knobs.act_staged:
+            act_us += 0.5
+        return gemm_us + cd_bytes / 3.5e6 + tiles * 0.02 * (128 / tile_n) + act_us
 
     def knobs_from_dict(self, values: dict) -> Sm90Config:
         return Sm90Config.from_dict(values)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from cudnn_ext.engines.sm90 import Sm90DgluEngine, config_for, cooperative_config
+from cudnn_ext.engines.sm90 import Sm90DgluEngine, _activation_forms, config_for, cooperative_config
 from sm90_problem import BF16, FP16, FP32, _DT, problem as _problem
 
 needs_dsl = pytest.mark.skipif(importlib.util.find_spec("cutlass") is None,
@@ -152,6 +152,19 @@ _CASES = [
     ("coop-deep-swiglu-dbias-act", _problem(activation=True, k=7168, **_COOP), "coop", None),
     ("coop-mid-swiglu-dbias-act", _problem(activation=True, k=4096, **_COOP), "coop", None),
     ("coop-mid-geglu-dbias-act", _problem(act="dgeglu", activation=True, k=4096, **_COOP), "coop", None),
+    # the activation output staged through shared memory (act_staged: the heuristics' form
+    # where D leaves through shared memory)
+    ("staged-t128-2x1-half-geglu-dbias-act-round",
+     _problem(act="dgeglu", activation=True, round_dgrad=True, **_P), (128, 2, 1, 2), "act_staged"),
+    ("staged-coop-deep-geglu-dbias-act", _problem(act="dgeglu", activation=True, k=7168, **_COOP),
+     "coop", "act_staged"),
+    ("staged-coop-mid-swiglu-dbias-act", _problem(activation=True, k=4096, **_COOP), "coop",
+     "act_staged"),
+    ("staged-ragged-coop-mid-swiglu-act", _problem(activation=True, k=4096, m_aligned=8, **_COOP),
+     "coop", "act_staged"),
+    ("staged-ragged-t64-1x1-geglu-act-round",
+     _problem(act="dgeglu", activation=True, round_dgrad=True, m_aligned=16, **_P),
+     (64, 1, 1, 1), "act_staged"),
     ("fresh-t64-2x2-geglu-act-round",
      _problem(act="dgeglu", dbias=False, activation=True, round_dgrad=True, **_P),
      (64, 2, 2, 1), "init_outputs"),
@@ -192,15 +205,18 @@ _CASES = [
 
 
 def _selected(problem, entry, variant=None):
-    """The knob-space entry of ``problem`` that ``entry`` names (exactly one), in ``variant``."""
+    """The knob-space entry of ``problem`` that ``entry`` names (exactly one), in ``variant``
+    (a launch variant, or ``act_staged``: the entry's staged activation form, else its
+    register form)."""
     space = Sm90DgluEngine().knob_space(problem)
+    staged = variant == "act_staged"
     if entry == "coop":
-        found = [kn for kn in space if kn.cooperative]
+        found = [kn for kn in space if kn.cooperative and kn.act_staged == staged]
     else:
-        found = [kn for kn in space if not kn.cooperative
+        found = [kn for kn in space if not kn.cooperative and kn.act_staged == staged
                  and (kn.tile_n, kn.cluster_m, kn.cluster_n, kn.c_split) == entry]
     assert len(found) == 1, (entry, space)
-    return dataclasses.replace(found[0], **{variant: True}) if variant else found[0]
+    return dataclasses.replace(found[0], **{variant: True}) if variant and not staged else found[0]
 
 
 def _max_spill(problem):
@@ -216,15 +232,18 @@ def _max_spill(problem):
 def test_selectable_variant_compiles_for_sm90a(problem, entry, variant):
     cfg = _selected(problem, entry, variant)
     if entry == "coop":
-        assert dataclasses.replace(cfg, init_outputs=False, ws_zeroed=False) == \
-            cooperative_config(problem)
+        coop = cooperative_config(problem)
+        assert dataclasses.replace(cfg, init_outputs=False, ws_zeroed=False) in (
+            _activation_forms(problem, coop) if problem.generate_activation else [coop])
         assert cfg.split_last == (3 if problem.k >= 5120 and problem.act.act_func == "dswiglu" else 1)
     assert cfg.ragged_m == (problem.m_aligned < 256)
     spill = 0 if cfg.cooperative else _max_spill(problem)
     if cfg.cooperative and cfg.stages() == 3 and cfg.generate_activation and cfg.act_func == "dgeglu":
         spill = 4  # the deep form's branch-free activation stores (measured faster: docs/performance.md)
     if cfg.ragged_m and cfg.generate_activation:
-        spill = 24  # the masked activation stores (the 128-wide form: 252 B, not offered)
+        # the masked register stores: 20-24 B (the 128-wide form: 252 B, not offered); staged,
+        # dGeGLU's ragged epilogue still spills 4 B (16 B with round_dgrad; dSwiGLU none)
+        spill = 16 if cfg.act_staged else 24
     _check_report(cfg, spill)
 
 
@@ -249,7 +268,7 @@ def test_cases_cover_the_knob_space_and_the_families():
                          ("round_dgrad_to_input_dtype", {True, False})):
         assert {getattr(p, attr) for p in probs} == values
     assert {p.act.act_func for p in probs} == {"dswiglu", "dgeglu"}
-    assert {c[3] for c in _CASES} == {None, "init_outputs", "ws_zeroed"}
+    assert {c[3] for c in _CASES} == {None, "init_outputs", "ws_zeroed", "act_staged"}
     # the ragged schedule: each cluster shape, tile 64 and 128, both cooperative forms
     ragged = {(c[1].weight_mode, c[2] if c[2] != "coop" else ("coop", c[1].k >= 5120))
               for c in _CASES if c[1].m_aligned < 256}

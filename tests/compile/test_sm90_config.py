@@ -29,7 +29,7 @@ def test_config_fields_are_pinned():
                      "weight_mode", "b_major", "generate_activation", "round_dgrad", "geglu_beta",
                      "has_prob", "has_dprob", "generate_amax", "situ_beta1", "situ_beta2",
                      "tile_n", "ab_stages", "c_stages", "c_split",
-                     "cluster_m", "cluster_n", "raster_group_m", "cooperative", "split_last",
+                     "cluster_m", "cluster_n", "raster_group_m", "cooperative", "split_last", "act_staged",
                      "init_outputs", "ws_zeroed", "fold_dbias", "ragged_m", "deterministic"]
     assert [f.name for f in dataclasses.fields(Sm90TraceConfig)] == names + ["trace"]
 
@@ -601,6 +601,71 @@ def test_activation_stores_drop_their_predicate_only_where_every_block_is_inside
     assert make_kernel(config_for(coop, tile_n=256, cluster_m=2, cooperative=True))._blocks_all_valid()
     assert not make_kernel(config_for(_problem(n=1152, k=4096, m=32768, activation=True), tile_n=256,
                                       cluster_m=2, cooperative=True))._blocks_all_valid()
+
+
+def test_staged_activation_refuses_a_misaligned_address(monkeypatch):
+    """The staged form TMA-stores the activation output: its plan refuses an address that is
+    not 16-byte aligned before any launch (the register form takes any bf16 pair address)."""
+    import types
+
+    L, n, k, m = 4, 96, 200, 1024
+    p = dataclasses.replace(_problem(n=n, k=k, m=m, L=L, act="dgeglu", activation=True),
+                            device_type="cpu")
+    pack = _cpu_pack(m, n, k, L)
+    buf = torch.zeros(m * n + 8, dtype=BF16)
+    pack["activation"] = buf[4:4 + m * n].view(m, n)  # 8 bytes past a 16-byte boundary
+    assert pack["activation"].data_ptr() % 16 == 8
+    for staged in (True, False):
+        plan, calls = _recording_plan(monkeypatch, p, config_for(p, tile_n=128, act_staged=staged))
+        ws = torch.empty(plan.workspace_size, dtype=torch.uint8)
+        if staged:
+            with pytest.raises(ValueError, match="activation: must be 16-byte aligned"):
+                plan.execute(pack, ws, types.SimpleNamespace(cuda_stream=77))
+            assert calls == []
+        else:
+            plan.execute(pack, ws, types.SimpleNamespace(cuda_stream=77))
+            assert calls[-1][13] == pack["activation"].data_ptr()
+
+
+def test_activation_forms_in_the_knob_space():
+    """With the activation output every entry whose D leaves through shared memory comes in
+    the staged form too (ranked just behind its register twin until measured faster), with
+    C stages cut where the deep cooperative form's 3 A/B stages would not fit
+    beside the staged blocks; none for dSiTU-GLU (spills), fp32 D (register D stores) or
+    without the activation output; the ragged schedule keeps tile 64 in both forms."""
+    eng = Sm90DgluEngine()
+
+    def space(**kw):
+        return eng.knob_space(_problem(activation=True, **kw))
+
+    for kw in (dict(), dict(n=1024, k=4096, m=32768, act="dgeglu"),
+               dict(n=2048, k=7168, m=32768), dict(m_aligned=8, act="dgeglu")):
+        sp = space(**kw)
+        staged = [kn for kn in sp if kn.act_staged]
+        plain = [kn for kn in sp if not kn.act_staged]
+        assert staged and len(staged) == len(plain)
+        for kn in staged:
+            kn.check()
+            assert any(dataclasses.replace(q, act_staged=True, c_stages=kn.c_stages) == kn
+                       for q in plain)
+            if kn.cooperative and kn.ab_stages == 3:
+                assert kn.c_stages == 3 and kn.stages_that_fit() >= 3
+        p = _problem(activation=True, **kw)
+        best = min(sp, key=lambda k: eng.cost(p, k))
+        (twin,) = [kn for kn in staged if dataclasses.replace(best, act_staged=True, c_stages=kn.c_stages) == kn]
+        assert not best.act_staged and 0 < eng.cost(p, twin) - eng.cost(p, best) < 1
+    ragged = space(m_aligned=8)
+    assert {kn.tile_n for kn in ragged} == {64}
+    coop = space(n=1024, k=4096, m=32768, m_aligned=8)  # the cooperative form in both
+    assert {kn.act_staged for kn in coop if kn.cooperative} == {True, False}
+    assert not any(kn.act_staged for kn in space(act="dsituglu"))
+    assert not any(kn.act_staged for kn in space(d=FP32))
+    assert not any(kn.act_staged for kn in space(c=FP32, d=FP32))
+    assert not any(kn.act_staged for kn in eng.knob_space(_problem()))
+    with pytest.raises(ValueError, match="act_staged needs generate_activation"):
+        config_for(_problem(), act_staged=True).check()
+    with pytest.raises(ValueError, match="act_staged needs generate_activation and D of C's type"):
+        config_for(_problem(activation=True, d=FP32), act_staged=True).check()
 
 
 def test_discrete_launch_passes_the_table_and_workspace_regions(monkeypatch):

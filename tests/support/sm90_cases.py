@@ -6,6 +6,7 @@ the last offset), runs the SM90 engine and compares with the float64 reference.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Sequence
@@ -41,6 +42,7 @@ class Case:
     c_split: int = 1  # ping-pong C ring entries of 128 / c_split rows
     split_last: int = 1  # (cooperative) the last round spread over up to rem x this many clusters
     activation: bool = False  # (dgeglu) the activation output, (M, N) bf16
+    act_staged: bool = False  # the activation output through shared memory and TMA (act_staged)
     round_dgrad: bool = False  # round_dgrad_to_input_dtype: alpha^2 * acc rounded to bf16
     # every offset a multiple of this (below 256: the ragged schedule); with it, A and C rows
     # past the last offset hold NaN (a tile of the last expert reads them)
@@ -56,7 +58,8 @@ class Case:
         return dict(tile_n=self.tile_n, cluster_m=self.cluster_m, cluster_n=self.cluster_n,
                     cooperative=self.cooperative, c_stages=self.c_stages, c_split=self.c_split,
                     split_last=self.split_last,
-                    **({"raster_group_m": self.raster_group_m} if self.raster_group_m else {}))
+                    **({"raster_group_m": self.raster_group_m} if self.raster_group_m else {}),
+                    **({"act_staged": True} if self.act_staged else {}))
 
     def label(self) -> str:
         dt = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
@@ -71,7 +74,8 @@ class Case:
                 f"{'-c%d' % self.c_stages if self.c_stages else ''}"
                 f"{'-h%d' % self.c_split if self.c_split > 1 else ''}"
                 f"{'-x%d' % self.split_last if self.split_last > 1 else ''}"
-                f"{'-act' if self.activation else ''}{'-rnd' if self.round_dgrad else ''}"
+                f"{'-act' if self.activation else ''}{'-staged' if self.act_staged else ''}"
+                f"{'-rnd' if self.round_dgrad else ''}"
                 f"{'-a%d' % self.m_aligned if self.m_aligned != 256 else ''}"
                 f"{'-exact' if self.exact_gemm else ''}{'-det' if self.deterministic else ''}")
 
@@ -567,7 +571,19 @@ def activation_cases() -> list:
     clusters, cooperative 128 x 256 with an N tail, the split last round, discrete weights,
     the ragged schedule; dGeGLU, dSwiGLU (whose stored value carries beta^2: beta in [0.5,
     1.5], 0 and -1.3 with signed_beta) and dSiTU-GLU; empty experts, N and K tails, rows
-    past the last offset; dSwiGLU and fp32 C/D with round_dgrad alone."""
+    past the last offset; dSwiGLU and fp32 C/D with round_dgrad alone. Every case with the
+    activation output runs in both of its forms: register stores and (D of C's type) staged
+    through shared memory with TMA stores; the ragged schedule at tile 128 staged only (the
+    register form's masked stores spill there)."""
+    base = _activation_base_cases()
+    staged = [dataclasses.replace(c, act_staged=True) for c in base
+              if c.activation and c.d_dtype == c.c_dtype]
+    ragged128 = [Case([8, 0, 120, 1000, 16], 96, 200, act, activation=True, act_staged=True,
+                      m_aligned=8, c_split=2) for act in ("dswiglu", "dgeglu")]
+    return base + staged + ragged128
+
+
+def _activation_base_cases() -> list:
     co = dict(cooperative=True)
     return [
         Case([256, 0, 768, 256], 96, 200, "dgeglu", activation=True),

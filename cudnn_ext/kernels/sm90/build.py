@@ -46,8 +46,8 @@ def make_kernel(cfg: Sm90Config) -> GroupedDgluSm90:
 #: (L x 128 B, 128-B aligned; the kernel assumes that alignment where it forms descriptor
 #: pointers). A dense launch passes A's address for both (never read). Then the caller's
 #: bf16 dbias (L, 2N), into which the kernel folds the fp32 workspace (any address without
-#: dbias: never read), the bf16 activation output (M, N) and the fp32 amax (L, 2) (any
-#: address without them), then the fp8_blockwise recipe's fp32 scales of A and B (e4m3
+#: dbias: never read), the bf16 activation output (M, N; 16-byte aligned with ``act_staged``:
+#: its TMA stores) and the fp32 amax (L, 2) (any address without them), then the fp8_blockwise recipe's fp32 scales of A and B (e4m3
 #: operands only; any address otherwise) and (deterministic with dbias) the fp32 slab of
 #: the tiles' dbias sums.
 def _ptr_specs(cfg: Sm90Config):
@@ -55,7 +55,8 @@ def _ptr_specs(cfg: Sm90Config):
     return (
         (ab, 16), (ab, 16), (c, 16), (d, 16),
         (Int32, 4), (Float32, 4), (Float32, 4), (Float32, 4), (Float32, 4), (Float32, 4),
-        (cutlass.Int64, 8), (cutlass.Int64, 16), (cutlass.BFloat16, 2), (cutlass.BFloat16, 4),
+        (cutlass.Int64, 8), (cutlass.Int64, 16), (cutlass.BFloat16, 2),
+        (cutlass.BFloat16, 16 if cfg.act_staged else 4),
         (Float32, 4), (Float32, 4), (Float32, 4), (Float32, 4),
     )
 

@@ -85,7 +85,11 @@ class Sm90Config:
       shared-memory bytes per MMA at tile 256, but an epilogue the MMAs do not hide); else
       ping-pong, each warpgroup whole tiles, their mainloops alternating;
     * ``split_last``: cooperative only, the static schedule's last, partial round spread along
-      K over up to rem x split_last clusters, stream-K (1 = off; ``stream_k``).
+      K over up to rem x split_last clusters, stream-K (1 = off; ``stream_k``);
+    * ``act_staged``: (``generate_activation``, D of C's type) the activation output leaves
+      as D does: written into a shared-memory block beside each C ring entry and TMA-stored
+      by the C producer warp, instead of 4-byte register stores from the math warps (costs
+      the shared memory of half a C ring: ``act_bytes``).
 
     Launch variants (same main kernel, another prologue or host convention):
 
@@ -141,6 +145,7 @@ class Sm90Config:
     raster_group_m: int = 8
     cooperative: bool = False
     split_last: int = 1
+    act_staged: bool = False
     init_outputs: bool = False
     ws_zeroed: bool = False
     fold_dbias: bool = True
@@ -231,6 +236,10 @@ class Sm90Config:
         if self.c_split not in (1, 2) or (self.c_split == 2 and self.cooperative):
             raise ValueError(f"c_split must be 1, or 2 in the ping-pong schedule, got "
                              f"c_split={self.c_split}, cooperative={self.cooperative}")
+        if self.act_staged and not (self.generate_activation and self.d_via_smem()):
+            raise ValueError(f"act_staged needs generate_activation and D of C's type (D through "
+                             f"shared memory), got generate_activation={self.generate_activation}, "
+                             f"c_dtype={self.c_dtype!r}, d_dtype={self.d_dtype!r}")
         if self.generate_dbias and not self.cooperative and self.c_ring() > self.tile_n // 32:
             # the C producer hands back a stage's dbias sums knowing only the current and
             # the previous tile (see c_producer)
@@ -314,6 +323,17 @@ class Sm90Config:
         """Bytes of one C block (c_split ring entries)."""
         return self.wg_rows() * C_BLOCK_COLS * DTYPE_BITS[self.c_dtype] // 8
 
+    def act_cols(self) -> int:
+        """Columns of one staged activation block: the 32 accumulator columns of a C block."""
+        return C_BLOCK_COLS // 2
+
+    def act_bytes(self) -> int:
+        """(``act_staged``) Shared-memory bytes of the staged activation blocks: one bf16
+        block of wg_rows x 32 beside each C block (0 without it)."""
+        if not self.act_staged:
+            return 0
+        return MATH_WARPGROUPS * self.c_ring() * self.wg_rows() * self.act_cols() * 2
+
     def dbias_smem_shape(self) -> tuple:
         """Shape of the fp32 partial column sums in shared memory (dbias only), so that a
         tile costs one global atomic per column instead of one per warp and column.
@@ -341,7 +361,8 @@ class Sm90Config:
     def smem_users(self) -> str:
         """What takes shared memory besides the A/B stages, for the stage errors."""
         return (f"tile_n={self.tile_n}, c_stages={self.c_ring()}, C {self.c_dtype}, "
-                f"dbias={self.generate_dbias}, cooperative={self.cooperative}")
+                f"dbias={self.generate_dbias}, cooperative={self.cooperative}"
+                + (", act_staged=True" if self.act_staged else ""))
 
     def stages_that_fit(self) -> int:
         per_stage = (TILE_M + self.tile_n) * self.tile_k() * DTYPE_BITS[self.ab_dtype] // 8
@@ -351,7 +372,7 @@ class Sm90Config:
         # with one C stage then keeps 6 A/B stages, exactly: 6 x 32 KiB + 32 KiB of C + 2 KiB
         # of dbias slices + 1 KiB = 227 KiB, about 830 B to spare after the mbarriers. A
         # 128 x 256 cooperative stage (48 KB) keeps 4 next to its 2 KB of dbias sums.
-        fixed = 1024 + c_bytes + 4 * self.dbias_smem_floats()
+        fixed = 1024 + c_bytes + self.act_bytes() + 4 * self.dbias_smem_floats()
         return (SMEM_CAPACITY - fixed) // per_stage
 
     def ws_dbias_sums(self) -> bool:

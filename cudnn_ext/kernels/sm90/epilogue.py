@@ -11,8 +11,9 @@ tidx, sDb, hand_mbar, kslot)`` runs on one math warpgroup after its mainloop.
   (``m_tile``, ``n_tile``, ``expert``); the launch's :class:`EpilogueParams`.
 * Out: the D block, written over its C entry in shared memory (``d_via_smem``: the C producer
   warp TMA-stores it) or straight to ``params.mD``; (``generate_activation``) prob x the
-  activation value, straight to ``params.mAct`` at the accumulator's columns; dprob row partials (one fp32 atomic per
-  row and tile); dbias column partials into ``sDb`` (ping-pong: the entry's stage slice, for
+  activation value at the accumulator's columns, into the activation block beside the C entry
+  (``act_staged``: TMA-stored with D) or straight to ``params.mAct``; dprob row partials (one
+  fp32 atomic per row and tile); dbias column partials into ``sDb`` (ping-pong: the entry's stage slice, for
   the C producer; cooperative: the ``HandOver`` slot numbered ``kslot``, for the folder).
 
 Warps 1 and 2 (``c_producer``) walk the tiles of math warpgroup 0 / 1, load their C windows
@@ -35,12 +36,13 @@ from .epilogue_math import LOG2_E, dgeglu_local, dsituglu_local, dswiglu_unscale
 
 class EpilogueParams(NamedTuple):
     """The epilogue's launch-wide operands: D (M, 2N), the activation output (M*N, flat;
-    written with ``generate_activation`` only), amax (L*2, flat; ``generate_amax``) and
-    dprob (M,) out, alpha and beta (L,) and prob (M,) in, and the runtime activation
-    constants."""
+    written with ``generate_activation`` only; ``sAct``: with ``act_staged`` its shared-memory
+    blocks, one per C ring entry, else None), amax (L*2, flat; ``generate_amax``) and dprob
+    (M,) out, alpha and beta (L,) and prob (M,) in, and the runtime activation constants."""
 
     mD: object
     mAct: object
+    sAct: object
     mAmax: object
     mAlpha: object
     mBeta: object
@@ -50,6 +52,21 @@ class EpilogueParams(NamedTuple):
     clamp_max: object
     clamp_min: object
     linear_offset: object
+
+
+class BlockStore(NamedTuple):
+    """An output the C producer warp TMA-stores from shared memory, one block per C ring
+    entry: D (written over the entry) or, with ``act_staged``, the activation (its own block
+    beside the entry). ``s``/``g``: the TMA partitions of the staged blocks ``smem`` and of
+    the global tensor ``tma`` (``ragged_m``: re-partitioned per tile); blocks of c_rows x
+    ``cols``, addressed by (row block, column block) like C's."""
+
+    atom: object
+    s: object
+    g: object
+    tma: object
+    smem: object
+    cols: int
 
 
 class DgluEpilogueMixin:
@@ -89,8 +106,8 @@ class DgluEpilogueMixin:
         A stage comes back released once the warpgroup is done with its block. Before this
         warp reloads it:
         * with ``d_store`` (D leaves through shared memory) the stage holds the D block the
-          warpgroup wrote over the C block it read: this warp TMA-stores it, and waits until
-          the store has read it. The math warps only fence their writes and release: before,
+          warpgroup wrote over the C block it read (and, ``act_staged``, the activation block
+          beside it): this warp TMA-stores them, and waits until the stores have read them. The math warps only fence their writes and release: before,
           one of them issued each store and waited for its read, and the warpgroup met on a
           barrier per block, all on the epilogue's critical path;
         * with ``dbias`` (ping-pong) the stage's slice of ``sDb`` holds the 4 warps' column
@@ -223,9 +240,11 @@ class DgluEpilogueMixin:
             cute.arch.sync_warp()
 
     def _store_d_block(self, d_store, st, w, e_q: int, m_tile, n_tile, row0, row_end):
-        """Issue the TMA store of the D entry in C stage ``st``: warpgroup w's entry ``e_q``
-        (block e_q // c_split, row half e_q % c_split) of tile (m_tile, n_tile). The caller
-        waits for the store's read of the stage before reloading it.
+        """Issue the TMA stores of the entries in C stage ``st`` (D, and with ``act_staged``
+        the activation): warpgroup w's entry ``e_q`` (block e_q // c_split, row half e_q %
+        c_split) of tile (m_tile, n_tile); D's 64-column blocks over 2N and the activation's
+        32-column blocks over N have the same block index. The caller waits for the stores'
+        reads of the stage before reloading it.
 
         The math warps wrote it over the C entry, fenced their writes to the async proxy and
         released the stage (lane 0 of each warp after a warp sync, or with ping-pong dbias
@@ -233,14 +252,15 @@ class DgluEpilogueMixin:
         past 2N lies outside the tensor map: TMA writes nothing. ``ragged_m``: the tensor map
         is the clipping one (``_ragged_rows``), viewed from the tile's first row with the
         expert's end as its bound: rows from ``row_end`` on are not written."""
-        tma_atom_d, tDsD, tDgD, mD_tma, sC = d_store
-        if cutlass.const_expr(self.cfg.ragged_m):
-            _, tDgD = self.block_partition(
-                tma_atom_d, self._ragged_rows(mD_tma, row0, row_end - row0), sC)
-            m_tile = 0
-        cute.copy(tma_atom_d, tDsD[(None, st.index)],
-                  tDgD[(None, self.c_row_block(m_tile, w, e_q % self.c_split),
-                        n_tile * self.nblk + e_q // self.c_split)])
+        row_tile = 0 if self.cfg.ragged_m else m_tile
+        for out in d_store:
+            g = out.g
+            if cutlass.const_expr(self.cfg.ragged_m):
+                _, g = self.block_partition(
+                    out.atom, self._ragged_rows(out.tma, row0, row_end - row0), out.smem, out.cols)
+            cute.copy(out.atom, out.s[(None, st.index)],
+                      g[(None, self.c_row_block(row_tile, w, e_q % self.c_split),
+                         n_tile * self.nblk + e_q // self.c_split)])
         cute.arch.cp_async_bulk_commit_group()
 
     def _ragged_c(self, tma_atom_c, c_src, row0):
@@ -249,13 +269,14 @@ class DgluEpilogueMixin:
         mC, sC = c_src
         return self.block_partition(tma_atom_c, cute.domain_offset((row0, 0), mC), sC)[1]
 
-    def block_partition(self, tma_atom, view, sC):
-        """(shared, global) TMA partitions of the C/D block view ``view`` (TMA coordinates,
-        tiled into c_rows x 64 blocks) for the C ring's stages ``sC``: how the C loads and
-        the D stores address a block (global index (row block, column block))."""
-        g = cute.local_tile(view, (self.c_rows, C_BLOCK_COLS), (None, None))
+    def block_partition(self, tma_atom, view, smem, cols=C_BLOCK_COLS):
+        """(shared, global) TMA partitions of the block view ``view`` (TMA coordinates,
+        tiled into c_rows x ``cols`` blocks) for the staged blocks ``smem`` (the C ring's, or
+        the activation's beside them): how the C loads and the D and activation stores
+        address a block (global index (row block, column block))."""
+        g = cute.local_tile(view, (self.c_rows, cols), (None, None))
         return cute.nvgpu.cpasync.tma_partition(
-            tma_atom, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2), cute.group_modes(g, 0, 2))
+            tma_atom, 0, cute.make_layout(1), cute.group_modes(smem, 0, 2), cute.group_modes(g, 0, 2))
 
     # ------------------------------------------------------------------ epilogue
     # Plain-Python helpers: they run while tracing (their loops unroll), building lists of
@@ -294,13 +315,14 @@ class DgluEpilogueMixin:
         r = frag.load().to(cutlass.BFloat16).to(Float32)
         return [r[0], r[1]]
 
-    def _smem_pair(self, sCj, r, col):
-        """Elements (r, col), (r, col + 1) of a C block in shared memory as one 2-element
-        tensor (col even). 16-bit C only: the 128B swizzle permutes 16-byte chunks, so the
-        pair is contiguous and 4-byte aligned; the view keeps the block's swizzled iterator
-        and adds the unswizzled offset r * 64 + col, so one 32-bit access replaces two
-        16-bit ones (PTX: 256 ld/st.shared.b16 per tile and thread become 128 b32)."""
-        off = cute.assume(r * C_BLOCK_COLS + col, divby=2)
+    def _smem_pair(self, sCj, r, col, cols=C_BLOCK_COLS):
+        """Elements (r, col), (r, col + 1) of a 16-bit block of ``cols`` columns in shared
+        memory (a C block, or a staged activation block) as one 2-element tensor (col even):
+        the 128B/64B swizzles permute 16-byte chunks, so the pair is contiguous and 4-byte
+        aligned; the view keeps the block's swizzled iterator and adds the unswizzled offset
+        r * cols + col, so one 32-bit access replaces two 16-bit ones (PTX: 256
+        ld/st.shared.b16 per tile and thread become 128 b32)."""
+        off = cute.assume(r * cols + col, divby=2)
         return cute.make_tensor(sCj.iterator + off, cute.make_layout(2))
 
     def _pairs_in_smem(self) -> bool:
@@ -370,7 +392,7 @@ class DgluEpilogueMixin:
         partials) is the module's docstring. ``tile_rows``: the tile's first row and its
         expert's end row (``ragged_m``: rows from there on are masked out of every output).
         """
-        (mD, mAct, mAmax, mAlpha, mBeta, mProb, mDprob, geglu_alpha, clamp_max, clamp_min,
+        (mD, mAct, sAct, mAmax, mAlpha, mBeta, mProb, mDprob, geglu_alpha, clamp_max, clamp_min,
          linear_offset) = params
         cfg = self.cfg
         two_n = 2 * cfg.n
@@ -430,6 +452,8 @@ class DgluEpilogueMixin:
                 st = self.c_state(wg, cpos + j, False)
                 c_pipe.consumer_wait(st)
                 sCj = sC[(None, None, st.index)]
+                if cutlass.const_expr(cfg.act_staged):
+                    sActj = sAct[(None, None, st.index)]
             valid = self._block_valid(n0, j)
             col_gate = [None] * 8  # column sums (dbias), from their first term
             col_up = [None] * 8
@@ -439,6 +463,8 @@ class DgluEpilogueMixin:
                     st = self.c_state(wg, cpos + j * self.c_split + h // per_entry, False)
                     c_pipe.consumer_wait(st)
                     sCj = sC[(None, None, st.index)]
+                    if cutlass.const_expr(cfg.act_staged):
+                        sActj = sAct[(None, None, st.index)]
                 # the entry's first row inside the tile
                 ent_row0 = blk_row0 + self.c_rows * (h // per_entry)
                 pvals = self._pair_values(j, h)
@@ -507,7 +533,15 @@ class DgluEpilogueMixin:
                         off = (row0 + r_loc) * two_n + 2 * n0 + 64 * j + c_loc
                         self._store_pair(mD, off, outs[0][0], outs[1][0])
                         self._store_pair(mD, off + 32, outs[0][1], outs[1][1])
-                    if cutlass.const_expr(cfg.generate_activation):
+                    if cutlass.const_expr(cfg.act_staged):
+                        # accumulator columns c_loc, c_loc + 1 of the block: the C producer
+                        # stores the block (clipped at N and, ragged_m, the expert's end)
+                        frag = cute.make_rmem_tensor((2,), Float32)
+                        frag[0] = acts[0] * act_scale[slot]
+                        frag[1] = acts[1] * act_scale[slot]
+                        self._smem_pair(sActj, r_blk, c_loc, cfg.act_cols()).store(
+                            frag.load().to(cutlass.BFloat16))
+                    elif cutlass.const_expr(cfg.generate_activation):
                         # accumulator column n0 + 32 j + c_loc, de-interleaved. Every block
                         # inside N and every row the expert's: no branch (a branch per pair
                         # kept each store's address math to itself: 0.09 ms of skew's dGeGLU,

@@ -22,7 +22,7 @@ from cutlass.tensor_utils import LayoutEnum
 from .config import (BLOCKWISE_TILE_K, C_BLOCK_COLS, MATH_WARPGROUPS, NUM_THREADS, SPLIT_BARRIER, TILE_M,
                      Sm90Config)
 from .dbias import DbiasHandBack, DbiasMixin, HandOver
-from .epilogue import DgluEpilogueMixin, EpilogueParams
+from .epilogue import BlockStore, DgluEpilogueMixin, EpilogueParams
 from .host_kernels import HostKernelsMixin
 from .mainloop import MainloopMixin
 from .stream_k import StreamKMixin
@@ -234,6 +234,23 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
                 mD_store = self._ragged_rows_tensor(mD)
             tma_atom_d, tma_d = cute.nvgpu.cpasync.make_tiled_tma_atom(
                 cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(), mD_store, c_smem, c_box)
+        # (act_staged) the activation's blocks, c_rows x 32 bf16 beside each C ring entry,
+        # 64B-swizzled: the epilogue's 4-byte pair writes (8 rows x 16 B per warp) fall in
+        # distinct banks; TMA-stored like D (placeholders otherwise: unused)
+        act_smem_staged, tma_atom_act, tma_act = c_smem_staged, tma_atom_c, tma_c
+        if cutlass.const_expr(cfg.act_staged):
+            act_box = (self.c_rows, cfg.act_cols())
+            act_atom = cute.nvgpu.warpgroup.make_smem_layout_atom(
+                sm90_utils.get_smem_layout_atom(c_layout, cutlass.BFloat16, cfg.act_cols()),
+                cutlass.BFloat16)
+            act_smem_staged = cute.tile_to_shape(
+                act_atom, (*act_box, MATH_WARPGROUPS * self.c_stages), order=(0, 1, 2))
+            mAct_store = cute.make_tensor(act_ptr, cute.make_layout((m, n), stride=(n, 1)))
+            if cutlass.const_expr(cfg.ragged_m):
+                mAct_store = self._ragged_rows_tensor(mAct_store)
+            tma_atom_act, tma_act = cute.nvgpu.cpasync.make_tiled_tma_atom(
+                cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(), mAct_store,
+                cute.slice_(act_smem_staged, (None, None, 0)), act_box)
 
         a_smem = cute.slice_(a_smem_staged, (None, None, 0))
         b_smem = cute.slice_(b_smem_staged, (None, None, 0))
@@ -248,25 +265,8 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
             b_op, mB, b_smem, (self.tile_n, self.tile_k), num_multicast=cm)
         cl = cfg.cluster_size()
 
-        # the 1024-B aligned buffers first: barriers in front of them would cost up to 1 KB
-        # of padding (Sm90Config.stages counts on it)
-        @cute.struct
-        class SharedStorage:
-            sA: cute.struct.Align[
-                cute.struct.MemRange[self.ab_dtype, cute.cosize(a_smem_staged)], 1024]
-            sB: cute.struct.Align[
-                cute.struct.MemRange[self.ab_dtype, cute.cosize(b_smem_staged)], 1024]
-            sC: cute.struct.Align[
-                cute.struct.MemRange[self.c_dtype, cute.cosize(c_smem_staged)], 1024]
-            ab_mbar: cute.struct.MemRange[cutlass.Int64, self.ab_stages * 2]
-            c_mbar: cute.struct.MemRange[cutlass.Int64, MATH_WARPGROUPS * self.c_stages * 2]
-            # HandOver pairs: the cooperative dbias slot's, or the ping-pong fold's (one per
-            # C producer warp)
-            hand_mbar: cute.struct.MemRange[cutlass.Int64, 2 * MATH_WARPGROUPS]
-            sDb: cute.struct.Align[
-                cute.struct.MemRange[Float32, cfg.dbias_smem_floats()], 16]
-
-        self.shared_storage = SharedStorage
+        self.shared_storage = self._shared_storage(a_smem_staged, b_smem_staged, c_smem_staged,
+                                                   act_smem_staged)
 
         # Upper bound of the tile count from M alone (the true count needs offs[L-1], which
         # only the device reads); surplus CTAs find no tile and exit. ``sm_count`` is how
@@ -315,14 +315,42 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
             self.build_b_descriptors(b_ptrs_ptr, b_desc_ptr, b_smem).launch(
                 grid=(num_experts, 1, 1), block=[32, 1, 1], stream=stream)
         self.kernel(
-            tma_atom_a, tma_a, tma_atom_b, tma_b, tma_atom_c, tma_c, tma_atom_d, tma_d, mC, mD,
-            mAct, mAmax, mOffs, mTable, mAlpha,
+            tma_atom_a, tma_a, tma_atom_b, tma_b, tma_atom_c, tma_c, tma_atom_d, tma_d,
+            tma_atom_act, tma_act, mC, mD, mAct, mAmax, mOffs, mTable, mAlpha,
             mBeta, mProb, mDprob, mDbias, mCount, mDb, mSFA, mSFB, mPartials, b_desc_ptr, num_experts,
             geglu_alpha,
             clamp_max, clamp_min, linear_offset, tiled_mma, tiled_mma_first, a_smem_staged,
-            b_smem_staged, c_smem_staged,
+            b_smem_staged, c_smem_staged, act_smem_staged,
         ).launch(grid=grid, block=[NUM_THREADS, 1, 1], cluster=(cl, 1, 1), min_blocks_per_mp=1,
                  stream=stream)
+
+    def _shared_storage(self, a_smem_staged, b_smem_staged, c_smem_staged, act_smem_staged):
+        """The kernel's shared-memory struct: the 1024-B aligned buffers first (barriers in
+        front of them would cost up to 1 KB of padding: Sm90Config.stages counts on it); the
+        staged activation blocks only with ``act_staged``."""
+        cfg = self.cfg
+        mem, align = cute.struct.MemRange, cute.struct.Align
+        fields = dict(sA=align[mem[self.ab_dtype, cute.cosize(a_smem_staged)], 1024],
+                      sB=align[mem[self.ab_dtype, cute.cosize(b_smem_staged)], 1024],
+                      sC=align[mem[self.c_dtype, cute.cosize(c_smem_staged)], 1024])
+        if cfg.act_staged:
+            fields["sAct"] = align[mem[cutlass.BFloat16, cute.cosize(act_smem_staged)], 1024]
+        fields.update(
+            ab_mbar=mem[cutlass.Int64, self.ab_stages * 2],
+            c_mbar=mem[cutlass.Int64, MATH_WARPGROUPS * self.c_stages * 2],
+            # HandOver pairs: the cooperative dbias slot's, or the ping-pong fold's (one per
+            # C producer warp)
+            hand_mbar=mem[cutlass.Int64, 2 * MATH_WARPGROUPS],
+            sDb=align[mem[Float32, cfg.dbias_smem_floats()], 16])
+        return cute.struct(type("SharedStorage", (), {"__annotations__": fields}))
+
+    def block_store(self, tma_atom, mT_tma, smem, cols: int) -> BlockStore:
+        """An output stored through shared memory, block by block, by the C producer warp:
+        its TMA atom and tensor, the staged shared-memory blocks and their partitions
+        (``ragged_m``: the rank-4 clipping view, partitioned per tile: _store_d_block)."""
+        view = self._ragged_rows(mT_tma, 0, 0) if self.cfg.ragged_m else mT_tma
+        s, g = self.block_partition(tma_atom, view, smem, cols)
+        return BlockStore(tma_atom, s, g, mT_tma, smem, cols)
 
     # ------------------------------------------------------------------ device side
     @cute.kernel
@@ -336,6 +364,8 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
         mC_tma: cute.Tensor,
         tma_atom_d: cute.CopyAtom,
         mD_tma: cute.Tensor,
+        tma_atom_act: cute.CopyAtom,
+        mAct_tma: cute.Tensor,
         mC: cute.Tensor,
         mD: cute.Tensor,
         mAct: cute.Tensor,
@@ -363,6 +393,7 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
         a_smem_staged: cute.ComposedLayout,
         b_smem_staged: cute.ComposedLayout,
         c_smem_staged: cute.ComposedLayout,
+        act_smem_staged: cute.ComposedLayout,
     ):
         tidx, _, _ = cute.arch.thread_idx()
         bid, _, _ = cute.arch.block_idx()
@@ -402,6 +433,9 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
         sB = storage.sB.get_tensor(b_smem_staged.outer, swizzle=b_smem_staged.inner)
         sC = storage.sC.get_tensor(c_smem_staged.outer, swizzle=c_smem_staged.inner)
         sDb = storage.sDb.get_tensor(cute.make_layout(self.cfg.dbias_smem_shape()))
+        sAct = None  # (act_staged) the activation blocks beside the C ring's entries
+        if cutlass.const_expr(self.cfg.act_staged):
+            sAct = storage.sAct.get_tensor(act_smem_staged.outer, swizzle=act_smem_staged.inner)
 
         a_smem = cute.slice_(a_smem_staged, (None, None, 0))
         b_smem = cute.slice_(b_smem_staged, (None, None, 0))
@@ -471,12 +505,12 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
             cute.group_modes(gB, 0, 2))
         tCsC_tma, tCgC_tma = self.block_partition(tma_atom_c, mC_tma, sC)
 
-        d_store = None
+        d_store = None  # the outputs that leave through shared memory, block by block
         if cutlass.const_expr(self.cfg.d_via_smem()):
-            # (ragged_m: the rank-4 clipping view, partitioned per tile: _store_d_block)
-            tDsD, tDgD = self.block_partition(
-                tma_atom_d, self._ragged_rows(mD_tma, 0, 0) if self.cfg.ragged_m else mD_tma, sC)
-            d_store = (tma_atom_d, tDsD, tDgD, mD_tma, sC)
+            d_store = (self.block_store(tma_atom_d, mD_tma, sC, C_BLOCK_COLS),)
+            if cutlass.const_expr(self.cfg.act_staged):
+                d_store = d_store + (self.block_store(tma_atom_act, mAct_tma, sAct,
+                                                      self.cfg.act_cols()),)
 
         if warp_group == 0:
             cute.arch.setmaxregister_decrease(self.producer_regs)
@@ -528,8 +562,8 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
             tr = self._trace_begin(b_desc_ptr, tidx, bid, nblocks, wg)
             tcount = Int32(0)
 
-            epi = EpilogueParams(mD, mAct, mAmax, mAlpha, mBeta, mProb, mDprob, geglu_alpha,
-                                 clamp_max, clamp_min, linear_offset)
+            epi = EpilogueParams(mD, mAct, sAct, mAmax, mAlpha, mBeta, mProb, mDprob,
+                                 geglu_alpha, clamp_max, clamp_min, linear_offset)
             pos = Int32(0) if self.coop else wg * self.k_tile_cnt  # first k-tile's ring position
             cpos = Int32(0)  # position in this warpgroup's private C FIFO
             kslot = Int32(0)  # (cooperative dbias) blocks handed over so far
