@@ -12,6 +12,9 @@ training step's forward and backward (the output's gradient given), device time,
                        CudnnGroupedExperts: interleaved w13, the fused dSwiGLU backward, the
                        routed rows passed through as they come on Hopper); eager
   cudnn_ext_compiled   the same module under torch.compile
+  cudnn_ext_captured   the same module with ``capture=True``: each step's forward and backward
+                       replayed from CUDA graphs captured for the row count (host issue: two
+                       graph launches and the static input copies)
   cudnn_ext_mlp        GroupedGluMLP alone on rows already in 256-aligned groups
   titan_moe            TorchTitan's whole MoE layer (router, permutation, experts, combine
                        with the routing scores), stock experts, eager, on tokens/top_k tokens
@@ -61,7 +64,8 @@ SHAPES = dict(bench_dglu.SHAPES, skew8=bench_dglu.SHAPES["skew"], skew1=bench_dg
 _SKEW_GRANULARITY = {"skew8": 8, "skew1": 1}
 SMOKE_SHAPE = (4, 40, 64, 64)  # experts, rows per expert (mean), K, N
 TOP_K = 8
-IMPLS = ("titan_eager", "titan_compiled", "gemms_only", "cudnn_ext", "cudnn_ext_compiled", "cudnn_ext_mlp",
+IMPLS = ("titan_eager", "titan_compiled", "gemms_only", "cudnn_ext", "cudnn_ext_compiled", "cudnn_ext_captured",
+         "cudnn_ext_mlp",
          "titan_moe", "titan_moe_cudnn_ext", "titan_moe_compiled", "titan_moe_cudnn_ext_compiled")
 
 
@@ -183,6 +187,8 @@ def build_rows(name, L, per, K, N, dev, impls, top_k, compile_fn=torch.compile):
         fns["cudnn_ext"] = step(ours, (x, counts), dy)
     if "cudnn_ext_compiled" in impls:
         fns["cudnn_ext_compiled"] = step(compile_fn(copy.deepcopy(ours)), (x, counts), dy)
+    if "cudnn_ext_captured" in impls:
+        fns["cudnn_ext_captured"] = step(swap_experts(copy.deepcopy(stock), capture=True), (x, counts), dy)
     if "cudnn_ext_mlp" in impls:
         mlp = GroupedGluMLP(L, K, N, device=dev)
         with torch.no_grad():

@@ -64,6 +64,7 @@ except ImportError as exc:  # the integration is optional; say what to install
         f"imports): pip install 'cudnn-ext[titan]' ({type(exc).__name__}: {exc})") from exc
 
 from ..layout import GATE_UP_BLOCK, interleave_gate_up as _interleave, split_gate_up as _split
+from ..torch.captured import GraphedStep, graph_step_applies
 from ..torch.mlp import fused_row_alignment, gather_rows, glu_config, grouped_glu_mlp, pad_expert_rows
 
 
@@ -113,7 +114,11 @@ class CudnnGroupedExperts(GroupedExperts):
 
     @dataclass(kw_only=True, slots=True)
     class Config(GroupedExperts.Config):
-        pass
+        #: run each training step's forward and backward as CUDA graphs captured per routed-row
+        #: count (``cudnn_ext.torch.captured``): the host issues two graph launches and three
+        #: copies instead of the step's ~20 ops; each forward's backward must run before the
+        #: next forward (no pipeline schedules with several microbatches in flight)
+        capture: bool = False
 
     def __init__(self, config: Config):
         if config.hidden_dim % GATE_UP_BLOCK:
@@ -124,13 +129,16 @@ class CudnnGroupedExperts(GroupedExperts):
         del self.w1_EFD, self.w3_EFD
         self.w13 = nn.Parameter(w1.new_empty((config.num_experts, 2 * config.hidden_dim, config.dim)))
         self.cfg = glu_config("swiglu")  # TorchTitan's experts: silu(x w1ᵀ) * (x w3ᵀ)
+        self.capture = config.capture
+        self._graphed = GraphedStep(self._routed_step)
         self.register_state_dict_post_hook(_split_on_save)
         self.register_load_state_dict_pre_hook(_merge_on_load)
 
     @classmethod
-    def from_stock(cls, experts: GroupedExperts) -> "CudnnGroupedExperts":
+    def from_stock(cls, experts: GroupedExperts, capture: bool = False) -> "CudnnGroupedExperts":
         """A swapped copy of a stock ``GroupedExperts``: its w1/w3 interleaved once into ``w13``,
-        its ``w2_EDF`` Parameter shared, its initializers and sharding carried over."""
+        its ``w2_EDF`` Parameter shared, its initializers and sharding carried over;
+        ``capture``: :attr:`Config.capture`."""
         if type(experts) is not GroupedExperts:
             raise TypeError(f"experts: must be a stock torchtitan GroupedExperts (SwiGLU, no bias), got "
                             f"{type(experts).__module__}.{type(experts).__qualname__}")
@@ -138,7 +146,7 @@ class CudnnGroupedExperts(GroupedExperts):
         _check_gate_up("experts.w1_EFD", w1, "experts.w3_EFD", w3)
         E, F, D = w1.shape
         with torch.device("meta"):  # the constructor's placeholders; replaced below
-            new = cls(cls.Config(dim=D, hidden_dim=F, num_experts=E))
+            new = cls(cls.Config(dim=D, hidden_dim=F, num_experts=E, capture=capture))
         with torch.no_grad():
             new.w13 = nn.Parameter(interleave_gate_up(_plain(w1), _plain(w3)), requires_grad=w1.requires_grad)
         new.w2_EDF = experts.w2_EDF
@@ -156,11 +164,11 @@ class CudnnGroupedExperts(GroupedExperts):
             return x_RD.new_zeros((0, w2.shape[1])) + 0 * (w13.sum() + w2.sum()).to(x_RD.dtype)
         align = fused_row_alignment(x_RD.device)
         if align == 1:
-            # groups as they come: rows past the counts' sum belong to no expert (output 0)
-            offsets = torch.cumsum(num_tokens_per_expert_E, 0).clamp(max=rows).to(torch.int32)
-            prob = torch.ones(rows, dtype=torch.float32, device=x_RD.device)
-            y = grouped_glu_mlp(x_RD.bfloat16(), prob, w13, w2, offsets, cfg=self.cfg, m_aligned=1)
-            return y.type_as(x_RD)
+            x = x_RD.bfloat16()
+            # (the parameters themselves: a DTensor's local shard would pass for a plain weight)
+            if self.capture and self.training and graph_step_applies(x, (self.w13, self.w2_EDF)) is None:
+                return self._graphed(x, num_tokens_per_expert_E, (w13, w2)).type_as(x_RD)
+            return self._routed_step(x, num_tokens_per_expert_E, w13, w2).type_as(x_RD)
         offsets, src, src_valid, dest, dest_valid = pad_expert_rows(num_tokens_per_expert_E, rows,
                                                                     align=align)
         # padding rows hold 0 and probability 0: they add nothing to any output or gradient
@@ -170,6 +178,14 @@ class CudnnGroupedExperts(GroupedExperts):
         # a select, never a multiply: rows past the last group may hold anything
         y = gather_rows(y_pad, dest, dest_valid, src, src_valid)
         return y.type_as(x_RD)
+
+    def _routed_step(self, x: Tensor, num_tokens_per_expert_E: Tensor, w13: Tensor, w2: Tensor) -> Tensor:
+        """The experts on routed bf16 rows grouped as they come: rows past the counts' sum
+        belong to no expert (output 0)."""
+        rows = x.shape[0]
+        offsets = torch.cumsum(num_tokens_per_expert_E, 0).clamp(max=rows).to(torch.int32)
+        prob = torch.ones(rows, dtype=torch.float32, device=x.device)
+        return grouped_glu_mlp(x, prob, w13, w2, offsets, cfg=self.cfg, m_aligned=1)
 
     def _init_self_parameters(self) -> None:
         """The stock initializers (``param_init`` keyed ``w1_EFD``, ``w2_EDF``, ``w3_EFD``), run
@@ -235,10 +251,11 @@ def _merge_on_load(module, state_dict, prefix, local_metadata, strict, missing_k
         state_dict[k13] = interleave_gate_up(state_dict.pop(k1), state_dict.pop(k3))
 
 
-def swap_experts(model: nn.Module) -> nn.Module:
+def swap_experts(model: nn.Module, capture: bool = False) -> nn.Module:
     """Replace every stock TorchTitan ``GroupedExperts`` in ``model`` by
     :class:`CudnnGroupedExperts` holding the same weights; returns ``model`` (or the
-    replacement, if ``model`` is itself a ``GroupedExperts``).
+    replacement, if ``model`` is itself a ``GroupedExperts``). ``capture``: each one's
+    training steps run as captured CUDA graphs (:attr:`CudnnGroupedExperts.Config.capture`).
 
     Swap after loading or initializing the weights (either order works: checkpoints load in
     the stock layout) and before building the optimizer and parallelizing. Raises
@@ -248,7 +265,7 @@ def swap_experts(model: nn.Module) -> nn.Module:
     if not isinstance(model, nn.Module):
         raise TypeError(f"model: must be a torch.nn.Module, got {type(model).__name__}")
     if type(model) is GroupedExperts:
-        return CudnnGroupedExperts.from_stock(model)
+        return CudnnGroupedExperts.from_stock(model, capture)
     found = []
     for name, mod in model.named_modules():
         if isinstance(mod, GroupedExperts) and not isinstance(mod, CudnnGroupedExperts):
@@ -261,7 +278,7 @@ def swap_experts(model: nn.Module) -> nn.Module:
     for name in found:
         parent_name, _, attr = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, attr, CudnnGroupedExperts.from_stock(getattr(parent, attr)))
+        setattr(parent, attr, CudnnGroupedExperts.from_stock(getattr(parent, attr), capture))
     return model
 
 
