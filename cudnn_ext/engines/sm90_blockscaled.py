@@ -4,7 +4,7 @@ Hopper has no block-scaled tensor-core instruction. This engine runs a block-sca
 as device steps on the plan's stream, with no host sync:
 
 1. ``kernels.blockscaled`` dequantizes A (with SFA) and every expert's B (with SFB, dense or
-   through the ``b_ptrs``/``sfb_ptrs`` tables) into BF16 workspace regions. The products are
+   through the ``b_ptrs``/``sfb_ptrs`` tables) into BF16 workspace regions, in one launch. The products are
    exact in BF16 within its range (docs/blockscaled.md, "On Hopper"), in the weights' own
    element order (N-major FP8 weights stay N-major for the kernel). FP8 C is converted to
    bf16 (exact) by a torch cast;
@@ -106,7 +106,7 @@ class Sm90BlockScaledPlan(CompiledPlan):
     """Dequantize A and B into the workspace, then the sm90 kernel's plan on them."""
 
     def __init__(self, problem: DgluProblem, config: Sm90Config):
-        from ..kernels.blockscaled.config import DequantConfig
+        from ..kernels.blockscaled.config import DequantConfig, DequantPairConfig
 
         self.engine_name = Sm90BlockScaledEngine.name
         self.problem = problem
@@ -114,10 +114,10 @@ class Sm90BlockScaledPlan(CompiledPlan):
         self._inner = Sm90Plan(dense_problem(problem), config)
         elem, sf = _formats(problem)
         vec = problem.block_scale.sf_vec_size
-        self._deq_a = DequantConfig(elem, sf, vec)
-        self._deq_b = DequantConfig(elem, sf, vec, tables=problem.weight_mode == "discrete",
-                                    n_major=problem.b_major == "n")
-        self._deq_a.check()
+        b_deq = DequantConfig(elem, sf, vec, tables=problem.weight_mode == "discrete",
+                              n_major=problem.b_major == "n")
+        self._deq = DequantPairConfig(DequantConfig(elem, sf, vec), b_deq)  # A and B in one launch
+        self._deq.check()
         self._quant = quantize_config(problem)
         if self._quant is not None:
             self._quant.check()
@@ -155,20 +155,19 @@ class Sm90BlockScaledPlan(CompiledPlan):
         return self._layout.size
 
     def kernel_digests(self):
-        # the GEMM's, the two dequantizers' and (FP8 D) the D quantizer's entries
+        # the GEMM's, the dequantizers' and (FP8 D) the D quantizer's entries
         from ..runtime import compile_cache
 
-        own = [compile_cache.digest_for("dequant", c) for c in (self._deq_a, self._deq_b)]
+        own = [compile_cache.digest_for("dequant_pair", self._deq)]
         if self._quant is not None:
             own.append(compile_cache.digest_for("quantize_d", self._quant))
         return list(dict.fromkeys([*self._inner.kernel_digests(), *(d for d in own if d)]))
 
     def warmup(self) -> None:
-        from ..kernels.blockscaled.launch import dequant_cached, quantize_d_cached
+        from ..kernels.blockscaled.launch import dequant_pair_cached, quantize_d_cached
 
         self._inner.warmup()
-        dequant_cached(self._deq_a)
-        dequant_cached(self._deq_b)
+        dequant_pair_cached(self._deq)
         if self._quant is not None:
             quantize_d_cached(self._quant)
 
@@ -243,17 +242,18 @@ class Sm90BlockScaledPlan(CompiledPlan):
             self._quantize(pack, d, m, num_experts, handle, offsets)
 
     def _dequantize(self, pack, a16: int, b16: int, m: int, num_experts: int, handle: int, offsets: int) -> None:
-        """A into its BF16 copy at ``a16``, every expert's B into theirs at ``b16``."""
-        from ..kernels.blockscaled.launch import launch_dequant
+        """A into its BF16 copy at ``a16``, every expert's B into theirs at ``b16``: one
+        launch (its host issue is a large part of a small call's)."""
+        from ..kernels.blockscaled.launch import launch_dequant_pair
 
         p = self.problem
-        launch_dequant(self._deq_a, pack["a"].data_ptr(), pack["sfa"].data_ptr(), a16, m, p.k, 1, handle)
+        a = (pack["a"].data_ptr(), pack["sfa"].data_ptr(), a16)
         if p.weight_mode == "discrete":
-            launch_dequant(self._deq_b, pack["b_ptrs"].data_ptr(), pack["sfb_ptrs"].data_ptr(), b16, p.n, p.k,
-                           num_experts, handle, offsets=offsets)
+            b = (pack["b_ptrs"].data_ptr(), pack["sfb_ptrs"].data_ptr(), b16)
+            launch_dequant_pair(self._deq, a, b, m, p.n, p.k, num_experts, handle, offsets=offsets)
         else:
-            launch_dequant(self._deq_b, pack["b"].data_ptr(), pack["sfb"].data_ptr(), b16, p.n, p.k, num_experts,
-                           handle)
+            b = (pack["b"].data_ptr(), pack["sfb"].data_ptr(), b16)
+            launch_dequant_pair(self._deq, a, b, m, p.n, p.k, num_experts, handle)
 
     def _quantize(self, pack, d32: int, m: int, num_experts: int, handle: int, offsets: int) -> None:
         """The kernel's fp32 D at ``d32`` into the pack's FP8 D (and its scales)."""

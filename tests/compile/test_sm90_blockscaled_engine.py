@@ -179,8 +179,8 @@ def test_n_major_fp8_weights_stay_n_major(mode):
         assert space and all(cfg.b_major == b_major for cfg in space)
         with defer_compile():
             plan = eng.build(p, space[0])
-        assert plan._deq_b.n_major == (b_major == "n") and not plan._deq_a.n_major
-        assert plan._deq_b.tables == (mode == "discrete")
+        assert plan._deq.b.n_major == (b_major == "n") and not plan._deq.a.n_major
+        assert plan._deq.b.tables == (mode == "discrete")
         assert plan._inner.problem.b_major == b_major
 
 
@@ -267,8 +267,8 @@ def test_opt_in_engine_is_ranked_only_when_named(monkeypatch):
 @needs_dsl
 def test_plan_names_every_kernel_it_compiled(tmp_path, monkeypatch):
     """An MXFP8 plan's ``kernel_digests`` (what ``serialize(include_kernels=True)`` carries)
-    names the disk-cache entries of all its kernels: the SM90 GEMM, the dequantizer (A and
-    dense B share one) and the D quantizer, each one an entry this process can hand on."""
+    names the disk-cache entries of all its kernels: the SM90 GEMM, the dequantizers (A's
+    and B's, one kernel) and the D quantizer, each one an entry this process can hand on."""
     from cudnn_ext.engines.heuristics import ranked_knobs
     from cudnn_ext.runtime import compile_cache
 
@@ -473,8 +473,8 @@ def test_kernel_inputs_compute_the_16_bit_semantics(act, c_dtype, alpha_dtype, b
 @pytest.mark.parametrize("mode", ["dense", "discrete"])
 def test_address_path_launches_what_the_tensor_path_launches(monkeypatch, mode):
     """A call on the current stream with fp32 alpha/beta and C as the kernel reads it goes
-    through the inner plan's address launcher and creates no tensor; it launches the two
-    dequantizers, the GEMM and the D quantizer with the same arguments as the general
+    through the inner plan's address launcher and creates no tensor; it launches the
+    dequantizers (one launch for A and B), the GEMM and the D quantizer with the same arguments as the general
     path (a given stream), whose temporaries are the same workspace regions. More rows than
     the plan was built for: temporaries from the allocator, not the workspace."""
     from cudnn_ext.engines import sm90
@@ -485,7 +485,7 @@ def test_address_path_launches_what_the_tensor_path_launches(monkeypatch, mode):
     calls = []
     monkeypatch.setattr(sm90, "compile_cached", lambda cfg: (lambda *args: calls.append(("gemm", args))))
     monkeypatch.setattr(sm90.Sm90Plan, "_resident_ctas", lambda self, idx: 132)
-    monkeypatch.setattr(bl, "launch_dequant", lambda *a, **k: calls.append(("dequant", a[1:], k)))
+    monkeypatch.setattr(bl, "launch_dequant_pair", lambda *a, **k: calls.append(("dequant_pair", a[1:], k)))
     monkeypatch.setattr(bl, "launch_quantize_d", lambda *a, **k: calls.append(("quantize_d", a[1:], k)))
     for mod in (sm90, sbs):
         monkeypatch.setattr(mod, "current_stream_handle", lambda idx: 77)
@@ -514,12 +514,13 @@ def test_address_path_launches_what_the_tensor_path_launches(monkeypatch, mode):
     monkeypatch.setattr(torch, "empty", lambda *a, **kw: made.append(a) or real_empty(*a, **kw))
     plan.execute(pack, ws)
     fast, calls[:] = list(calls), []
-    assert not made and [c[0] for c in fast] == ["dequant", "dequant", "gemm", "quantize_d"]
+    assert not made and [c[0] for c in fast] == ["dequant_pair", "gemm", "quantize_d"]
     plan.execute(pack, ws, types.SimpleNamespace(cuda_stream=77))
     assert calls == fast
     base = ws.data_ptr()
-    assert fast[0][1][2] == base + plan._a_off and fast[1][1][2] == base + plan._b_off
-    assert fast[3][1][0] == base + plan._d_off == fast[2][1][3]  # fp32 D: the GEMM's D, the quantizer's input
+    (a_addrs, b_addrs), gemm, quant = fast[0][1][:2], fast[1][1], fast[2][1]
+    assert a_addrs[2] == base + plan._a_off and b_addrs[2] == base + plan._b_off
+    assert quant[0] == base + plan._d_off == gemm[3]  # fp32 D: the GEMM's D, the quantizer's input
     # more rows than built: A's copy and fp32 D from the allocator
     calls[:] = []
     big = dict(pack, a=torch.zeros(2 * m, k, dtype=e4), c=torch.zeros(2 * m, 2 * n, dtype=torch.bfloat16),
@@ -527,4 +528,5 @@ def test_address_path_launches_what_the_tensor_path_launches(monkeypatch, mode):
                prob=torch.ones(2 * m), dprob=torch.zeros(2 * m))
     plan.execute(big, ws)
     inside = range(base, base + plan.workspace_size)
-    assert calls[0][1][2] not in inside and calls[3][1][0] not in inside and calls[1][1][2] == base + plan._b_off
+    (a_addrs, b_addrs), quant = calls[0][1][:2], calls[2][1]
+    assert a_addrs[2] not in inside and quant[0] not in inside and b_addrs[2] == base + plan._b_off

@@ -134,3 +134,48 @@ def test_device_dequant_n_major(elem, tables, groups, rows, k):
     assert torch.equal(torch.isnan(got), nan)
     assert torch.equal(got[~nan].view(torch.int16), want[~nan].view(torch.int16))
     assert torch.isnan(out[total:]).all()
+
+
+@pytest.mark.parametrize("elem,sf,sf_vec,n_major,tables", [CONFIGS[0] + (False, False), CONFIGS[0] + (True, False),
+                                                            CONFIGS[2] + (False, False), CONFIGS[0] + (False, True),
+                                                            CONFIGS[2] + (False, True)],
+                         ids=["mxfp8", "mxfp8-n", "nvfp4", "mxfp8-tables", "nvfp4-tables"])
+def test_device_dequant_pair_matches_the_two_launches(elem, sf, sf_vec, n_major, tables):
+    """The engine's one launch for A and B (``DequantPair``) writes exactly what the two
+    single launches write (random bytes, every code), and nothing past either operand; B
+    through pointer tables (per-expert weights) with an expert without rows, whose null
+    pointers are not read."""
+    needs_cuda_and_dsl()
+    from cudnn_ext.kernels.blockscaled.config import DequantConfig, DequantPairConfig
+    from cudnn_ext.kernels.blockscaled.launch import launch_dequant, launch_dequant_pair
+
+    a_cfg = DequantConfig(elem, sf, sf_vec)
+    b_cfg = DequantConfig(elem, sf, sf_vec, n_major=n_major, tables=tables)
+    g = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"pair{elem}{n_major}".encode()))
+    rows_a, rows_b, k, groups = 200, 160, 384, 3
+    stream = torch.cuda.current_stream().cuda_stream
+
+    def operand(rows, grp):
+        q = torch.randint(0, 256, (grp, rows, a_cfg.stored_bytes(k)), dtype=torch.uint8, device="cuda",
+                          generator=g)
+        s = torch.randint(0, 256, (sf_numel(rows, k // sf_vec, grp),), dtype=torch.uint8, device="cuda",
+                          generator=g)
+        return q, s
+
+    (qa, sa), (qb, sb) = operand(rows_a, 1), operand(rows_b, groups)
+    outs = [torch.full((n + 64,), float("nan"), dtype=torch.bfloat16, device="cuda")
+            for n in (rows_a * k, groups * rows_b * k) * 2]
+    b_q, b_sf, offsets = qb.data_ptr(), sb.data_ptr(), 0
+    if tables:  # each expert's (rows_b, K) operand and its one-group scales; expert 1 has no rows
+        per = [operand(rows_b, 1) for _ in range(groups)]
+        q_tab = torch.tensor([0 if e == 1 else q.data_ptr() for e, (q, _) in enumerate(per)], device="cuda")
+        sf_tab = torch.tensor([0 if e == 1 else s.data_ptr() for e, (_, s) in enumerate(per)], device="cuda")
+        offs = torch.tensor([rows_b, rows_b, 2 * rows_b], dtype=torch.int32, device="cuda")
+        b_q, b_sf, offsets = q_tab.data_ptr(), sf_tab.data_ptr(), offs.data_ptr()  # (the tensors stay alive)
+    launch_dequant(a_cfg, qa.data_ptr(), sa.data_ptr(), outs[0].data_ptr(), rows_a, k, 1, stream)
+    launch_dequant(b_cfg, b_q, b_sf, outs[1].data_ptr(), rows_b, k, groups, stream, offsets=offsets)
+    launch_dequant_pair(DequantPairConfig(a_cfg, b_cfg), (qa.data_ptr(), sa.data_ptr(), outs[2].data_ptr()),
+                        (b_q, b_sf, outs[3].data_ptr()), rows_a, rows_b, k, groups, stream, offsets=offsets)
+    torch.cuda.synchronize()
+    for single, pair in ((outs[0], outs[2]), (outs[1], outs[3])):
+        assert torch.equal(single.view(torch.int16), pair.view(torch.int16))  # NaNs and the tail included

@@ -1,6 +1,6 @@
 """What the block-scaled kernels are compiled on, without the CuTe DSL.
 
-Owns :class:`DequantConfig` and :class:`QuantizeDConfig` (each compiled kernel's
+Owns :class:`DequantConfig`, :class:`DequantPairConfig` and :class:`QuantizeDConfig` (each compiled kernel's
 specialization, part of its disk-cache key) and their validity rules, so that the engine
 builds its plans and a launch from a warm disk cache builds its keys without importing the DSL
 (``launch``). The kernels (``dequant``, ``quantize_d``) read them from here.
@@ -55,6 +55,25 @@ class DequantConfig:
     def stored_bytes(self, k: int) -> int:
         """Bytes of one row of K logical elements."""
         return k // 2 if self.fp4 else k
+
+
+@dataclass(frozen=True)
+class DequantPairConfig:
+    """Two dequantizers in one launch (an engine's A and B: one launch where two would each
+    cost their host issue): A dense K-major, one group; B any :class:`DequantConfig` of the
+    same formats."""
+
+    a: DequantConfig
+    b: DequantConfig
+
+    def check(self) -> None:
+        self.a.check()
+        self.b.check()
+        if self.a.tables or self.a.n_major:
+            raise ValueError(f"a: dense K-major (one group), got tables={self.a.tables}, "
+                             f"n_major={self.a.n_major}")
+        if (self.a.elem, self.a.sf, self.a.sf_vec) != (self.b.elem, self.b.sf, self.b.sf_vec):
+            raise ValueError(f"a and b: one format, got {self.a} and {self.b}")
 
 
 @dataclass(frozen=True)

@@ -51,10 +51,7 @@ class Dequantizer:
     @cute.jit
     def __call__(self, q_ptr: cute.Pointer, sf_ptr: cute.Pointer, out_ptr: cute.Pointer,
                  offs_ptr: cute.Pointer, rows: Int32, k: Int32, groups: Int32, stream):
-        # a chunk runs along the contiguous dimension: K (K-major) or the rows (N-major)
-        n_major = cutlass.const_expr(self.cfg.n_major)
-        chunks = (rows if n_major else k) // self.chunk_elems()
-        total = groups * (k if n_major else rows) * chunks
+        chunks, total = self.chunks_and_total(rows, k, groups)
         grid = ((total + THREADS - 1) // THREADS, 1, 1)
         self.kernel(q_ptr, sf_ptr, out_ptr, offs_ptr, rows, k, chunks, total).launch(
             grid=grid, block=[THREADS, 1, 1], stream=stream)
@@ -63,12 +60,24 @@ class Dequantizer:
         """Logical elements of one thread's chunk: 16 bytes of input."""
         return 32 if self.cfg.fp4 else 16
 
+    def chunks_and_total(self, rows, k, groups):
+        """(chunks per line, threads) of ``groups`` x ``rows`` x ``k`` elements: a chunk runs
+        along the contiguous dimension, K (K-major) or the rows (N-major)."""
+        n_major = cutlass.const_expr(self.cfg.n_major)
+        chunks = (rows if n_major else k) // self.chunk_elems()
+        return chunks, groups * (k if n_major else rows) * chunks
+
     @cute.kernel
     def kernel(self, q_ptr: cute.Pointer, sf_ptr: cute.Pointer, out_ptr: cute.Pointer,
                offs_ptr: cute.Pointer, rows: Int32, k: Int32, chunks: Int32, total: Int32):
         tidx, _, _ = cute.arch.thread_idx()
         bid, _, _ = cute.arch.block_idx()
-        t = bid * THREADS + tidx
+        self.thread(q_ptr, sf_ptr, out_ptr, offs_ptr, rows, k, chunks, total, bid * THREADS + tidx)
+
+    @cute.jit
+    def thread(self, q_ptr: cute.Pointer, sf_ptr: cute.Pointer, out_ptr: cute.Pointer,
+               offs_ptr: cute.Pointer, rows: Int32, k: Int32, chunks: Int32, total: Int32, t: Int32):
+        """Thread ``t``'s chunk of the operand (none past ``total``)."""
         if cutlass.const_expr(self.cfg.n_major):
             if t < total:
                 self._n_major_thread(q_ptr, sf_ptr, out_ptr, offs_ptr, rows, k, chunks, t)
@@ -227,3 +236,41 @@ class Dequantizer:
             twice = (m + 2) << (e - 1)
         mag = Float32(twice) * Float32(0.5)
         return -mag if (nib & 8) != 0 else mag
+
+
+class DequantPair:
+    """Two dequantizers in one launch (:class:`DequantPairConfig`): ``__call__(qa, sfa, outa,
+    qb, sfb, outb, offs, rows_a, rows_b, k, groups_b, stream)``; A is one dense K-major group
+    of ``rows_a`` rows, B ``groups_b`` groups of ``rows_b`` (``offs``: B's offsets, read with
+    tables only). The first blocks take A's chunks, the rest B's, each thread as the single
+    dequantizer's would."""
+
+    def __init__(self, cfg):
+        cfg.check()
+        self.cfg = cfg
+        self.a = Dequantizer(cfg.a)
+        self.b = Dequantizer(cfg.b)
+
+    @cute.jit
+    def __call__(self, qa: cute.Pointer, sfa: cute.Pointer, outa: cute.Pointer, qb: cute.Pointer,
+                 sfb: cute.Pointer, outb: cute.Pointer, offs_ptr: cute.Pointer, rows_a: Int32,
+                 rows_b: Int32, k: Int32, groups_b: Int32, stream):
+        chunks_a, total_a = self.a.chunks_and_total(rows_a, k, Int32(1))
+        chunks_b, total_b = self.b.chunks_and_total(rows_b, k, groups_b)
+        blocks_a = (total_a + THREADS - 1) // THREADS
+        grid = (blocks_a + (total_b + THREADS - 1) // THREADS, 1, 1)
+        self.kernel(qa, sfa, outa, qb, sfb, outb, offs_ptr, rows_a, rows_b, k, chunks_a, total_a,
+                    chunks_b, total_b, blocks_a).launch(grid=grid, block=[THREADS, 1, 1], stream=stream)
+
+    @cute.kernel
+    def kernel(self, qa: cute.Pointer, sfa: cute.Pointer, outa: cute.Pointer, qb: cute.Pointer,
+               sfb: cute.Pointer, outb: cute.Pointer, offs_ptr: cute.Pointer, rows_a: Int32,
+               rows_b: Int32, k: Int32, chunks_a: Int32, total_a: Int32, chunks_b: Int32,
+               total_b: Int32, blocks_a: Int32):
+        tidx, _, _ = cute.arch.thread_idx()
+        bid, _, _ = cute.arch.block_idx()
+        if bid < blocks_a:
+            self.a.thread(qa, sfa, outa, offs_ptr, rows_a, k, chunks_a, total_a, bid * THREADS + tidx)
+        else:
+            self.b.thread(qb, sfb, outb, offs_ptr, rows_b, k, chunks_b, total_b,
+                          (bid - blocks_a) * THREADS + tidx)

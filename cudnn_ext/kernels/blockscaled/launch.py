@@ -1,5 +1,5 @@
-"""Launch the block-scaled kernels: the dequantizer (``dequant.Dequantizer``) and the D
-quantizer (``quantize_d.QuantizeD``).
+"""Launch the block-scaled kernels: the dequantizer (``dequant.Dequantizer``; A's and B's in one
+launch, ``dequant.DequantPair``) and the D quantizer (``quantize_d.QuantizeD``).
 
 Owns their argument conventions (dequantizer: element bytes or their pointer table, scale
 bytes or theirs, BF16 out, the int32 offsets, then rows, K, the group count and the stream;
@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 
 from ..kernel_cache import TVM_FFI, KernelCache
-from .config import DequantConfig, QuantizeDConfig
+from .config import DequantConfig, DequantPairConfig, QuantizeDConfig
 
 #: The kernels' source (part of the disk cache's key): this package, the scale-factor layout
 #: they read, the expert lookup the D quantizer shares with the SM90 kernel and the compile call
@@ -46,6 +46,28 @@ def launch_dequant(cfg: DequantConfig, q: int, sf: int, out: int, rows: int, k: 
         fn(q, sf, out, offsets, rows, k, groups, stream_handle)
     else:
         _kernels.build().call_dsl("dequant", fn, (q, sf, out, offsets), (rows, k, groups), stream_handle)
+
+
+def dequant_pair_cached(cfg: DequantPairConfig):
+    """The compiled pair of dequantizers of ``cfg`` (``kernel_cache.KernelCache``)."""
+    return _kernels.get("dequant_pair", cfg, "compile_dequant_pair")
+
+
+def launch_dequant_pair(cfg: DequantPairConfig, a: tuple, b: tuple, rows_a: int, rows_b: int, k: int,
+                        groups_b: int, stream_handle: int, offsets: int = 0) -> None:
+    """Dequantize A (``a``: the addresses of its elements, scales and BF16 out; one group of
+    ``rows_a`` x ``k``) and B (``b``: the same, or with ``cfg.b.tables`` the device pointer
+    tables of elements and scales; ``groups_b`` x ``rows_b`` x ``k``, ``offsets`` the int32
+    padded offsets) in one launch on the stream ``stream_handle``."""
+    if cfg.b.tables and not offsets:
+        raise ValueError("offsets: the per-expert dequantizer needs the padded offsets, got none")
+    offsets = offsets or a[2]  # never read without tables
+    fn = dequant_pair_cached(cfg)
+    if TVM_FFI:
+        fn(*a, *b, offsets, rows_a, rows_b, k, groups_b, stream_handle)
+    else:
+        _kernels.build().call_dsl("dequant_pair", fn, (*a, *b, offsets), (rows_a, rows_b, k, groups_b),
+                                  stream_handle)
 
 
 def quantize_d_cached(cfg: QuantizeDConfig):
