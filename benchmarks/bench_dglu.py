@@ -338,26 +338,28 @@ def run_cudnn_ext_op(pack, dbias=True):
 
 def variant_knobs(v):
     """Knobs of a variant string t<tile_n>c<c_stages>[m<cluster_m>][n<cluster_n>][s<ab_stages>]
-    [r<raster_group_m>][h<c_split>][k[x<split_last>]][a] (k: the cooperative schedule; h: C
+    [r<raster_group_m>][h<c_split>][k[x<split_last>]][a][g] (k: the cooperative schedule; h: C
     ring entries of 128 / c_split rows; x: its last round split along K in up to that many
-    parts; a: the activation output staged through shared memory, ``act_staged``), e.g.
-    't128c1m2', 't256c2m2k', 't128c1m2h2', 't256c4m2s3kx3', 't256c2m2ka'."""
+    parts; a: the activation output staged through shared memory, ``act_staged``; g: (e4m3)
+    ``wg_stagger``), e.g. 't128c1m2', 't256c2m2k', 't128c1m2h2', 't256c4m2s3kx3', 't256c2m2ka',
+    't128c2m2kg'."""
     from cudnn_ext.engines.base import Knobs
     from cudnn_ext.engines.sm90 import RASTER_GROUP_M
 
     mt = re.fullmatch(r"t(\d+)c(\d+)(?:m(\d+))?(?:n(\d+))?(?:s(\d+))?(?:r(\d+))?(?:h(\d+))?"
-                      r"(k?)(?:x(\d+))?(a?)", v)
+                      r"(k?)(?:x(\d+))?(a?)(g?)", v)
     if not mt or (mt[9] and not mt[8]):
         raise ValueError(f"variant {v!r}: expected t<tile_n>c<c_stages>[m<cluster_m>]"
                          "[n<cluster_n>][s<ab_stages>][r<raster_group_m>][h<c_split>]"
-                         "[k[x<split_last>]][a]")
+                         "[k[x<split_last>]][a][g]")
     cl = int(mt[3] or 1)
     return Knobs.of(tile_n=int(mt[1]), c_stages=int(mt[2]), cluster_m=cl,
                     cluster_n=int(mt[4] or 1), ab_stages=int(mt[5] or 0),
                     raster_group_m=int(mt[6] or RASTER_GROUP_M[cl]), cooperative=bool(mt[8]),
                     **({"c_split": int(mt[7])} if mt[7] else {}),
                     **({"split_last": int(mt[9])} if mt[9] else {}),
-                    **({"act_staged": True} if mt[10] else {}))
+                    **({"act_staged": True} if mt[10] else {}),
+                    **({"wg_stagger": True} if mt[11] else {}))
 
 
 def run_grouped_mm(pack):

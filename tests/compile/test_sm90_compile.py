@@ -424,6 +424,37 @@ def test_fp8_blockwise_ping_pong_form_compiles_for_sm90a(act):
     assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n64k32\.f32\.e4m3\.e4m3", ptx)
 
 
+@needs_dsl
+def test_fp8_blockwise_staggered_form_compiles_for_sm90a():
+    """The cooperative e4m3 mainloop with ``wg_stagger`` (a config the GPU tier pins; not in
+    the knob space until measured): no spills, no WGMMA warning, and the named barrier the
+    second warpgroup waits on before its first k-tile (bar 2 of 256 threads) is in the PTX,
+    where the plain form has none."""
+    from cudnn_ext.engines.sm90_fp8_blockwise import kernel_problem
+
+    base = dict(tile_n=128, c_stages=2, cluster_m=2, cooperative=True)
+    cfg = config_for(kernel_problem(_fp8(n=2048, k=7168)), wg_stagger=True, **base)
+    _check_report(cfg)
+    _, ptx = _compiled(cfg)
+    _, plain = _compiled(config_for(kernel_problem(_fp8(n=2048, k=7168)), **base))
+    bar = re.compile(r"bar(?:rier)?\.(?:sync|arrive)(?:\.aligned)?\s+2,\s*256")
+    assert bar.search(ptx) and not bar.search(plain)
+
+
+def test_fp8_blockwise_stagger_needs_as_many_k_tiles_as_stages():
+    """With fewer k-tiles than A/B stages warpgroup 0 could arrive for the next tile before
+    warpgroup 1 waited for this one (a lost barrier phase, a hang): refused."""
+    from cudnn_ext.engines.sm90_fp8_blockwise import kernel_problem
+
+    base = dict(tile_n=128, c_stages=2, cluster_m=2, cooperative=True, wg_stagger=True)
+    with pytest.raises(ValueError, match="at least as many k-tiles as A/B stages"):
+        config_for(kernel_problem(_fp8(n=2048, k=512)), **base).check()
+    config_for(kernel_problem(_fp8(n=2048, k=512)), ab_stages=4, **base).check()
+    config_for(kernel_problem(_fp8(n=2048, k=768)), **base).check()
+    with pytest.raises(ValueError, match="e4m3 operands in the cooperative schedule"):
+        config_for(kernel_problem(_fp8(n=2048, k=1024)), tile_n=64, cluster_m=2, wg_stagger=True).check()
+
+
 #: The deterministic form (``Sm90Config.deterministic``) on each schedule that stores its
 #: partials differently: ping-pong (the C producer warp's dbias store) with 64-row C entries,
 #: cooperative (the folder warp's), both ragged, dGeGLU without dbias (dprob alone).

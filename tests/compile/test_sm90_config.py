@@ -30,6 +30,7 @@ def test_config_fields_are_pinned():
                      "has_prob", "has_dprob", "generate_amax", "situ_beta1", "situ_beta2",
                      "tile_n", "ab_stages", "c_stages", "c_split",
                      "cluster_m", "cluster_n", "raster_group_m", "cooperative", "split_last", "act_staged",
+                     "wg_stagger",
                      "init_outputs", "ws_zeroed", "fold_dbias", "ragged_m", "deterministic"]
     assert [f.name for f in dataclasses.fields(Sm90TraceConfig)] == names + ["trace"]
 

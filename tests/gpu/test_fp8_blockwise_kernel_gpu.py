@@ -134,29 +134,39 @@ def test_kernel_fp8_d():
     assert errs[0] < 2.0 ** -4 and errs[1] < 2.0 ** -4 and errs[2] < KTOL, errs
 
 
+_PINNED = {"pp64": dict(tile_n=64, cluster_m=2),
+           "staggered": dict(tile_n=128, c_stages=2, cluster_m=2, cooperative=True, wg_stagger=True)}
+
+
+@pytest.mark.parametrize("form", sorted(_PINNED))
 @pytest.mark.parametrize("act", ["dswiglu", "dgeglu"])
-def test_ping_pong_form_matches_the_oracle(act):
-    """The ping-pong 128 x 64 e4m3 configuration (2x1 clusters), pinned through the engine's
-    build (the knob space offers the cooperative form): the same promotion over a warpgroup's
-    two 64-row halves, the other warpgroup's epilogue under its mainloop."""
+def test_pinned_forms_match_the_oracle(act, form):
+    """e4m3 configurations outside the knob space, pinned through the engine's build: the
+    ping-pong 128 x 64 one (2x1 clusters; the same promotion over a warpgroup's two 64-row
+    halves, the other warpgroup's epilogue under its mainloop) and the cooperative one with
+    ``wg_stagger`` (the second warpgroup a k-tile behind: a missed barrier arrival hangs, a
+    reordered promotion shows in D)."""
     _skip()
     from cudnn_ext import contract
     from cudnn_ext.engines.sm90 import config_for
     from cudnn_ext.engines.sm90_fp8_blockwise import Sm90Fp8BlockwiseEngine, kernel_problem
 
-    t = case(sizes=(256, 0, 512), n=320, k=512, seed=5)
+    # 32 slab pairs x 5 N-tiles of 128: 2-3 units per 2-CTA cluster (each warpgroup's barrier
+    # re-armed tile after tile); 8 k-tiles, more than the 6 A/B stages (wg_stagger's rule)
+    n = 640
+    t = case(sizes=(4096, 0, 4096), n=n, k=1024, seed=5)
     ref = reference(t, act)
     end = int(t["offsets"][-1])
     on = {k: (v.cuda() if isinstance(v, torch.Tensor) else v) for k, v in t.items()}
-    m, n = t["m"], 320
+    m = t["m"]
     ops = contract.Operands(a=on["a"], c=on["c"], sfa=on["sfa"], padded_offsets=on["offsets"], alpha=on["alpha"],
                             beta=on["beta"], prob=on["prob"], dprob=torch.zeros(m, device="cuda"), b=on["b"],
                             sfb=on["sfb"], d_row=torch.full((m, 2 * n), float("nan"), device="cuda"),
                             dbias=torch.zeros(L, 2 * n, dtype=torch.bfloat16, device="cuda"))
     problem, pack = contract.normalize(ops, contract.CallConfig(act_func=act, recipe="fp8_blockwise"))
     eng = Sm90Fp8BlockwiseEngine()
-    cfg = config_for(kernel_problem(problem), tile_n=64, cluster_m=2)
-    assert cfg.blockwise() and not cfg.cooperative
+    cfg = config_for(kernel_problem(problem), **_PINNED[form])
+    assert cfg.blockwise() and cfg.cooperative == (form == "staggered")
     plan = eng.build(problem, cfg)
     ws = torch.empty(max(plan.workspace_size, 1), dtype=torch.uint8, device="cuda")
     plan.execute(pack, ws)

@@ -95,7 +95,7 @@ def test_blockscaled_kernels_sanitize_clean(tool, mode):
 
 
 @pytest.mark.parametrize("tool", ["memcheck", "racecheck", "synccheck"])
-@pytest.mark.parametrize("mode", ["coop", "ragged", "pp64", "quant"])
+@pytest.mark.parametrize("mode", ["coop", "ragged", "pp64", "stagger", "quant"])
 def test_fp8_blockwise_kernels_sanitize_clean(tool, mode):
     """The fp8_blockwise recipe's kernels on small cases (``sanitize_fp8_blockwise.py``): the
     e4m3 mainloop in its cooperative form (several tiles per cluster), the ragged schedule

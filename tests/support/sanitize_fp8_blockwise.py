@@ -6,7 +6,9 @@ MODE: ``coop`` (the engine's cooperative 128 x 128 e4m3 form in 2x1 clusters on 
 that every cluster walks several: the promotion's scale loads at the last k-tile and row,
 an empty expert, rows past the last offset), ``ragged`` (groups of any row count: the ragged
 schedule, whose tiles run past their expert's end, with the activation output), ``pp64`` (the
-ping-pong 128 x 64 form: the hand-over between the math warpgroups), ``quant`` (the blockwise
+ping-pong 128 x 64 form: the hand-over between the math warpgroups), ``stagger`` (the
+cooperative form with ``wg_stagger`` and no dbias, whose hand-over would otherwise order the
+warpgroups: the named barrier the second warpgroup waits on, tile after tile), ``quant`` (the blockwise
 quantizer kernel: 1x128 and 128x128 blocks with ragged edges). Each run compares with the
 float64 oracle (``quant``: with the reference quantizer, bit for bit) and exits non-zero on a
 mismatch, so a clean report of a wrong result fails.
@@ -34,13 +36,18 @@ def _kernel(mode: str) -> str:
                             beta=on["beta"], prob=on["prob"], dprob=torch.zeros(m, device="cuda"), b=on["b"],
                             sfb=on["sfb"], d_row=torch.full((m, 2 * n), float("nan"), device="cuda",
                                                             dtype=torch.bfloat16),
-                            dbias=torch.zeros(L, 2 * n, dtype=torch.bfloat16, device="cuda"), activation=act_out)
+                            dbias=None if mode == "stagger" else torch.zeros(L, 2 * n, dtype=torch.bfloat16,
+                                                                               device="cuda"),
+                            activation=act_out)
     problem, pack = contract.normalize(ops, contract.CallConfig(act_func=act, recipe="fp8_blockwise",
                                                                 m_aligned=8 if mode == "ragged" else 256),
-                                       generate_dbias=True)
+                                       generate_dbias=mode != "stagger")
     eng = Sm90Fp8BlockwiseEngine()
     if mode == "pp64":
         cfg = config_for(kernel_problem(problem), tile_n=64, cluster_m=2)
+    elif mode == "stagger":
+        cfg = config_for(kernel_problem(problem), tile_n=128, c_stages=2, cluster_m=2, cooperative=True,
+                         wg_stagger=True)
     else:
         (cfg,) = eng.knob_space(problem)
     plan = eng.build(problem, cfg)

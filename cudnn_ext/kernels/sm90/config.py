@@ -36,6 +36,7 @@ C_BLOCK_COLS = 64  # one C block = the gate (32) + up (32) columns of 32 accumul
 SPLIT_SLOTS = 132
 SPLIT_MAX = 4  # the largest split_last
 SPLIT_BARRIER = 4  # named barrier of the 256 math threads around a partial's hand-over
+STAGGER_BARRIER = 2  # (wg_stagger) the ping-pong hand-over's first barrier, idle when cooperative
 
 #: Element dtypes by name (the kernel maps them to CuTe DSL types), with their widths in bits.
 DTYPE_BITS = {"bf16": 16, "fp16": 16, "fp32": 32, "e4m3": 8}
@@ -89,7 +90,11 @@ class Sm90Config:
     * ``act_staged``: (``generate_activation``, D of C's type) the activation output leaves
       as D does: written into a shared-memory block beside each C ring entry and TMA-stored
       by the C producer warp, instead of 4-byte register stores from the math warps (costs
-      the shared memory of half a C ring: ``act_bytes``).
+      the shared memory of half a C ring: ``act_bytes``);
+    * ``wg_stagger``: (e4m3, cooperative) the second math warpgroup starts each tile's
+      mainloop once the first retired its first k-tile, so that one warpgroup's promotion
+      runs under the other's WGMMAs instead of both draining at once (at least as many
+      k-tiles as A/B stages).
 
     Launch variants (same main kernel, another prologue or host convention):
 
@@ -146,6 +151,7 @@ class Sm90Config:
     cooperative: bool = False
     split_last: int = 1
     act_staged: bool = False
+    wg_stagger: bool = False
     init_outputs: bool = False
     ws_zeroed: bool = False
     fold_dbias: bool = True
@@ -233,6 +239,15 @@ class Sm90Config:
                 f"{self.smem_users()}: at most {self.stages_that_fit()} do")
         if self.blockwise():
             self._check_blockwise()
+        if self.wg_stagger and not (self.blockwise() and self.cooperative):
+            raise ValueError(f"wg_stagger needs e4m3 operands in the cooperative schedule, got "
+                             f"ab_dtype={self.ab_dtype!r}, cooperative={self.cooperative}")
+        if self.wg_stagger and self.k // BLOCKWISE_TILE_K < stages:
+            # warpgroup 0 reaches tile t + 1's arrival only once a stage of tile t's ring
+            # positions was released by both, so warpgroup 1 is past tile t's wait: each
+            # arrival meets its own wait only with at least as many k-tiles as stages
+            raise ValueError(f"wg_stagger needs at least as many k-tiles as A/B stages, got "
+                             f"{self.k // BLOCKWISE_TILE_K} k-tiles (K={self.k}), {stages} stages")
         if self.c_split not in (1, 2) or (self.c_split == 2 and self.cooperative):
             raise ValueError(f"c_split must be 1, or 2 in the ping-pong schedule, got "
                              f"c_split={self.c_split}, cooperative={self.cooperative}")

@@ -19,8 +19,8 @@ import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass import Float32, Int32
 from cutlass.tensor_utils import LayoutEnum
 
-from .config import (BLOCKWISE_TILE_K, C_BLOCK_COLS, MATH_WARPGROUPS, NUM_THREADS, SPLIT_BARRIER, TILE_M,
-                     Sm90Config)
+from .config import (BLOCKWISE_TILE_K, C_BLOCK_COLS, MATH_WARPGROUPS, NUM_THREADS, SPLIT_BARRIER,
+                     STAGGER_BARRIER, TILE_M, Sm90Config)
 from .dbias import DbiasHandBack, DbiasMixin, HandOver
 from .epilogue import BlockStore, DgluEpilogueMixin, EpilogueParams
 from .host_kernels import HostKernelsMixin
@@ -578,8 +578,12 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
                     if cutlass.const_expr(self.coop):
                         self._stamp(tr, 1, tcount, wg, bid)
                         if cutlass.const_expr(scales is not None):
+                            stagger = None
+                            if cutlass.const_expr(self.cfg.wg_stagger):
+                                stagger = (wg, pipeline.NamedBarrier(barrier_id=STAGGER_BARRIER,
+                                                                     num_threads=256))
                             self.mma_mainloop_blockwise(ab_pipe, mmas, tCrA, tCrB, acc, pos, scales,
-                                                        mine_done, False)
+                                                        mine_done, False, stagger)
                         else:
                             self.mma_mainloop(ab_pipe, mmas, tCrA, tCrB, acc, pos, mine_done,
                                               False)

@@ -147,7 +147,7 @@ class MainloopMixin:
 
     @cute.jit
     def mma_mainloop_blockwise(self, ab_pipe, mmas, tCrA, tCrB, acc, pos: Int32, scales,
-                               mine_done, signal_other):
+                               mine_done, signal_other, stagger=None):
         """(e4m3) Every k-tile of one tile, each a 128-K scale block: its WGMMAs into the
         partial-sum fragment ``part`` (the k-tile's first WGMMA overwrites it), then, once
         they retired, ``acc += part x sfa[row, kt] x sfb[n block, kt, expert]`` in fp32, as
@@ -156,7 +156,10 @@ class MainloopMixin:
         ``signal_other``) hands the tensor cores to the other warpgroup as ``mma_mainloop``
         does. A second fragment in flight during the promotion made ptxas serialize every
         WGMMA (C7514). ``scales``: (part, mSFA, mSFB, this thread's rows (2 per 64-row
-        half), n_tile, expert). The scales of k-tile kt + 1 are loaded while k-tile kt runs,
+        half), n_tile, expert). ``stagger`` (cooperative ``wg_stagger``: (this warpgroup's
+        index, the named barrier of both)): warpgroup 1 issues its first k-tile once
+        warpgroup 0's retired, so that from then on one promotes while the other's WGMMAs
+        run. The scales of k-tile kt + 1 are loaded while k-tile kt runs,
         so that the promotion never waits for a global load; rows past M (a ragged tile's
         tail) read row M - 1's scale and reach no output."""
         part, mSFA, mSFB, rows, n_tile, expert = scales
@@ -173,10 +176,16 @@ class MainloopMixin:
         kc = self.k_tile_cnt
         acc.fill(0.0)
         cur = self._k_tile_scales(mSFA, mSFB, srows, nb, 0, expert)
+        if cutlass.const_expr(stagger is not None):
+            if stagger[0] == 1:
+                stagger[1].arrive_and_wait()
         for kt in range(kc):
             nxt = self._k_tile_scales(mSFA, mSFB, srows, nb, cutlass.min(kt + 1, kc - 1), expert)
             self._issue_k_tile(ab_pipe, read, tiled_mma, tCrA, tCrB, part, num_k_blocks, first)
             cute.nvgpu.warpgroup.wait_group(0)
+            if cutlass.const_expr(stagger is not None):
+                if (stagger[0] == 0) & (kt == 0):
+                    stagger[1].arrive()
             ab_pipe.consumer_release(read)
             read.advance()
             for v in cutlass.range_constexpr(cute.size(acc)):
