@@ -18,10 +18,12 @@ from ..kernel_cache import TVM_FFI, KernelCache
 from .config import DequantConfig, DequantPairConfig, QuantizeDConfig
 
 #: The kernels' source (part of the disk cache's key): this package, the scale-factor layout
-#: they read, the expert lookup the D quantizer shares with the SM90 kernel and the compile call
+#: they read, the expert lookup and the block rule the D quantizer shares with the SM90
+#: kernel, and the compile call
 _HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCES = (_HERE, os.path.join(_HERE, "..", "..", "quant", "sf_layout.py"),
-           os.path.join(_HERE, "..", "sm90", "tile_walk.py"), os.path.join(_HERE, "..", "placeholders.py"))
+           os.path.join(_HERE, "..", "sm90", "tile_walk.py"), os.path.join(_HERE, "..", "sm90", "mx_rule.py"),
+           os.path.join(_HERE, "..", "placeholders.py"))
 
 # (the DSL side, ``build``, is imported on a disk-cache miss or for the DSL's convention)
 _kernels = KernelCache(SOURCES, f"{__package__}.build")

@@ -20,14 +20,9 @@ instruction and stores 128 contiguous FP8 bytes per row, for D_row and D_col ali
 32-column block is 8 lanes (amax: 3 butterfly shuffles); a column's 32-row block is one lane
 (amax: a loop over the tile's rows, held in registers for the second, D_col, pass).
 
-The block rule is ``quant.mx.quantize_blocks`` (docs/blockscaled.md), step for step in fp32
-without flushing: amax as the integer max of the magnitudes' bit patterns (non-negative fp32
-orders like its bits, and every NaN pattern lies above +inf, so a NaN propagates as
-``torch.amax`` does); the scale product associated per direction; the e8m0 round-up and the
-flushing reciprocal from bit fields (``formats.encode_e8m0_roundup``, ``formats.rcp_ftz`` of a
-power of two); the multiplier clamped to FLT_MAX with NaN kept; the hardware e4m3/e5m2
-conversion (round to nearest even, saturating), with a NaN stored as its sign and 0x7F, as
-torch's conversion stores it.
+The block rule is ``kernels.sm90.mx_rule``'s, which the SM90 kernel's quantizing epilogue
+shares: ``quant.mx.quantize_blocks`` (docs/blockscaled.md) step for step in fp32, bit-exact
+with it on the same fp32 values.
 """
 from __future__ import annotations
 
@@ -36,6 +31,8 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32
 
 from ...quant.sf_layout import ATOM_ELEMS
+from ..sm90.mx_rule import (INF_BITS, RCP_E4M3_MAX, abs_bits, col_code, multiplier, row_code,
+                           store_fp8)
 from ..sm90.tile_walk import expert_of_row
 from .config import QuantizeDConfig
 
@@ -44,10 +41,6 @@ THREADS = 32 * WARPS
 #: a warp's tile: one 32-row D_col block high, one 128-column SFD_row k-atom wide
 TILE_ROWS = 32
 TILE_COLS = 128
-#: fl32(1/448): the row and column scale products' constant (torch rounds 1/448 the same way)
-RCP_E4M3_MAX = 1.0 / 448.0
-_INF_BITS = 0x7F800000
-_FLT_MAX_BITS = 0x7F7FFFFF
 _GMEM = cute.AddressSpace.gmem
 
 _D_TYPES = {"e4m3": cutlass.Float8E4M3FN, "e5m2": cutlass.Float8E5M2}
@@ -56,73 +49,12 @@ _D_TYPES = {"e4m3": cutlass.Float8E4M3FN, "e5m2": cutlass.Float8E5M2}
 # ------------------------------------------------------------------------------ the block rule
 
 @cute.jit
-def abs_bits(x: Float32) -> Int32:
-    """|x| as its fp32 bit pattern: integer order is magnitude order, NaN above +inf."""
-    return x.bitcast(Int32) & 0x7FFFFFFF
-
-
-@cute.jit
 def amax4_bits(v) -> Int32:
     """``abs_bits`` of the largest magnitude among a lane's four values (NaN wins)."""
     amax = abs_bits(v[0])
     for j in cutlass.range_constexpr(1, 4):
         amax = cutlass.max(amax, abs_bits(v[j]))
     return amax
-
-
-@cute.jit
-def e8m0_roundup(s: Float32) -> Int32:
-    """``formats.encode_e8m0_roundup`` (``cvt.rp.satfinite.ue8m0``) from s's bit fields: the
-    exponent, +1 for any mantissa bit; fp32 subnormals (0, 2^-127] -> 0, above -> 1; +-inf
-    and results past 2^127 -> 254; NaN -> 255. The sign is ignored."""
-    b = abs_bits(s)
-    exp = b >> 23
-    man = b & 0x7FFFFF
-    code = exp
-    if man != 0:
-        code = exp + 1
-    if exp == 0:
-        code = Int32(0)
-        if man > 0x400000:
-            code = Int32(1)
-    if exp == 255:
-        code = Int32(254)
-        if man != 0:
-            code = Int32(255)
-    elif code > 254:
-        code = Int32(254)
-    return code
-
-
-@cute.jit
-def multiplier(code: Int32, nc: Float32) -> Float32:
-    """``min(nc * rcp_ftz(2^(code - 127)), FLT_MAX)``, NaN kept. The reciprocal of a power
-    of two is exact: 2^(127 - code) for codes 1..253; code 0 (the subnormal 2^-127) flushes
-    to 0, so +inf; code 254's 2^-127 result flushes to 0; 255 is NaN."""
-    bits = (254 - code) << 23
-    if code == 0:
-        bits = Int32(_INF_BITS)
-    if code == 254:
-        bits = Int32(0)
-    if code == 255:
-        bits = Int32(0x7FFFFFFF)
-    mult = nc * bits.bitcast(Float32)
-    flt_max = Int32(_FLT_MAX_BITS).bitcast(Float32)
-    if mult > flt_max:  # false for NaN: NaN stays, as torch.clamp keeps it
-        mult = flt_max
-    return mult
-
-
-@cute.jit
-def row_code(amax_bits: Int32, nc: Float32) -> Int32:
-    """SFD_row's code of a block: ``(amax * fl32(1/448)) * nc`` rounded up."""
-    return e8m0_roundup((amax_bits.bitcast(Float32) * Float32(RCP_E4M3_MAX)) * nc)
-
-
-@cute.jit
-def col_code(amax_bits: Int32, rcp_nc: Float32) -> Int32:
-    """SFD_col's code of a block: ``amax * (fl32(1/448) * nc)`` (``rcp_nc``) rounded up."""
-    return e8m0_roundup(amax_bits.bitcast(Float32) * rcp_nc)
 
 
 # ------------------------------------------------------------------------------ the kernel
@@ -192,8 +124,8 @@ class QuantizeD:
                 v = xs[None, i].load()
                 amax = amax4_bits(v)
                 if valid:
-                    self._store_fp8(d_row_ptr, self._elem(r0 + i, col0, two_n), v,
-                                    amax > _INF_BITS)
+                    store_fp8(d_row_ptr, self._elem(r0 + i, col0, two_n), v, amax > INF_BITS,
+                              self.d_type, 4)
         else:
             nc = cute.make_tensor(nc_ptr, cute.make_layout(1))[0]
             self._rows(xs, d_row_ptr, sfd_row_ptr, nc, two_n, stripes, stripe, r0, col0, lane,
@@ -216,8 +148,8 @@ class QuantizeD:
             code = row_code(amax, nc)
             if valid:
                 # NaN products only where the block holds a NaN or an infinity
-                self._store_fp8(d_row_ptr, self._elem(r0 + i, col0, two_n),
-                                v * multiplier(code, nc), amax >= _INF_BITS)
+                store_fp8(d_row_ptr, self._elem(r0 + i, col0, two_n), v * multiplier(code, nc),
+                          amax >= INF_BITS, self.d_type, 4)
             w = code << (8 * (lane // 8))
             w = w | cute.arch.shuffle_sync_bfly(w, offset=8)
             w = w | cute.arch.shuffle_sync_bfly(w, offset=16)
@@ -246,12 +178,12 @@ class QuantizeD:
                 amax = cutlass.max(amax, abs_bits(xs[j, i]))
             codes[j] = col_code(amax, rcp_nc)
             mults[j] = multiplier(codes[j], nc)
-            special = special | (amax >= _INF_BITS)
+            special = special | (amax >= INF_BITS)
         if valid:
             mv = mults.load()
             for i in cutlass.range_constexpr(TILE_ROWS):
-                self._store_fp8(d_col_ptr, self._elem(r0 + i, col0, two_n), xs[None, i].load() * mv,
-                                special)
+                store_fp8(d_col_ptr, self._elem(r0 + i, col0, two_n), xs[None, i].load() * mv,
+                          special, self.d_type, 4)
         # the block's byte: column c at (c % 32) * 16 + ((c // 32) % 4) * 4 of its atom,
         # k-block r0 // 32 at byte (r0 // 32) % 4; c // 128 == stripe
         base = Int32(0)
@@ -278,21 +210,3 @@ class QuantizeD:
     def _elem(self, r, c, two_n):
         """The element offset of (r, c) in a row-major (M, 2N) matrix, in 64 bits."""
         return cutlass.Int64(r) * cutlass.Int64(two_n) + cutlass.Int64(c)
-
-    @cute.jit
-    def _store_fp8(self, base_ptr, elem, vals, special):
-        """Four fp32 values to D's format at element ``elem`` of the byte matrix at
-        ``base_ptr``, one 4-byte store. ``special``: some value may be NaN; a NaN is stored as
-        its sign and 0x7F (torch's encoding; the hardware's NaN is not documented to keep
-        the sign)."""
-        q = cute.make_rmem_tensor((4,), self.d_type)
-        q.store(vals.to(self.d_type))
-        if special:
-            q8 = cute.recast_tensor(q, cutlass.Uint8)
-            for j in cutlass.range_constexpr(4):
-                if vals[j] != vals[j]:
-                    q8[j] = cutlass.Uint8(((vals[j].bitcast(Int32) >> 24) & 0x80) | 0x7F)
-        dst = cute.make_tensor(
-            cute.make_ptr(self.d_type, base_ptr.toint() + elem, _GMEM, assumed_align=4),
-            cute.make_layout(4))
-        cute.autovec_copy(q, dst)

@@ -19,7 +19,7 @@ from .config import LANE_COLS, BlockwiseQuantConfig
 #: the compile call
 _HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCES = (_HERE, os.path.join(_HERE, "..", "..", "quant", "blockwise.py"),
-           os.path.join(_HERE, "..", "blockscaled", "quantize_d.py"), os.path.join(_HERE, "..", "placeholders.py"))
+           os.path.join(_HERE, "..", "sm90", "mx_rule.py"), os.path.join(_HERE, "..", "placeholders.py"))
 #: the kernel's sizes and strides are Int32, its offsets 64-bit
 INT32_MAX = 2 ** 31 - 1
 _ELEM_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}

@@ -28,7 +28,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32
 
-from ..blockscaled.quantize_d import abs_bits
+from ..sm90.mx_rule import abs_bits
 from .config import LANE_COLS, TILE, BlockwiseQuantConfig
 
 WARPS = 4
