@@ -40,15 +40,15 @@ from ..runtime.workspace import WorkspaceLayout, WorkspaceRequest
 from .base import CompiledPlan, Engine, compile_deferred
 
 _DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32",
-                torch.float8_e4m3fn: "e4m3"}
+                torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
 _AB_DTYPES = (torch.bfloat16, torch.float16)
 _CD_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _HALF_DTYPES = (torch.bfloat16, torch.float16)
 #: The config's fields a problem fixes (the rest are knobs and launch variants).
 FAMILY_FIELDS = ("n", "k", "ab_dtype", "c_dtype", "d_dtype", "act_func", "generate_dbias",
                  "weight_mode", "b_major", "generate_activation", "round_dgrad", "geglu_beta",
-                 "has_prob", "has_dprob", "generate_amax", "situ_beta1", "situ_beta2", "ragged_m",
-                 "deterministic")
+                 "has_prob", "has_dprob", "generate_amax", "d_scales", "discrete_col_sfd",
+                 "situ_beta1", "situ_beta2", "ragged_m", "deterministic")
 TILE_NS = (64, 128)
 #: CTAs per cluster along M offered for dense weights (2 = B k-tiles multicast to a CTA pair).
 CLUSTER_MS = (1, 2)
@@ -103,27 +103,34 @@ def config_for(problem: DgluProblem, **knobs) -> Sm90Config:
     fields; ``raster_group_m`` defaults to the cluster's RASTER_GROUP_M). With ``trace`` the
     diagnostic :class:`Sm90TraceConfig`. A block-scaled problem's config is the kernel's
     that runs it after its operands are dequantized: bf16 A, dense B of the weights' major-ness, bf16 C for
-    FP8 C, fp32 D for FP8 D (``engines.sm90_blockscaled``)."""
+    FP8 C; FP8 D is quantized by the kernel's epilogue (``d_scales``: D_row/D_col and their
+    scale factors; ``engines.sm90_blockscaled``)."""
     knobs.setdefault("raster_group_m", RASTER_GROUP_M.get(knobs.get("cluster_m", 1), 8))
     det = bool(problem.deterministic and (problem.has_dprob or problem.generate_dbias))
     knobs.setdefault("fold_dbias", not det)  # (the deterministic plan folds its slabs itself)
     kind = Sm90TraceConfig if "trace" in knobs else Sm90Config
     amax = bool(problem.is_block_scaled and problem.block_scale.generate_amax)
+    d_name, d_scales, col_sfd = _DTYPE_NAMES[problem.d_dtype], False, False
     if problem.is_block_scaled:
+        bs = problem.block_scale
+        d_scales = bool(problem.d_dtype in FP8_DTYPES and bs.generate_sfd)
+        # a single group's per-expert SFD_col layout is the global one
+        col_sfd = bool(d_scales and bs.discrete_col_sfd and not bs.single_group_runtime_offsets)
         problem = dense_problem(problem)
     act = problem.act
     # dSiTU-GLU's betas are compile-time constants; every other activation keeps the defaults
     betas = ((float(act.situ_beta1), float(act.situ_beta2)) if act.act_func == "dsituglu"
              else SITU_DEFAULTS)
     return kind(n=problem.n, k=problem.k, ab_dtype=_DTYPE_NAMES[problem.ab_dtype],
-                c_dtype=_DTYPE_NAMES[problem.c_dtype], d_dtype=_DTYPE_NAMES[problem.d_dtype],
+                c_dtype=_DTYPE_NAMES[problem.c_dtype], d_dtype=d_name,
                 act_func=act.act_func, generate_dbias=bool(problem.generate_dbias),
                 weight_mode=problem.weight_mode, b_major=problem.b_major,
                 generate_activation=bool(problem.generate_activation),
                 round_dgrad=bool(problem.round_dgrad_to_input_dtype),
                 geglu_beta=act.act_func != "dgeglu" or act.dgeglu_applies_beta,
                 has_prob=bool(problem.has_prob), has_dprob=bool(problem.has_dprob),
-                generate_amax=amax, situ_beta1=betas[0], situ_beta2=betas[1],
+                generate_amax=amax, d_scales=d_scales, discrete_col_sfd=col_sfd,
+                situ_beta1=betas[0], situ_beta2=betas[1],
                 ragged_m=problem.m_aligned < 256,
                 deterministic=det, **knobs)
 
@@ -131,13 +138,12 @@ def config_for(problem: DgluProblem, **knobs) -> Sm90Config:
 def dense_problem(problem: DgluProblem) -> DgluProblem:
     """The BF16 problem the kernel runs for a block-scaled one after its operands are
     dequantized (``engines.sm90_blockscaled``): bf16 A, dense B of the weights' own major-ness
-    (the dequantizer keeps their element order); bf16 C for FP8 C (the conversion is exact),
-    fp32 D for FP8 D (quantized afterwards). Where dSwiGLU forms beta * C in 16 bits
-    (``problem.c_beta_dtype``), C is that product, in that dtype."""
+    (the dequantizer keeps their element order); bf16 C for FP8 C (the conversion is exact);
+    D as it is (FP8 D: the kernel's epilogue quantizes it). Where dSwiGLU forms beta * C in 16
+    bits (``problem.c_beta_dtype``), C is that product, in that dtype."""
     c = problem.c_beta_dtype or (torch.bfloat16 if problem.c_dtype in FP8_DTYPES else problem.c_dtype)
-    d = torch.float32 if problem.d_dtype in FP8_DTYPES else problem.d_dtype
     return dataclasses.replace(problem, ab_dtype=torch.bfloat16, weight_mode="dense",
-                               c_dtype=c, d_dtype=d, block_scale=None)
+                               c_dtype=c, block_scale=None)
 
 
 def cooperative_config(problem: DgluProblem) -> Sm90Config:
@@ -418,7 +424,7 @@ class Sm90Plan(CompiledPlan):
             _addr(pack, "activation") if self.config.generate_activation else 0,
             _addr(pack, "amax") if self.config.generate_amax else 0,
             *((pack["sfa"].data_ptr(), pack["sfb"].data_ptr()) if self._blockwise else (0, 0)),
-            partials)
+            partials, self._mx_addrs(pack))
         fn = self._fn(init)
         dev = c.get_device()
         # None: the current stream of the tensors' device (its raw handle: no Stream object)
@@ -472,13 +478,21 @@ class Sm90Plan(CompiledPlan):
                              dtype=torch.float32, device=c.device) if cfg.generate_dbias else None)
         return p, b
 
+    def _mx_addrs(self, pack):
+        """(D_col, SFD_row, SFD_col, norm_const) of the pack when the kernel quantizes D with
+        scales, 0s otherwise."""
+        if not self.config.d_scales:
+            return (0, 0, 0, 0)
+        return tuple(_addr(pack, name) for name in ("d_col", "sfd_row", "sfd_col", "norm_const"))
+
     def _kernel_addrs(self, a, b, c, offsets, alpha, beta, prob, d_row, dprob, dbias, workspace,
-                      activation=0, amax=0, sfa=0, sfb=0, partials=0):
-        """The 18 kernel addresses in ``build._ptr_specs`` order from the operands' addresses
+                      activation=0, amax=0, sfa=0, sfb=0, partials=0, mx=(0, 0, 0, 0)):
+        """The 22 kernel addresses in ``build._ptr_specs`` order from the operands' addresses
         (``b``: the pointer table in discrete mode; ``prob``, ``dprob``, ``dbias``,
         ``workspace``, ``activation``, ``amax`` 0 when absent; ``sfa``, ``sfb``: the
         fp8_blockwise recipe's scales, 0 for other operands; ``partials``: the deterministic
-        form's dbias slab, 0 otherwise)."""
+        form's dbias slab, 0 otherwise; ``mx``: (D_col, SFD_row, SFD_col, norm_const) of a
+        quantized D with scales, 0s otherwise)."""
         if self._discrete:
             # the kernel's helper reads the table and writes the descriptors on the device
             b_addr, b_ptrs_addr, desc_addr = a, b, workspace + self._desc_off
@@ -509,15 +523,19 @@ class Sm90Plan(CompiledPlan):
                 name = _OPTIONAL_SLOTS[i]
                 raise ValueError(f"{name}: this plan reads or writes {name}, got none")
         # (an output or input the plan does not have gets A's address: never touched)
+        if self.config.d_scales and not all(mx):
+            raise ValueError("d_col, sfd_row, sfd_col, norm_const: this plan writes quantized D "
+                             "with scales, got none for some")
         return (a, b_addr, c, d_row, offsets, alpha, beta, prob or a, dprob or a, scratch,
                 b_ptrs_addr, desc_addr, dbias or a, activation or a, amax or a, sfa or a, sfb or a,
-                partials or a)
+                partials or a, *(x or d_row for x in mx))
 
     def address_launcher(self, init: bool, device_index: int, zeroed_workspace: bool = False):
         """The launch on raw addresses for the eager hot path (``cudnn_ext.functional``), bound once
         per (plan, variant, device): ``go(a, b, c, offsets, alpha, beta, prob, d_row, dprob,
-        dbias, workspace, m, activation=0, amax=0)``, each an address (``b`` is the pointer
-        table in discrete mode; those of absent operands 0), launching
+        dbias, workspace, m, activation=0, amax=0, mx=(0, 0, 0, 0))``, each an address (``b``
+        is the pointer table in discrete mode; those of absent operands 0; ``mx``: quantized
+        D's D_col, SFD_row, SFD_col and norm_const), launching
         on the current stream of ``device_index``, which must be the current device. The
         caller guarantees what ``execute`` checks per call (operand metadata, M > 0, L > 0,
         the workspace when this plan needs one). It skips the pack and the per-call lookups of ``execute``.
@@ -536,16 +554,16 @@ class Sm90Plan(CompiledPlan):
             bound = self._launch_helpers.bind_tvm_ffi(fn, num_experts, ctas, *self._consts)
 
             def go(a, b, c, offsets, alpha, beta, prob, d_row, dprob, dbias, workspace, m,
-                   activation=0, amax=0):
+                   activation=0, amax=0, mx=(0, 0, 0, 0)):
                 bound(kernel_addrs(a, b, c, offsets, alpha, beta, prob, d_row, dprob, dbias,
-                                   workspace, activation, amax), m, raw_stream(device_index))
+                                   workspace, activation, amax, mx=mx), m, raw_stream(device_index))
 
             return go
 
         def go(a, b, c, offsets, alpha, beta, prob, d_row, dprob, dbias, workspace, m,
-               activation=0, amax=0):
+               activation=0, amax=0, mx=(0, 0, 0, 0)):
             call(fn, kernel_addrs(a, b, c, offsets, alpha, beta, prob, d_row, dprob, dbias,
-                                  workspace, activation, amax),
+                                  workspace, activation, amax, mx=mx),
                  m, num_experts, ctas, raw_stream(device_index))
 
         return go
@@ -572,9 +590,9 @@ class Sm90TracePlan(Sm90Plan):
         return WorkspaceRequest("trace", self.config.trace_bytes(), 128)
 
     def _kernel_addrs(self, a, b, c, offsets, alpha, beta, prob, d_row, dprob, dbias, workspace,
-                      activation=0, amax=0, sfa=0, sfb=0, partials=0):
+                      activation=0, amax=0, sfa=0, sfb=0, partials=0, mx=(0, 0, 0, 0)):
         addrs = super()._kernel_addrs(a, b, c, offsets, alpha, beta, prob, d_row, dprob, dbias,
-                                      workspace, activation, amax, sfa, sfb, partials)
+                                      workspace, activation, amax, sfa, sfb, partials, mx)
         desc_addr = workspace + self._desc_off
         if desc_addr % 16:
             raise ValueError(f"workspace: must be 16-byte aligned for the trace stamps, got "

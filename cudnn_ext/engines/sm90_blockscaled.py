@@ -12,20 +12,19 @@ as device steps on the plan's stream, with no host sync:
    epilogue: dGeGLU without beta, dSwiGLU and dSiTU-GLU with it, optional prob/dprob, the
    per-expert amax. The kernel reads fp32 alpha and beta; bfloat16 or float16 ones become
    fp32 temporaries that give the vendor's 16-bit roundings (``kernel_scalars``);
-3. FP8 operands (MXFP8): the kernel writes fp32 D, and ``kernels.blockscaled.quantize_d``
-   turns it into the FP8 outputs, D_row/SFD_row and D_col/SFD_col (or the plain conversion
-   of FP8 D without scale factors), bit-exact to the reference's quantizers on the same fp32
-   values.
+3. FP8 operands (MXFP8): the kernel's epilogue writes the FP8 outputs from its fp32 values,
+   D_row/SFD_row and D_col/SFD_col (or the plain conversion of FP8 D without scale factors),
+   bit-exact to the reference's quantizers on the same fp32 values (``kernels.sm90.quant_d``).
 
 It owns which block-scaled problems that covers (FP4 operands, NVFP4 and MXFP4, with D
 bf16/fp16/fp32; FP8 operands with FP8 D; C of any contract dtype; a single group with
 runtime offsets; its decline reasons name the rest, which the reference engine runs), the
 workspace layout ([the kernel's scratch][B bf16]: sizes of the problem family) and the plan.
 The temporaries whose size follows the call's M (A's BF16 copy, bf16 C or dSwiGLU's 16-bit
-beta * C, fp32 D, the single group's offsets), and the fp32 alpha and beta of 16-bit ones,
+beta * C, the single group's offsets), and the fp32 alpha and beta of 16-bit ones,
 which a workspace may not hold, come from the caching allocator on the launch's stream. The
 knob space and cost model are the sm90 engine's for the dequantized problem, plus the
-dequantization's, the C pass's and the quantization's bytes.
+dequantization's and the C pass's bytes.
 """
 from __future__ import annotations
 
@@ -41,27 +40,13 @@ from ..reference.scalars import alpha_squared, beta_scaled_c
 from ..runtime.streams import current_device_index, current_stream_handle, on_stream
 from ..runtime.workspace import WorkspaceLayout, WorkspaceRequest
 from .base import CompiledPlan, Engine, compile_deferred
-from .sm90 import Sm90DgluEngine, Sm90Plan, _addr, check_family, dense_problem, placement_reasons
+from .sm90 import (Sm90DgluEngine, Sm90Plan, _addr, check_family, config_for, dense_problem,
+                   placement_reasons)
 
 _HALF_FLOAT = (torch.bfloat16, torch.float16, torch.float32)
 #: Bytes per microsecond of the dequantization, C conversion and D quantization passes (a
 #: guess at ~3 TB/s, not a measurement)
 _DEQUANT_BYTES_PER_US = 3.0e6
-
-
-def quantize_config(problem: DgluProblem):
-    """The D quantizer that turns the kernel's fp32 D into ``problem``'s FP8 outputs, or None
-    when D is not FP8 (FP4 operands: the kernel writes D itself)."""
-    from ..kernels.blockscaled.config import QuantizeDConfig
-
-    if problem.d_dtype not in FP8_DTYPES:
-        return None
-    bs = problem.block_scale
-    single = bs.single_group_runtime_offsets
-    # a single group's per-expert SFD_col layout is the global one: one kernel variant
-    return QuantizeDConfig(format_of(problem.d_dtype).name, scales=bs.generate_sfd,
-                           discrete_col_sfd=bs.discrete_col_sfd and not single,
-                           single_group=single)
 
 
 def kernel_scalars(problem: DgluProblem, c: torch.Tensor, alpha: torch.Tensor, beta: torch.Tensor,
@@ -118,9 +103,6 @@ class Sm90BlockScaledPlan(CompiledPlan):
                               n_major=problem.b_major == "n")
         self._deq = DequantPairConfig(DequantConfig(elem, sf, vec), b_deq)  # A and B in one launch
         self._deq.check()
-        self._quant = quantize_config(problem)
-        if self._quant is not None:
-            self._quant.check()
         self._fp8_c = problem.c_dtype in FP8_DTYPES
         #: dSwiGLU's 16-bit beta * C replaces C (``kernel_scalars``); the inner plan runs on it
         self._c_beta = problem.c_beta_dtype
@@ -128,8 +110,6 @@ class Sm90BlockScaledPlan(CompiledPlan):
         self._layout = WorkspaceLayout.of(self.workspace_requests())
         self._b_off = self._layout.region("b_bf16").offset
         self._a_off = self._layout.region("a_bf16").offset
-        d32 = self._layout.region("d_fp32")
-        self._d_off = d32.offset if d32 is not None else None
         self._scratch = self._layout.region("kernel_scratch")  # None: the kernel needs none
         #: the launch on raw addresses (``Sm90Plan.address_launcher``) per device, for calls
         #: whose scalars and C reach the kernel as they are
@@ -143,11 +123,8 @@ class Sm90BlockScaledPlan(CompiledPlan):
         if len(reqs) == 1 and reqs[0].name == "scratch":  # the kernel's scratch, 128-B aligned
             reqs = [WorkspaceRequest("kernel_scratch", reqs[0].nbytes, 128)]
         reqs.append(WorkspaceRequest("b_bf16", 2 * p.num_experts * p.n * p.k, 128))
-        # A's BF16 copy and (FP8 D) the kernel's fp32 D for up to the built M rows: a call
-        # with more rows allocates them
+        # A's BF16 copy for up to the built M rows: a call with more rows allocates it
         reqs.append(WorkspaceRequest("a_bf16", 2 * p.m * p.k, 128))
-        if self._quant is not None:
-            reqs.append(WorkspaceRequest("d_fp32", 4 * p.m * 2 * p.n, 128))
         return reqs
 
     @property
@@ -155,21 +132,17 @@ class Sm90BlockScaledPlan(CompiledPlan):
         return self._layout.size
 
     def kernel_digests(self):
-        # the GEMM's, the dequantizers' and (FP8 D) the D quantizer's entries
+        # the GEMM's and the dequantizer pair's entries
         from ..runtime import compile_cache
 
         own = [compile_cache.digest_for("dequant_pair", self._deq)]
-        if self._quant is not None:
-            own.append(compile_cache.digest_for("quantize_d", self._quant))
         return list(dict.fromkeys([*self._inner.kernel_digests(), *(d for d in own if d)]))
 
     def warmup(self) -> None:
-        from ..kernels.blockscaled.launch import dequant_pair_cached, quantize_d_cached
+        from ..kernels.blockscaled.launch import dequant_pair_cached
 
         self._inner.warmup()
         dequant_pair_cached(self._deq)
-        if self._quant is not None:
-            quantize_d_cached(self._quant)
 
     def execute(self, pack, workspace=None, stream=None) -> None:
         p = self.problem
@@ -188,7 +161,6 @@ class Sm90BlockScaledPlan(CompiledPlan):
                 and pack["alpha"].dtype == torch.float32 and pack["beta"].dtype == torch.float32):
             return self._execute_addresses(pack, workspace.data_ptr(), m, num_experts, dev)
         handle = current_stream_handle(dev) if stream is None else stream.cuda_stream
-        two_n = 2 * p.n
         # every temporary is allocated, and every torch op queued, on the launch stream: the
         # allocator reuses a block only after that stream's work on it
         with on_stream(stream):
@@ -198,24 +170,18 @@ class Sm90BlockScaledPlan(CompiledPlan):
             offsets = (torch.full((1,), m, dtype=torch.int32, device=c.device) if self._single
                        else pack["padded_offsets"])
             c16, alpha, beta = kernel_scalars(p, c, pack["alpha"], pack["beta"], offsets)
-            d32 = pack["d_row"]
-            if self._quant is not None:
-                d32 = (workspace[self._d_off:self._d_off + 4 * m * two_n].view(torch.float32).view(m, two_n)
-                       if m <= p.m else torch.empty((m, two_n), dtype=torch.float32, device=c.device))
         # (N, K, L) in the weights' own element order: K-major (L, N, K) or N-major (L, K, N)
         b16 = workspace[self._b_off:self._b_off + 2 * num_experts * p.n * p.k].view(torch.bfloat16)
         b16 = (b16.view(num_experts, p.n, p.k).permute(1, 2, 0) if p.b_major == "k"
                else b16.view(num_experts, p.k, p.n).permute(2, 1, 0))
         self._dequantize(pack, a16.data_ptr(), b16.data_ptr(), m, num_experts, handle, offsets.data_ptr())
+        # (D and, with scales, D_col, SFD_row, SFD_col and norm_const: the pack's own)
         inner = dict(pack, a=a16, b=b16, b_ptrs=None, sfa=None, sfb=None, sfb_ptrs=None, c=c16,
-                     d_row=d32, padded_offsets=offsets, alpha=alpha, beta=beta, d_col=None,
-                     sfd_row=None, sfd_col=None, norm_const=None)
+                     padded_offsets=offsets, alpha=alpha, beta=beta)
         region = self._scratch
         scratch = (workspace[region.offset:region.offset + region.nbytes]
                    if region is not None else None)
         self._inner.execute(inner, scratch, stream)
-        if self._quant is not None:
-            self._quantize(pack, d32.data_ptr(), m, num_experts, handle, offsets.data_ptr())
 
     def _execute_addresses(self, pack, ws: int, m: int, num_experts: int, dev: int) -> None:
         """``execute`` on raw addresses, for a call on the current stream of the current
@@ -230,16 +196,13 @@ class Sm90BlockScaledPlan(CompiledPlan):
         a16, b16 = ws + self._a_off, ws + self._b_off
         offsets = pack["padded_offsets"].data_ptr()
         self._dequantize(pack, a16, b16, m, num_experts, handle, offsets)
-        q = self._quant
-        d = ws + self._d_off if q is not None else pack["d_row"].data_ptr()
         region = self._scratch
         go(a16, b16, pack["c"].data_ptr(), offsets, pack["alpha"].data_ptr(), pack["beta"].data_ptr(),
-           _addr(pack, "prob"), d, _addr(pack, "dprob"), _addr(pack, "dbias") if p.generate_dbias else 0,
+           _addr(pack, "prob"), pack["d_row"].data_ptr(), _addr(pack, "dprob"),
+           _addr(pack, "dbias") if p.generate_dbias else 0,
            ws + region.offset if region is not None else 0, m,
            _addr(pack, "activation") if self.config.generate_activation else 0,
-           _addr(pack, "amax") if self.config.generate_amax else 0)
-        if q is not None:
-            self._quantize(pack, d, m, num_experts, handle, offsets)
+           _addr(pack, "amax") if self.config.generate_amax else 0, mx=self._inner._mx_addrs(pack))
 
     def _dequantize(self, pack, a16: int, b16: int, m: int, num_experts: int, handle: int, offsets: int) -> None:
         """A into its BF16 copy at ``a16``, every expert's B into theirs at ``b16``: one
@@ -255,18 +218,6 @@ class Sm90BlockScaledPlan(CompiledPlan):
             b = (pack["b"].data_ptr(), pack["sfb"].data_ptr(), b16)
             launch_dequant_pair(self._deq, a, b, m, p.n, p.k, num_experts, handle)
 
-    def _quantize(self, pack, d32: int, m: int, num_experts: int, handle: int, offsets: int) -> None:
-        """The kernel's fp32 D at ``d32`` into the pack's FP8 D (and its scales)."""
-        from ..kernels.blockscaled.launch import launch_quantize_d
-
-        q = self._quant
-        kw = {}
-        if q.scales:
-            kw = dict(d_col=pack["d_col"].data_ptr(), sfd_row=pack["sfd_row"].data_ptr(),
-                      sfd_col=pack["sfd_col"].data_ptr(), norm_const=pack["norm_const"].data_ptr())
-        launch_quantize_d(q, d32, pack["d_row"].data_ptr(), m, 2 * self.problem.n, num_experts, handle,
-                          offsets=offsets, **kw)
-
 
 class Sm90BlockScaledEngine(Engine):
     name = "sm90_blockscaled"
@@ -275,8 +226,8 @@ class Sm90BlockScaledEngine(Engine):
         "operands dequantized to bf16 on the device (exact within bf16's range), then the "
         "sm90_cutedsl kernel: fp32 WGMMA accumulation, fast sigmoid, dprob/dbias/amax via "
         "atomics (order-nondeterministic sums; amax is exact), or with deterministic=True the "
-        "kernel's fixed-order partial sums; FP8 D quantized from the "
-        "kernel's fp32 D by the reference's block rule (bit-exact on equal fp32 values).")
+        "kernel's fixed-order partial sums; FP8 D quantized by the kernel's epilogue from its "
+        "fp32 values by the reference's block rule (bit-exact on equal fp32 values).")
 
     def __init__(self):
         self._sm90 = Sm90DgluEngine()
@@ -293,12 +244,12 @@ class Sm90BlockScaledEngine(Engine):
         if not fp8 and not is_fp4(problem.ab_dtype):
             why.append(f"A/B dtype {problem.ab_dtype} is not block-scaled FP8 or FP4")
         if fp8 and problem.d_dtype not in FP8_DTYPES:
-            why.append(f"D dtype {problem.d_dtype} with FP8 operands: the quantizer writes FP8 D")
+            why.append(f"D dtype {problem.d_dtype} with FP8 operands: the kernel writes FP8 D")
         if not fp8 and problem.d_dtype not in _HALF_FLOAT:
             why.append(f"D dtype {problem.d_dtype} with FP4 operands is not supported on sm90 "
                        f"(bf16, fp16, fp32)")
         if bs.generate_sfd and problem.d_dtype != torch.float8_e4m3fn:
-            why.append(f"quantized D (SFD) in {problem.d_dtype}: the quantizer writes e4m3 only")
+            why.append(f"quantized D (SFD) in {problem.d_dtype}: the kernel writes e4m3 only")
         if problem.c_dtype not in _HALF_FLOAT + FP8_DTYPES:
             why.append(f"C dtype {problem.c_dtype} is not supported on sm90 "
                        f"(bf16, fp16, fp32, FP8)")
@@ -318,19 +269,27 @@ class Sm90BlockScaledEngine(Engine):
 
     def knob_space(self, problem: DgluProblem):
         """The sm90 engine's configurations for the dequantized problem, with the
-        block-scaled epilogue's fields (amax) set."""
+        block-scaled epilogue's fields (amax, quantized D's scales) set: those whose A/B
+        stages still fit beside the quantized D's shared memory."""
         if not problem.is_block_scaled:
             return []
-        amax = problem.block_scale.generate_amax
-        return [dataclasses.replace(cfg, generate_amax=amax)
-                for cfg in self._sm90.knob_space(dense_problem(problem))]
+        family = config_for(problem)
+        fields = {f: getattr(family, f) for f in ("generate_amax", "d_scales", "discrete_col_sfd")}
+        space = []
+        for cfg in self._sm90.knob_space(dense_problem(problem)):
+            cfg = dataclasses.replace(cfg, **fields)
+            try:
+                cfg.check()
+            except ValueError:
+                continue
+            space.append(cfg)
+        return space
 
     def cost(self, problem: DgluProblem, knobs: Sm90Config) -> float:
-        """The sm90 kernel's cost on the dequantized problem (bf16 C, fp32 D where those are
-        FP8) plus the passes around it at ~3 TB/s: the dequantization (read the packed
-        operands, write bf16), FP8 C's conversion or dSwiGLU's 16-bit beta * C (read C, write
-        2 bytes per element) and FP8 D's quantization (read fp32 D; write D_row, and D_col
-        with the scales)."""
+        """The sm90 kernel's cost on the dequantized problem (bf16 C where C is FP8) plus the
+        passes around it at ~3 TB/s: the dequantization (read the packed operands, write
+        bf16), FP8 C's conversion or dSwiGLU's 16-bit beta * C (read C, write 2 bytes per
+        element), and quantized D's second matrix (D_col, with the scales)."""
         per = 0.5 if is_fp4(problem.ab_dtype) else 1.0
         m = max(problem.m, 256)
         elems = m * problem.k + problem.num_experts * problem.n * problem.k
@@ -339,8 +298,8 @@ class Sm90BlockScaledEngine(Engine):
         if problem.c_dtype in FP8_DTYPES or problem.c_beta_dtype is not None:
             # FP8 C's conversion, dSwiGLU's 16-bit beta * C: read C, write 2 bytes
             nbytes += cd * (torch.empty((), dtype=problem.c_dtype).element_size() + 2.0)
-        if problem.d_dtype in FP8_DTYPES:
-            nbytes += cd * (4.0 + (2.0 if problem.block_scale.generate_sfd else 1.0))
+        if problem.d_dtype in FP8_DTYPES and problem.block_scale.generate_sfd:
+            nbytes += cd
         return self._sm90.cost(dense_problem(problem), knobs) + nbytes / _DEQUANT_BYTES_PER_US
 
     def knobs_from_dict(self, values: dict) -> Sm90Config:

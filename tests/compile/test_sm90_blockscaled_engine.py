@@ -1,7 +1,8 @@
 """The block-scaled Hopper engine's host side, without a GPU: what it declines (with reasons),
 its configurations (the sm90 kernel's for the dequantized problem, with the block-scaled
-epilogue's fields; bf16 C and fp32 D where the call's are FP8), which D quantizer it selects,
-its workspace layout, and that every kernel it can select compiles for sm_90a."""
+epilogue's fields; bf16 C where the call's is FP8, FP8 D quantized by the kernel with the
+problem's scale outputs), its workspace layout, and that every kernel it can select compiles
+for sm_90a."""
 import dataclasses
 import types
 import importlib.util
@@ -11,8 +12,7 @@ import torch
 
 from cudnn_ext.engines.sm90 import config_for
 from cudnn_ext.engines.sm90_blockscaled import (Sm90BlockScaledEngine, Sm90BlockScaledPlan, dense_problem,
-                                                kernel_scalars, quantize_config)
-from cudnn_ext.kernels.blockscaled.config import QuantizeDConfig
+                                                kernel_scalars)
 from cudnn_ext.problem import ActConfig, BlockScaleConfig, DgluProblem
 
 needs_dsl = pytest.mark.skipif(importlib.util.find_spec("cutlass") is None,
@@ -50,9 +50,9 @@ def test_declines_with_reasons():
     assert "not block-scaled" in eng.check_support(bf16)[0]
     assert eng.check_support(_problem(act="dsituglu", beta1=3.0, dbias=True, d=torch.float32)) == []
     cases = [(_problem(c=torch.float64), "C dtype"),
-             (_mxfp8(d=torch.bfloat16, sfd=False), "with FP8 operands: the quantizer writes FP8 D"),
+             (_mxfp8(d=torch.bfloat16, sfd=False), "with FP8 operands: the kernel writes FP8 D"),
              (_problem(d=E4M3), "with FP4 operands"),
-             (_mxfp8(d=E5M2), "the quantizer writes e4m3 only"),
+             (_mxfp8(d=E5M2), "the kernel writes e4m3 only"),
              (_problem(ab=torch.float16), "not block-scaled FP8 or FP4"),
              (_problem(single_group_runtime_offsets=True), "needs one expert, got L=4"),
              (_problem(k=80), "K % 32 == 0"),
@@ -64,40 +64,41 @@ def test_declines_with_reasons():
     assert any("not cuda" in w for w in eng.check_support(cpu))
 
 
-def test_quantizer_follows_the_problem():
-    """FP8 D: the quantizer of its outputs (a single group's per-expert SFD_col layout is the
-    global one); FP4 operands: none, the kernel writes D."""
-    from test_quantize_d_compile import SELECTABLE
-
-    assert quantize_config(_problem()) is None
-    assert quantize_config(_problem(d=torch.float32)) is None
-    want = [(_mxfp8(), QuantizeDConfig("e4m3", True)),
-            (_mxfp8(discrete_col_sfd=True), QuantizeDConfig("e4m3", True, discrete_col_sfd=True)),
+def test_quantized_d_follows_the_problem():
+    """FP8 D: the kernel writes it, with D_col and both scale outputs where the problem
+    generates SFD (a single group's per-expert SFD_col layout is the global one); FP4
+    operands: D of its 16/32-bit type, no scales."""
+    eng = Sm90BlockScaledEngine()
+    want = [(_problem(), ("bf16", False, False)),
+            (_problem(d=torch.float32), ("fp32", False, False)),
+            (_mxfp8(), ("e4m3", True, False)),
+            (_mxfp8(discrete_col_sfd=True), ("e4m3", True, True)),
             (_mxfp8(experts=1, single_group_runtime_offsets=True, discrete_col_sfd=True),
-             QuantizeDConfig("e4m3", True, single_group=True)),
-            (_mxfp8(d=E5M2, sfd=False), QuantizeDConfig("e5m2", False)),
+             ("e4m3", True, False)),
+            (_mxfp8(d=E5M2, sfd=False), ("e5m2", False, False)),
             (_mxfp8(ab=E5M2, d=E4M3, sfd=False, experts=1, single_group_runtime_offsets=True),
-             QuantizeDConfig("e4m3", False, single_group=True))]
-    for p, cfg in want:
-        assert quantize_config(p) == cfg, p
-        assert cfg in SELECTABLE  # compiled in the CPU tier (test_quantize_d_compile)
+             ("e4m3", False, False))]
+    for p, fields in want:
+        space = eng.knob_space(p)
+        assert space and {(c.d_dtype, c.d_scales, c.discrete_col_sfd) for c in space} == {fields}, p
+        assert config_for(p).d_dtype == fields[0]
 
 
-def test_fp8_problems_run_the_kernel_on_bf16_c_and_fp32_d():
+def test_fp8_problems_run_the_kernel_on_bf16_c_and_their_own_d():
     eng = Sm90BlockScaledEngine()
     for p in (_mxfp8(c=E4M3), _mxfp8(c=E5M2, d=E5M2, sfd=False, prob=False, dbias=True),
               _problem(c=E4M3, d=torch.float16)):
         dense = dense_problem(p)
         assert dense.c_dtype == torch.bfloat16 and dense.block_scale is None
-        assert dense.d_dtype == (torch.float32 if p.d_dtype in (E4M3, E5M2) else p.d_dtype)
+        assert dense.d_dtype == p.d_dtype
         space = eng.knob_space(p)
         assert space and all(cfg.c_dtype == "bf16" and cfg.ab_dtype == "bf16" for cfg in space)
-        assert all(cfg.d_dtype == ("fp32" if p.d_dtype in (E4M3, E5M2) else "fp16") for cfg in space)
+        assert all(cfg.d_dtype == {E4M3: "e4m3", E5M2: "e5m2"}.get(p.d_dtype, "fp16") for cfg in space)
         # config_for names the same family, so check_family (build) accepts the knobs
         assert all(cfg == dataclasses.replace(config_for(p, **{f: getattr(cfg, f) for f in (
             "tile_n", "cluster_m", "cluster_n", "c_split", "cooperative", "c_stages", "ab_stages",
             "raster_group_m", "split_last")})) for cfg in space)
-    # the passes around the kernel cost: FP8 C's conversion, FP8 D's quantization
+    # the passes around the kernel cost: FP8 C's conversion, quantized D's second matrix
     base = _mxfp8()
     cfg = eng.knob_space(base)[0]
     assert eng.cost(dataclasses.replace(base, c_dtype=E4M3), cfg) > eng.cost(base, cfg)
@@ -150,18 +151,17 @@ def test_workspace_holds_the_kernel_scratch_and_bf16_weights():
     assert plan.workspace_size >= regions["b_bf16"].offset + regions["b_bf16"].nbytes
     with pytest.raises(ValueError, match="needs .* bytes"):
         plan.execute({"c": torch.zeros(1, 2 * p.n), "padded_offsets": torch.zeros(4)}, None)
-    assert regions["a_bf16"].nbytes == 2 * p.m * p.k and "d_fp32" not in regions
-    # MXFP8: A's copy and the kernel's fp32 D for the built M too, the inner plan on bf16 C
-    # and fp32 D, the problem's quantizer
+    assert regions["a_bf16"].nbytes == 2 * p.m * p.k
+    # MXFP8: A's copy for the built M too (no fp32 D: the kernel quantizes D), the inner plan
+    # on bf16 C and FP8 D with the per-expert SFD_col layout
     q = _mxfp8(c=E5M2, mode="discrete", discrete_col_sfd=True)
     with defer_compile():
         plan8 = Sm90BlockScaledEngine().build(q, Sm90BlockScaledEngine().knob_space(q)[0])
-    assert {r.name for r in plan8._layout.regions} - {"kernel_scratch"} == {"b_bf16", "a_bf16", "d_fp32"}
+    assert {r.name for r in plan8._layout.regions} - {"kernel_scratch"} == {"b_bf16", "a_bf16"}
     assert plan8._layout.region("b_bf16").nbytes == 2 * q.num_experts * q.n * q.k
-    assert plan8._layout.region("d_fp32").nbytes == 4 * q.m * 2 * q.n
     assert all(r.offset % 128 == 0 for r in plan8._layout.regions)
-    assert plan8._inner.problem.d_dtype == torch.float32 and plan8._inner.problem.c_dtype == torch.bfloat16
-    assert plan8._quant == QuantizeDConfig("e4m3", True, discrete_col_sfd=True) and plan8._fp8_c
+    assert plan8._inner.problem.d_dtype == E4M3 and plan8._inner.problem.c_dtype == torch.bfloat16
+    assert plan8.config.d_scales and plan8.config.discrete_col_sfd and plan8._fp8_c
 
 
 @needs_dsl
@@ -267,8 +267,8 @@ def test_opt_in_engine_is_ranked_only_when_named(monkeypatch):
 @needs_dsl
 def test_plan_names_every_kernel_it_compiled(tmp_path, monkeypatch):
     """An MXFP8 plan's ``kernel_digests`` (what ``serialize(include_kernels=True)`` carries)
-    names the disk-cache entries of all its kernels: the SM90 GEMM, the dequantizers (A's
-    and B's, one kernel) and the D quantizer, each one an entry this process can hand on."""
+    names the disk-cache entries of all its kernels: the SM90 GEMM (which quantizes D) and
+    the dequantizers (A's and B's, one kernel), each one an entry this process can hand on."""
     from cudnn_ext.engines.heuristics import ranked_knobs
     from cudnn_ext.runtime import compile_cache
 
@@ -279,7 +279,7 @@ def test_plan_names_every_kernel_it_compiled(tmp_path, monkeypatch):
     plan = Sm90BlockScaledPlan(p, cfg)
     plan.warmup()
     digests = plan.kernel_digests()
-    assert len(digests) == 3, digests
+    assert len(digests) == 2, digests
     for d in digests:
         assert compile_cache.entry_of(d) is not None, d
 
@@ -474,9 +474,10 @@ def test_kernel_inputs_compute_the_16_bit_semantics(act, c_dtype, alpha_dtype, b
 def test_address_path_launches_what_the_tensor_path_launches(monkeypatch, mode):
     """A call on the current stream with fp32 alpha/beta and C as the kernel reads it goes
     through the inner plan's address launcher and creates no tensor; it launches the
-    dequantizers (one launch for A and B), the GEMM and the D quantizer with the same arguments as the general
-    path (a given stream), whose temporaries are the same workspace regions. More rows than
-    the plan was built for: temporaries from the allocator, not the workspace."""
+    dequantizers (one launch for A and B) and the GEMM with the same arguments as the general
+    path (a given stream), whose temporaries are the same workspace regions; the GEMM writes
+    the pack's FP8 D, D_col and scale outputs. More rows than the plan was built for: A's
+    copy from the allocator, not the workspace."""
     from cudnn_ext.engines import sm90
     from cudnn_ext.engines import sm90_blockscaled as sbs
     from cudnn_ext.engines.base import defer_compile
@@ -486,7 +487,6 @@ def test_address_path_launches_what_the_tensor_path_launches(monkeypatch, mode):
     monkeypatch.setattr(sm90, "compile_cached", lambda cfg: (lambda *args: calls.append(("gemm", args))))
     monkeypatch.setattr(sm90.Sm90Plan, "_resident_ctas", lambda self, idx: 132)
     monkeypatch.setattr(bl, "launch_dequant_pair", lambda *a, **k: calls.append(("dequant_pair", a[1:], k)))
-    monkeypatch.setattr(bl, "launch_quantize_d", lambda *a, **k: calls.append(("quantize_d", a[1:], k)))
     for mod in (sm90, sbs):
         monkeypatch.setattr(mod, "current_stream_handle", lambda idx: 77)
     p = dataclasses.replace(_mxfp8(act="dswiglu", dbias=True, mode=mode, m=1024), device_type="cpu")
@@ -514,19 +514,21 @@ def test_address_path_launches_what_the_tensor_path_launches(monkeypatch, mode):
     monkeypatch.setattr(torch, "empty", lambda *a, **kw: made.append(a) or real_empty(*a, **kw))
     plan.execute(pack, ws)
     fast, calls[:] = list(calls), []
-    assert not made and [c[0] for c in fast] == ["dequant_pair", "gemm", "quantize_d"]
+    assert not made and [c[0] for c in fast] == ["dequant_pair", "gemm"]
     plan.execute(pack, ws, types.SimpleNamespace(cuda_stream=77))
     assert calls == fast
     base = ws.data_ptr()
-    (a_addrs, b_addrs), gemm, quant = fast[0][1][:2], fast[1][1], fast[2][1]
+    (a_addrs, b_addrs), gemm = fast[0][1][:2], fast[1][1]
     assert a_addrs[2] == base + plan._a_off and b_addrs[2] == base + plan._b_off
-    assert quant[0] == base + plan._d_off == gemm[3]  # fp32 D: the GEMM's D, the quantizer's input
-    # more rows than built: A's copy and fp32 D from the allocator
+    assert gemm[3] == pack["d_row"].data_ptr()
+    assert gemm[18:22] == tuple(pack[s].data_ptr() for s in ("d_col", "sfd_row", "sfd_col", "norm_const"))
+    # more rows than built: A's copy from the allocator
     calls[:] = []
     big = dict(pack, a=torch.zeros(2 * m, k, dtype=e4), c=torch.zeros(2 * m, 2 * n, dtype=torch.bfloat16),
                d_row=torch.zeros(2 * m, 2 * n, dtype=e4), d_col=torch.zeros(2 * m, 2 * n, dtype=e4),
                prob=torch.ones(2 * m), dprob=torch.zeros(2 * m))
     plan.execute(big, ws)
     inside = range(base, base + plan.workspace_size)
-    (a_addrs, b_addrs), quant = calls[0][1][:2], calls[2][1]
-    assert a_addrs[2] not in inside and quant[0] not in inside and b_addrs[2] == base + plan._b_off
+    (a_addrs, b_addrs), gemm = calls[0][1][:2], calls[1][1]
+    assert a_addrs[2] not in inside and b_addrs[2] == base + plan._b_off
+    assert gemm[3] == big["d_row"].data_ptr()

@@ -27,10 +27,10 @@ def test_config_fields_are_pinned():
     names = [f.name for f in dataclasses.fields(Sm90Config)]
     assert names == ["n", "k", "ab_dtype", "c_dtype", "d_dtype", "act_func", "generate_dbias",
                      "weight_mode", "b_major", "generate_activation", "round_dgrad", "geglu_beta",
-                     "has_prob", "has_dprob", "generate_amax", "situ_beta1", "situ_beta2",
-                     "tile_n", "ab_stages", "c_stages", "c_split",
-                     "cluster_m", "cluster_n", "raster_group_m", "cooperative", "split_last", "act_staged",
-                     "wg_stagger",
+                     "has_prob", "has_dprob", "generate_amax", "d_scales", "discrete_col_sfd",
+                     "situ_beta1", "situ_beta2", "tile_n", "ab_stages", "c_stages", "c_split",
+                     "cluster_m", "cluster_n", "raster_group_m", "cooperative", "split_last",
+                     "act_staged", "wg_stagger",
                      "init_outputs", "ws_zeroed", "fold_dbias", "ragged_m", "deterministic"]
     assert [f.name for f in dataclasses.fields(Sm90TraceConfig)] == names + ["trace"]
 
@@ -200,6 +200,29 @@ def test_explicit_ab_stages_that_do_not_fit_are_refused():
     assert wide_c.stages_that_fit() == 2
     with pytest.raises(ValueError, match=r"ab_stages: 3 .*do not fit .*at most 2 do"):
         wide_c.check()
+
+
+def test_quantized_d_rules():
+    """FP8 D (the block-scaled contract's, quantized by the epilogue): 16-bit operands on
+    256-aligned experts; scales with e4m3 D only; per-expert SFD_col with scales only. The
+    scales' amax exchange takes 4 KiB of shared memory (an A/B stage less where it is the
+    last one)."""
+    base = _cfg(tile_n=128, d_dtype="e4m3", d_scales=True)
+    base.check()
+    assert base.fp8_d() and base.mx_exchange_ints() * 4 == 4096
+    assert base.stages_that_fit() == dataclasses.replace(base, d_scales=False).stages_that_fit() - 1
+    dataclasses.replace(base, d_dtype="e5m2", d_scales=False).check()  # plain conversion
+    dataclasses.replace(base, discrete_col_sfd=True).check()
+    for bad, needle in ((dict(d_dtype="e5m2"), "d_scales with e4m3 D"),
+                        (dict(d_scales=False, discrete_col_sfd=True), "discrete_col_sfd with d_scales"),
+                        (dict(ragged_m=True), "256-aligned offsets"),
+                        (dict(ab_dtype="e4m3", k=512, tile_n=64), "16-bit operands")):
+        with pytest.raises(ValueError, match=f"quantized D needs .*{needle}"):
+            dataclasses.replace(base, **bad).check()
+    with pytest.raises(ValueError, match="d_dtype must be one of"):
+        dataclasses.replace(base, d_dtype="e8m0").check()
+    with pytest.raises(ValueError, match="c_dtype must be one of"):
+        dataclasses.replace(base, c_dtype="e4m3").check()
 
 
 def test_c_split_is_ping_pong_only():
@@ -525,7 +548,7 @@ def _recording_plan(monkeypatch, problem, knobs, with_cfg=False):
 
 @pytest.mark.parametrize("fresh", [False, True])
 def test_launch_passes_addresses_in_the_kernels_argument_order(monkeypatch, fresh):
-    """The plan's launch: the 18 addresses in ``build._ptr_specs`` order, then M, L,
+    """The plan's launch: the 22 addresses in ``build._ptr_specs`` order, then M, L,
     resident CTAs, the activation constants and the stream handle; the fresh-outputs variant
     is a separate compiled function."""
     import types
@@ -541,13 +564,13 @@ def test_launch_passes_addresses_in_the_kernels_argument_order(monkeypatch, fres
     (cfg, args), = calls[-1:]
     ptr = {name: v.data_ptr() for name, v in pack.items()}
     assert cfg.init_outputs is fresh
-    # (the last three: the fp8_blockwise recipe's scales and the deterministic form's dbias
-    # slab, A's address here)
-    assert args[:18] == (ptr["a"], ptr["b"], ptr["c"], ptr["d_row"], ptr["padded_offsets"],
+    # (then the fp8_blockwise recipe's scales and the deterministic form's dbias slab, A's
+    # address here; the last four, quantized D's D_col, SFD_row, SFD_col and norm_const, D's)
+    assert args[:22] == (ptr["a"], ptr["b"], ptr["c"], ptr["d_row"], ptr["padded_offsets"],
                          ptr["alpha"], ptr["beta"], ptr["prob"], ptr["dprob"], ws.data_ptr(),
                          ptr["a"], ptr["a"], ptr["dbias"], ptr["a"], ptr["a"], ptr["a"], ptr["a"],
-                         ptr["a"])
-    assert args[18:] == (m, L, 132, 1.5, 6.0, -5.0, 0.25, 77)
+                         ptr["a"], *[ptr["d_row"]] * 4)
+    assert args[22:] == (m, L, 132, 1.5, 6.0, -5.0, 0.25, 77)
 
 
 def test_activation_output_takes_its_address_slot(monkeypatch):

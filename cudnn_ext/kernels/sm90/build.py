@@ -47,9 +47,11 @@ def make_kernel(cfg: Sm90Config) -> GroupedDgluSm90:
 #: pointers). A dense launch passes A's address for both (never read). Then the caller's
 #: bf16 dbias (L, 2N), into which the kernel folds the fp32 workspace (any address without
 #: dbias: never read), the bf16 activation output (M, N; 16-byte aligned with ``act_staged``:
-#: its TMA stores) and the fp32 amax (L, 2) (any address without them), then the fp8_blockwise recipe's fp32 scales of A and B (e4m3
-#: operands only; any address otherwise) and (deterministic with dbias) the fp32 slab of
-#: the tiles' dbias sums.
+#: its TMA stores) and the fp32 amax (L, 2) (any address without them), then the
+#: fp8_blockwise recipe's fp32 scales of A and B (e4m3 operands only; any address
+#: otherwise), (deterministic with dbias) the fp32 slab of the tiles' dbias sums, and
+#: (``d_scales``) D_col, the SFD_row and SFD_col bytes and the fp32 norm_const (any address
+#: otherwise).
 def _ptr_specs(cfg: Sm90Config):
     ab, c, d = (DSL_DTYPES[cfg.ab_dtype], DSL_DTYPES[cfg.c_dtype], DSL_DTYPES[cfg.d_dtype])
     return (
@@ -58,6 +60,7 @@ def _ptr_specs(cfg: Sm90Config):
         (cutlass.Int64, 8), (cutlass.Int64, 16), (cutlass.BFloat16, 2),
         (cutlass.BFloat16, 16 if cfg.act_staged else 4),
         (Float32, 4), (Float32, 4), (Float32, 4), (Float32, 4),
+        (d, 16), (cutlass.Uint8, 4), (cutlass.Uint8, 1), (Float32, 4),
     )
 
 
@@ -82,7 +85,7 @@ def compile_kernel(cfg: Sm90Config, tvm_ffi: bool = TVM_FFI, remarks: bool = Fal
 def launch(compiled, cfg: Sm90Config, addrs, m: int, num_experts: int, sm_count: int,
            geglu_alpha: float, clamp_max: float, clamp_min: float, linear_offset: float,
            stream_handle: int) -> None:
-    """Launch ``compiled`` (the DSL's convention) on the 18 device addresses ``addrs``."""
+    """Launch ``compiled`` (the DSL's convention) on the 22 device addresses ``addrs``."""
     ptrs = [make_ptr(dt, a, _GMEM, assumed_align=al)
             for (dt, al), a in zip(_ptr_specs(cfg), addrs)]
     compiled(*ptrs, Int32(m), Int32(num_experts), Int32(sm_count), Float32(geglu_alpha), Float32(clamp_max),

@@ -39,10 +39,15 @@ SPLIT_BARRIER = 4  # named barrier of the 256 math threads around a partial's ha
 STAGGER_BARRIER = 2  # (wg_stagger) the ping-pong hand-over's first barrier, idle when cooperative
 
 #: Element dtypes by name (the kernel maps them to CuTe DSL types), with their widths in bits.
-DTYPE_BITS = {"bf16": 16, "fp16": 16, "fp32": 32, "e4m3": 8}
+DTYPE_BITS = {"bf16": 16, "fp16": 16, "fp32": 32, "e4m3": 8, "e5m2": 8}
 #: A/B element types; e4m3 is the fp8_blockwise recipe's (fp32 scales per 1x128 block of A
 #: and 128x128 block of B, applied per k-tile)
 AB_DTYPES = ("bf16", "fp16", "e4m3")
+#: D element types; the FP8 ones are the block-scaled contract's quantized D (``fp8_d``)
+D_DTYPES = ("bf16", "fp16", "fp32", "e4m3", "e5m2")
+#: (``d_scales``) the named barriers of the warp pairs that share a D_col block's 32 rows:
+#: MX_PAIR_BARRIER + 2 x math warpgroup + pair (4 of them)
+MX_PAIR_BARRIER = 5
 #: the activations whose derivative epilogue.py implements (each keyed by its act_func)
 KERNEL_ACTS = ("dswiglu", "dgeglu", "dsituglu")
 #: dSiTU-GLU's beta1, beta2 in the config of every other activation (one compile key each)
@@ -64,7 +69,12 @@ class Sm90Config:
     the block-scaled contract's epilogue (its operands dequantized to bf16 first):
     ``geglu_beta`` (False: dGeGLU takes C without beta), ``has_prob`` / ``has_dprob``
     (False: p = 1 / no dprob sums) and ``generate_amax`` (per expert max |dgate|, max |dup|,
-    NaN-quiet, into an fp32 (L, 2) output with one atomic max per warp and tile);
+    NaN-quiet, into an fp32 (L, 2) output with one atomic max per warp and tile), and
+    quantized D: FP8 ``d_dtype`` (``"e4m3"``, ``"e5m2"``) written from the epilogue's fp32
+    values, by the plain saturating conversion or (``d_scales``, e4m3) as D_row/SFD_row (the
+    e8m0 scale of each 32-column block of a row along 2N) and D_col/SFD_col (of each 32-row
+    block of a column; ``discrete_col_sfd``: SFD_col in per-expert regions) by the MX block
+    rule (``mx_rule``), with the device's norm_const;
     ``situ_beta1`` / ``situ_beta2``: dSiTU-GLU's betas, compile-time constants as in the
     vendor's kernel (SITU_DEFAULTS with the other activations). dSiTU-GLU is the block-scaled
     contract's only; the kernel applies beta to C for it.
@@ -139,6 +149,8 @@ class Sm90Config:
     has_prob: bool = True
     has_dprob: bool = True
     generate_amax: bool = False
+    d_scales: bool = False
+    discrete_col_sfd: bool = False
     situ_beta1: float = SITU_DEFAULTS[0]
     situ_beta2: float = SITU_DEFAULTS[1]
     tile_n: int = 128
@@ -186,7 +198,7 @@ class Sm90Config:
         if self.act_func not in KERNEL_ACTS:
             raise ValueError(f"act_func {self.act_func!r} is not supported by the SM90 kernel")
         for name in ("ab_dtype", "c_dtype", "d_dtype"):
-            allowed = AB_DTYPES if name == "ab_dtype" else ("bf16", "fp16", "fp32")
+            allowed = {"ab_dtype": AB_DTYPES, "d_dtype": D_DTYPES}.get(name, ("bf16", "fp16", "fp32"))
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         if self.weight_mode not in ("dense", "discrete") or self.b_major not in ("k", "n"):
@@ -248,6 +260,7 @@ class Sm90Config:
             # arrival meets its own wait only with at least as many k-tiles as stages
             raise ValueError(f"wg_stagger needs at least as many k-tiles as A/B stages, got "
                              f"{self.k // BLOCKWISE_TILE_K} k-tiles (K={self.k}), {stages} stages")
+        self._check_fp8_d()
         if self.c_split not in (1, 2) or (self.c_split == 2 and self.cooperative):
             raise ValueError(f"c_split must be 1, or 2 in the ping-pong schedule, got "
                              f"c_split={self.c_split}, cooperative={self.cooperative}")
@@ -280,7 +293,32 @@ class Sm90Config:
         if why:
             raise ValueError("ab_dtype 'e4m3' needs " + "; ".join(why))
 
+    def _check_fp8_d(self) -> None:
+        """Quantized D: 16-bit operands on 256-aligned experts (a D_col block's 32 rows lie
+        in one tile, of one expert); scales with e4m3 D only, per-expert SFD_col with
+        scales only."""
+        why = []
+        if self.fp8_d() and (self.blockwise() or self.ragged_m):
+            why.append(f"16-bit operands and 256-aligned offsets (ab_dtype={self.ab_dtype!r}, "
+                       f"ragged_m={self.ragged_m})")
+        if self.d_scales and self.d_dtype != "e4m3":
+            why.append(f"d_scales with e4m3 D (d_dtype={self.d_dtype!r})")
+        if self.discrete_col_sfd and not self.d_scales:
+            why.append("discrete_col_sfd with d_scales")
+        if why:
+            raise ValueError("quantized D needs " + "; ".join(why))
+
     # ------------------------------------------------------------------ derived
+    def fp8_d(self) -> bool:
+        """D is FP8: the epilogue quantizes its fp32 values (``d_scales``: the MX rule)."""
+        return DTYPE_BITS[self.d_dtype] == 8
+
+    def mx_exchange_ints(self) -> int:
+        """(``d_scales``) int32 words of the shared memory through which the two warps of a
+        D_col block exchange its columns' amax: per math warpgroup, 4 warps x 2 buffers (one
+        block's while the pair may still read the previous one) x 64 block columns."""
+        return MATH_WARPGROUPS * 4 * 2 * C_BLOCK_COLS if self.d_scales else 0
+
     def partial_tiles(self, m, num_experts):
         """(deterministic) Rows of the dbias partials slab: every M-tile index the schedule
         can give a tile of M rows (ragged_m: each expert's last unit may be partial)."""
@@ -377,7 +415,8 @@ class Sm90Config:
         """What takes shared memory besides the A/B stages, for the stage errors."""
         return (f"tile_n={self.tile_n}, c_stages={self.c_ring()}, C {self.c_dtype}, "
                 f"dbias={self.generate_dbias}, cooperative={self.cooperative}"
-                + (", act_staged=True" if self.act_staged else ""))
+                + (", act_staged=True" if self.act_staged else "")
+                + (", d_scales=True" if self.d_scales else ""))
 
     def stages_that_fit(self) -> int:
         per_stage = (TILE_M + self.tile_n) * self.tile_k() * DTYPE_BITS[self.ab_dtype] // 8
@@ -387,7 +426,8 @@ class Sm90Config:
         # with one C stage then keeps 6 A/B stages, exactly: 6 x 32 KiB + 32 KiB of C + 2 KiB
         # of dbias slices + 1 KiB = 227 KiB, about 830 B to spare after the mbarriers. A
         # 128 x 256 cooperative stage (48 KB) keeps 4 next to its 2 KB of dbias sums.
-        fixed = 1024 + c_bytes + self.act_bytes() + 4 * self.dbias_smem_floats()
+        fixed = (1024 + c_bytes + self.act_bytes()
+                 + 4 * (self.dbias_smem_floats() + self.mx_exchange_ints()))
         return (SMEM_CAPACITY - fixed) // per_stage
 
     def ws_dbias_sums(self) -> bool:

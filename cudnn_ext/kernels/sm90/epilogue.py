@@ -10,9 +10,10 @@ tidx, sDb, hand_mbar, kslot)`` runs on one math warpgroup after its mainloop.
   (``c_pipe`` over ``sC``, from position ``cpos``: ``c_producer`` loads them ahead); the tile
   (``m_tile``, ``n_tile``, ``expert``); the launch's :class:`EpilogueParams`.
 * Out: the D block, written over its C entry in shared memory (``d_via_smem``: the C producer
-  warp TMA-stores it) or straight to ``params.mD``; (``generate_activation``) prob x the
-  activation value at the accumulator's columns, into the activation block beside the C entry
-  (``act_staged``: TMA-stored with D) or straight to ``params.mAct``; dprob row partials (one
+  warp TMA-stores it) or straight to ``params.mD`` (FP8 D: quantized, ``quant_d``);
+  (``generate_activation``) prob x the activation value at the accumulator's columns, into
+  the activation block beside the C entry (``act_staged``: TMA-stored with D) or straight to
+  ``params.mAct``; dprob row partials (one
   fp32 atomic per row and tile); dbias column partials into ``sDb`` (ping-pong: the entry's stage slice, for
   the C producer; cooperative: the ``HandOver`` slot numbered ``kslot``, for the folder).
 
@@ -38,7 +39,9 @@ class EpilogueParams(NamedTuple):
     """The epilogue's launch-wide operands: D (M, 2N), the activation output (M*N, flat;
     written with ``generate_activation`` only; ``sAct``: with ``act_staged`` its shared-memory
     blocks, one per C ring entry, else None), amax (L*2, flat; ``generate_amax``) and dprob
-    (M,) out, alpha and beta (L,) and prob (M,) in, and the runtime activation constants."""
+    (M,) out, alpha and beta (L,) and prob (M,) in, the runtime activation constants, and
+    (``d_scales``) the quantized D's other outputs (``quant_d.MxOutputs``; FP8 D itself is
+    ``mD``)."""
 
     mD: object
     mAct: object
@@ -52,6 +55,7 @@ class EpilogueParams(NamedTuple):
     clamp_max: object
     clamp_min: object
     linear_offset: object
+    mx: object = None
 
 
 class BlockStore(NamedTuple):
@@ -393,7 +397,7 @@ class DgluEpilogueMixin:
         expert's end row (``ragged_m``: rows from there on are masked out of every output).
         """
         (mD, mAct, sAct, mAmax, mAlpha, mBeta, mProb, mDprob, geglu_alpha, clamp_max, clamp_min,
-         linear_offset) = params
+         linear_offset, mx) = params
         cfg = self.cfg
         two_n = 2 * cfg.n
         row0, row_end = tile_rows
@@ -478,6 +482,7 @@ class DgluEpilogueMixin:
                 loaded = None
                 if cutlass.const_expr(self._pairs_in_smem()):
                     loaded = [self._load_gate_up(sCj, w[1], w[2]) for w in where]
+                douts = []  # (FP8 D) every pair's (dgate, dup) values, quantized together
                 for pi in cutlass.range_constexpr(len(pvals)):
                     v = pvals[pi]
                     r_loc, r_blk, c_loc = where[pi]
@@ -529,6 +534,8 @@ class DgluEpilogueMixin:
                         # over the gate/up elements this thread (alone) just read
                         self._put_pair(sCj, r_blk, c_loc, outs[0][0], outs[1][0])
                         self._put_pair(sCj, r_blk, c_loc + 32, outs[0][1], outs[1][1])
+                    elif cutlass.const_expr(cfg.fp8_d()):
+                        douts.append(outs)  # a block's scales need all of its values
                     elif self._and(valid, keep[slot]):
                         off = (row0 + r_loc) * two_n + 2 * n0 + 64 * j + c_loc
                         self._store_pair(mD, off, outs[0][0], outs[1][0])
@@ -554,6 +561,11 @@ class DgluEpilogueMixin:
                             off = (row0 + r_loc) * cfg.n + n0 + 32 * j + c_loc
                             self._store_pair(mAct, off, acts[0] * act_scale[slot],
                                              acts[1] * act_scale[slot])
+                if cutlass.const_expr(cfg.fp8_d()):
+                    # (the warpgroup's half-blocks so far: the exchange buffer's parity)
+                    use = (cpos // self.nent) * (self.nblk * self.halves) + j * self.halves + h
+                    self.quant_d_half(douts, where, h, j, row0, n0, valid, wg, tidx, expert, mD,
+                                      mx, use)
                 if cutlass.const_expr(h % per_entry == per_entry - 1):  # the entry is done
                     self._release_entry(c_pipe, st, sDb, col_gate, col_up, tidx,
                                         h == self.halves - 1)

@@ -101,7 +101,11 @@ def dglu_ffi_entry(
            beta.iterator, prob.iterator, dprob_ptr, ws_ptr, b_ptrs, b_desc, no_dbias,
            no_dbias, cute.recast_ptr(a.iterator, dtype=Float32),
            cute.recast_ptr(a.iterator, dtype=Float32), cute.recast_ptr(a.iterator, dtype=Float32),
-           cute.recast_ptr(a.iterator, dtype=Float32), m, num_experts, Int32(sm_count), Float32(geglu_alpha), Float32(clamp_max),
+           cute.recast_ptr(a.iterator, dtype=Float32),
+           # (quantized D's other outputs: not offered through JAX, never touched)
+           d_row.iterator, cute.recast_ptr(a.iterator, dtype=cutlass.Uint8),
+           cute.recast_ptr(a.iterator, dtype=cutlass.Uint8), cute.recast_ptr(a.iterator, dtype=Float32),
+           m, num_experts, Int32(sm_count), Float32(geglu_alpha), Float32(clamp_max),
            Float32(clamp_min), Float32(linear_offset), stream)
 
 

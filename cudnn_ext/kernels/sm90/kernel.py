@@ -25,6 +25,7 @@ from .dbias import DbiasHandBack, DbiasMixin, HandOver
 from .epilogue import BlockStore, DgluEpilogueMixin, EpilogueParams
 from .host_kernels import HostKernelsMixin
 from .mainloop import MainloopMixin
+from .quant_d import MxOutputs, QuantDMixin
 from .stream_k import StreamKMixin
 from .tile_walk import expert_of_row, grouped_raster, ragged_tile
 
@@ -35,10 +36,10 @@ RAGGED_EXTENT = (1 << 31) - 1
 
 #: The CuTe DSL element type of each of the config's dtype names.
 DSL_DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16, "fp32": cutlass.Float32,
-              "e4m3": cutlass.Float8E4M3FN}
+              "e4m3": cutlass.Float8E4M3FN, "e5m2": cutlass.Float8E5M2}
 
 
-class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin,
+class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, QuantDMixin, DbiasMixin, StreamKMixin,
                       HostKernelsMixin):
     """Grouped GEMM + dGLU for one :class:`Sm90Config`. ``__call__`` is the jit entry.
 
@@ -140,6 +141,10 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
         sfa_ptr: cute.Pointer,
         sfb_ptr: cute.Pointer,
         partials_ptr: cute.Pointer,
+        d_col_ptr: cute.Pointer,
+        sfd_row_ptr: cute.Pointer,
+        sfd_col_ptr: cute.Pointer,
+        norm_const_ptr: cute.Pointer,
         m: Int32,
         num_experts: Int32,
         sm_count: Int32,
@@ -195,6 +200,14 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
             mSFA = cute.make_tensor(sfa_ptr, cute.make_layout((m, kb), stride=(1, m)))
             mSFB = cute.make_tensor(sfb_ptr, cute.make_layout((nb, kb, num_experts),
                                                               stride=(1, nb, nb * kb)))
+
+        # (d_scales) D_col (M, 2N) beside D_row (mD), the e8m0 scale bytes of both (the
+        # scale-factor layout: quant.sf_layout) and norm_const (1,) (without them:
+        # placeholders at D's address, never touched)
+        mDcol = cute.make_tensor(d_col_ptr, cute.make_layout((1,)))
+        if cutlass.const_expr(cfg.d_scales):
+            mDcol = cute.make_tensor(d_col_ptr, cute.make_layout((m, 2 * n), stride=(2 * n, 1)))
+        mNc = cute.make_tensor(norm_const_ptr, cute.make_layout((1,)))
 
         a_layout = LayoutEnum.ROW_MAJOR  # (M, K) K-major
         # (N, K) K-major, or N-major (discrete "n": WGMMA reads B MN-major from smem)
@@ -317,7 +330,8 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
         self.kernel(
             tma_atom_a, tma_a, tma_atom_b, tma_b, tma_atom_c, tma_c, tma_atom_d, tma_d,
             tma_atom_act, tma_act, mC, mD, mAct, mAmax, mOffs, mTable, mAlpha,
-            mBeta, mProb, mDprob, mDbias, mCount, mDb, mSFA, mSFB, mPartials, b_desc_ptr, num_experts,
+            mBeta, mProb, mDprob, mDbias, mCount, mDb, mSFA, mSFB, mPartials, mDcol, sfd_row_ptr,
+            sfd_col_ptr, mNc, b_desc_ptr, num_experts,
             geglu_alpha,
             clamp_max, clamp_min, linear_offset, tiled_mma, tiled_mma_first, a_smem_staged,
             b_smem_staged, c_smem_staged, act_smem_staged,
@@ -341,7 +355,9 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
             # HandOver pairs: the cooperative dbias slot's, or the ping-pong fold's (one per
             # C producer warp)
             hand_mbar=mem[cutlass.Int64, 2 * MATH_WARPGROUPS],
-            sDb=align[mem[Float32, cfg.dbias_smem_floats()], 16])
+            sDb=align[mem[Float32, cfg.dbias_smem_floats()], 16],
+            # (d_scales) the D_col warp pairs' amax exchange (a 1-word placeholder otherwise)
+            sMx=align[mem[Int32, max(cfg.mx_exchange_ints(), 1)], 16])
         return cute.struct(type("SharedStorage", (), {"__annotations__": fields}))
 
     def block_store(self, tma_atom, mT_tma, smem, cols: int) -> BlockStore:
@@ -382,6 +398,10 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
         mSFA: cute.Tensor,
         mSFB: cute.Tensor,
         mPartials: cute.Tensor,
+        mDcol: cute.Tensor,
+        sfd_row_ptr: cute.Pointer,
+        sfd_col_ptr: cute.Pointer,
+        mNc: cute.Tensor,
         b_desc_ptr: cute.Pointer,
         num_experts: Int32,
         geglu_alpha: Float32,
@@ -436,6 +456,11 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
         sAct = None  # (act_staged) the activation blocks beside the C ring's entries
         if cutlass.const_expr(self.cfg.act_staged):
             sAct = storage.sAct.get_tensor(act_smem_staged.outer, swizzle=act_smem_staged.inner)
+        mx = None  # (d_scales) the quantizing epilogue's operands
+        if cutlass.const_expr(self.cfg.d_scales):
+            # the exchange: (warpgroup, warp, buffer, block column)
+            sMx = storage.sMx.get_tensor(cute.make_layout((MATH_WARPGROUPS, 4, 2, C_BLOCK_COLS)))
+            mx = MxOutputs(mDcol, sfd_row_ptr, sfd_col_ptr, mNc, sMx, mOffs)
 
         a_smem = cute.slice_(a_smem_staged, (None, None, 0))
         b_smem = cute.slice_(b_smem_staged, (None, None, 0))
@@ -563,7 +588,7 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, DbiasMixin, StreamKMixin
             tcount = Int32(0)
 
             epi = EpilogueParams(mD, mAct, sAct, mAmax, mAlpha, mBeta, mProb, mDprob,
-                                 geglu_alpha, clamp_max, clamp_min, linear_offset)
+                                 geglu_alpha, clamp_max, clamp_min, linear_offset, mx)
             pos = Int32(0) if self.coop else wg * self.k_tile_cnt  # first k-tile's ring position
             cpos = Int32(0)  # position in this warpgroup's private C FIFO
             kslot = Int32(0)  # (cooperative dbias) blocks handed over so far

@@ -1,6 +1,6 @@
 """The SM90 kernel's compiled function and its launch, without the CuTe DSL.
 
-Owns the kernel's jit argument convention (18 pointers, then M, L, the resident CTAs, the four
+Owns the kernel's jit argument convention (22 pointers, then M, L, the resident CTAs, the four
 activation constants and the stream; the pointers' types: ``build._ptr_specs``), the compiled
 function of a config through the disk cache (``compile_kernel_cached``) and the launch of a
 TVM-FFI one on raw addresses. Imports no DSL: the kernel is compiled (``build``, which imports
@@ -16,8 +16,10 @@ from ...runtime import compile_cache
 from ..kernel_cache import TVM_FFI
 from .config import Sm90Config
 
-#: The kernel's source: every file of this package (part of the disk cache's key).
-SOURCES = (os.path.dirname(os.path.abspath(__file__)),)
+#: The kernel's source (part of the disk cache's key): every file of this package and the
+#: scale-factor layout whose atom the quantizing epilogue writes.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCES = (_HERE, os.path.join(_HERE, "..", "..", "quant", "sf_layout.py"))
 
 
 def compile_kernel_cached(cfg: Sm90Config, tvm_ffi: bool = TVM_FFI):

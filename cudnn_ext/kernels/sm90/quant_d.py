@@ -1,0 +1,194 @@
+"""Quantized D from the epilogue's fp32 values (a mixin of :class:`~.kernel.GroupedDgluSm90`):
+the block-scaled contract's FP8 outputs written by the kernel itself, with no fp32 D in memory.
+
+The epilogue hands over one half-block at a time: a 64-row half of a warpgroup's rows and
+one 32-column block j (gate columns 2 n0 + 64 j + [0, 32), up columns + 32), whose dgate
+and dup values a thread holds for its 2 rows and 8 columns (4 WGMMA groups x a column pair):
+
+* plain conversion (FP8 D without ``d_scales``): each pair to D's format;
+* ``d_scales`` (e4m3): D_row/SFD_row: a row's 32 gate (or up) columns are one block, spread
+  over the 4 lanes of a quad (amax: 8 values, 2 butterfly shuffles); lane 0 of the quad
+  stores the block's SFD_row byte. D_col/SFD_col: a column's 32-row
+  block is the rows of a warp pair (warps 0-1 or 2-3 of the warpgroup: 16 rows each, 8 lanes
+  x 2 rows per column); amax over a thread's 2 rows, 3 shuffles across the warp, then
+  through shared memory with the pair (``mx_exchange_ints``, one named barrier per pair,
+  half-block and gate/up, double-buffered so a warp may run a block ahead); the even warp's
+  lanes 0-3 store the columns' codes. Gate first, then up: half the temporaries at a time.
+
+The block rule is ``mx_rule``'s, the D quantizer pass's: bit-exact with the reference's
+quantizers on the same fp32 values (the values the kernel writes as fp32 D otherwise).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.pipeline as pipeline
+from cutlass import Float32, Int32
+
+from ...quant.sf_layout import ATOM_ELEMS, ATOM_ROWS
+from .config import MX_PAIR_BARRIER
+from .mx_rule import INF_BITS, RCP_E4M3_MAX, abs_bits, col_code, multiplier, row_code, store_fp8
+
+_GMEM = cute.AddressSpace.gmem
+
+
+class MxOutputs(NamedTuple):
+    """(``d_scales``) The quantizing epilogue's operands beside D_row (``EpilogueParams.mD``):
+    D_col (M, 2N), the SFD_row and SFD_col byte buffers (the scale-factor layout,
+    ``quant.sf_layout``), norm_const (1,), the warp pairs' exchange (warpgroup, warp, buffer,
+    block column) in shared memory, and the padded offsets (per-expert SFD_col regions)."""
+
+    mDcol: object
+    sfd_row: object
+    sfd_col: object
+    mNc: object
+    sMx: object
+    mOffs: object
+
+
+class QuantDMixin:
+    """``quant_d_half``: the FP8 D outputs of one half-block (see the module docstring)."""
+
+    @cute.jit
+    def _fp8_pair(self, mT: cute.Tensor, row, col, x0: Float32, x1: Float32, special):
+        """x0, x1 to D's FP8 format at (row, col), (row, col + 1) of the row-major (M, 2N)
+        byte matrix ``mT`` (col even: one 2-byte store)."""
+        frag = cute.make_rmem_tensor((2,), Float32)
+        frag[0] = x0
+        frag[1] = x1
+        elem = cutlass.Int64(row) * cutlass.Int64(2 * self.cfg.n) + cutlass.Int64(col)
+        store_fp8(mT.iterator, elem, frag.load(), special, self.d_dtype, 2)
+
+    @cute.jit
+    def quant_d_half(self, douts, where, h: cutlass.Constexpr, j: cutlass.Constexpr, row0, n0,
+                     valid, wg, tidx, expert, mD, mx, use):
+        """D of half ``h`` of block ``j``: ``douts[pi]`` the ((dgate, dup), (dgate, dup)) of
+        the thread's pair pi (``_pair_values`` order: group pi // 2, row bit pi % 2) and
+        ``where[pi]`` its (row in the tile, row in the entry, column in the block); ``valid``:
+        the block lies inside 2N (else nothing is stored; every lane still takes part in the
+        shuffles and the pair's barrier); ``use``: the warpgroup's count of half-blocks so
+        far (the exchange buffer's parity)."""
+        if cutlass.const_expr(not self.cfg.d_scales):
+            if valid:
+                for pi in cutlass.range_constexpr(8):
+                    row = row0 + where[pi][0]
+                    for kind in cutlass.range_constexpr(2):
+                        x0 = douts[pi][0][kind]
+                        x1 = douts[pi][1][kind]
+                        col = 2 * n0 + 64 * j + 32 * kind + where[pi][2]
+                        self._fp8_pair(mD, row, col, x0, x1, (x0 != x0) | (x1 != x1))
+        else:
+            nc = mx.mNc[0]
+            # gate, then up: half the temporaries live at a time (fewer registers)
+            for kind in cutlass.range_constexpr(2):
+                self._mx_rows(douts, where, j, kind, row0, n0, valid, tidx, mD, mx, nc)
+                self._mx_cols(douts, where, j, kind, row0, n0, valid, wg, tidx, expert, mx, nc,
+                              use)
+
+    @cute.jit
+    def _mx_rows(self, douts, where, j: cutlass.Constexpr, kind: cutlass.Constexpr, row0, n0,
+                 valid, tidx, mD, mx, nc):
+        """D_row and SFD_row of the gate (``kind`` 0) or up (1) block of the thread's 2 rows."""
+        lane = tidx % 32
+        stripes = (2 * self.cfg.n + 127) // 128  # SFD_row's 4-block column atoms
+        kb = (2 * n0 + 64 * j) // 32 + kind  # the block's index along 2N
+        for r in cutlass.range_constexpr(2):
+            row = row0 + where[r][0]
+            amax = abs_bits(douts[r][0][kind])
+            for i in cutlass.range_constexpr(4):
+                for c in cutlass.range_constexpr(2):
+                    amax = cutlass.max(amax, abs_bits(douts[2 * i + r][c][kind]))
+            for s in cutlass.range_constexpr(2):  # the quad's 4 lanes hold the 32 columns
+                amax = cutlass.max(amax, cute.arch.shuffle_sync_bfly(amax, offset=1 << s))
+            code = row_code(amax, nc)
+            mult = multiplier(code, nc)
+            # NaN products only where the block holds a NaN or an infinity
+            special = amax >= INF_BITS
+            if valid:
+                for i in cutlass.range_constexpr(4):
+                    pi = 2 * i + r
+                    col = 2 * n0 + 64 * j + 32 * kind + where[pi][2]
+                    self._fp8_pair(mD, row, col, douts[pi][0][kind] * mult,
+                                   douts[pi][1][kind] * mult, special)
+                if lane % 4 == 0:
+                    # atom row // 128, column atom kb // 4, byte (row % 32) * 16 +
+                    # ((row // 32) % 4) * 4 + kb % 4
+                    off = (((row // ATOM_ROWS) * stripes + kb // 4) * ATOM_ELEMS + (row % 32) * 16
+                           + ((row // 32) % 4) * 4 + kb % 4)
+                    self._byte(mx.sfd_row, off, code)
+
+    @cute.jit
+    def _mx_cols(self, douts, where, j: cutlass.Constexpr, kind: cutlass.Constexpr, row0, n0,
+                 valid, wg, tidx, expert, mx, nc, use):
+        """D_col and SFD_col of the thread's 8 gate (``kind`` 0) or up (1) columns (4 groups
+        x 2) over the warp pair's 32 rows."""
+        lane = tidx % 32
+        warp = (tidx // 32) % 4
+        buf = use % 2
+        rcp_nc = Float32(RCP_E4M3_MAX) * nc
+        # each column's index in the 64-column block (gate [0, 32), up [32, 64))
+        cols = [32 * kind + where[2 * i][2] + c for i in range(4) for c in range(2)]
+        amax = []
+        for i in cutlass.range_constexpr(4):
+            for c in cutlass.range_constexpr(2):
+                a = cutlass.max(abs_bits(douts[2 * i][c][kind]), abs_bits(douts[2 * i + 1][c][kind]))
+                for s in cutlass.range_constexpr(2, 5):  # the 8 lanes of a column
+                    a = cutlass.max(a, cute.arch.shuffle_sync_bfly(a, offset=1 << s))
+                amax.append(a)
+        sMx = mx.sMx
+        if lane < 4:
+            for q in cutlass.range_constexpr(8):
+                sMx[(wg, warp, buf, cols[q])] = amax[q]
+        pipeline.NamedBarrier(barrier_id=MX_PAIR_BARRIER + 2 * wg + warp // 2,
+                              num_threads=64).arrive_and_wait()
+        codes = []
+        for q in cutlass.range_constexpr(8):
+            a = cutlass.max(amax[q], sMx[(wg, warp ^ 1, buf, cols[q])])
+            amax[q] = a
+            codes.append(col_code(a, rcp_nc))
+        if valid:
+            for i in cutlass.range_constexpr(4):
+                q = 2 * i
+                m0 = multiplier(codes[q], nc)
+                m1 = multiplier(codes[q + 1], nc)
+                special = (amax[q] >= INF_BITS) | (amax[q + 1] >= INF_BITS)
+                for r in cutlass.range_constexpr(2):
+                    self._fp8_pair(mx.mDcol, row0 + where[r][0], 2 * n0 + 64 * j + cols[q],
+                                   douts[2 * i + r][0][kind] * m0, douts[2 * i + r][1][kind] * m1,
+                                   special)
+            if (warp % 2 == 0) & (lane < 4):
+                self._sfd_col_bytes(codes, cols, row0 + where[0][0], n0, j, expert, mx)
+
+    @cute.jit
+    def _byte(self, base, off, code: Int32):
+        """One scale byte ``code`` at byte ``off`` of the buffer at ``base``."""
+        dst = cute.make_tensor(cute.make_ptr(cutlass.Uint8, base.toint() + cutlass.Int64(off),
+                                             _GMEM, assumed_align=1), cute.make_layout(1))
+        dst[0] = cutlass.Uint8(code)
+
+    @cute.jit
+    def _sfd_col_bytes(self, codes, cols, row, n0, j: cutlass.Constexpr, expert, mx):
+        """SFD_col's bytes of the columns ``cols`` of block j for the 32-row block of ``row``:
+        column c (along 2N) at (c % 32) * 16 + ((c // 32) % 4) * 4 of its atom, row block rb
+        at byte rb % 4; the global layout (M // 128 row atoms per column atom) or
+        (``discrete_col_sfd``) the expert's region, as the D quantizer lays them out."""
+        rb = row // 32
+        stripes = (2 * self.cfg.n + 127) // 128
+        start = Int32(0)
+        rk_e = Int32(0)
+        if cutlass.const_expr(self.cfg.discrete_col_sfd):
+            offs = mx.mOffs
+            if expert > 0:
+                start = offs[expert - 1]
+            rk_e = (offs[expert] - start) // ATOM_ROWS  # the expert's 128-row atoms
+        for q in cutlass.range_constexpr(len(cols)):
+            c = 2 * n0 + 64 * j + cols[q]
+            base = Int32(0)
+            if cutlass.const_expr(self.cfg.discrete_col_sfd):
+                base = ((start // ATOM_ROWS) * stripes + (c // 128) * rk_e
+                        + (rb * 32 - start) // ATOM_ROWS) * ATOM_ELEMS
+            else:
+                base = ((c // 128) * (mx.mDcol.shape[0] // ATOM_ROWS) + rb // 4) * ATOM_ELEMS
+            self._byte(mx.sfd_col, base + (c % 32) * 16 + ((c // 32) % 4) * 4 + rb % 4, codes[q])
