@@ -62,40 +62,42 @@ class QuantDMixin:
         store_fp8(mT.iterator, elem, frag.load(), special, self.d_dtype, 2)
 
     @cute.jit
-    def quant_d_half(self, douts, where, h: cutlass.Constexpr, j: cutlass.Constexpr, row0, n0,
+    def quant_d_half(self, douts, first, h: cutlass.Constexpr, j: cutlass.Constexpr, row0, n0,
                      valid, wg, tidx, expert, mD, mx, use):
         """D of half ``h`` of block ``j``: ``douts[pi]`` the ((dgate, dup), (dgate, dup)) of
-        the thread's pair pi (``_pair_values`` order: group pi // 2, row bit pi % 2) and
-        ``where[pi]`` its (row in the tile, row in the entry, column in the block); ``valid``:
+        the thread's pair pi (``_pair_values`` order: group pi // 2, row bit pi % 2);
+        ``first``: (row in the tile, column in the block) of pair 0 (pair pi's are 8 rows
+        down for row bit 1 and 8 columns right per group: the WGMMA fragment); ``valid``:
         the block lies inside 2N (else nothing is stored; every lane still takes part in the
         shuffles and the pair's barrier); ``use``: the warpgroup's count of half-blocks so
         far (the exchange buffer's parity)."""
+        r0_loc, c0_loc = first
         if cutlass.const_expr(not self.cfg.d_scales):
             if valid:
                 for pi in cutlass.range_constexpr(8):
-                    row = row0 + where[pi][0]
+                    row = row0 + r0_loc + 8 * (pi % 2)
                     for kind in cutlass.range_constexpr(2):
                         x0 = douts[pi][0][kind]
                         x1 = douts[pi][1][kind]
-                        col = 2 * n0 + 64 * j + 32 * kind + where[pi][2]
+                        col = 2 * n0 + 64 * j + 32 * kind + (c0_loc + 8 * (pi // 2))
                         self._fp8_pair(mD, row, col, x0, x1, (x0 != x0) | (x1 != x1))
         else:
             nc = mx.mNc[0]
             # gate, then up: half the temporaries live at a time (fewer registers)
             for kind in cutlass.range_constexpr(2):
-                self._mx_rows(douts, where, j, kind, row0, n0, valid, tidx, mD, mx, nc)
-                self._mx_cols(douts, where, j, kind, row0, n0, valid, wg, tidx, expert, mx, nc,
+                self._mx_rows(douts, r0_loc, c0_loc, j, kind, row0, n0, valid, tidx, mD, mx, nc)
+                self._mx_cols(douts, r0_loc, c0_loc, j, kind, row0, n0, valid, wg, tidx, expert, mx, nc,
                               use)
 
     @cute.jit
-    def _mx_rows(self, douts, where, j: cutlass.Constexpr, kind: cutlass.Constexpr, row0, n0,
+    def _mx_rows(self, douts, r0_loc, c0_loc, j: cutlass.Constexpr, kind: cutlass.Constexpr, row0, n0,
                  valid, tidx, mD, mx, nc):
         """D_row and SFD_row of the gate (``kind`` 0) or up (1) block of the thread's 2 rows."""
         lane = tidx % 32
         stripes = (2 * self.cfg.n + 127) // 128  # SFD_row's 4-block column atoms
         kb = (2 * n0 + 64 * j) // 32 + kind  # the block's index along 2N
         for r in cutlass.range_constexpr(2):
-            row = row0 + where[r][0]
+            row = row0 + (r0_loc + 8 * r)
             amax = abs_bits(douts[r][0][kind])
             for i in cutlass.range_constexpr(4):
                 for c in cutlass.range_constexpr(2):
@@ -109,7 +111,7 @@ class QuantDMixin:
             if valid:
                 for i in cutlass.range_constexpr(4):
                     pi = 2 * i + r
-                    col = 2 * n0 + 64 * j + 32 * kind + where[pi][2]
+                    col = 2 * n0 + 64 * j + 32 * kind + (c0_loc + 8 * (pi // 2))
                     self._fp8_pair(mD, row, col, douts[pi][0][kind] * mult,
                                    douts[pi][1][kind] * mult, special)
                 if lane % 4 == 0:
@@ -120,7 +122,7 @@ class QuantDMixin:
                     self._byte(mx.sfd_row, off, code)
 
     @cute.jit
-    def _mx_cols(self, douts, where, j: cutlass.Constexpr, kind: cutlass.Constexpr, row0, n0,
+    def _mx_cols(self, douts, r0_loc, c0_loc, j: cutlass.Constexpr, kind: cutlass.Constexpr, row0, n0,
                  valid, wg, tidx, expert, mx, nc, use):
         """D_col and SFD_col of the thread's 8 gate (``kind`` 0) or up (1) columns (4 groups
         x 2) over the warp pair's 32 rows."""
@@ -129,7 +131,7 @@ class QuantDMixin:
         buf = use % 2
         rcp_nc = Float32(RCP_E4M3_MAX) * nc
         # each column's index in the 64-column block (gate [0, 32), up [32, 64))
-        cols = [32 * kind + where[2 * i][2] + c for i in range(4) for c in range(2)]
+        cols = [32 * kind + (c0_loc + 8 * i) + c for i in range(4) for c in range(2)]
         amax = []
         for i in cutlass.range_constexpr(4):
             for c in cutlass.range_constexpr(2):
@@ -155,11 +157,11 @@ class QuantDMixin:
                 m1 = multiplier(codes[q + 1], nc)
                 special = (amax[q] >= INF_BITS) | (amax[q + 1] >= INF_BITS)
                 for r in cutlass.range_constexpr(2):
-                    self._fp8_pair(mx.mDcol, row0 + where[r][0], 2 * n0 + 64 * j + cols[q],
+                    self._fp8_pair(mx.mDcol, row0 + (r0_loc + 8 * r), 2 * n0 + 64 * j + cols[q],
                                    douts[2 * i + r][0][kind] * m0, douts[2 * i + r][1][kind] * m1,
                                    special)
             if (warp % 2 == 0) & (lane < 4):
-                self._sfd_col_bytes(codes, cols, row0 + where[0][0], n0, j, expert, mx)
+                self._sfd_col_bytes(codes, cols, row0 + r0_loc, n0, j, expert, mx)
 
     @cute.jit
     def _byte(self, base, off, code: Int32):
