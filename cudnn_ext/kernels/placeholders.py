@@ -2,7 +2,7 @@
 call them in the DSL's own calling convention.
 
 Owns the one ``cute.compile`` call of the kernels that take raw device addresses (the
-block-scaled dequantizer and D quantizer, the layer's kernels): null pointers of the
+block-scaled dequantizer, the blockwise quantizer, the layer's kernels): null pointers of the
 kernel's element types and alignments, sample sizes, a fake stream, and the options (TVM-FFI
 calling convention, PTX dumps); and the DSL-convention launch of such a kernel on raw
 addresses (without apache-tvm-ffi). Importing it imports the CuTe DSL: only the compile

@@ -3,7 +3,7 @@
 Owns one job: given a kernel's identity and a function that compiles it, return a callable
 compiled function, loading it from disk when an earlier process (or an earlier run) already
 compiled the same kernel. Every compile site of the library goes through :func:`load_or_compile`
-(the SM90 kernel, the block-scaled dequantizer and D quantizer, the layer's kernels, the
+(the SM90 kernel, the block-scaled dequantizer, the layer's kernels, the
 pointer-table gather); their per-process dicts sit in front of it.
 
 What is stored: the compiled function exported as an object file (``export_to_c`` for the

@@ -16,7 +16,7 @@ from cudnn_ext.engines.sm90 import Sm90Plan, config_for
 from cudnn_ext.quant import formats as F
 from gpu_skips import needs_cuda_and_dsl
 from sm90_problem import problem as _problem
-from test_blockscaled_quantize_d import POISON, _assert_bytes_equal, _expected, _poisoned
+from quant_d_cases import POISON, assert_bytes_equal, expected, poisoned
 
 pytestmark = pytest.mark.gpu
 
@@ -54,7 +54,7 @@ def _twin(act, n, tile_n, ends, d, scales, discrete, nc, seed=0):
                               discrete_col_sfd=discrete)
     ops = _operands(n, k, m, ends, seed)
     ncs = torch.full((1,), nc, dtype=torch.float32, device="cuda")
-    outs = _poisoned(m, 2 * n, d)
+    outs = poisoned(m, 2 * n, d)
     _run(p8, cfg, dict(ops, **outs, norm_const=ncs))
     p32 = dataclasses.replace(p8, d_dtype=torch.float32)
     d32 = torch.full((m, 2 * n), float("nan"), device="cuda")
@@ -78,9 +78,9 @@ def test_epilogue_quantizes_like_the_reference_bit_for_bit(act, n, tile_n, ends,
     outs, d32, ncs = _twin(act, n, tile_n, ends, E4M3, True, discrete, nc)
     last = ends[-1]
     assert torch.isnan(d32[5]).all() and torch.isinf(d32[40]).any()  # the planted rows
-    want = _expected(d32, ncs, ends, last, discrete)
+    want = expected(d32, ncs, ends, last, discrete)
     for key in ("d_row", "d_col", "sfd_row", "sfd_col"):
-        _assert_bytes_equal(outs[key], want[key], key)
+        assert_bytes_equal(outs[key], want[key], key)
 
 
 @pytest.mark.parametrize("d", [E4M3, E5M2], ids=["e4m3", "e5m2"])
@@ -96,7 +96,7 @@ def test_plain_conversion_matches_the_reference(d):
     nan = torch.isnan(d32[:last])
     enc[nan] = ((d32[:last].view(torch.int32) >> 24) & 0x80).to(torch.uint8)[nan] | 0x7F
     want[:last] = enc
-    _assert_bytes_equal(outs["d_row"], want, "d_row")
-    fresh = _poisoned(*d32.shape, d)
+    assert_bytes_equal(outs["d_row"], want, "d_row")
+    fresh = poisoned(*d32.shape, d)
     for key in ("d_col", "sfd_row", "sfd_col"):
-        _assert_bytes_equal(outs[key], fresh[key], key)
+        assert_bytes_equal(outs[key], fresh[key], key)

@@ -307,9 +307,8 @@ def test_sm90_blockscaled_dsituglu(fmt, mode, beta1, beta2, scale, prob, d_dtype
 
 
 # ------------------------------------------------------------------------------------ MXFP8
-# FP8 operands run the kernel with fp32 D into a temporary, then the device quantizer
-# (tests/gpu/test_blockscaled_quantize_d.py holds it bit-exact to the reference's quantizers
-# on equal fp32 input). Here the whole call is compared with the reference engine on the same
+# FP8 operands: the kernel's epilogue quantizes D (tests/gpu/test_quant_epilogue_gpu.py holds
+# it bit-exact to the reference's quantizers on equal fp32 values). Here the whole call is compared with the reference engine on the same
 # device. The two fp32 D differ in accumulation order (~1e-6 relative), so a value near an
 # e4m3 rounding boundary may land one code apart, and a block whose amax lies near a power of
 # two may get the neighbouring scale code: the tests allow exactly that (codes at most one

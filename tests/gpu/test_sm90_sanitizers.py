@@ -89,8 +89,9 @@ def test_memcheck_reports_no_error(mode):
 def test_blockscaled_kernels_sanitize_clean(tool, mode):
     """The block-scaled path's own kernels on a small case (``sanitize_blockscaled.py``):
     the dequantizer (dense and pointer-table forms) before the sm90 kernel with amax, the
-    reference engine's device pointer gather, and MXFP8's D quantizer (per-expert SFD_col). memcheck: no out-of-bounds or misaligned access;
-    racecheck: no shared-memory hazard (the amax warp reduction, the kernel's hand-offs)."""
+    reference engine's device pointer gather, and MXFP8's quantizing epilogue (per-expert
+    SFD_col). memcheck: no out-of-bounds or misaligned access; racecheck: no shared-memory
+    hazard (the amax warp reduction, the kernel's hand-offs, the D_col amax exchange)."""
     _assert_clean(tool, mode, _sanitize(tool, mode, "sanitize_blockscaled.py"))
 
 

@@ -6,9 +6,9 @@ MODE: ``dense`` (NVFP4 A and dense B through the dequantizer, then the sm90 kern
 dprob and amax), ``discrete`` (MXFP4 per-expert ``b_ptrs``/``sfb_ptrs``: the dequantizer's
 pointer-table form, which skips the expert without rows), ``reference`` (the reference
 engine on the GPU with per-expert pointers: the CuTe DSL pointer gather of
-``kernels.pointer_gather``), ``mxfp8`` (MXFP8 operands: the dequantizer's FP8 form, the kernel
-with fp32 D, then the D quantizer writing D_row/SFD_row and D_col with the per-expert
-``discrete_col_sfd`` layout). Each run compares with the reference engine's result on the
+``kernels.pointer_gather``), ``mxfp8`` (MXFP8 operands: the dequantizer's FP8 form, then the
+kernel's quantizing epilogue writing D_row/SFD_row and D_col/SFD_col with the per-expert
+``discrete_col_sfd`` layout: its warp pairs' shared-memory exchange). Each run compares with the reference engine's result on the
 same device and exits non-zero on a mismatch, so a clean report of a wrong result fails.
 """
 import sys

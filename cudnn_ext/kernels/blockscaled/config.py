@@ -1,9 +1,9 @@
 """What the block-scaled kernels are compiled on, without the CuTe DSL.
 
-Owns :class:`DequantConfig`, :class:`DequantPairConfig` and :class:`QuantizeDConfig` (each compiled kernel's
+Owns :class:`DequantConfig` and :class:`DequantPairConfig` (each compiled kernel's
 specialization, part of its disk-cache key) and their validity rules, so that the engine
 builds its plans and a launch from a warm disk cache builds its keys without importing the DSL
-(``launch``). The kernels (``dequant``, ``quantize_d``) read them from here.
+(``launch``). The kernels (``dequant``) read them from here.
 """
 from __future__ import annotations
 
@@ -11,11 +11,9 @@ from dataclasses import dataclass
 
 from ...quant import formats
 
-#: the formats the dequantizer reads (elements, scales) and the D quantizer writes
-#: (``quant.formats`` names them; FP4 is element-only, FP8 D)
+#: the formats the dequantizer reads (elements, scales; ``quant.formats`` names them)
 ELEM_FORMATS = formats.names(formats.ELEMENT)
 SF_FORMATS = formats.names(formats.SCALE)
-D_FORMATS = tuple(n for n in ELEM_FORMATS if formats.FORMATS[n].bits == 8)
 
 
 @dataclass(frozen=True)
@@ -74,28 +72,3 @@ class DequantPairConfig:
                              f"n_major={self.a.n_major}")
         if (self.a.elem, self.a.sf, self.a.sf_vec) != (self.b.elem, self.b.sf, self.b.sf_vec):
             raise ValueError(f"a and b: one format, got {self.a} and {self.b}")
-
-
-@dataclass(frozen=True)
-class QuantizeDConfig:
-    """What one compiled quantizer is specialized on. M, 2N and the group count are runtime
-    arguments (M a multiple of 256, 2N of 64: the contract's and the engine's rules)."""
-
-    #: D's element format
-    d: str = "e4m3"
-    #: True: D_row + SFD_row and D_col + SFD_col (e4m3 only); False: the plain conversion,
-    #: D_row only
-    scales: bool = True
-    #: SFD_col laid out per expert (the reference's ``discrete_col_sfd``)
-    discrete_col_sfd: bool = False
-    #: one group ending at M (``use_single_group_runtime_offsets``): the offsets are not read
-    single_group: bool = False
-
-    def check(self) -> None:
-        if self.d not in D_FORMATS:
-            raise ValueError(f"d must be one of {D_FORMATS}, got {self.d!r}")
-        if self.scales and self.d != "e4m3":
-            raise ValueError(f"d: scale generation writes e4m3 D only (the vendor kernel packs "
-                             f"e4m3 alone), got {self.d!r}")
-        if self.discrete_col_sfd and not self.scales:
-            raise ValueError("discrete_col_sfd: needs scales=True (it lays out SFD_col)")

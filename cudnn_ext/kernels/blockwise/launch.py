@@ -15,8 +15,8 @@ from ..kernel_cache import TVM_FFI, KernelCache
 from .config import LANE_COLS, BlockwiseQuantConfig
 
 #: The kernel's source (part of the disk cache's key): this package, the block shapes it reads
-#: from ``quant.blockwise``, the amax bit rule it shares with the block-scaled D quantizer and
-#: the compile call
+#: from ``quant.blockwise``, the amax bit rule it shares with the SM90 kernel's quantizing
+#: epilogue (``sm90.mx_rule``) and the compile call
 _HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCES = (_HERE, os.path.join(_HERE, "..", "..", "quant", "blockwise.py"),
            os.path.join(_HERE, "..", "sm90", "mx_rule.py"), os.path.join(_HERE, "..", "placeholders.py"))

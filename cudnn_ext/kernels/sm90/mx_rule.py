@@ -4,9 +4,9 @@ flushing: amax as the integer max of the magnitudes' bit patterns, the e8m0 roun
 flushing reciprocal from bit fields, the multiplier clamped to FLT_MAX with NaN kept, the
 hardware's saturating conversion with a NaN stored as torch stores it.
 
-Shared by the kernel's quantizing epilogue (``epilogue``) and the D quantizer pass
-(``kernels.blockscaled.quantize_d``), so that both are bit-exact with the reference on the same
-fp32 values by one definition. Device functions only; no kernel, no host code.
+Used by the kernel's quantizing epilogue (``quant_d``), bit-exact with the reference on the
+same fp32 values; the blockwise quantizer (``kernels.blockwise``) shares ``abs_bits``. Device
+functions only; no kernel, no host code.
 """
 from __future__ import annotations
 

@@ -15,8 +15,8 @@ and dup values a thread holds for its 2 rows and 8 columns (4 WGMMA groups x a c
   half-block and gate/up, double-buffered so a warp may run a block ahead); the even warp's
   lanes 0-3 store the columns' codes. Gate first, then up: half the temporaries at a time.
 
-The block rule is ``mx_rule``'s, the D quantizer pass's: bit-exact with the reference's
-quantizers on the same fp32 values (the values the kernel writes as fp32 D otherwise).
+The block rule is ``mx_rule``'s: bit-exact with the reference's quantizers on the same fp32
+values (the values the kernel writes as fp32 D otherwise).
 """
 from __future__ import annotations
 
@@ -179,7 +179,7 @@ class QuantDMixin:
         """SFD_col's bytes of the columns ``cols`` of block j for the 32-row block of ``row``:
         column c (along 2N) at (c % 32) * 16 + ((c // 32) % 4) * 4 of its atom, row block rb
         at byte rb % 4; the global layout (M // 128 row atoms per column atom) or
-        (``discrete_col_sfd``) the expert's region, as the D quantizer lays them out."""
+        (``discrete_col_sfd``) the expert's region, as the reference lays them out."""
         rb = row // 32
         stripes = (2 * self.cfg.n + 127) // 128
         start = Int32(0)
