@@ -4,6 +4,7 @@ epilogue's fields; bf16 C where the call's is FP8, FP8 D quantized by the kernel
 problem's scale outputs), its workspace layout, and that every kernel it can select compiles
 for sm_90a."""
 import dataclasses
+import re
 import types
 import importlib.util
 
@@ -247,6 +248,35 @@ def test_dsituglu_kernels_compile_for_sm90a_without_spills(problem, which):
     for cfg in cfgs:
         assert cfg.act_func == "dsituglu"
         _check_report(cfg, 0 if cfg.cooperative else _max_spill(problem))
+
+
+#: The quantizing epilogue's kernels (FP8 D): the engine offers ping-pong tiles 64 and 128 for
+#: MXFP8; with scales (global and per-expert SFD_col, N 96: a block past 2N in the last column
+#: atom) and the plain conversion.
+_MX_CASES = [
+    ("scales-t128-swiglu-dbias", _mxfp8(act="dswiglu", dbias=True), 128),
+    ("scales-t64-geglu-discrete-sfd", _mxfp8(mode="discrete", discrete_col_sfd=True), 64),
+    ("plain-e5m2-t128", _mxfp8(d=E5M2, sfd=False, act="dswiglu"), 128),
+]
+
+
+@needs_dsl
+@pytest.mark.parametrize("problem,tile_n", [c[1:] for c in _MX_CASES], ids=[c[0] for c in _MX_CASES])
+def test_quantizing_epilogue_compiles_for_sm90a(problem, tile_n):
+    """FP8 D from the epilogue compiles in the configurations the engine selects, without
+    register spills; with scales the D_col amax
+    exchange's pair barriers (64 threads) are in the PTX, without them none, and the FP8
+    conversion is the hardware's paired one."""
+    from test_sm90_compile import _check_report, _compiled
+
+    cfg = next(c for c in Sm90BlockScaledEngine().knob_space(problem) if c.tile_n == tile_n)
+    assert cfg.fp8_d() and not cfg.cooperative
+    _check_report(cfg, 0)
+    ptx = _compiled(cfg)[1]
+    pair_barriers = re.findall(r"bar(?:rier)?\.sync(?:\.aligned)?\s+%r\d+,\s*64;", ptx)
+    assert bool(pair_barriers) == cfg.d_scales, len(pair_barriers)
+    cvt = "e4m3x2" if cfg.d_dtype == "e4m3" else "e5m2x2"
+    assert re.search(rf"cvt\.rn\.satfinite\.{cvt}\.f32", ptx)
 
 
 def test_opt_in_engine_is_ranked_only_when_named(monkeypatch):

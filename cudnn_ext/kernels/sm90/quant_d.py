@@ -105,6 +105,14 @@ class QuantDMixin:
             for s in cutlass.range_constexpr(2):  # the quad's 4 lanes hold the 32 columns
                 amax = cutlass.max(amax, cute.arch.shuffle_sync_bfly(amax, offset=1 << s))
             code = row_code(amax, nc)
+            # (a block past 2N inside the last column atom: the layout's padding entry, code
+            # 0 as the reference's quantizer writes it; N % 32 == 0, so it is a whole block)
+            if (lane % 4 == 0) & (kb // 4 < stripes):
+                # atom row // 128, column atom kb // 4, byte (row % 32) * 16 +
+                # ((row // 32) % 4) * 4 + kb % 4
+                off = (((row // ATOM_ROWS) * stripes + kb // 4) * ATOM_ELEMS + (row % 32) * 16
+                       + ((row // 32) % 4) * 4 + kb % 4)
+                self._byte(mx.sfd_row, off, Int32(cutlass.select_(valid, code, Int32(0))))
             mult = multiplier(code, nc)
             # NaN products only where the block holds a NaN or an infinity
             special = amax >= INF_BITS
@@ -114,14 +122,6 @@ class QuantDMixin:
                     col = 2 * n0 + 64 * j + 32 * kind + (c0_loc + 8 * (pi // 2))
                     self._fp8_pair(mD, row, col, douts[pi][0][kind] * mult,
                                    douts[pi][1][kind] * mult, special)
-            # (a block past 2N inside the last column atom: the layout's padding entry, code
-            # 0 as the reference's quantizer writes it; N % 32 == 0, so it is a whole block)
-            if (lane % 4 == 0) & (kb // 4 < stripes):
-                # atom row // 128, column atom kb // 4, byte (row % 32) * 16 +
-                # ((row // 32) % 4) * 4 + kb % 4
-                off = (((row // ATOM_ROWS) * stripes + kb // 4) * ATOM_ELEMS + (row % 32) * 16
-                       + ((row // 32) % 4) * 4 + kb % 4)
-                self._byte(mx.sfd_row, off, Int32(cutlass.select_(valid, code, Int32(0))))
 
     @cute.jit
     def _mx_cols(self, douts, r0_loc, c0_loc, j: cutlass.Constexpr, kind: cutlass.Constexpr, row0, n0,
@@ -152,6 +152,10 @@ class QuantDMixin:
             a = cutlass.max(amax[q], sMx[(wg, warp ^ 1, buf, cols[q])])
             amax[q] = a
             codes.append(col_code(a, rcp_nc))
+        # (a block past 2N inside the last column atom: padding entries, code 0)
+        if (warp % 2 == 0) & (lane < 4) & ((2 * n0 + 64 * j) // 128 < (2 * self.cfg.n + 127) // 128):
+            self._sfd_col_bytes([Int32(cutlass.select_(valid, c, Int32(0))) for c in codes], cols,
+                                row0 + r0_loc, n0, j, expert, mx)
         if valid:
             for i in cutlass.range_constexpr(4):
                 q = 2 * i
@@ -162,10 +166,6 @@ class QuantDMixin:
                     self._fp8_pair(mx.mDcol, row0 + (r0_loc + 8 * r), 2 * n0 + 64 * j + cols[q],
                                    douts[2 * i + r][0][kind] * m0, douts[2 * i + r][1][kind] * m1,
                                    special)
-        # (a block past 2N inside the last column atom: padding entries, code 0)
-        if (warp % 2 == 0) & (lane < 4) & ((2 * n0 + 64 * j) // 128 < (2 * self.cfg.n + 127) // 128):
-            self._sfd_col_bytes([Int32(cutlass.select_(valid, c, Int32(0))) for c in codes], cols,
-                                row0 + r0_loc, n0, j, expert, mx)
 
     @cute.jit
     def _byte(self, base, off, code: Int32):
