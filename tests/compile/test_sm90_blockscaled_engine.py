@@ -211,10 +211,10 @@ def test_selectable_kernels_compile_for_sm90a(kw):
     compile_kernel(cfg)
 
 
-#: dSiTU-GLU kernels the engine can select: every knob-space entry of a small problem (ping-pong
-#: tiles 64 and 128 in 1x1, 2x1, 2x2 clusters, 64-row C entries), the cooperative forms (shallow
-#: K without dbias, deep K with the split last round), C/D types, dbias, no prob, beta1 4 (the
-#: shared exponential) and not 4.
+#: dSiTU-GLU kernels the engine can select: a small problem's knob space, one entry per
+#: epilogue form (ping-pong tiles 64 and 128, 64-row C entries, the 2x2 clusters' phantom
+#: N-tile), the cooperative forms (shallow K without dbias, deep K with the split last round),
+#: C/D types, dbias, no prob, beta1 4 (the shared exponential) and not 4.
 _SITU = dict(act="dsituglu")
 _SITU_COOP = dict(act="dsituglu", n=512, m=32768)
 _SITU_CASES = [
@@ -243,7 +243,10 @@ def test_dsituglu_kernels_compile_for_sm90a_without_spills(problem, which):
     from test_sm90_compile import _check_report, _max_spill
 
     space = Sm90BlockScaledEngine().knob_space(problem)
-    cfgs = {"all": space, "first": space[:1], "coop": [c for c in space if c.cooperative]}[which]
+    # "all": one configuration per epilogue form (tile, C entry rows, cluster_n: a phantom
+    # N-tile takes the branchy stores); cluster_m changes the mainloop only
+    forms = list({(c.tile_n, c.c_split, c.cluster_n, c.cooperative): c for c in reversed(space)}.values())
+    cfgs = {"all": forms, "first": space[:1], "coop": [c for c in space if c.cooperative]}[which]
     assert cfgs, which
     for cfg in cfgs:
         assert cfg.act_func == "dsituglu"
