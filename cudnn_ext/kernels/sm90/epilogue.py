@@ -564,8 +564,8 @@ class DgluEpilogueMixin:
                 if cutlass.const_expr(cfg.fp8_d()):
                     # (the warpgroup's half-blocks so far: the exchange buffer's parity)
                     use = (cpos // self.nent) * (self.nblk * self.halves) + j * self.halves + h
-                    self.quant_d_half(douts, (where[0][0], where[0][2]), h, j, row0, n0, valid,
-                                      wg, tidx, expert, mD, mx, use)
+                    self.quant_d_half(douts, (where[0][0], where[0][2]), j, row0, n0, valid, wg,
+                                      tidx, expert, mD, mx, use)
                 if cutlass.const_expr(h % per_entry == per_entry - 1):  # the entry is done
                     self._release_entry(c_pipe, st, sDb, col_gate, col_up, tidx,
                                         h == self.halves - 1)

@@ -8,12 +8,15 @@ and dup values a thread holds for its 2 rows and 8 columns (4 WGMMA groups x a c
 * plain conversion (FP8 D without ``d_scales``): each pair to D's format;
 * ``d_scales`` (e4m3): D_row/SFD_row: a row's 32 gate (or up) columns are one block, spread
   over the 4 lanes of a quad (amax: 8 values, 2 butterfly shuffles); lane 0 of the quad
-  stores the block's SFD_row byte. D_col/SFD_col: a column's 32-row
-  block is the rows of a warp pair (warps 0-1 or 2-3 of the warpgroup: 16 rows each, 8 lanes
-  x 2 rows per column); amax over a thread's 2 rows, 3 shuffles across the warp, then
-  through shared memory with the pair (``mx_exchange_ints``, one named barrier per pair,
-  half-block and gate/up, double-buffered so a warp may run a block ahead); the even warp's
-  lanes 0-3 store the columns' codes. Gate first, then up: half the temporaries at a time.
+  stores the block's SFD_row byte. D_col/SFD_col: a column's 32-row block is the rows of a
+  warp pair (warps 0-1 or 2-3 of the warpgroup: 16 rows each, 8 lanes x 2 rows per column);
+  amax over a thread's 2 rows, 3 shuffles across the warp, then through shared memory with
+  the pair (``mx_exchange_ints``, one named barrier per pair, half-block and gate/up,
+  double-buffered so a warp may run a block ahead); the even warp's lanes 0-3 store the
+  columns' codes. Gate first, then up: half the temporaries at a time. Each scale byte is
+  stored as soon as its code is known (fewer live registers: no spills). A block past 2N
+  inside the last column atom stores no D but code 0 into the layouts' padding entries, as
+  the reference's quantizer writes them.
 
 The block rule is ``mx_rule``'s: bit-exact with the reference's quantizers on the same fp32
 values (the values the kernel writes as fp32 D otherwise).
@@ -62,9 +65,9 @@ class QuantDMixin:
         store_fp8(mT.iterator, elem, frag.load(), special, self.d_dtype, 2)
 
     @cute.jit
-    def quant_d_half(self, douts, first, h: cutlass.Constexpr, j: cutlass.Constexpr, row0, n0,
-                     valid, wg, tidx, expert, mD, mx, use):
-        """D of half ``h`` of block ``j``: ``douts[pi]`` the ((dgate, dup), (dgate, dup)) of
+    def quant_d_half(self, douts, first, j: cutlass.Constexpr, row0, n0, valid, wg, tidx,
+                     expert, mD, mx, use):
+        """D of one half-block of block ``j``: ``douts[pi]`` the ((dgate, dup), (dgate, dup)) of
         the thread's pair pi (``_pair_values`` order: group pi // 2, row bit pi % 2);
         ``first``: (row in the tile, column in the block) of pair 0 (pair pi's are 8 rows
         down for row bit 1 and 8 columns right per group: the WGMMA fragment); ``valid``:
@@ -86,12 +89,12 @@ class QuantDMixin:
             # gate, then up: half the temporaries live at a time (fewer registers)
             for kind in cutlass.range_constexpr(2):
                 self._mx_rows(douts, r0_loc, c0_loc, j, kind, row0, n0, valid, tidx, mD, mx, nc)
-                self._mx_cols(douts, r0_loc, c0_loc, j, kind, row0, n0, valid, wg, tidx, expert, mx, nc,
-                              use)
+                self._mx_cols(douts, r0_loc, c0_loc, j, kind, row0, n0, valid, wg, tidx, expert,
+                              mx, nc, use)
 
     @cute.jit
-    def _mx_rows(self, douts, r0_loc, c0_loc, j: cutlass.Constexpr, kind: cutlass.Constexpr, row0, n0,
-                 valid, tidx, mD, mx, nc):
+    def _mx_rows(self, douts, r0_loc, c0_loc, j: cutlass.Constexpr, kind: cutlass.Constexpr,
+                 row0, n0, valid, tidx, mD, mx, nc):
         """D_row and SFD_row of the gate (``kind`` 0) or up (1) block of the thread's 2 rows."""
         lane = tidx % 32
         stripes = (2 * self.cfg.n + 127) // 128  # SFD_row's 4-block column atoms
@@ -124,8 +127,8 @@ class QuantDMixin:
                                    douts[pi][1][kind] * mult, special)
 
     @cute.jit
-    def _mx_cols(self, douts, r0_loc, c0_loc, j: cutlass.Constexpr, kind: cutlass.Constexpr, row0, n0,
-                 valid, wg, tidx, expert, mx, nc, use):
+    def _mx_cols(self, douts, r0_loc, c0_loc, j: cutlass.Constexpr, kind: cutlass.Constexpr,
+                 row0, n0, valid, wg, tidx, expert, mx, nc, use):
         """D_col and SFD_col of the thread's 8 gate (``kind`` 0) or up (1) columns (4 groups
         x 2) over the warp pair's 32 rows."""
         lane = tidx % 32
@@ -137,7 +140,8 @@ class QuantDMixin:
         amax = []
         for i in cutlass.range_constexpr(4):
             for c in cutlass.range_constexpr(2):
-                a = cutlass.max(abs_bits(douts[2 * i][c][kind]), abs_bits(douts[2 * i + 1][c][kind]))
+                a = cutlass.max(abs_bits(douts[2 * i][c][kind]),
+                                abs_bits(douts[2 * i + 1][c][kind]))
                 for s in cutlass.range_constexpr(2, 5):  # the 8 lanes of a column
                     a = cutlass.max(a, cute.arch.shuffle_sync_bfly(a, offset=1 << s))
                 amax.append(a)
@@ -153,7 +157,8 @@ class QuantDMixin:
             amax[q] = a
             codes.append(col_code(a, rcp_nc))
         # (a block past 2N inside the last column atom: padding entries, code 0)
-        if (warp % 2 == 0) & (lane < 4) & ((2 * n0 + 64 * j) // 128 < (2 * self.cfg.n + 127) // 128):
+        stripes = (2 * self.cfg.n + 127) // 128
+        if (warp % 2 == 0) & (lane < 4) & ((2 * n0 + 64 * j) // 128 < stripes):
             self._sfd_col_bytes([Int32(cutlass.select_(valid, c, Int32(0))) for c in codes], cols,
                                 row0 + r0_loc, n0, j, expert, mx)
         if valid:
