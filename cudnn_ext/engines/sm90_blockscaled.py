@@ -44,8 +44,8 @@ from .sm90 import (Sm90DgluEngine, Sm90Plan, _addr, check_family, config_for, de
                    placement_reasons)
 
 _HALF_FLOAT = (torch.bfloat16, torch.float16, torch.float32)
-#: Bytes per microsecond of the dequantization, C conversion and D quantization passes (a
-#: guess at ~3 TB/s, not a measurement)
+#: Bytes per microsecond of the dequantization and C conversion passes and of quantized D's
+#: second matrix (a guess at ~3 TB/s, not a measurement)
 _DEQUANT_BYTES_PER_US = 3.0e6
 
 
