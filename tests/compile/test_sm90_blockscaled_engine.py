@@ -282,6 +282,35 @@ def test_quantizing_epilogue_compiles_for_sm90a(problem, tile_n):
     assert re.search(rf"cvt\.rn\.satfinite\.{cvt}\.f32", ptx)
 
 
+@needs_dsl
+@pytest.mark.parametrize("n", [32, 64, 96, 160, 256])
+def test_quantizing_epilogue_scale_offsets_follow_the_layout(n):
+    """The kernel's SFD byte offsets (``quant_d.sfd_row_offset`` / ``sfd_col_offset``, traced
+    by the kernel) are ``quant.sf_layout.sf_offset``'s for every row and 32-column block of
+    SFD_row (the last column atom's padding blocks included), every column and 32-row block
+    of the global SFD_col, and each expert's region of the per-expert one (an expert without
+    rows among them), as the reference's ``quantize_d_col`` lays it out."""
+    from cudnn_ext.kernels.sm90.quant_d import sfd_col_offset, sfd_row_offset
+    from cudnn_ext.quant.sf_layout import ATOM_ELEMS, sf_offset, sf_shape
+
+    m, two_n = 1024, 2 * n
+    stripes = -(-two_n // 128)
+    for row in range(m):
+        for kb in range(4 * stripes):
+            assert sfd_row_offset(row, kb, stripes) == sf_offset(row, kb, mn=m, k_blocks=two_n // 32)
+    for col in range(128 * stripes):
+        for rb in range(m // 32):
+            assert sfd_col_offset(col, rb, stripes, m // 128) == sf_offset(col, rb, mn=two_n, k_blocks=m // 32)
+    start = 0
+    for end in (256, 256, 768, 1024):
+        for col in range(128 * stripes):
+            for rb in range(start // 32, end // 32):
+                base = (start // 128) * sf_shape(two_n, 1)[2] * ATOM_ELEMS
+                want = base + sf_offset(col, rb - start // 32, mn=two_n, k_blocks=(end - start) // 32)
+                assert sfd_col_offset(col, rb, stripes, m // 128, start, (end - start) // 128) == want
+        start = end
+
+
 def test_opt_in_engine_is_ranked_only_when_named(monkeypatch):
     """An engine marked ``opt_in`` is left out of the heuristics unless a caller names it
     (shown on the block-scaled Hopper engine, marked for the test)."""

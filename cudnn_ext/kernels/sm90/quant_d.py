@@ -37,6 +37,29 @@ from .mx_rule import INF_BITS, RCP_E4M3_MAX, abs_bits, col_code, multiplier, row
 _GMEM = cute.AddressSpace.gmem
 
 
+def sfd_row_offset(row, kb, stripes):
+    """Byte of SFD_row's code of row ``row``, 32-column block ``kb`` (along 2N): row atom
+    row // 128 of ``stripes`` column atoms, byte (row % 32) * 16 + ((row // 32) % 4) * 4 +
+    kb % 4 inside it (``quant.sf_layout``). Plain arithmetic: traced by the kernel, evaluated
+    on ints by the CPU tests."""
+    return (((row // ATOM_ROWS) * stripes + kb // 4) * ATOM_ELEMS + (row % 32) * 16
+            + ((row // 32) % 4) * 4 + kb % 4)
+
+
+def sfd_col_offset(col, rb, stripes, row_atoms, start=None, expert_atoms=None):
+    """Byte of SFD_col's code of column ``col`` (along 2N), 32-row block ``rb`` (global):
+    column atom col // 128 of ``stripes``, each ``row_atoms`` (M // 128) row atoms long, byte
+    (col % 32) * 16 + ((col // 32) % 4) * 4 + rb % 4; or (``discrete_col_sfd``) inside the
+    region of the expert whose rows start at ``start`` (its ``expert_atoms`` 128-row atoms),
+    which begins at atom (start // 128) * stripes. Plain arithmetic, as ``sfd_row_offset``."""
+    if start is None:
+        atom = (col // 128) * row_atoms + rb // 4
+    else:
+        atom = ((start // ATOM_ROWS) * stripes + (col // 128) * expert_atoms
+                + (rb * 32 - start) // ATOM_ROWS)
+    return atom * ATOM_ELEMS + (col % 32) * 16 + ((col // 32) % 4) * 4 + rb % 4
+
+
 class MxOutputs(NamedTuple):
     """(``d_scales``) The quantizing epilogue's operands beside D_row (``EpilogueParams.mD``):
     D_col (M, 2N), the SFD_row and SFD_col byte buffers (the scale-factor layout,
@@ -111,11 +134,8 @@ class QuantDMixin:
             # (a block past 2N inside the last column atom: the layout's padding entry, code
             # 0 as the reference's quantizer writes it; N % 32 == 0, so it is a whole block)
             if (lane % 4 == 0) & (kb // 4 < stripes):
-                # atom row // 128, column atom kb // 4, byte (row % 32) * 16 +
-                # ((row // 32) % 4) * 4 + kb % 4
-                off = (((row // ATOM_ROWS) * stripes + kb // 4) * ATOM_ELEMS + (row % 32) * 16
-                       + ((row // 32) % 4) * 4 + kb % 4)
-                self._byte(mx.sfd_row, off, Int32(cutlass.select_(valid, code, Int32(0))))
+                self._byte(mx.sfd_row, sfd_row_offset(row, kb, stripes),
+                           Int32(cutlass.select_(valid, code, Int32(0))))
             mult = multiplier(code, nc)
             # NaN products only where the block holds a NaN or an infinity
             special = amax >= INF_BITS
@@ -181,25 +201,19 @@ class QuantDMixin:
 
     @cute.jit
     def _sfd_col_bytes(self, codes, cols, row, n0, j: cutlass.Constexpr, expert, mx):
-        """SFD_col's bytes of the columns ``cols`` of block j for the 32-row block of ``row``:
-        column c (along 2N) at (c % 32) * 16 + ((c // 32) % 4) * 4 of its atom, row block rb
-        at byte rb % 4; the global layout (M // 128 row atoms per column atom) or
+        """SFD_col's bytes of the columns ``cols`` of block j for the 32-row block of ``row``
+        (``sfd_col_offset``): the global layout (M // 128 row atoms per column atom) or
         (``discrete_col_sfd``) the expert's region, as the reference lays them out."""
         rb = row // 32
         stripes = (2 * self.cfg.n + 127) // 128
-        start = Int32(0)
-        rk_e = Int32(0)
+        start, expert_atoms = None, None
         if cutlass.const_expr(self.cfg.discrete_col_sfd):
             offs = mx.mOffs
+            start = Int32(0)
             if expert > 0:
                 start = offs[expert - 1]
-            rk_e = (offs[expert] - start) // ATOM_ROWS  # the expert's 128-row atoms
+            expert_atoms = (offs[expert] - start) // ATOM_ROWS
         for q in cutlass.range_constexpr(len(cols)):
-            c = 2 * n0 + 64 * j + cols[q]
-            base = Int32(0)
-            if cutlass.const_expr(self.cfg.discrete_col_sfd):
-                base = ((start // ATOM_ROWS) * stripes + (c // 128) * rk_e
-                        + (rb * 32 - start) // ATOM_ROWS) * ATOM_ELEMS
-            else:
-                base = ((c // 128) * (mx.mDcol.shape[0] // ATOM_ROWS) + rb // 4) * ATOM_ELEMS
-            self._byte(mx.sfd_col, base + (c % 32) * 16 + ((c // 32) % 4) * 4 + rb % 4, codes[q])
+            off = sfd_col_offset(2 * n0 + 64 * j + cols[q], rb, stripes,
+                                 mx.mDcol.shape[0] // ATOM_ROWS, start, expert_atoms)
+            self._byte(mx.sfd_col, off, codes[q])
