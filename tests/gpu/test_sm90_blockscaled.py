@@ -319,10 +319,10 @@ from cudnn_ext.quant import formats as F  # noqa: E402
 from cudnn_ext.quant import quantize_mxfp8  # noqa: E402
 from cudnn_ext.quant.sf_layout import empty_sf, storage_of, unswizzle_sf  # noqa: E402
 from cudnn_ext.reference.blockscaled import sfd_col_expert_view  # noqa: E402
+from quant_d_cases import POISON, poisoned  # noqa: E402
 
 E5M2 = torch.float8_e5m2
 MX_ELEM = {"e4m3": E4M3, "e5m2": E5M2}
-POISON = 0xFF
 
 
 def _mx_inputs(elem, c_dtype=torch.bfloat16, N=96, K=256, counts=(256, 0, 768, 512), seed=0,
@@ -355,12 +355,9 @@ def _mx_call(t, engine, mode="dense", act="dswiglu", prob=True, dbias=False, sfd
     """One class-API call on poisoned outputs (D 0xFF bytes, SFD 0xFF bytes, dprob zeros,
     amax -inf); returns the outputs."""
     m, n, L = t["M"], t["N"], t["L"]
-    byte = lambda shape: torch.full(shape, POISON, dtype=torch.uint8, device="cuda").view(d_dtype)  # noqa: E731
-    outs = dict(d_row=byte((m, 2 * n)))
-    if sfd:
-        outs.update(d_col=byte((m, 2 * n)),
-                    sfd_row=empty_sf(m, 2 * n // 32, dtype=E8M0, device="cuda", fill=POISON),
-                    sfd_col=empty_sf(2 * n, m // 32, dtype=E8M0, device="cuda", fill=POISON))
+    outs = poisoned(m, 2 * n, d_dtype)
+    if not sfd:
+        outs = dict(d_row=outs["d_row"])
     if prob:
         outs["dprob"] = torch.zeros(m, device="cuda")
     if dbias:

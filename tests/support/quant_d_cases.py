@@ -11,6 +11,8 @@ POISON = 0xFF  # e4m3 / e5m2 -NaN, e8m0 NaN: never a value the quantizer writes 
 
 
 def poisoned(m, two_n, dtype=torch.float8_e4m3fn):
+    """D_row and D_col (M, 2N) of ``dtype`` and SFD_row and SFD_col in the scale layout, every
+    byte POISON."""
     d = lambda: torch.full((m, two_n), POISON, dtype=torch.uint8, device="cuda").view(dtype)  # noqa: E731
     return dict(d_row=d(), d_col=d(),
                 sfd_row=empty_sf(m, two_n // 32, dtype=torch.float8_e8m0fnu, device="cuda", fill=POISON),

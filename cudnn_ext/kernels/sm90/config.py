@@ -313,11 +313,16 @@ class Sm90Config:
         """D is FP8: the epilogue quantizes its fp32 values (``d_scales``: the MX rule)."""
         return DTYPE_BITS[self.d_dtype] == 8
 
+    @staticmethod
+    def mx_exchange_shape() -> tuple:
+        """(``d_scales``) The shared memory through which the two warps of a D_col block
+        exchange its columns' amax, in int32 words: (math warpgroup, warp, buffer (one block's
+        while the pair may still read the previous one), block column)."""
+        return (MATH_WARPGROUPS, 4, 2, C_BLOCK_COLS)
+
     def mx_exchange_ints(self) -> int:
-        """(``d_scales``) int32 words of the shared memory through which the two warps of a
-        D_col block exchange its columns' amax: per math warpgroup, 4 warps x 2 buffers (one
-        block's while the pair may still read the previous one) x 64 block columns."""
-        return MATH_WARPGROUPS * 4 * 2 * C_BLOCK_COLS if self.d_scales else 0
+        """int32 words of ``mx_exchange_shape`` (0 without ``d_scales``)."""
+        return math.prod(self.mx_exchange_shape()) if self.d_scales else 0
 
     def partial_tiles(self, m, num_experts):
         """(deterministic) Rows of the dbias partials slab: every M-tile index the schedule

@@ -459,7 +459,7 @@ class GroupedDgluSm90(MainloopMixin, DgluEpilogueMixin, QuantDMixin, DbiasMixin,
         mx = None  # (d_scales) the quantizing epilogue's operands
         if cutlass.const_expr(self.cfg.d_scales):
             # the exchange: (warpgroup, warp, buffer, block column)
-            sMx = storage.sMx.get_tensor(cute.make_layout((MATH_WARPGROUPS, 4, 2, C_BLOCK_COLS)))
+            sMx = storage.sMx.get_tensor(cute.make_layout(self.cfg.mx_exchange_shape()))
             mx = MxOutputs(mDcol, sfd_row_ptr, sfd_col_ptr, mNc, sMx, mOffs)
 
         a_smem = cute.slice_(a_smem_staged, (None, None, 0))

@@ -77,6 +77,17 @@ class MxOutputs(NamedTuple):
 class QuantDMixin:
     """``quant_d_half``: the FP8 D outputs of one half-block (see the module docstring)."""
 
+    def _sf_stripes(self) -> int:
+        """128-column atoms along 2N of SFD_row's k-blocks and of SFD_col's rows (the last one
+        partly padding when 2N % 128 != 0)."""
+        return (2 * self.cfg.n + 127) // 128
+
+    @staticmethod
+    def _d_col(n0, j: int, kind: int, c0_loc, group: int):
+        """D's column (along 2N) of group ``group``'s first column pair in block j, gate
+        (``kind`` 0) or up (1): the tile's 2 n0 + 64 j, then 32 kind + the thread's pair."""
+        return 2 * n0 + 64 * j + 32 * kind + c0_loc + 8 * group
+
     @cute.jit
     def _fp8_pair(self, mT: cute.Tensor, row, col, x0: Float32, x1: Float32, special):
         """x0, x1 to D's FP8 format at (row, col), (row, col + 1) of the row-major (M, 2N)
@@ -105,7 +116,7 @@ class QuantDMixin:
                     for kind in cutlass.range_constexpr(2):
                         x0 = douts[pi][0][kind]
                         x1 = douts[pi][1][kind]
-                        col = 2 * n0 + 64 * j + 32 * kind + (c0_loc + 8 * (pi // 2))
+                        col = self._d_col(n0, j, kind, c0_loc, pi // 2)
                         self._fp8_pair(mD, row, col, x0, x1, (x0 != x0) | (x1 != x1))
         else:
             nc = mx.mNc[0]
@@ -120,14 +131,14 @@ class QuantDMixin:
                  row0, n0, valid, tidx, mD, mx, nc):
         """D_row and SFD_row of the gate (``kind`` 0) or up (1) block of the thread's 2 rows."""
         lane = tidx % 32
-        stripes = (2 * self.cfg.n + 127) // 128  # SFD_row's 4-block column atoms
+        stripes = self._sf_stripes()
         kb = (2 * n0 + 64 * j) // 32 + kind  # the block's index along 2N
         for r in cutlass.range_constexpr(2):
             row = row0 + (r0_loc + 8 * r)
-            amax = abs_bits(douts[r][0][kind])
-            for i in cutlass.range_constexpr(4):
-                for c in cutlass.range_constexpr(2):
-                    amax = cutlass.max(amax, abs_bits(douts[2 * i + r][c][kind]))
+            vals = [douts[2 * i + r][c][kind] for i in range(4) for c in range(2)]
+            amax = abs_bits(vals[0])
+            for q in cutlass.range_constexpr(1, len(vals)):
+                amax = cutlass.max(amax, abs_bits(vals[q]))
             for s in cutlass.range_constexpr(2):  # the quad's 4 lanes hold the 32 columns
                 amax = cutlass.max(amax, cute.arch.shuffle_sync_bfly(amax, offset=1 << s))
             code = row_code(amax, nc)
@@ -142,9 +153,8 @@ class QuantDMixin:
             if valid:
                 for i in cutlass.range_constexpr(4):
                     pi = 2 * i + r
-                    col = 2 * n0 + 64 * j + 32 * kind + (c0_loc + 8 * (pi // 2))
-                    self._fp8_pair(mD, row, col, douts[pi][0][kind] * mult,
-                                   douts[pi][1][kind] * mult, special)
+                    self._fp8_pair(mD, row, self._d_col(n0, j, kind, c0_loc, i),
+                                   douts[pi][0][kind] * mult, douts[pi][1][kind] * mult, special)
 
     @cute.jit
     def _mx_cols(self, douts, r0_loc, c0_loc, j: cutlass.Constexpr, kind: cutlass.Constexpr,
@@ -177,8 +187,7 @@ class QuantDMixin:
             amax[q] = a
             codes.append(col_code(a, rcp_nc))
         # (a block past 2N inside the last column atom: padding entries, code 0)
-        stripes = (2 * self.cfg.n + 127) // 128
-        if (warp % 2 == 0) & (lane < 4) & ((2 * n0 + 64 * j) // 128 < stripes):
+        if (warp % 2 == 0) & (lane < 4) & ((2 * n0 + 64 * j) // 128 < self._sf_stripes()):
             self._sfd_col_bytes([Int32(cutlass.select_(valid, c, Int32(0))) for c in codes], cols,
                                 row0 + r0_loc, n0, j, expert, mx)
         if valid:
@@ -205,7 +214,7 @@ class QuantDMixin:
         (``sfd_col_offset``): the global layout (M // 128 row atoms per column atom) or
         (``discrete_col_sfd``) the expert's region, as the reference lays them out."""
         rb = row // 32
-        stripes = (2 * self.cfg.n + 127) // 128
+        stripes = self._sf_stripes()
         start, expert_atoms = None, None
         if cutlass.const_expr(self.cfg.discrete_col_sfd):
             offs = mx.mOffs
