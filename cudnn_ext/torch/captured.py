@@ -61,8 +61,9 @@ class _Graphs:
         self.static_aux = aux.detach().clone()
         self.weights = tuple(weights)
         self.addresses = tuple(w.data_ptr() for w in self.weights)  # what the graphs read
-        inputs = ((self.static_x,) if x.requires_grad else ()) + tuple(w for w in self.weights if w.requires_grad)
-        self.grad_slots = [x.requires_grad] + [w.requires_grad for w in self.weights]
+        # the gradients the backward graph takes: x's (where it needs one), then the weights'
+        needs_grad = [x.requires_grad] + [w.requires_grad for w in self.weights]
+        inputs = tuple(t for t, needs in zip((self.static_x, *self.weights), needs_grad) if needs)
         holder = {}
 
         def forward():
@@ -87,7 +88,9 @@ class _Graphs:
         self.static_y = self.fwd.capture(forward, None, x.device)
         self.static_dy = torch.zeros_like(self.static_y)
         self.bwd = graph_factory()
-        self.static_grads = self.bwd.capture(backward, self.fwd.pool(), x.device)
+        static_grads = iter(self.bwd.capture(backward, self.fwd.pool(), x.device))
+        #: each slot's (x, then the weights') static gradient buffer, None where none is taken
+        self.slot_grads = [next(static_grads) if needs else None for needs in needs_grad]
         self.generation = 0
         self.done = 0  # the generation whose backward ran last
 
@@ -104,13 +107,9 @@ class _Graphs:
     def unalias(self) -> None:
         """Weights whose ``.grad`` is a static gradient buffer (a previous backward's, not
         zeroed since): copied out before the replay overwrites it."""
-        grads = iter(self.static_grads[1:] if self.grad_slots[0] else self.static_grads)
-        for w, needs in zip(self.weights, self.grad_slots[1:]):
-            if not needs:
-                continue
-            buf = next(grads)
+        for w, buf in zip(self.weights, self.slot_grads[1:]):
             g = w.grad
-            if g is not None and g.data_ptr() == buf.data_ptr():
+            if buf is not None and g is not None and g.data_ptr() == buf.data_ptr():
                 w.grad = g.clone()
 
 
@@ -142,8 +141,7 @@ class _Replay(torch.autograd.Function):
         graphs.unalias()
         graphs.bwd.replay()
         graphs.done = ctx.generation
-        grads = iter(graphs.static_grads)
-        out = [next(grads).detach() if needs else None for needs in graphs.grad_slots]
+        out = [g.detach() if g is not None else None for g in graphs.slot_grads]
         if out[0] is not None:  # (the input's gradient may be kept: a copy, not the buffer)
             out[0] = out[0].clone()
         return (None, out[0], None, *out[1:])
